@@ -1,0 +1,31 @@
+// Package allocator decides, without any Kubernetes client, whether a pod's
+// GPU-memory demand fits on a node's cards, which cards it gets, and how
+// good each node is for it. The extender, the simulator and the tests all
+// drive this package; it holds no state of its own beyond what callers pass.
+//
+// # Fitting
+//
+// Every app container (and restartable init container) takes Units on each
+// of Cards distinct healthy cards, and these add up on a card. Each init
+// container runs alone before them, so on a card the pod reserves the larger
+// of its app containers' sum there and its largest init container there.
+// Fit searches placements depth-first, largest slices first, trying cards in
+// the policy's order and skipping cards that are interchangeable with one
+// already tried (same free memory), so it finds a placement whenever one
+// exists (the property test checks this against brute force) and usually
+// takes the first path it tries.
+//
+// # Scoring
+//
+// Policies order the cards for a slice and score a node after a placement:
+//
+//   - binpack: fill the fullest cards and nodes first (best fit), keeping
+//     whole cards free for large pods.
+//   - spread: the emptiest cards and nodes first, limiting interference.
+//   - fragaware (default): minimise the growth of fragmentation, the free
+//     memory that the cluster's typical requests can no longer use, in the
+//     spirit of FGD (Weng et al., USENIX ATC '23); see Fragmentation.
+//
+// Node scores are mapped to the extender range 0..10 across the nodes of one
+// request by NormalizeScores.
+package allocator

@@ -1,0 +1,272 @@
+package allocator
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// searchBudget bounds the placements Fit examines for one node, so a pod
+// with many containers cannot stall a scheduling cycle. Pods of up to a few
+// GPU containers on up to 16 cards stay far below it.
+const searchBudget = 200_000
+
+// slice is one card's worth of one container: Units on one card.
+type slice struct {
+	container int // index into the Demand
+	units     int64
+}
+
+// Fit finds a placement of d on n, trying cards in p's order, or returns a
+// *FitError whose reason names the numbers. n is not modified.
+func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
+	if len(n.Cards) == 0 {
+		return nil, &FitError{Node: n.Name, Reason: "node reports no GPU"}
+	}
+	frees := make([]int64, len(n.Cards))
+	for i := range n.Cards {
+		frees[i] = n.Cards[i].Free()
+	}
+	if err := precheck(n, d, frees); err != nil {
+		return nil, err
+	}
+	pl := &Placement{Cards: make([][]int, len(d)), Reserved: make([]int64, len(n.Cards))}
+
+	var slices []slice
+	for i, c := range d {
+		if c.Init {
+			continue
+		}
+		for range c.Cards {
+			slices = append(slices, slice{container: i, units: c.Units})
+		}
+	}
+	// Largest first; stable so one container's slices stay adjacent.
+	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
+
+	if len(slices) == 1 {
+		best := -1
+		var bestKey float64
+		for i := range n.Cards {
+			if frees[i] < slices[0].units {
+				continue
+			}
+			if k := p.CardKey(&n.Cards[i], frees[i], slices[0].units); best < 0 || k < bestKey {
+				best, bestKey = i, k
+			}
+		}
+		pl.Cards[slices[0].container] = []int{best}
+		pl.Reserved[best] = slices[0].units
+	} else if len(slices) > 1 {
+		s := &search{node: n, policy: p, slices: slices, frees: frees, pl: pl, budget: searchBudget}
+		if !s.place(0) {
+			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free cards (" + freeList(n, frees0(n)) + ")"
+			if s.budget <= 0 {
+				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
+			}
+			return nil, &FitError{Node: n.Name, Reason: reason}
+		}
+	}
+	placeInits(n, d, p, pl)
+	return pl, nil
+}
+
+func frees0(n *Node) []int64 {
+	f := make([]int64, len(n.Cards))
+	for i := range n.Cards {
+		f[i] = n.Cards[i].Free()
+	}
+	return f
+}
+
+// precheck rejects demands that cannot fit for a simple reason, with a
+// message an operator can act on.
+func precheck(n *Node, d gpushare.Demand, frees []int64) error {
+	healthy := 0
+	var largestFree int64 = -1
+	largest := -1
+	for i := range n.Cards {
+		if n.Cards[i].Healthy {
+			healthy++
+		}
+		if frees[i] > largestFree {
+			largestFree, largest = frees[i], i
+		}
+	}
+	if healthy == 0 {
+		return &FitError{Node: n.Name, Reason: fmt.Sprintf("all %d GPUs are unhealthy", len(n.Cards))}
+	}
+	for _, c := range d {
+		fitting := 0
+		for i := range frees {
+			if frees[i] >= c.Units {
+				fitting++
+			}
+		}
+		if fitting >= c.Cards {
+			continue
+		}
+		lc := &n.Cards[largest]
+		if c.Cards == 1 {
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on one GPU; largest free GPU has %d of %d %s",
+				c.Name, c.Units, n.Unit, largestFree, lc.Total, n.Unit)}
+		}
+		return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on each of %d GPUs; %d of %d healthy GPUs have that much free",
+			c.Name, c.Units, n.Unit, c.Cards, fitting, healthy)}
+	}
+	var app int64
+	for _, c := range d {
+		if !c.Init {
+			app += c.Total()
+		}
+	}
+	if free := n.FreeTotal(); app > free {
+		return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; GPUs have %d %s free", app, n.Unit, free, n.Unit)}
+	}
+	return nil
+}
+
+// search is one depth-first placement of app-container slices.
+type search struct {
+	node   *Node
+	policy Policy
+	slices []slice
+	frees  []int64 // card position -> free units left by the slices placed so far
+	pl     *Placement
+	budget int // placements left to examine
+}
+
+func (s *search) place(k int) bool {
+	if k == len(s.slices) {
+		return true
+	}
+	s.budget--
+	if s.budget <= 0 {
+		return false
+	}
+	sl := s.slices[k]
+	mine := s.pl.Cards[sl.container]
+	type cand struct {
+		pos int
+		key float64
+	}
+	var buf [16]cand
+	cands := buf[:0]
+	for i := range s.frees {
+		if s.frees[i] < sl.units || contains(mine, i) {
+			continue
+		}
+		cands = append(cands, cand{pos: i, key: s.policy.CardKey(&s.node.Cards[i], s.frees[i], sl.units)})
+	}
+	sort.SliceStable(cands, func(a, b int) bool { return cands[a].key < cands[b].key })
+	var tried [16]int64
+	triedFree := tried[:0]
+	for _, c := range cands {
+		// Cards with equal free memory are interchangeable for what is
+		// left of the search: if one failed, the other fails too.
+		if containsInt64(triedFree, s.frees[c.pos]) {
+			continue
+		}
+		triedFree = append(triedFree, s.frees[c.pos])
+		s.frees[c.pos] -= sl.units
+		s.pl.Cards[sl.container] = append(mine, c.pos)
+		s.pl.Reserved[c.pos] += sl.units
+		if s.place(k + 1) {
+			return true
+		}
+		s.frees[c.pos] += sl.units
+		s.pl.Cards[sl.container] = mine
+		s.pl.Reserved[c.pos] -= sl.units
+		if s.budget <= 0 {
+			return false
+		}
+	}
+	return false
+}
+
+// placeInits puts each init container on the cards that need the least
+// extra reservation: an init container that fits within what the pod's app
+// containers already hold on a card costs nothing there. Init containers run
+// alone, so each only needs its own Units free on each of its cards, which
+// precheck established.
+func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) {
+	for i, c := range d {
+		if !c.Init {
+			continue
+		}
+		type cand struct {
+			pos   int
+			extra int64
+			key   float64
+		}
+		var cands []cand
+		for pos := range n.Cards {
+			free := n.Cards[pos].Free()
+			if free < c.Units {
+				continue
+			}
+			cands = append(cands, cand{pos: pos, extra: max(0, c.Units-pl.Reserved[pos]), key: p.CardKey(&n.Cards[pos], free-pl.Reserved[pos], max(0, c.Units-pl.Reserved[pos]))})
+		}
+		sort.SliceStable(cands, func(a, b int) bool {
+			if cands[a].extra != cands[b].extra {
+				return cands[a].extra < cands[b].extra
+			}
+			return cands[a].key < cands[b].key
+		})
+		for _, cd := range cands[:c.Cards] {
+			pl.Cards[i] = append(pl.Cards[i], cd.pos)
+			pl.Reserved[cd.pos] = max(pl.Reserved[cd.pos], c.Units)
+		}
+	}
+}
+
+// Allocation turns a placement into the pod annotation's form.
+func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation {
+	a := &gpushare.Allocation{Node: n.Name, Unit: n.Unit}
+	for i, c := range d {
+		ca := gpushare.ContainerAllocation{Name: c.Name, Init: c.Init}
+		for _, pos := range pl.Cards[i] {
+			card := &n.Cards[pos]
+			ca.Devices = append(ca.Devices, gpushare.DeviceShare{Index: card.Index, UUID: card.UUID, Units: c.Units})
+		}
+		a.Containers = append(a.Containers, ca)
+	}
+	return a
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func containsInt64(s []int64, v int64) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func sliceList(slices []slice, unit string) string {
+	parts := make([]string, len(slices))
+	for i, s := range slices {
+		parts[i] = strconv.FormatInt(s.units, 10)
+	}
+	return strings.Join(parts, "+") + " " + unit
+}
+
+func freeList(n *Node, frees []int64) string {
+	parts := make([]string, len(frees))
+	for i, f := range frees {
+		parts[i] = fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total)
+	}
+	return strings.Join(parts, ", ") + " " + n.Unit + " free"
+}

@@ -1,0 +1,305 @@
+package allocator
+
+import (
+	"errors"
+	"math/rand"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/quick"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// node builds a node from "total/used" pairs; a trailing "!" marks a card unhealthy.
+func node(cards ...string) *Node {
+	n := &Node{Name: "n1", Unit: "GiB"}
+	for i, c := range cards {
+		healthy := !strings.HasSuffix(c, "!")
+		c = strings.TrimSuffix(c, "!")
+		var total, used int64
+		parts := strings.Split(c, "/")
+		total = atoi(parts[0])
+		used = atoi(parts[1])
+		n.Cards = append(n.Cards, Card{Index: i, UUID: "GPU-" + string(rune('a'+i)), Total: total, Used: used, Healthy: healthy})
+	}
+	return n
+}
+
+func atoi(s string) int64 {
+	var v int64
+	for _, r := range s {
+		v = v*10 + int64(r-'0')
+	}
+	return v
+}
+
+func app(name string, units int64) gpushare.ContainerDemand {
+	return gpushare.ContainerDemand{Name: name, Units: units, Cards: 1}
+}
+
+func TestFit(t *testing.T) {
+	tests := []struct {
+		name    string
+		node    *Node
+		demand  gpushare.Demand
+		policy  Policy
+		want    [][]int // card positions per container
+		wantErr string
+	}{
+		{
+			name:   "binpack picks the fullest card that fits",
+			node:   node("16/0", "16/10", "16/4"),
+			demand: gpushare.Demand{app("c", 6)},
+			policy: Binpack{},
+			want:   [][]int{{1}},
+		},
+		{
+			name:   "spread picks the emptiest card",
+			node:   node("16/8", "16/0", "16/4"),
+			demand: gpushare.Demand{app("c", 6)},
+			policy: Spread{},
+			want:   [][]int{{1}},
+		},
+		{
+			name:   "unhealthy card is skipped even if it is the best fit",
+			node:   node("16/10!", "16/4"),
+			demand: gpushare.Demand{app("c", 6)},
+			policy: Binpack{},
+			want:   [][]int{{1}},
+		},
+		{
+			name:    "reason names the largest free card",
+			node:    node("16/9", "16/12"),
+			demand:  gpushare.Demand{app("c", 12)},
+			policy:  Binpack{},
+			wantErr: "node n1: container c needs 12 GiB on one GPU; largest free GPU has 7 of 16 GiB",
+		},
+		{
+			name:    "all cards unhealthy",
+			node:    node("16/0!", "16/0!"),
+			demand:  gpushare.Demand{app("c", 1)},
+			policy:  Binpack{},
+			wantErr: "node n1: all 2 GPUs are unhealthy",
+		},
+		{
+			name:   "two containers that only fit when the big one goes first",
+			node:   node("16/6", "16/12"), // free 10 and 4
+			demand: gpushare.Demand{app("small", 4), app("big", 10)},
+			policy: Spread{}, // spread alone would put small on the 10-free card
+			want:   [][]int{{1}, {0}},
+		},
+		{
+			name:    "containers that fit one by one but not together",
+			node:    node("16/8", "16/8"), // free 8 and 8
+			demand:  gpushare.Demand{app("a", 6), app("b", 6), app("c", 3)},
+			policy:  Binpack{},
+			wantErr: "node n1: the containers' slices (6+6+3 GiB) do not fit together on the free cards (GPU0 8/16, GPU1 8/16 GiB free)",
+		},
+		{
+			name:   "multi-card container takes distinct cards",
+			node:   node("16/0", "16/0", "16/12"),
+			demand: gpushare.Demand{{Name: "c", Units: 8, Cards: 2}},
+			policy: Binpack{},
+			want:   [][]int{{0, 1}},
+		},
+		{
+			name:    "multi-card container needs enough cards",
+			node:    node("16/0", "16/12", "16/12"),
+			demand:  gpushare.Demand{{Name: "c", Units: 8, Cards: 2}},
+			policy:  Binpack{},
+			wantErr: "node n1: container c needs 8 GiB on each of 2 GPUs; 1 of 3 healthy GPUs have that much free",
+		},
+		{
+			name:   "init container shares the app container's card",
+			node:   node("16/0", "16/4"),
+			demand: gpushare.Demand{{Name: "init", Init: true, Units: 8, Cards: 1}, app("c", 4)},
+			policy: Binpack{},
+			want:   [][]int{{1}, {1}},
+		},
+		{
+			name:   "init container bigger than the free memory left after apps still fits alone",
+			node:   node("16/4"), // free 12
+			demand: gpushare.Demand{{Name: "init", Init: true, Units: 12, Cards: 1}, app("c", 2)},
+			policy: Binpack{},
+			want:   [][]int{{0}, {0}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, err := Fit(tc.node, tc.demand, tc.policy)
+			if tc.wantErr != "" {
+				var fe *FitError
+				if !errors.As(err, &fe) {
+					t.Fatalf("Fit() error = %v, want FitError %q", err, tc.wantErr)
+				}
+				if diff := cmp.Diff(tc.wantErr, err.Error()); diff != "" {
+					t.Errorf("Fit() error (-want +got):\n%s", diff)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Fit() error = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, pl.Cards); diff != "" {
+				t.Errorf("Fit() cards (-want +got):\n%s", diff)
+			}
+			checkPlacement(t, tc.node, tc.demand, pl)
+		})
+	}
+}
+
+func TestPlacementReservesMaxOfInitAndApps(t *testing.T) {
+	n := node("16/0")
+	d := gpushare.Demand{{Name: "init", Init: true, Units: 8, Cards: 1}, app("a", 3), app("b", 3)}
+	pl, err := Fit(n, d, Binpack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{8}, pl.Reserved); diff != "" {
+		t.Errorf("Reserved (-want +got):\n%s", diff)
+	}
+	a := Allocation(n, d, pl)
+	if got := a.Total(); got != d.Total() {
+		t.Errorf("Allocation.Total() = %d, want Demand.Total() = %d", got, d.Total())
+	}
+}
+
+// checkPlacement verifies the placement's invariants against the node.
+func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
+	t.Helper()
+	app := make([]int64, len(n.Cards))
+	initMax := make([]int64, len(n.Cards))
+	for i, c := range d {
+		if len(pl.Cards[i]) != c.Cards {
+			t.Fatalf("container %s got %d cards, want %d", c.Name, len(pl.Cards[i]), c.Cards)
+		}
+		seen := map[int]bool{}
+		for _, pos := range pl.Cards[i] {
+			if seen[pos] {
+				t.Fatalf("container %s uses card %d twice", c.Name, pos)
+			}
+			seen[pos] = true
+			if c.Init {
+				initMax[pos] = max(initMax[pos], c.Units)
+			} else {
+				app[pos] += c.Units
+			}
+		}
+	}
+	for pos := range n.Cards {
+		want := max(app[pos], initMax[pos])
+		if pl.Reserved[pos] != want {
+			t.Fatalf("card %d reserved %d, want %d", pos, pl.Reserved[pos], want)
+		}
+		if want > n.Cards[pos].Free() {
+			t.Fatalf("card %d over-committed: reserved %d, free %d (%+v)", pos, want, n.Cards[pos].Free(), n.Cards[pos])
+		}
+	}
+}
+
+// bruteForceFits reports whether any placement of d on n exists, by trying
+// every assignment of app slices to cards.
+func bruteForceFits(n *Node, d gpushare.Demand) bool {
+	for _, c := range d {
+		if !c.Init {
+			continue
+		}
+		fitting := 0
+		for i := range n.Cards {
+			if n.Cards[i].Free() >= c.Units {
+				fitting++
+			}
+		}
+		if fitting < c.Cards {
+			return false
+		}
+	}
+	var slices []slice
+	for i, c := range d {
+		if !c.Init {
+			for range c.Cards {
+				slices = append(slices, slice{container: i, units: c.Units})
+			}
+		}
+	}
+	assign := make([]int, len(slices))
+	var try func(k int) bool
+	try = func(k int) bool {
+		if k == len(slices) {
+			used := make([]int64, len(n.Cards))
+			for j, s := range slices {
+				used[assign[j]] += s.units
+				for m := 0; m < j; m++ {
+					if slices[m].container == s.container && assign[m] == assign[j] {
+						return false
+					}
+				}
+			}
+			for i := range n.Cards {
+				if used[i] > n.Cards[i].Free() {
+					return false
+				}
+			}
+			return true
+		}
+		for c := range n.Cards {
+			assign[k] = c
+			if try(k + 1) {
+				return true
+			}
+		}
+		return false
+	}
+	return try(0)
+}
+
+// scenario is a random node and demand for the property test.
+type scenario struct {
+	Node   *Node
+	Demand gpushare.Demand
+}
+
+func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quick.Generator
+	n := &Node{Name: "n", Unit: "GiB"}
+	sizes := []int64{4, 8, 16, 24}
+	for i := range 1 + r.Intn(4) {
+		total := sizes[r.Intn(len(sizes))]
+		n.Cards = append(n.Cards, Card{Index: i, Total: total, Used: r.Int63n(total + 1), Healthy: r.Intn(6) > 0})
+	}
+	var d gpushare.Demand
+	for i := range 1 + r.Intn(4) {
+		d = append(d, gpushare.ContainerDemand{
+			Name:  string(rune('a' + i)),
+			Init:  r.Intn(5) == 0,
+			Units: 1 + r.Int63n(10),
+			Cards: 1 + r.Intn(2)*r.Intn(2),
+		})
+	}
+	return reflect.ValueOf(scenario{Node: n, Demand: d})
+}
+
+func TestFitMatchesBruteForce(t *testing.T) {
+	typical := []Shape{{Units: 4, Cards: 1, Weight: 0.5}, {Units: 8, Cards: 1, Weight: 0.3}, {Units: 8, Cards: 2, Weight: 0.2}}
+	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical), NewFragAware(nil)} {
+		t.Run(p.Name(), func(t *testing.T) {
+			prop := func(s scenario) bool {
+				want := bruteForceFits(s.Node, s.Demand)
+				pl, err := Fit(s.Node, s.Demand, p)
+				if got := err == nil; got != want {
+					t.Logf("node %+v demand %+v: Fit ok=%v (err %v), brute force %v", s.Node.Cards, s.Demand, got, err, want)
+					return false
+				}
+				if err == nil {
+					checkPlacement(t, s.Node, s.Demand, pl)
+				}
+				return true
+			}
+			if err := quick.Check(prop, &quick.Config{MaxCount: 3000, Rand: rand.New(rand.NewSource(1))}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

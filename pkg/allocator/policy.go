@@ -1,0 +1,107 @@
+package allocator
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Policy orders cards for a slice and rates a node after a placement.
+type Policy interface {
+	// Name is the flag and annotation value, e.g. "binpack".
+	Name() string
+	// CardKey ranks card c, which has free units free, for a slice of
+	// units (units ≤ free): lower is tried first.
+	CardKey(c *Card, free, units int64) float64
+	// NodeScore rates node n once pl is placed on it: higher is better.
+	// Scores are compared only among the nodes of one request.
+	NodeScore(n *Node, pl *Placement) float64
+}
+
+// Policy names.
+const (
+	NameBinpack   = "binpack"
+	NameSpread    = "spread"
+	NameFragAware = "fragaware"
+)
+
+// DefaultPolicy is the policy used when none is configured.
+const DefaultPolicy = NameFragAware
+
+// PolicyNames lists the policies New accepts.
+func PolicyNames() []string { return []string{NameBinpack, NameFragAware, NameSpread} }
+
+// New returns the named policy. FragAware uses typical, the cluster's
+// typical requests (see Workload.Typical); other policies ignore it.
+func New(name string, typical []Shape) (Policy, error) {
+	switch name {
+	case NameBinpack:
+		return Binpack{}, nil
+	case NameSpread:
+		return Spread{}, nil
+	case NameFragAware:
+		return NewFragAware(typical), nil
+	}
+	return nil, fmt.Errorf("unknown policy %q; want one of %s", name, strings.Join(PolicyNames(), ", "))
+}
+
+// utilisationAfter is the share of the node's healthy capacity in use once
+// pl is placed, in [0, 1].
+func utilisationAfter(n *Node, pl *Placement) float64 {
+	var used, total int64
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		if !c.Healthy {
+			continue
+		}
+		total += c.Total
+		used += min(c.Total, c.Used+pl.Reserved[i])
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(used) / float64(total)
+}
+
+// Binpack is best fit: the card left with the least free memory, the node
+// left the fullest.
+type Binpack struct{}
+
+func (Binpack) Name() string { return NameBinpack }
+
+func (Binpack) CardKey(_ *Card, free, units int64) float64 { return float64(free - units) }
+
+func (Binpack) NodeScore(n *Node, pl *Placement) float64 { return utilisationAfter(n, pl) }
+
+// Spread is worst fit: the card left with the most free memory, the node
+// left the emptiest.
+type Spread struct{}
+
+func (Spread) Name() string { return NameSpread }
+
+func (Spread) CardKey(_ *Card, free, units int64) float64 { return -float64(free - units) }
+
+func (Spread) NodeScore(n *Node, pl *Placement) float64 { return 1 - utilisationAfter(n, pl) }
+
+// MaxScore is the highest score an extender may give (extenderv1.MaxExtenderPriority).
+const MaxScore = 10
+
+// NormalizeScores maps raw node scores to 0..MaxScore linearly, the best
+// node getting MaxScore and the worst 0. Equal scores all get MaxScore.
+// Example: raw [0.2, 0.5, 0.8] → [0, 5, 10].
+func NormalizeScores(raw []float64) []int64 {
+	out := make([]int64, len(raw))
+	if len(raw) == 0 {
+		return out
+	}
+	lo, hi := slices.Min(raw), slices.Max(raw)
+	for i, r := range raw {
+		if hi-lo < 1e-12 {
+			out[i] = MaxScore
+			continue
+		}
+		out[i] = int64(math.Round(MaxScore * (r - lo) / (hi - lo)))
+	}
+	return out
+}

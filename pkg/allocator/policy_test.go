@@ -1,0 +1,122 @@
+package allocator
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+func TestNormalizeScores(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  []float64
+		want []int64
+	}{
+		{"empty", nil, []int64{}},
+		{"linear", []float64{0.2, 0.5, 0.8}, []int64{0, 5, 10}},
+		{"all equal", []float64{3, 3}, []int64{10, 10}},
+		{"negative", []float64{-4, 0, -2}, []int64{0, 10, 5}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, NormalizeScores(tc.raw)); diff != "" {
+				t.Errorf("NormalizeScores (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFragAwareWorkedExample checks the example in FragAware's doc comment.
+func TestFragAwareWorkedExample(t *testing.T) {
+	typical := []Shape{{Units: 8, Cards: 1, Weight: 0.5}, {Units: 4, Cards: 1, Weight: 0.5}}
+	f := NewFragAware(typical)
+	d := gpushare.Demand{app("c", 4)}
+	score := func(n *Node) float64 {
+		pl, err := Fit(n, d, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.NodeScore(n, pl)
+	}
+	a, b := score(node("16/10")), score(node("16/0"))
+	if !(a > b) {
+		t.Errorf("free 6 vs free 16: scores %v, %v; want the 6-free card preferred", a, b)
+	}
+	if got := -a; got > -0.99 || got < -1.01 {
+		t.Errorf("free 6: Δfragmentation = %v, want ≈ -1", got)
+	}
+	a, b = score(node("16/7")), score(node("16/4"))
+	if !(b > a) {
+		t.Errorf("free 9 vs free 12: scores %v, %v; want the 12-free card preferred", a, b)
+	}
+	// Binpack prefers the 9-free node.
+	bp := func(n *Node) float64 {
+		pl, _ := Fit(n, d, Binpack{})
+		return Binpack{}.NodeScore(n, pl)
+	}
+	if !(bp(node("16/7")) > bp(node("16/4"))) {
+		t.Error("binpack should prefer the fuller node")
+	}
+}
+
+func TestFragmentationMultiCard(t *testing.T) {
+	f := NewFragAware([]Shape{{Units: 8, Cards: 2, Weight: 1}})
+	tests := []struct {
+		frees []int64
+		want  float64
+	}{
+		{[]int64{8, 8, 3}, 3},   // two cards serve it; the 3 cannot
+		{[]int64{8, 7, 3}, 18},  // no pair of cards: all free is fragment
+		{[]int64{16, 16}, 0},
+	}
+	for _, tc := range tests {
+		if got := f.Fragmentation(tc.frees); got != tc.want {
+			t.Errorf("Fragmentation(%v) = %v, want %v", tc.frees, got, tc.want)
+		}
+	}
+}
+
+func TestWorkloadTypical(t *testing.T) {
+	w := NewWorkload()
+	if got := w.Typical(); len(got) != 0 {
+		t.Fatalf("empty workload Typical() = %v", got)
+	}
+	for range 3 {
+		w.Observe(gpushare.Demand{app("a", 4)})
+	}
+	w.Observe(gpushare.Demand{{Name: "b", Units: 8, Cards: 2}})
+	got := w.Typical()
+	if len(got) != 2 || got[0].Units != 4 || got[1].Cards != 2 {
+		t.Fatalf("Typical() = %+v, want 4-unit shape first, then 8x2", got)
+	}
+	if s := got[0].Weight + got[1].Weight; s < 0.999 || s > 1.001 {
+		t.Errorf("weights sum to %v, want 1", s)
+	}
+	if !(got[0].Weight > 0.7 && got[0].Weight < 0.76) {
+		t.Errorf("4-unit weight %v, want ≈ 0.75 (3 of 4, slightly decayed)", got[0].Weight)
+	}
+	// Many shapes: the model stays bounded.
+	for i := range 500 {
+		w.Observe(gpushare.Demand{app("x", int64(i+100))})
+	}
+	if len(w.weights) > maxShapes {
+		t.Errorf("workload keeps %d shapes, want ≤ %d", len(w.weights), maxShapes)
+	}
+	if got := len(w.Typical()); got != TypicalShapes {
+		t.Errorf("Typical() has %d shapes, want %d", got, TypicalShapes)
+	}
+}
+
+func TestNewPolicy(t *testing.T) {
+	for _, name := range PolicyNames() {
+		p, err := New(name, nil)
+		if err != nil || p.Name() != name {
+			t.Errorf("New(%q) = %v, %v", name, p, err)
+		}
+	}
+	if _, err := New("worstfit", nil); err == nil || err.Error() != `unknown policy "worstfit"; want one of binpack, fragaware, spread` {
+		t.Errorf("New(worstfit) error = %v", err)
+	}
+}

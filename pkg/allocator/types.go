@@ -1,0 +1,82 @@
+package allocator
+
+import "fmt"
+
+// Card is one GPU as the allocator sees it. Memory is in the node's unit.
+type Card struct {
+	// Index is the card's index on its node.
+	Index int
+	// UUID is empty when the node publishes no inventory.
+	UUID  string
+	Model string
+	// Total memory of the card, in units.
+	Total int64
+	// Used is the memory held by pods, in units. It may exceed Total when
+	// the node shrank under running pods; Free is then 0.
+	Used int64
+	// Healthy cards take new pods; unhealthy ones keep what they hold.
+	Healthy bool
+}
+
+// Free returns the units a new pod may take on the card: 0 for an unhealthy card.
+func (c *Card) Free() int64 {
+	if !c.Healthy || c.Used >= c.Total {
+		return 0
+	}
+	return c.Total - c.Used
+}
+
+// Node is a node's cards. Cards is ordered by Index.
+type Node struct {
+	Name string
+	// Unit of every amount on this node ("GiB" or "MiB").
+	Unit  string
+	Cards []Card
+}
+
+// Capacity returns the sum of the healthy cards' totals, in units.
+func (n *Node) Capacity() int64 {
+	var t int64
+	for i := range n.Cards {
+		if n.Cards[i].Healthy {
+			t += n.Cards[i].Total
+		}
+	}
+	return t
+}
+
+// FreeTotal returns the sum of Free over the cards, in units.
+func (n *Node) FreeTotal() int64 {
+	var t int64
+	for i := range n.Cards {
+		t += n.Cards[i].Free()
+	}
+	return t
+}
+
+// Placement says where each container of a Demand goes.
+type Placement struct {
+	// Cards holds, parallel to the Demand, the positions in Node.Cards
+	// (not card indexes) of each container's cards.
+	Cards [][]int
+	// Reserved holds, parallel to Node.Cards, the units the pod holds on
+	// each card: max(app containers' sum, largest init container).
+	Reserved []int64
+}
+
+// Total returns the units the pod holds on the node.
+func (p *Placement) Total() int64 {
+	var t int64
+	for _, r := range p.Reserved {
+		t += r
+	}
+	return t
+}
+
+// FitError explains why a demand does not fit on a node.
+type FitError struct {
+	Node   string
+	Reason string
+}
+
+func (e *FitError) Error() string { return fmt.Sprintf("node %s: %s", e.Node, e.Reason) }

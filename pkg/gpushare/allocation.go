@@ -1,0 +1,129 @@
+package gpushare
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Allocation is the pod annotation AnnotationAllocation: where each GPU
+// container of the pod runs. Example, a pod whose init container takes 8 GiB
+// on card 1 and whose two app containers take 4 GiB each on cards 1 and 3:
+//
+//	{"node":"gpu-a","unit":"GiB","containers":[
+//	  {"name":"prep","init":true,"devices":[{"index":1,"uuid":"GPU-b","units":8}]},
+//	  {"name":"train","devices":[{"index":1,"uuid":"GPU-b","units":4}]},
+//	  {"name":"serve","devices":[{"index":3,"uuid":"GPU-d","units":4}]}]}
+//
+// Containers that ask for no GPU memory are absent.
+type Allocation struct {
+	// Node the pod was bound to.
+	Node string `json:"node"`
+	// Unit of every Units below (the node's unit).
+	Unit string `json:"unit"`
+	// Containers in pod spec order, init containers first.
+	Containers []ContainerAllocation `json:"containers"`
+}
+
+// ContainerAllocation is one container's share.
+type ContainerAllocation struct {
+	Name string `json:"name"`
+	// Init is true for an init container that runs to completion before the
+	// app containers. A restartable ("sidecar") init container runs beside
+	// them and counts as an app container.
+	Init bool `json:"init,omitempty"`
+	// Devices the container's memory is on; more than one only when the
+	// container asked aliyun.com/gpu-count > 1.
+	Devices []DeviceShare `json:"devices"`
+}
+
+// DeviceShare is a slice of one card.
+type DeviceShare struct {
+	// Index is the card's index on the node.
+	Index int `json:"index"`
+	// UUID is the card's UUID, empty when the node published no inventory.
+	UUID string `json:"uuid,omitempty"`
+	// Units of memory on this card.
+	Units int64 `json:"units"`
+}
+
+// ParseAllocation decodes and validates an AnnotationAllocation value.
+func ParseAllocation(s string) (*Allocation, error) {
+	if len(s) > MaxAnnotationBytes {
+		return nil, fmt.Errorf("%w: allocation is %d bytes, limit %d", ErrInvalid, len(s), MaxAnnotationBytes)
+	}
+	var a Allocation
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return nil, fmt.Errorf("%w: decoding allocation: %w", ErrInvalid, err)
+	}
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Validate checks that the allocation names a node and only positive shares
+// on non-negative card indexes, each card at most once per container.
+func (a *Allocation) Validate() error {
+	if a.Node == "" {
+		return fmt.Errorf("%w: allocation names no node", ErrInvalid)
+	}
+	for _, c := range a.Containers {
+		if c.Name == "" {
+			return fmt.Errorf("%w: allocation has a container without a name", ErrInvalid)
+		}
+		if len(c.Devices) == 0 {
+			return fmt.Errorf("%w: container %q has no devices", ErrInvalid, c.Name)
+		}
+		seen := map[int]bool{}
+		for _, d := range c.Devices {
+			if d.Index < 0 || d.Units <= 0 {
+				return fmt.Errorf("%w: container %q has share %d units on card %d", ErrInvalid, c.Name, d.Units, d.Index)
+			}
+			if seen[d.Index] {
+				return fmt.Errorf("%w: container %q uses card %d twice", ErrInvalid, c.Name, d.Index)
+			}
+			seen[d.Index] = true
+		}
+	}
+	return nil
+}
+
+// Encode returns the annotation value.
+func (a *Allocation) Encode() (string, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", fmt.Errorf("encoding allocation: %w", err)
+	}
+	return string(b), nil
+}
+
+// PerCard returns the units the pod holds on each card index (init
+// containers run before app containers, so a card holds the larger of the
+// app containers' sum and the largest init container on it). Example: init 8
+// on card 1, app 4 on card 1 and 4 on card 3 → {1: 8, 3: 4}.
+func (a *Allocation) PerCard() map[int]int64 {
+	app := map[int]int64{}
+	initMax := map[int]int64{}
+	for _, c := range a.Containers {
+		for _, d := range c.Devices {
+			if c.Init {
+				initMax[d.Index] = max(initMax[d.Index], d.Units)
+			} else {
+				app[d.Index] += d.Units
+			}
+		}
+	}
+	for idx, u := range initMax {
+		app[idx] = max(app[idx], u)
+	}
+	return app
+}
+
+// Total returns the sum of PerCard: the units the pod holds on its node.
+func (a *Allocation) Total() int64 {
+	var t int64
+	for _, u := range a.PerCard() {
+		t += u
+	}
+	return t
+}

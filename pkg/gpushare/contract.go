@@ -1,0 +1,41 @@
+package gpushare
+
+import corev1 "k8s.io/api/core/v1"
+
+// Extended resources.
+const (
+	// ResourceGPUMem is GPU memory in the node's unit (see Inventory.Unit).
+	ResourceGPUMem corev1.ResourceName = "aliyun.com/gpu-mem"
+	// ResourceGPUCount is a number of cards.
+	ResourceGPUCount corev1.ResourceName = "aliyun.com/gpu-count"
+)
+
+// Pod annotations compatible with Aliyun's gpushare.
+const (
+	AnnotationIndex      = "ALIYUN_COM_GPU_MEM_IDX"
+	AnnotationPodMem     = "ALIYUN_COM_GPU_MEM_POD"
+	AnnotationDevMem     = "ALIYUN_COM_GPU_MEM_DEV"
+	AnnotationAssigned   = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+	AnnotationAssumeTime = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+)
+
+// Annotations of our own.
+const (
+	// AnnotationAllocation (pod) holds the JSON Allocation written at bind.
+	AnnotationAllocation = "gpushare.io/allocation"
+	// AnnotationPolicy (pod) overrides the extender's scoring policy for one
+	// pod, e.g. "binpack".
+	AnnotationPolicy = "gpushare.io/policy"
+	// AnnotationInventory (node) holds the JSON Inventory published by the
+	// device plugin.
+	AnnotationInventory = "gpushare.io/devices"
+)
+
+// Memory units a node may report in.
+const (
+	UnitGiB = "GiB"
+	UnitMiB = "MiB"
+)
+
+// DefaultUnit is the unit assumed when a node publishes no inventory.
+const DefaultUnit = UnitGiB
