@@ -67,8 +67,8 @@ func TestFragmentationMultiCard(t *testing.T) {
 		frees []int64
 		want  float64
 	}{
-		{[]int64{8, 8, 3}, 3},   // two cards serve it; the 3 cannot
-		{[]int64{8, 7, 3}, 18},  // no pair of cards: all free is fragment
+		{[]int64{8, 8, 3}, 3},  // two cards serve it; the 3 cannot
+		{[]int64{8, 7, 3}, 18}, // no pair of cards: all free is fragment
 		{[]int64{16, 16}, 0},
 	}
 	for _, tc := range tests {
