@@ -1,0 +1,339 @@
+package cache
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+func newCache(t *testing.T, clk *clocktesting.FakeClock) *Cache {
+	t.Helper()
+	c, err := New(Config{Policy: allocator.NameBinpack, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// used returns each card's Used on node name.
+func used(t *testing.T, c *Cache, name string) []int64 {
+	t.Helper()
+	n, ok := c.node(name)
+	if !ok {
+		t.Fatalf("node %s unknown", name)
+	}
+	out := make([]int64, len(n.Cards))
+	for i, card := range n.Cards {
+		out[i] = card.Used
+	}
+	return out
+}
+
+func demand(t *testing.T, pod *corev1.Pod) gpushare.Demand {
+	t.Helper()
+	d, err := gpushare.PodDemand(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestAssumeLifecycle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pod := util.MakePod("p").GPUMem(6).Obj()
+	d := demand(t, pod)
+
+	a, err := c.Assume(pod, d, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after Assume (-want +got):\n%s", diff)
+	}
+	// A retried bind holds nothing more and returns the same cards.
+	again, err := c.Assume(pod, d, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, again); diff != "" {
+		t.Errorf("retried Assume (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after retried Assume (-want +got):\n%s", diff)
+	}
+	// The annotation patch comes back through the informer: still assumed.
+	annotated := util.MakePod("p").GPUMem(6).Allocation(a).Obj()
+	c.UpsertPod(annotated)
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after annotation event (-want +got):\n%s", diff)
+	}
+	c.FinishBinding(pod.UID)
+	clk.Step(time.Hour)
+	if got := c.Expire(); len(got) != 0 {
+		t.Errorf("Expire() after FinishBinding = %v, want none", got)
+	}
+	// Bound elsewhere: clear error.
+	if _, err := c.Assume(pod, d, "n2", ""); !errors.Is(err, ErrBoundElsewhere) {
+		t.Errorf("Assume on another node: err = %v, want ErrBoundElsewhere", err)
+	}
+	// Forget does not release a bound pod.
+	c.Forget(pod.UID)
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after Forget of a bound pod (-want +got):\n%s", diff)
+	}
+	// The pod finishes: released.
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Node("n1").Phase(corev1.PodSucceeded).Obj())
+	if diff := cmp.Diff([]int64{0, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after Succeeded (-want +got):\n%s", diff)
+	}
+}
+
+func TestForgetAndExpire(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	p1 := util.MakePod("p1").GPUMem(4).Obj()
+	p2 := util.MakePod("p2").GPUMem(5).Obj()
+	if _, err := c.Assume(p1, demand(t, p1), "n1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Assume(p2, demand(t, p2), "n1", ""); err != nil {
+		t.Fatal(err)
+	}
+	c.Forget(p1.UID)
+	if diff := cmp.Diff([]int64{5}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after Forget (-want +got):\n%s", diff)
+	}
+	clk.Step(DefaultAssumeTTL - time.Second)
+	if got := c.Expire(); len(got) != 0 {
+		t.Errorf("Expire() before the deadline = %v", got)
+	}
+	clk.Step(2 * time.Second)
+	if diff := cmp.Diff([]Expired{{Namespace: "default", Name: "p2", Node: "n1"}}, c.Expire()); diff != "" {
+		t.Errorf("Expire() (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after Expire (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssumeReasons(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pod := util.MakePod("big").GPUMem(20).Obj()
+	_, err := c.Assume(pod, demand(t, pod), "n1", "")
+	var fe *allocator.FitError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Assume(20 on 16+16) err = %v, want FitError", err)
+	}
+	if _, err := c.Assume(pod, demand(t, pod), "nope", ""); !errors.Is(err, ErrUnknownNode) {
+		t.Errorf("Assume on unknown node: err = %v, want ErrUnknownNode", err)
+	}
+	if _, err := c.Assume(pod, demand(t, pod), "n1", "worstfit"); err == nil {
+		t.Error("Assume with an unknown policy succeeded")
+	}
+}
+
+func TestUpsertPodStates(t *testing.T) {
+	alloc := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, Units: 4}}},
+	}}
+	tests := []struct {
+		name string
+		pods []*corev1.Pod
+		want []int64
+		// wantUnattributed on n1
+		wantUnattributed int64
+	}{
+		{
+			name: "pending pod holds nothing",
+			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).Obj()},
+			want: []int64{0, 0},
+		},
+		{
+			name: "bound with allocation",
+			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Obj()},
+			want: []int64{0, 4},
+		},
+		{
+			name: "annotated but unbound (bind in flight when the extender restarted)",
+			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).Allocation(alloc).Obj()},
+			want: []int64{0, 4},
+		},
+		{
+			name: "legacy pod with Aliyun's index annotation",
+			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).GPUMem(3).Annotation(gpushare.AnnotationIndex, "0").Node("n1").Obj()},
+			want: []int64{7, 0},
+		},
+		{
+			name:             "bound by another scheduler, no annotation",
+			pods:             []*corev1.Pod{util.MakePod("p").GPUMem(4).Node("n1").Obj()},
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+		},
+		{
+			name: "repeated updates count once",
+			pods: []*corev1.Pod{
+				util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Obj(),
+				util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Obj(),
+				util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Phase(corev1.PodRunning).Obj(),
+			},
+			want: []int64{0, 4},
+		},
+		{
+			name: "failed pod releases",
+			pods: []*corev1.Pod{
+				util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Obj(),
+				util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Phase(corev1.PodFailed).Obj(),
+			},
+			want: []int64{0, 0},
+		},
+		{
+			name: "corrupt annotation is treated as absent",
+			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).Annotation(gpushare.AnnotationAllocation, "{not json").Node("n1").Obj()},
+			want: []int64{0, 0}, wantUnattributed: 4,
+		},
+		{
+			name: "pod without gpu-mem is ignored",
+			pods: []*corev1.Pod{util.MakePod("p").Container("x").Node("n1").Obj()},
+			want: []int64{0, 0},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+			// Pods may arrive before their node.
+			for _, p := range tc.pods {
+				c.UpsertPod(p)
+			}
+			if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, used(t, c, "n1")); diff != "" {
+				t.Errorf("Used (-want +got):\n%s", diff)
+			}
+			views, _ := c.Inspect("n1")
+			var un int64
+			for _, p := range views[0].Unattributed {
+				un += p.Units
+			}
+			if un != tc.wantUnattributed {
+				t.Errorf("unattributed = %d, want %d", un, tc.wantUnattributed)
+			}
+		})
+	}
+}
+
+func TestNodeCapacityChange(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	alloc := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, Units: 4}}},
+	}}
+	c.UpsertPod(util.MakePod("p").GPUMem(4).Allocation(alloc).Node("n1").Obj())
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	// Card 1 disappears: its usage is reported as missing, not lost.
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := c.Inspect("n1")
+	if v[0].MissingUnits != 4 || v[0].Used != 0 {
+		t.Errorf("after shrink: used %d missing %d, want 0 and 4", v[0].Used, v[0].MissingUnits)
+	}
+	// It comes back, now unhealthy: usage returns to it, no new pod fits there.
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Unhealthy(1).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{0, 4}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after regrow (-want +got):\n%s", diff)
+	}
+	fit, failed := c.Filter(gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}, []string{"n1"})
+	if len(fit) != 1 {
+		t.Errorf("14 GiB should fit on the healthy card: failed %v", failed)
+	}
+	_, failed = c.Filter(gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}, []string{"n1"})
+	if diff := cmp.Diff(map[string]string{"n1": "container c needs 14 GiB on each of 2 GPUs; 1 of 1 healthy GPUs have that much free"}, failed); diff != "" {
+		t.Errorf("Filter reasons (-want +got):\n%s", diff)
+	}
+}
+
+func TestCapacityFallbackAndBadInventory(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	n := util.MakeNode("n1").Capacity(50, 3).Obj()
+	if err := c.SetNode(n); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := c.Inspect("n1")
+	if v[0].Source != SourceCapacity || v[0].Total != 48 || len(v[0].Cards) != 3 {
+		t.Errorf("fallback view = %+v, want 3 cards of 16 from capacity", v[0])
+	}
+	n.Annotations = map[string]string{gpushare.AnnotationInventory: `{"unit":"TiB","devices":[]}`}
+	if err := c.SetNode(n); err == nil {
+		t.Error("SetNode with a bad inventory returned no error")
+	}
+	v, _ = c.Inspect("n1")
+	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
+		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
+	}
+	_, failed := c.Filter(gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}, []string{"n1", "gone"})
+	if failed["gone"] == "" {
+		t.Errorf("unknown node has no reason: %v", failed)
+	}
+}
+
+func TestScoreRanksByPolicy(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	for _, n := range []*corev1.Node{
+		util.MakeNode("empty").Cards("T4", 16).Obj(),
+		util.MakeNode("half").Cards("T4", 16).Obj(),
+		util.MakeNode("full").Cards("T4", 16).Obj(),
+	} {
+		if err := c.SetNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []struct {
+		name  string
+		node  string
+		units int64
+	}{{"a", "half", 8}, {"b", "full", 14}} {
+		pod := util.MakePod(p.name).GPUMem(p.units).Obj()
+		if _, err := c.Assume(pod, demand(t, pod), p.node, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}
+	nodes := []string{"empty", "half", "full"}
+	for _, tc := range []struct {
+		policy string
+		want   []int64
+	}{
+		{allocator.NameBinpack, []int64{0, 10, 0}}, // full cannot take 4
+		{allocator.NameSpread, []int64{10, 0, 0}},
+	} {
+		got, err := c.Score(d, nodes, tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("Score(%s) (-want +got):\n%s", tc.policy, diff)
+		}
+	}
+}

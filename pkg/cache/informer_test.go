@@ -1,0 +1,166 @@
+package cache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// startFeeder starts a cache fed by informers on client and waits for sync.
+func startFeeder(t *testing.T, ctx context.Context, client *fake.Clientset) (*Cache, *Feeder) {
+	t.Helper()
+	c, err := New(Config{Policy: allocator.NameBinpack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFeeder(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	if !f.WaitForSync(ctx) || !f.Synced() {
+		t.Fatal("informers did not sync")
+	}
+	return c, f
+}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestFeederRebuildsAfterRestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(util.MakeNode("n1").Cards("T4", 16, 16).Obj())
+
+	c1, _ := startFeeder(t, ctx, client)
+	pod := util.MakePod("p").GPUMem(6).Obj()
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alloc, err := c1.Assume(pod, demand(t, pod), "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write the annotation and bind, as the extender does.
+	bound := util.MakePod("p").GPUMem(6).Allocation(alloc).Node("n1").Obj()
+	if _, err := client.CoreV1().Pods("default").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c1.FinishBinding(pod.UID)
+	// A second pod is mid-bind: annotated, not yet bound.
+	mid := util.MakePod("q").GPUMem(3).Allocation(&gpushare.Allocation{Node: "n1", Unit: "GiB",
+		Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, Units: 3}}}}}).Obj()
+	if _, err := client.CoreV1().Pods("default").Create(ctx, mid, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both pods in the first cache", func() bool {
+		_, pods := c1.Counts()
+		return pods == 2
+	})
+	want := used(t, c1, "n1")
+	if diff := cmp.Diff([]int64{6, 3}, want); diff != "" {
+		t.Fatalf("first cache (-want +got):\n%s", diff)
+	}
+
+	// A new extender process: a fresh cache from the same API state.
+	c2, _ := startFeeder(t, ctx, client)
+	if diff := cmp.Diff(want, used(t, c2, "n1")); diff != "" {
+		t.Errorf("rebuilt cache (-want +got):\n%s", diff)
+	}
+	// The retried bind of the mid-bind pod holds nothing twice.
+	if _, err := c2.Assume(mid, demand(t, mid), "n1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, used(t, c2, "n1")); diff != "" {
+		t.Errorf("after retried bind (-want +got):\n%s", diff)
+	}
+}
+
+func TestFeederDeletesAndCapacity(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	alloc := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 8}}},
+	}}
+	client := fake.NewClientset(
+		util.MakeNode("n1").Cards("T4", 16).Obj(),
+		util.MakePod("p").GPUMem(8).Allocation(alloc).Node("n1").Obj(),
+	)
+	c, f := startFeeder(t, ctx, client)
+	if diff := cmp.Diff([]int64{8}, used(t, c, "n1")); diff != "" {
+		t.Fatalf("initial (-want +got):\n%s", diff)
+	}
+	// The lister serves stripped pods that still carry what bind reads.
+	lp, err := f.PodLister().Pods("default").Get("p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gpushare.PodDemand(lp); err != nil || lp.Annotations[gpushare.AnnotationAllocation] == "" {
+		t.Errorf("stripped pod lost demand or annotation: %+v (%v)", lp, err)
+	}
+
+	// Capacity grows: the node is rebuilt and the pod re-applied.
+	bigger := util.MakeNode("n1").Cards("A100", 80).Obj()
+	if _, err := client.CoreV1().Nodes().Update(ctx, bigger, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node to grow", func() bool {
+		v, _ := c.Inspect("n1")
+		return v[0].Total == 80
+	})
+	if diff := cmp.Diff([]int64{8}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after resize (-want +got):\n%s", diff)
+	}
+
+	if err := client.CoreV1().Pods("default").Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pod's memory to be freed", func() bool { return used(t, c, "n1")[0] == 0 })
+
+	if err := client.CoreV1().Nodes().Delete(ctx, "n1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the node to go", func() bool { _, ok := c.Inspect("n1"); return !ok })
+}
+
+func TestStripKeepsWhatTheExtenderReads(t *testing.T) {
+	restart := corev1.ContainerRestartPolicyAlways
+	pod := util.MakePod("p").GPUMemCards(8, 2).Container("sidecar-free").
+		Annotation("unrelated", "x").Annotation(gpushare.AnnotationIndex, "1").Node("n1").Phase(corev1.PodRunning).Obj()
+	pod.Spec.InitContainers = []corev1.Container{{Name: "side", RestartPolicy: &restart, Resources: pod.Spec.Containers[0].Resources}}
+	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	got := stripPod(pod)
+	if _, ok := got.Annotations["unrelated"]; ok || got.ManagedFields != nil {
+		t.Errorf("stripPod kept unrelated data: %+v", got.ObjectMeta)
+	}
+	want, _ := gpushare.PodDemand(pod)
+	have, err := gpushare.PodDemand(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, have); diff != "" {
+		t.Errorf("demand changed by stripping (-want +got):\n%s", diff)
+	}
+	if got.Spec.NodeName != "n1" || got.Status.Phase != corev1.PodRunning || got.Annotations[gpushare.AnnotationIndex] != "1" {
+		t.Errorf("stripPod lost node, phase or index: %+v", got)
+	}
+}

@@ -1,0 +1,111 @@
+package cache
+
+import (
+	"sort"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+)
+
+// NodeView is one node as GET /inspect shows it. Units are the node's Unit.
+type NodeView struct {
+	Name string `json:"name"`
+	Unit string `json:"unit"`
+	// Source of the card list: "inventory", "capacity" or "none".
+	Source string `json:"source"`
+	// InventoryError explains an ignored inventory annotation.
+	InventoryError string     `json:"inventoryError,omitempty"`
+	Total          int64      `json:"total"`
+	Used           int64      `json:"used"`
+	Cards          []CardView `json:"cards"`
+	// Unattributed lists pods on the node asking gpu-mem that were not
+	// placed by the extender and name no card.
+	Unattributed []PodView `json:"unattributed,omitempty"`
+	// MissingUnits are held on card indexes the node no longer reports.
+	MissingUnits int64 `json:"missingUnits,omitempty"`
+}
+
+// CardView is one card.
+type CardView struct {
+	Index   int       `json:"index"`
+	UUID    string    `json:"uuid,omitempty"`
+	Model   string    `json:"model,omitempty"`
+	Total   int64     `json:"total"`
+	Used    int64     `json:"used"`
+	Healthy bool      `json:"healthy"`
+	Pods    []PodView `json:"pods"`
+}
+
+// PodView is one pod's share of a card (or of a node, when unattributed).
+type PodView struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Units     int64  `json:"units"`
+	State     State  `json:"state"`
+}
+
+// Inspect returns every node (or only the named one; ok is false if it is
+// unknown), sorted by name, cards by index, pods by namespace/name.
+func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := sortedKeys(c.nodes)
+	if only != "" {
+		if _, found := c.nodes[only]; !found {
+			return nil, false
+		}
+		names = []string{only}
+	}
+	views = make([]NodeView, 0, len(names))
+	for _, name := range names {
+		views = append(views, c.nodeView(c.nodes[name]))
+	}
+	return views, true
+}
+
+func (c *Cache) nodeView(ns *nodeState) NodeView {
+	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, MissingUnits: ns.missing, Cards: []CardView{}}
+	for i := range ns.node.Cards {
+		card := &ns.node.Cards[i]
+		v.Total += card.Total
+		v.Used += card.Used
+		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Used: card.Used, Healthy: card.Healthy, Pods: []PodView{}})
+	}
+	for uid := range ns.pods {
+		ps := c.pods[uid]
+		for idx, u := range ps.perCard {
+			if pos := ns.position(idx); pos >= 0 {
+				v.Cards[pos].Pods = append(v.Cards[pos].Pods, PodView{Namespace: ps.namespace, Name: ps.name, Units: u, State: ps.state})
+			}
+		}
+		if ps.unattributed > 0 {
+			v.Unattributed = append(v.Unattributed, PodView{Namespace: ps.namespace, Name: ps.name, Units: ps.unattributed, State: ps.state})
+		}
+	}
+	for i := range v.Cards {
+		sortPods(v.Cards[i].Pods)
+	}
+	sortPods(v.Unattributed)
+	return v
+}
+
+func sortPods(p []PodView) {
+	sort.Slice(p, func(a, b int) bool {
+		if p[a].Namespace != p[b].Namespace {
+			return p[a].Namespace < p[b].Namespace
+		}
+		return p[a].Name < p[b].Name
+	})
+}
+
+// node returns a copy of a node's cards, for tests and the simulator.
+func (c *Cache) node(name string) (allocator.Node, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return allocator.Node{}, false
+	}
+	n := ns.node
+	n.Cards = append([]allocator.Card(nil), ns.node.Cards...)
+	return n, true
+}

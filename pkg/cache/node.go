@@ -1,0 +1,78 @@
+package cache
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Where a node's card list came from.
+const (
+	SourceInventory = "inventory" // the device plugin's gpushare.io/devices annotation
+	SourceCapacity  = "capacity"  // aliyun.com/gpu-mem ÷ aliyun.com/gpu-count
+	SourceNone      = "none"      // the node reports no GPU memory
+)
+
+// nodeCards returns the cards of node, Used zero. It prefers the inventory
+// annotation; without one (or with an invalid one, returned as invErr) it
+// divides the node's allocatable (else capacity) aliyun.com/gpu-mem evenly
+// over aliyun.com/gpu-count cards, rounding down: 50 units on 3 cards gives
+// three cards of 16.
+func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source string, invErr error) {
+	if s, ok := node.Annotations[gpushare.AnnotationInventory]; ok {
+		inv, err := gpushare.ParseInventory(s)
+		if err == nil {
+			for _, d := range inv.Devices {
+				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy})
+			}
+			sortCards(cards)
+			return inv.Unit, cards, SourceInventory, nil
+		}
+		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
+	}
+	mem := quantity(node, gpushare.ResourceGPUMem)
+	if mem <= 0 {
+		return gpushare.DefaultUnit, nil, SourceNone, invErr
+	}
+	count := quantity(node, gpushare.ResourceGPUCount)
+	if count <= 0 {
+		count = 1
+	}
+	if count > maxCardsPerNode {
+		return gpushare.DefaultUnit, nil, SourceNone, fmt.Errorf("node %s: %s is %d, more than %d; ignoring the node's GPUs", node.Name, gpushare.ResourceGPUCount, count, maxCardsPerNode)
+	}
+	per := mem / count
+	if per <= 0 {
+		return gpushare.DefaultUnit, nil, SourceNone, invErr
+	}
+	for i := range count {
+		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true})
+	}
+	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
+}
+
+// maxCardsPerNode bounds the cards the capacity fallback creates, so a
+// mistyped gpu-count cannot make the extender allocate without bound.
+const maxCardsPerNode = 256
+
+// quantity returns the node's allocatable amount of r, else its capacity.
+func quantity(node *corev1.Node, r corev1.ResourceName) int64 {
+	if q, ok := node.Status.Allocatable[r]; ok {
+		return q.Value()
+	}
+	if q, ok := node.Status.Capacity[r]; ok {
+		return q.Value()
+	}
+	return 0
+}
+
+func sortCards(cards []allocator.Card) {
+	for i := 1; i < len(cards); i++ {
+		for j := i; j > 0 && cards[j].Index < cards[j-1].Index; j-- {
+			cards[j], cards[j-1] = cards[j-1], cards[j]
+		}
+	}
+}
