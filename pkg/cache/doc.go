@@ -6,18 +6,18 @@
 // HTTP handlers only call its methods. A pod's allocation moves through
 // these states (keyed by pod UID):
 //
-//	                 Assume (bind chose cards)
-//	  (absent) ───────────────────────────────► assumed ──Forget (bind failed)──► (absent)
-//	     │                                        │  │
-//	     │                                        │  └──deadline passed, pod still
-//	     │                         FinishBinding  │     unbound (extender died
-//	     │                        (Binding made)  │     mid-bind) ──Expire──► (absent)
-//	     │                                        ▼
-//	     │   pod event: annotation + nodeName   bound ◄─┐
-//	     └──────────────────────────────────────────────┘ pod event confirms it
-//	                                              │
-//	           pod deleted, Succeeded or Failed   ▼
-//	                                           (absent)
+//	               Assume (bind chose cards)
+//	(absent) ───────────────────────────────► assumed ──Forget (bind failed)──► (absent)
+//	   │                                        │  │
+//	   │                                        │  └──deadline passed, pod still
+//	   │                         FinishBinding  │     unbound (extender died
+//	   │                        (Binding made)  │     mid-bind) ──Expire──► (absent)
+//	   │                                        ▼
+//	   │   pod event: annotation + nodeName   bound ◄─┐
+//	   └──────────────────────────────────────────────┘ pod event confirms it
+//	                                            │
+//	         pod deleted, Succeeded or Failed   ▼
+//	                                         (absent)
 //
 // A restarted extender rebuilds the same state from the informers' initial
 // list: a pod with the allocation annotation and spec.nodeName is bound; one
