@@ -93,6 +93,11 @@ type podState struct {
 	unattributed int64
 	// deadline of an assumed allocation.
 	deadline time.Time
+	// annotated: an informer event showed this allocation on the pod. An
+	// assumed entry whose annotation later disappears (a failed bind
+	// removed it) is released; one not yet annotated (the patch is in
+	// flight) is not.
+	annotated bool
 }
 
 // New returns an empty cache.
@@ -234,17 +239,22 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	nodeName := pod.Spec.NodeName
 	switch {
 	case nodeName == "" && alloc == nil:
-		// Pending and not placed (or our own Assume whose annotation
-		// patch has not come back yet): nothing to change.
+		// Pending and not placed, or our own Assume whose annotation patch
+		// has not come back yet (keep it), or whose annotation a failed
+		// bind removed (release it).
+		if old != nil && old.state == StateAssumed && old.annotated {
+			c.remove(pod.UID)
+		}
 		return
 	case nodeName == "":
 		// Annotated but not bound: a bind in flight, or one that died.
 		if old != nil && old.node == alloc.Node {
+			old.annotated = true
 			return
 		}
 		c.remove(pod.UID)
 		c.add(pod.UID, &podState{namespace: pod.Namespace, name: pod.Name, node: alloc.Node, state: StateAssumed,
-			alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
+			alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL), annotated: true})
 	case alloc != nil && alloc.Node == nodeName:
 		if old != nil && old.node == nodeName && old.alloc != nil {
 			old.state = StateBound
@@ -469,4 +479,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// CardTotal returns the total units of card index idx on node.
+func (c *Cache) CardTotal(node string, idx int) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[node]
+	if !ok {
+		return 0, false
+	}
+	pos := ns.position(idx)
+	if pos < 0 {
+		return 0, false
+	}
+	return ns.node.Cards[pos].Total, true
 }

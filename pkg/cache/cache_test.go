@@ -337,3 +337,29 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestFailedBindAnnotationRemovedReleases follows a bind whose annotation
+// was written, whose Binding failed, and whose annotation was removed: the
+// informer events must leave nothing held, in either order against Forget.
+func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pod := util.MakePod("p").GPUMem(6).Obj()
+	a, err := c.Assume(pod, demand(t, pod), "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stale pending event (before the patch) keeps the assumption.
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Obj())
+	if diff := cmp.Diff([]int64{6}, used(t, c, "n1")); diff != "" {
+		t.Fatalf("stale pending event released the assumption (-want +got):\n%s", diff)
+	}
+	c.Forget(pod.UID)
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Obj()) // the patch, seen late
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Obj())               // the clean-up patch
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after the failed bind's events (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,52 @@
+// Command gpushare-scheduler-extender is the kube-scheduler extender that
+// places pods asking aliyun.com/gpu-mem on single GPU cards.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/version"
+)
+
+func main() {
+	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ExitOnError)
+	cfg := extender.Config{}
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
+	fs.StringVar(&cfg.Listen, "listen", ":39999", "HTTP listen address for the extender API, /healthz, /readyz, /version and /metrics")
+	fs.StringVar(&cfg.Policy, "policy", allocator.DefaultPolicy, fmt.Sprintf("default scoring policy, one of %v; a pod may override it with the annotation gpushare.io/policy", allocator.PolicyNames()))
+	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")
+	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
+	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	klog.InitFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. Flags:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Version)
+		return
+	}
+	cfg.QPS = float32(*qps)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if err := extender.Run(ctx, cfg); err != nil {
+		klog.Background().Error(err, "Extender failed")
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}

@@ -1,0 +1,19 @@
+// Package extender serves the kube-scheduler extender HTTP API (filter,
+// prioritize, bind) and the inspect, health and metrics endpoints, on top
+// of the allocation cache.
+//
+// Wire contract (k8s.io/kube-scheduler/extender/v1): every reply is HTTP
+// 200 with the verb's result type; a logical failure (bad request, pod
+// without gpu-mem, no fit at bind) goes in its Error field, because the
+// scheduler treats any other status as a transport failure. Filter and
+// prioritize make no API calls. The scheduler must be configured with
+// nodeCacheCapable: true (see config/kube-scheduler-config.yaml); a request
+// carrying whole Nodes is accepted too.
+//
+// Bind: the cache chooses the cards and holds them as assumed (under its
+// lock, no API call); the binder then writes the allocation annotations with
+// a resourceVersion precondition (re-reading the pod on conflict) and
+// creates the Binding. On failure it releases the cards and removes the
+// annotations it wrote. A retried bind of a pod already bound to that node
+// succeeds without holding anything twice.
+package extender

@@ -1,0 +1,228 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/julienschmidt/httprouter"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/version"
+)
+
+// Prefix is the path prefix of the extender verbs (the urlPrefix's path in
+// the scheduler configuration).
+const Prefix = "/gpushare-scheduler"
+
+// MaxBodyBytes caps a request body. A filter request for 5,000 node names
+// with a large pod is well under 1 MiB; whole Nodes (nodeCacheCapable:
+// false) need more.
+const MaxBodyBytes = 32 << 20
+
+// Handlers serves the extender API.
+type Handlers struct {
+	cache   *cache.Cache
+	binder  *Binder
+	ready   func() bool
+	metrics *metrics
+	logger  klog.Logger
+}
+
+// NewHandlers returns the handlers; ready reports whether the cache has
+// been rebuilt from the informers' initial lists.
+func NewHandlers(logger klog.Logger, c *cache.Cache, b *Binder, ready func() bool) *Handlers {
+	return &Handlers{cache: c, binder: b, ready: ready, metrics: newMetrics(c.Counts), logger: logger}
+}
+
+// Router returns the routes.
+func (h *Handlers) Router() http.Handler {
+	r := httprouter.New()
+	r.POST(Prefix+"/filter", h.filter)
+	r.POST(Prefix+"/prioritize", h.prioritize)
+	r.POST(Prefix+"/bind", h.bind)
+	r.GET(Prefix+"/inspect", h.inspect)
+	r.GET(Prefix+"/inspect/:node", h.inspect)
+	r.GET("/healthz", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) { _, _ = w.Write([]byte("ok")) })
+	r.GET("/readyz", h.readyz)
+	r.GET("/version", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": version.Version})
+	})
+	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(h.metrics.registry, promhttp.HandlerOpts{}))
+	return r
+}
+
+func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
+	if !h.ready() {
+		http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok"))
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(r.Body)
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fmt.Errorf("request body is over %d bytes", tooBig.Limit)
+		}
+		return fmt.Errorf("decoding request: %w", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// observe records a verb's latency and logs its error once.
+func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, pod *corev1.Pod, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+		klog.FromContext(ctx).Error(err, "Extender request failed", "verb", verb, "pod", klog.KObj(pod))
+	}
+	h.metrics.latency.WithLabelValues(verb, result).Observe(time.Since(start).Seconds())
+}
+
+// podArgs validates the pod of a filter or prioritize request and returns
+// its demand, policy name and node names.
+func podArgs(args *extenderv1.ExtenderArgs) (gpushare.Demand, string, []string, error) {
+	if args.Pod == nil {
+		return nil, "", nil, errors.New("request has no pod")
+	}
+	demand, err := gpushare.PodDemand(args.Pod)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
+	}
+	policy := args.Pod.Annotations[gpushare.AnnotationPolicy]
+	if policy != "" {
+		if _, err := allocator.New(policy, nil); err != nil {
+			return nil, "", nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
+		}
+	}
+	var names []string
+	switch {
+	case args.NodeNames != nil:
+		names = *args.NodeNames
+	case args.Nodes != nil:
+		for i := range args.Nodes.Items {
+			names = append(names, args.Nodes.Items[i].Name)
+		}
+	}
+	return demand, policy, names, nil
+}
+
+func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	start := time.Now()
+	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "filter"))
+	var args extenderv1.ExtenderArgs
+	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
+		if err := decode(w, r, &args); err != nil {
+			return nil, err
+		}
+		demand, _, names, err := podArgs(&args)
+		if err != nil {
+			return nil, err
+		}
+		fit, failed := h.cache.Filter(demand, names)
+		if fit == nil {
+			fit = []string{}
+		}
+		klog.FromContext(ctx).V(4).Info("Filtered", "pod", klog.KObj(args.Pod), "fit", len(fit), "failed", len(failed))
+		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
+			for node, reason := range failed {
+				logger.Info("Node rejected", "pod", klog.KObj(args.Pod), "node", node, "reason", reason)
+			}
+		}
+		return &extenderv1.ExtenderFilterResult{NodeNames: &fit, FailedNodes: failed}, nil
+	}()
+	h.observe(ctx, "filter", start, args.Pod, err)
+	if err != nil {
+		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	start := time.Now()
+	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "prioritize"))
+	var args extenderv1.ExtenderArgs
+	res, err := func() (extenderv1.HostPriorityList, error) {
+		if err := decode(w, r, &args); err != nil {
+			return nil, err
+		}
+		demand, policy, names, err := podArgs(&args)
+		if err != nil {
+			return nil, err
+		}
+		scores, err := h.cache.Score(demand, names, policy)
+		if err != nil {
+			return nil, err
+		}
+		out := make(extenderv1.HostPriorityList, len(names))
+		for i, n := range names {
+			out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
+		}
+		klog.FromContext(ctx).V(5).Info("Scored", "pod", klog.KObj(args.Pod), "scores", out)
+		return out, nil
+	}()
+	h.observe(ctx, "prioritize", start, args.Pod, err)
+	if err != nil {
+		// HostPriorityList has no error field: an error reply is the only
+		// way to say so, and the scheduler then ignores this extender's
+		// scores for the pod rather than failing it.
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	start := time.Now()
+	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "bind"))
+	var args extenderv1.ExtenderBindingArgs
+	err := decode(w, r, &args)
+	if err == nil {
+		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node))
+		err = h.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)
+	}
+	h.observe(ctx, "bind", start, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName}}, err)
+	res := &extenderv1.ExtenderBindingResult{}
+	if err != nil {
+		res.Error = err.Error()
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// InspectResult is the body of GET /inspect and /inspect/:node.
+type InspectResult struct {
+	Nodes []cache.NodeView `json:"nodes"`
+	// DefaultPolicy is the extender's scoring policy.
+	DefaultPolicy string `json:"defaultPolicy"`
+}
+
+func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
+	node := ps.ByName("node")
+	views, ok := h.cache.Inspect(node)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("node %q is not known to the extender", node)})
+		return
+	}
+	writeJSON(w, http.StatusOK, InspectResult{Nodes: views, DefaultPolicy: h.cache.DefaultPolicy()})
+}

@@ -1,0 +1,284 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// fixture is an extender over a fake API with three nodes: mixed (cards of
+// 16 and 80 GiB, 10 GiB used on the 16), sick (two 16 GiB cards, card 0
+// unhealthy, 9 GiB used on card 1) and nogpu; and a pending pod "pending".
+type fixture struct {
+	client  *fake.Clientset
+	cache   *cache.Cache
+	handler http.Handler
+}
+
+func newFixture(t *testing.T, objs ...runtime.Object) *fixture {
+	t.Helper()
+	logger, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	base := []runtime.Object{
+		util.MakeNode("mixed").Cards("Tesla-T4", 16, 80).Obj(),
+		util.MakeNode("sick").Cards("Tesla-T4", 16, 16).Unhealthy(0).Obj(),
+		util.MakeNode("nogpu").Obj(),
+		util.MakePod("pending").GPUMem(4).Obj(),
+		util.MakePod("halfsick").GPUMem(9).Node("sick").Allocation(&gpushare.Allocation{Node: "sick", Unit: "GiB",
+			Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, UUID: "GPU-sick-1", Units: 9}}}}}).Obj(),
+		util.MakePod("running").GPUMem(10).Node("mixed").Allocation(&gpushare.Allocation{Node: "mixed", Unit: "GiB",
+			Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-mixed-0", Units: 10}}}}}).Obj(),
+	}
+	client := fake.NewClientset(append(base, objs...)...)
+	// The fake tracker does not implement pods/binding: set spec.nodeName
+	// as the API server would, refusing a second binding.
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ca, ok := a.(k8stesting.CreateAction)
+		if !ok || ca.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := ca.GetObject().(*corev1.Binding)
+		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if pod.Spec.NodeName != "" {
+			return true, nil, apierrorsConflict(pod)
+		}
+		pod.Spec.NodeName = b.Target.Name
+		return true, nil, client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace)
+	})
+	c, err := cache.New(cache.Config{Policy: allocator.NameBinpack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feeder, err := cache.NewFeeder(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feeder.Start(ctx)
+	if !feeder.WaitForSync(ctx) {
+		t.Fatal("not synced")
+	}
+	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
+	b := NewBinder(c, ClientPodAPI{Client: client}, listerCache{feeder}, clk)
+	return &fixture{client: client, cache: c, handler: NewHandlers(logger, c, b, feeder.Synced).Router()}
+}
+
+// do sends body to path and returns the status and the indented response.
+func (f *fixture) do(t *testing.T, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	f.handler.ServeHTTP(rec, req)
+	var out bytes.Buffer
+	if err := json.Indent(&out, bytes.TrimSpace(rec.Body.Bytes()), "", "  "); err != nil {
+		return rec.Code, rec.Body.String()
+	}
+	return rec.Code, out.String() + "\n"
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create it): %v", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", path, diff)
+	}
+}
+
+func extenderArgs(t *testing.T, pod *corev1.Pod, nodes ...string) string {
+	t.Helper()
+	b, err := json.Marshal(map[string]any{"Pod": pod, "NodeNames": nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestWireGolden(t *testing.T) {
+	negative := util.MakePod("neg").GPUMem(1).Obj()
+	negative.Spec.Containers[0].Resources.Limits[gpushare.ResourceGPUMem] = *resourceQuantity("-2")
+	negative.Spec.Containers[0].Resources.Requests[gpushare.ResourceGPUMem] = *resourceQuantity("-2")
+	tests := []struct {
+		name, method, path string
+		body               func(t *testing.T) string
+		wantStatus         int
+	}{
+		{"filter-fit-and-reasons", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("train").GPUMem(12).Obj(), "mixed", "sick", "nogpu", "ghost")
+		}, 200},
+		{"filter-too-big", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("huge").GPUMem(100).Obj(), "mixed", "sick")
+		}, 200},
+		{"filter-multi-container", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("duo").GPUMem(8).GPUMem(8).Obj(), "mixed", "sick")
+		}, 200},
+		{"filter-no-gpu-mem", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("cpu").Container("x").Obj(), "mixed")
+		}, 200},
+		{"filter-negative", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, negative, "mixed")
+		}, 200},
+		{"filter-no-pod", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"NodeNames":["mixed"]}` }, 200},
+		{"filter-malformed", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"Pod": [` }, 200},
+		{"filter-bad-policy", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("p").GPUMem(1).Annotation(gpushare.AnnotationPolicy, "worstfit").Obj(), "mixed")
+		}, 200},
+		{"prioritize-binpack", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick")
+		}, 200},
+		{"prioritize-spread", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("small").GPUMem(4).Annotation(gpushare.AnnotationPolicy, "spread").Obj(), "mixed", "sick")
+		}, 200},
+		{"bind-unknown-node", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
+			return `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"ghost"}`
+		}, 200},
+		{"bind-bound-elsewhere", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
+			return `{"PodName":"running","PodNamespace":"default","PodUID":"uid-running","Node":"sick"}`
+		}, 200},
+		{"bind-missing-fields", "POST", "/gpushare-scheduler/bind", func(*testing.T) string { return `{"PodName":"x"}` }, 200},
+		{"inspect-all", "GET", "/gpushare-scheduler/inspect", func(*testing.T) string { return "" }, 200},
+		{"inspect-unknown", "GET", "/gpushare-scheduler/inspect/ghost", func(*testing.T) string { return "" }, 404},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			body := tc.body(t)
+			if *update && tc.method == "POST" {
+				var pretty bytes.Buffer
+				if json.Indent(&pretty, []byte(body), "", "  ") == nil {
+					_ = os.WriteFile(filepath.Join("testdata", tc.name+".request.json"), append(pretty.Bytes(), '\n'), 0o644)
+				}
+			}
+			status, got := f.do(t, tc.method, tc.path, body)
+			if status != tc.wantStatus {
+				t.Errorf("status = %d, want %d; body %s", status, tc.wantStatus, got)
+			}
+			golden(t, tc.name+".response.json", got)
+		})
+	}
+}
+
+func TestBindWritesAnnotationsAndIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	pod := util.MakePod("train").GPUMem(6).Obj()
+	f := newFixture(t, pod)
+	body := `{"PodName":"train","PodNamespace":"default","PodUID":"uid-train","Node":"mixed"}`
+	for i := range 2 { // the second is a retried bind
+		if _, got := f.do(t, "POST", "/gpushare-scheduler/bind", body); got != "{\n  \"Error\": \"\"\n}\n" {
+			t.Fatalf("bind #%d = %s", i, got)
+		}
+	}
+	got, err := f.client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "mixed" {
+		t.Errorf("nodeName = %q, want mixed", got.Spec.NodeName)
+	}
+	wantAnn := map[string]string{
+		gpushare.AnnotationAllocation: `{"node":"mixed","unit":"GiB","containers":[{"name":"c0","devices":[{"index":0,"uuid":"GPU-mixed-0","units":6}]}]}`,
+		gpushare.AnnotationIndex:      "0",
+		gpushare.AnnotationPodMem:     "6",
+		gpushare.AnnotationDevMem:     "16",
+		gpushare.AnnotationAssigned:   "false",
+		gpushare.AnnotationAssumeTime: "1700000000000000000",
+	}
+	if diff := cmp.Diff(wantAnn, got.Annotations); diff != "" {
+		t.Errorf("annotations (-want +got):\n%s", diff)
+	}
+	views, _ := f.cache.Inspect("mixed")
+	if used := views[0].Cards[0].Used; used != 16 {
+		t.Errorf("card 0 used = %d after two binds, want 16 (10 running + 6 once)", used)
+	}
+}
+
+func TestBindFailureReleasesCards(t *testing.T) {
+	pod := util.MakePod("train").GPUMem(6).Obj()
+	f := newFixture(t, pod)
+	f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			return true, nil, errorsInternal("etcd is down")
+		}
+		return false, nil, nil
+	})
+	_, got := f.do(t, "POST", "/gpushare-scheduler/bind", `{"PodName":"train","PodNamespace":"default","PodUID":"uid-train","Node":"mixed"}`)
+	if !strings.Contains(got, "etcd is down") {
+		t.Errorf("bind reply = %s, want the API error", got)
+	}
+	views, _ := f.cache.Inspect("mixed")
+	if used := views[0].Cards[0].Used; used != 10 {
+		t.Errorf("card 0 used = %d after a failed bind, want 10", used)
+	}
+	p, _ := f.client.CoreV1().Pods("default").Get(context.Background(), "train", metav1.GetOptions{})
+	if _, ok := p.Annotations[gpushare.AnnotationAllocation]; ok {
+		t.Errorf("failed bind left its allocation annotation: %v", p.Annotations)
+	}
+}
+
+func TestHealthAndReady(t *testing.T) {
+	f := newFixture(t)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if status, body := f.do(t, "GET", path, ""); status != 200 || body != "ok" {
+			t.Errorf("GET %s = %d %q", path, status, body)
+		}
+	}
+	if status, body := f.do(t, "GET", "/version", ""); status != 200 || !strings.Contains(body, "version") {
+		t.Errorf("GET /version = %d %q", status, body)
+	}
+	if status, body := f.do(t, "GET", "/metrics", ""); status != 200 || !strings.Contains(body, "gpushare_extender_nodes 3") {
+		t.Errorf("GET /metrics = %d, missing node gauge", status)
+	}
+	// Not ready before sync.
+	h := NewHandlers(ktestingLogger(t), f.cache, nil, func() bool { return false }).Router()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("unsynced /readyz = %d, want 503", rec.Code)
+	}
+}
+
+func TestOversizedBody(t *testing.T) {
+	f := newFixture(t)
+	big := `{"Pod":{"metadata":{"name":"` + strings.Repeat("x", MaxBodyBytes) + `"}}}`
+	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", big)
+	if status != 200 || !strings.Contains(got, "request body is over") {
+		t.Errorf("oversized filter = %d %s", status, got)
+	}
+}

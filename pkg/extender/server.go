@@ -1,0 +1,125 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
+)
+
+// Config is the extender's configuration, as set by its flags.
+type Config struct {
+	// Kubeconfig path; empty for in-cluster configuration.
+	Kubeconfig string
+	// Listen is the HTTP listen address, e.g. ":39999".
+	Listen string
+	// Policy is the default scoring policy.
+	Policy string
+	// QPS and Burst of the API client: every bind makes two or three calls.
+	QPS   float32
+	Burst int
+	// AssumeTTL bounds how long cards stay held for a bind that never completed.
+	AssumeTTL time.Duration
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if _, err := allocator.New(c.Policy, nil); err != nil {
+		return fmt.Errorf("--policy: %w", err)
+	}
+	if c.QPS <= 0 || c.Burst <= 0 {
+		return fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", c.QPS, c.Burst)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	return nil
+}
+
+// NewClient builds an API client from a kubeconfig path ("" for in-cluster).
+func NewClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = qps, burst
+	cfg.UserAgent = "gpushare-scheduler-extender"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Run serves the extender until ctx ends. It listens at once (so liveness
+// probes pass) and reports ready on /readyz once the informers have synced.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	client, err := NewClient(cfg.Kubeconfig, cfg.QPS, cfg.Burst)
+	if err != nil {
+		return err
+	}
+	c, err := cache.New(cache.Config{Policy: cfg.Policy, AssumeTTL: cfg.AssumeTTL})
+	if err != nil {
+		return err
+	}
+	feeder, err := cache.NewFeeder(ctx, c, client)
+	if err != nil {
+		return err
+	}
+	binder := NewBinder(c, ClientPodAPI{Client: client}, listerCache{feeder}, nil)
+	h := NewHandlers(logger, c, binder, feeder.Synced)
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s (is another extender running?): %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: h.Router(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	logger.Info("Serving the scheduler extender", "address", ln.Addr().String(), "policy", cfg.Policy)
+
+	feeder.Start(ctx)
+	go func() {
+		if feeder.WaitForSync(ctx) {
+			nodes, pods := c.Counts()
+			logger.Info("Informer caches synced; ready", "nodes", nodes, "pods", pods)
+		}
+	}()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serving on %s: %w", cfg.Listen, err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+// listerCache adapts the feeder's lister to PodCache.
+type listerCache struct{ f *cache.Feeder }
+
+func (l listerCache) Get(namespace, name string) (*corev1.Pod, error) {
+	return l.f.PodLister().Pods(namespace).Get(name)
+}
