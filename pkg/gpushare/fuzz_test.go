@@ -1,0 +1,73 @@
+package gpushare
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// Decoders must never panic, and whatever they accept must survive an
+// encode/decode round trip unchanged and satisfy Validate.
+
+func FuzzParseAllocation(f *testing.F) {
+	f.Add(`{"node":"gpu-a","unit":"GiB","containers":[{"name":"prep","init":true,"devices":[{"index":1,"uuid":"GPU-b","units":8}]},{"name":"train","devices":[{"index":1,"uuid":"GPU-b","units":4}]}]}`)
+	f.Add(`{"node":"n","containers":[{"name":"c","devices":[{"index":0,"units":1},{"index":0,"units":1}]}]}`)
+	f.Add(`{"node":"","containers":null}`)
+	f.Add(`[]`)
+	f.Add(`{"node":"n","containers":[{"name":"c","devices":[{"index":-1,"units":9223372036854775807}]}]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAllocation(s)
+		if err != nil {
+			return
+		}
+		if err := a.Validate(); err != nil {
+			t.Fatalf("accepted an invalid allocation: %v", err)
+		}
+		enc, err := a.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ParseAllocation(enc)
+		if err != nil {
+			t.Fatalf("re-parsing %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(a, b); diff != "" {
+			t.Fatalf("round trip changed the allocation (-first +second):\n%s", diff)
+		}
+		for idx, u := range a.PerCard() {
+			if idx < 0 || u <= 0 {
+				t.Fatalf("PerCard has %d units on card %d", u, idx)
+			}
+		}
+	})
+}
+
+func FuzzParseInventory(f *testing.F) {
+	f.Add(`{"unit":"GiB","devices":[{"index":0,"uuid":"GPU-8f1c","model":"Tesla T4","memory":16,"healthy":true},{"index":1,"uuid":"GPU-2a7e","model":"A100","memory":80,"healthy":false}]}`)
+	f.Add(`{"unit":"MiB","devices":[]}`)
+	f.Add(`{"unit":"TiB"}`)
+	f.Add(`{"unit":"GiB","devices":[{"index":0,"memory":16},{"index":0,"memory":16}]}`)
+	f.Add(`{"unit":"GiB","devices":[{"index":0,"uuid":"a,b","memory":1}]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		inv, err := ParseInventory(s)
+		if err != nil {
+			return
+		}
+		enc, err := inv.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseInventory(enc)
+		if err != nil {
+			t.Fatalf("re-parsing %s: %v", enc, err)
+		}
+		if diff := cmp.Diff(inv, again); diff != "" {
+			t.Fatalf("round trip changed the inventory (-first +second):\n%s", diff)
+		}
+		for _, d := range inv.Devices {
+			if d.Memory <= 0 || d.Index < 0 {
+				t.Fatalf("accepted device %+v", d)
+			}
+		}
+	})
+}

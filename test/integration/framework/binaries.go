@@ -1,0 +1,236 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// KubernetesVersion is the version of kube-apiserver and kube-scheduler
+	// pinned by test/tools/k8s/go.mod.
+	KubernetesVersion = "v1.34.3"
+	// EtcdVersion is the version of etcd pinned by test/tools/etcd/go.mod.
+	EtcdVersion = "v3.5.21"
+
+	modulePath = "github.com/gpushare/gpushare"
+)
+
+// Binaries holds the absolute paths of the control-plane executables.
+type Binaries struct {
+	Dir       string // the cache directory holding all three
+	Etcd      string
+	APIServer string
+	Scheduler string
+}
+
+// CacheDir returns the directory the binaries are cached in:
+// $GPUSHARE_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/gpushare/controlplane/<versions>.
+func CacheDir() (string, error) {
+	if d := os.Getenv("GPUSHARE_CACHE_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the cache directory: %w", err)
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "gpushare", "controlplane", KubernetesVersion+"-etcd-"+EtcdVersion), nil
+}
+
+// RepoRoot walks up from the working directory to the directory whose go.mod
+// declares module github.com/gpushare/gpushare.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("finding the repository root: %w", err)
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && declaresModule(data, modulePath) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("finding the repository root: no go.mod declaring module %s above the working directory", modulePath)
+		}
+		dir = parent
+	}
+}
+
+func declaresModule(gomod []byte, path string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(gomod))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "module" && strings.Trim(f[1], `"`) == path {
+			return true
+		}
+	}
+	return false
+}
+
+type buildSpec struct {
+	name    string // binary name in the cache
+	toolDir string // relative to the repo root
+	pkg     string
+	ldflags string
+}
+
+func buildSpecs() []buildSpec {
+	var ld strings.Builder
+	ld.WriteString("-s -w")
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		fmt.Fprintf(&ld, " -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=34 -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=1970-01-01T00:00:00Z", pkg, KubernetesVersion)
+	}
+	return []buildSpec{
+		{name: "etcd", toolDir: "test/tools/etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
+		{name: "kube-apiserver", toolDir: "test/tools/k8s", pkg: "k8s.io/kubernetes/cmd/kube-apiserver", ldflags: ld.String()},
+		{name: "kube-scheduler", toolDir: "test/tools/k8s", pkg: "k8s.io/kubernetes/cmd/kube-scheduler", ldflags: ld.String()},
+	}
+}
+
+func specVersion(s buildSpec) string {
+	if s.name == "etcd" {
+		return EtcdVersion
+	}
+	return KubernetesVersion
+}
+
+// EnsureBinaries returns the cached control-plane binaries, building the
+// missing ones with `go build` in the pinned tool modules. Progress goes to
+// stderr. With GPUSHARE_SKIP_BUILD=1 a missing binary is an error.
+func EnsureBinaries(ctx context.Context) (Binaries, error) {
+	dir, err := CacheDir()
+	if err != nil {
+		return Binaries{}, err
+	}
+	bins := Binaries{
+		Dir:       dir,
+		Etcd:      filepath.Join(dir, "etcd"),
+		APIServer: filepath.Join(dir, "kube-apiserver"),
+		Scheduler: filepath.Join(dir, "kube-scheduler"),
+	}
+	specs := buildSpecs()
+	if len(missing(dir, specs)) == 0 {
+		return bins, nil
+	}
+	if os.Getenv("GPUSHARE_SKIP_BUILD") == "1" {
+		m := missing(dir, specs)
+		return Binaries{}, fmt.Errorf("ensuring control-plane binaries: %s missing from %s and GPUSHARE_SKIP_BUILD=1 (build with `go run ./test/cmd/controlplane build`)", m[0].name, dir)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return Binaries{}, fmt.Errorf("ensuring control-plane binaries: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Binaries{}, fmt.Errorf("creating the binary cache: %w", err)
+	}
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer unlock()
+	// Another process may have built some while we waited for the lock.
+	for _, s := range missing(dir, specs) {
+		if err := build(ctx, root, dir, s); err != nil {
+			return Binaries{}, err
+		}
+	}
+	return bins, nil
+}
+
+func missing(dir string, specs []buildSpec) []buildSpec {
+	var out []buildSpec
+	for _, s := range specs {
+		fi, err := os.Stat(filepath.Join(dir, s.name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// lockDir takes an exclusive flock on dir/.lock, giving up when ctx ends.
+func lockDir(ctx context.Context, dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening the build lock: %w", err)
+	}
+	announced := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			_ = f.Close()
+			return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+		}
+		if !announced {
+			fmt.Fprintf(os.Stderr, "waiting for another process building the control plane in %s\n", dir)
+			announced = true
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("waiting for the build lock %s: %w", f.Name(), ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func build(ctx context.Context, root, dir string, s buildSpec) error {
+	cold := map[string]string{"etcd": "~1 min", "kube-apiserver": "~10 min", "kube-scheduler": "~5 min"}[s.name]
+	fmt.Fprintf(os.Stderr, "building %s %s (cold: %s on 2 cores)\n", s.name, specVersion(s), cold)
+	start := time.Now()
+	tmp := filepath.Join(dir, s.name+".tmp")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags="+s.ldflags, "-o", tmp, s.pkg)
+	cmd.Dir = filepath.Join(root, filepath.FromSlash(s.toolDir))
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("building %s in %s: %w\n%s", s.name, cmd.Dir, err, lastLines(out.Bytes(), 30))
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, s.name)); err != nil {
+		return fmt.Errorf("installing %s: %w", s.name, err)
+	}
+	fmt.Fprintf(os.Stderr, "built %s in %s\n", s.name, time.Since(start).Round(time.Second))
+	return nil
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "(no log)"
+		}
+		return fmt.Sprintf("(reading %s: %v)", path, err)
+	}
+	return lastLines(b, n)
+}

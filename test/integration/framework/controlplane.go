@@ -1,0 +1,534 @@
+package framework
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+)
+
+// AdminUser is the identity in group system:masters that every control plane has.
+const AdminUser = "admin"
+
+const (
+	etcdTimeout      = 30 * time.Second
+	apiserverTimeout = 120 * time.Second
+	schedulerTimeout = 60 * time.Second
+	stopGrace        = 10 * time.Second
+)
+
+// User is an extra static-token identity for the kube-apiserver. It has no
+// permissions beyond what RBAC grants system:authenticated until a test binds
+// some.
+type User struct {
+	Name   string
+	Groups []string
+}
+
+// Options configures Start.
+type Options struct {
+	// ExtenderURL, when set, starts kube-scheduler with every extender of
+	// SchedulerConfig pointed at it: it replaces urlPrefix as a whole, so it
+	// includes the path, e.g. "http://127.0.0.1:8080/gpushare-scheduler".
+	ExtenderURL string
+	// Scheduler starts kube-scheduler even without ExtenderURL; the
+	// extenders of SchedulerConfig are then dropped.
+	Scheduler bool
+	// SchedulerConfig is the KubeSchedulerConfiguration file to load;
+	// default <repo>/config/kube-scheduler-config.yaml. Only
+	// clientConnection.kubeconfig, leaderElection.leaderElect and the
+	// extenders' urlPrefix are overridden.
+	SchedulerConfig string
+	// Users are extra identities, each with its own token and kubeconfig.
+	Users []User
+	// Dir holds the PKI, kubeconfigs, etcd data and logs/. Default: a new
+	// directory under os.TempDir() that Start leaves in place (StartT
+	// removes it after a passing test).
+	Dir string
+}
+
+// ControlPlane is a running etcd, kube-apiserver and, optionally, kube-scheduler.
+type ControlPlane struct {
+	dir          string
+	logsDir      string
+	bins         Binaries
+	pki          pki
+	caData       []byte
+	etcdURL      string
+	apiURL       string
+	schedulerURL string
+	tokens       map[string]string
+	kubeconfigs  map[string]string
+
+	mu       sync.Mutex
+	procs    []*process // in start order
+	stopOnce sync.Once
+}
+
+// StartT starts a control plane for a test: it calls t.Fatal on error and
+// registers Stop with t.Cleanup. Unless opts.Dir is given, the directory is
+// removed after a passing test and kept, with its path logged, after a
+// failing one.
+func StartT(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
+	ownDir := opts.Dir == ""
+	if ownDir {
+		d, err := os.MkdirTemp("", "gpushare-controlplane-")
+		if err != nil {
+			t.Fatalf("creating the control-plane directory: %v", err)
+		}
+		opts.Dir = d
+	}
+	start := time.Now()
+	cp, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting the control plane: %v\n(logs kept in %s)", err, filepath.Join(opts.Dir, "logs"))
+	}
+	t.Logf("control plane up in %s: %s (dir %s)", time.Since(start).Round(100*time.Millisecond), cp.APIServerURL(), cp.Dir())
+	t.Cleanup(func() {
+		cp.Stop()
+		if t.Failed() {
+			t.Logf("control-plane logs kept in %s", cp.LogsDir())
+			return
+		}
+		if ownDir {
+			_ = os.RemoveAll(cp.Dir())
+		}
+	})
+	return cp
+}
+
+// Start builds the binaries if needed (see EnsureBinaries), then starts etcd,
+// kube-apiserver and, if opts asks for it, kube-scheduler, each waited for
+// until healthy. ctx bounds the start-up only: the processes run until Stop
+// or until this process dies. On error everything started is stopped and the
+// logs are left in opts.Dir.
+func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
+	bins, err := EnsureBinaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{bins: bins, tokens: map[string]string{}, kubeconfigs: map[string]string{}}
+	if err := cp.prepare(opts); err != nil {
+		return nil, err
+	}
+	if err := cp.launch(ctx, opts); err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("%w (logs in %s)", err, cp.logsDir)
+	}
+	return cp, nil
+}
+
+// prepare writes the directory layout, PKI, token file and kubeconfigs.
+func (cp *ControlPlane) prepare(opts Options) error {
+	dir := opts.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "gpushare-controlplane-")
+		if err != nil {
+			return fmt.Errorf("creating the control-plane directory: %w", err)
+		}
+		dir = d
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("resolving the control-plane directory: %w", err)
+	}
+	cp.dir = dir
+	cp.logsDir = filepath.Join(dir, "logs")
+	if err := os.MkdirAll(cp.logsDir, 0o755); err != nil {
+		return fmt.Errorf("creating the logs directory: %w", err)
+	}
+	if cp.pki, err = writePKI(filepath.Join(dir, "pki")); err != nil {
+		return err
+	}
+	if cp.caData, err = os.ReadFile(cp.pki.CACert); err != nil {
+		return fmt.Errorf("reading the CA certificate: %w", err)
+	}
+
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	cp.etcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	cp.apiURL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
+
+	users := append([]User{{Name: AdminUser, Groups: []string{"system:masters"}}}, opts.Users...)
+	var tokenFile strings.Builder
+	for _, u := range users {
+		if err := validUser(u); err != nil {
+			return err
+		}
+		if _, dup := cp.tokens[u.Name]; dup {
+			return fmt.Errorf("adding user %q: the name is taken (%q is built in)", u.Name, AdminUser)
+		}
+		tok := randomToken()
+		cp.tokens[u.Name] = tok
+		fmt.Fprintf(&tokenFile, "%s,%s,%s,\"%s\"\n", tok, u.Name, u.Name, strings.Join(u.Groups, ","))
+		path := filepath.Join(dir, "kubeconfig-"+u.Name)
+		if err := cp.writeKubeconfig(path, u.Name, tok); err != nil {
+			return err
+		}
+		cp.kubeconfigs[u.Name] = path
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(tokenFile.String()), 0o600); err != nil {
+		return fmt.Errorf("writing the token file: %w", err)
+	}
+	return nil
+}
+
+func validUser(u User) error {
+	bad := func(s string) bool { return s == "" || strings.ContainsAny(s, ",\"\n\r") }
+	if bad(u.Name) || strings.ContainsAny(u.Name, "/\\") {
+		return fmt.Errorf("adding user %q: names must be non-empty without , \" / \\ or newlines", u.Name)
+	}
+	for _, g := range u.Groups {
+		if bad(g) {
+			return fmt.Errorf("adding user %q: group %q must be non-empty without , \" or newlines", u.Name, g)
+		}
+	}
+	return nil
+}
+
+func (cp *ControlPlane) writeKubeconfig(path, user, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["gpushare-test"] = &clientcmdapi.Cluster{Server: cp.apiURL, CertificateAuthority: cp.pki.CACert}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["gpushare-test"] = &clientcmdapi.Context{Cluster: "gpushare-test", AuthInfo: user, Namespace: "default"}
+	cfg.CurrentContext = "gpushare-test"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing the kubeconfig for %s: %w", user, err)
+	}
+	return nil
+}
+
+// launch starts and waits for each component in turn.
+func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
+	peerPorts, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPorts[0])
+	etcd, err := cp.start("etcd", cp.bins.Etcd,
+		"--data-dir="+filepath.Join(cp.dir, "etcd"),
+		"--listen-client-urls="+cp.etcdURL,
+		"--advertise-client-urls="+cp.etcdURL,
+		"--listen-peer-urls="+peerURL,
+		"--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=default="+peerURL,
+		"--name=default",
+		"--log-level=warn",
+	)
+	if err != nil {
+		return err
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if err := waitHealthy(ctx, etcd, etcdTimeout, plain, cp.etcdURL+"/health", "", func(body string) bool {
+		return strings.Contains(body, "true")
+	}); err != nil {
+		return err
+	}
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.caData)
+	trusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	apiserver, err := cp.start("kube-apiserver", cp.bins.APIServer,
+		"--etcd-servers="+cp.etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strings.TrimPrefix(cp.apiURL, "https://127.0.0.1:"),
+		"--cert-dir="+filepath.Join(cp.dir, "apiserver-certs"),
+		"--tls-cert-file="+cp.pki.ServerCert,
+		"--tls-private-key-file="+cp.pki.ServerKey,
+		"--client-ca-file="+cp.pki.CACert,
+		"--token-auth-file="+filepath.Join(cp.dir, "tokens.csv"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+cp.pki.SAPub,
+		"--service-account-signing-key-file="+cp.pki.SAKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=RBAC",
+		"--allow-privileged=true",
+		"--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+		"--profiling=false",
+		"--endpoint-reconciler-type=none",
+	)
+	if err != nil {
+		return err
+	}
+	if err := waitHealthy(ctx, apiserver, apiserverTimeout, trusted, cp.apiURL+"/readyz", cp.tokens[AdminUser], func(body string) bool {
+		return strings.TrimSpace(body) == "ok"
+	}); err != nil {
+		return err
+	}
+
+	if opts.ExtenderURL == "" && !opts.Scheduler {
+		return nil
+	}
+	cfgPath, err := cp.writeSchedulerConfig(opts)
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	cp.schedulerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	scheduler, err := cp.start("kube-scheduler", cp.bins.Scheduler,
+		"--config="+cfgPath,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--v=2",
+	)
+	if err != nil {
+		return err
+	}
+	// The scheduler serves a self-signed certificate it makes up at start.
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
+	return waitHealthy(ctx, scheduler, schedulerTimeout, insecure, cp.schedulerURL+"/healthz", "", func(body string) bool {
+		return strings.TrimSpace(body) == "ok"
+	})
+}
+
+// writeSchedulerConfig loads opts.SchedulerConfig, applies the overrides and
+// writes the result into the control-plane directory.
+func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
+	src := opts.SchedulerConfig
+	if src == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", fmt.Errorf("locating the default scheduler config: %w", err)
+		}
+		src = filepath.Join(root, "config", "kube-scheduler-config.yaml")
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("reading the scheduler config: %w", err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return "", fmt.Errorf("parsing the scheduler config %s: %w", src, err)
+	}
+	if cfg == nil {
+		cfg = map[string]any{}
+	}
+	section := func(key string) (map[string]any, error) {
+		switch v := cfg[key].(type) {
+		case nil:
+			m := map[string]any{}
+			cfg[key] = m
+			return m, nil
+		case map[string]any:
+			return v, nil
+		default:
+			return nil, fmt.Errorf("parsing the scheduler config %s: %s is a %T, not a mapping", src, key, v)
+		}
+	}
+	cc, err := section("clientConnection")
+	if err != nil {
+		return "", err
+	}
+	cc["kubeconfig"] = cp.AdminKubeconfig()
+	le, err := section("leaderElection")
+	if err != nil {
+		return "", err
+	}
+	le["leaderElect"] = false
+
+	if opts.ExtenderURL == "" {
+		delete(cfg, "extenders")
+	} else {
+		exts, _ := cfg["extenders"].([]any)
+		if len(exts) == 0 {
+			return "", fmt.Errorf("pointing the scheduler at %s: %s has no extenders", opts.ExtenderURL, src)
+		}
+		for i, e := range exts {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return "", fmt.Errorf("parsing the scheduler config %s: extenders[%d] is a %T, not a mapping", src, i, e)
+			}
+			m["urlPrefix"] = opts.ExtenderURL
+		}
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", fmt.Errorf("encoding the scheduler config: %w", err)
+	}
+	path := filepath.Join(cp.dir, "kube-scheduler-config.yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return "", fmt.Errorf("writing the scheduler config: %w", err)
+	}
+	return path, nil
+}
+
+func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error) {
+	p, err := startProcess(name, bin, args, cp.logsDir)
+	if err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	cp.procs = append(cp.procs, p)
+	cp.mu.Unlock()
+	return p, nil
+}
+
+// waitHealthy polls url until ok accepts a 200 response body, failing early
+// if p exits or ctx ends.
+func waitHealthy(ctx context.Context, p *process, timeout time.Duration, client *http.Client, url, token string, ok func(string) bool) error {
+	deadline := time.Now().Add(timeout)
+	last := "no response yet"
+	for {
+		if p.exited() {
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, p.exitError())
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if resp, err := client.Do(req); err != nil {
+			last = err.Error()
+		} else {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && ok(string(body)) {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, lastLines(body, 20))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s to become healthy: no success from %s within %s; last: %s; last lines of %s:\n%s",
+				p.name, url, timeout, last, p.logPath, tailFile(p.logPath, 40))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops kube-scheduler, kube-apiserver and etcd, in that order: SIGTERM
+// to each process group, SIGKILL after 10 s. It returns once all have exited
+// and may be called more than once. The directory is left in place.
+func (cp *ControlPlane) Stop() {
+	cp.stopOnce.Do(func() {
+		cp.mu.Lock()
+		procs := cp.procs
+		cp.mu.Unlock()
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop(stopGrace)
+		}
+	})
+}
+
+// Dir is the control plane's directory (PKI, kubeconfigs, etcd data, logs).
+func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// LogsDir holds one NAME.log per component.
+func (cp *ControlPlane) LogsDir() string { return cp.logsDir }
+
+// APIServerURL is the kube-apiserver's https://127.0.0.1:PORT.
+func (cp *ControlPlane) APIServerURL() string { return cp.apiURL }
+
+// EtcdURL is etcd's client URL, http://127.0.0.1:PORT.
+func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
+
+// SchedulerURL is kube-scheduler's https://127.0.0.1:PORT, or "" when it
+// was not started.
+func (cp *ControlPlane) SchedulerURL() string { return cp.schedulerURL }
+
+// CACertFile is the PEM file of the CA that signed the apiserver's certificate.
+func (cp *ControlPlane) CACertFile() string { return cp.pki.CACert }
+
+// PIDs maps each started component's name to its process id (which is also
+// its process group id).
+func (cp *ControlPlane) PIDs() map[string]int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := make(map[string]int, len(cp.procs))
+	for _, p := range cp.procs {
+		out[p.name] = p.pid()
+	}
+	return out
+}
+
+// KubeconfigFor returns the kubeconfig path of AdminUser or of one of
+// Options.Users. It panics for an unknown user.
+func (cp *ControlPlane) KubeconfigFor(user string) string {
+	path, ok := cp.kubeconfigs[user]
+	if !ok {
+		panic(fmt.Sprintf("framework: unknown user %q", user))
+	}
+	return path
+}
+
+// AdminKubeconfig is KubeconfigFor(AdminUser).
+func (cp *ControlPlane) AdminKubeconfig() string { return cp.KubeconfigFor(AdminUser) }
+
+// RESTConfig returns a client configuration for user (QPS 500, burst 1000).
+// It panics for an unknown user.
+func (cp *ControlPlane) RESTConfig(user string) *rest.Config {
+	tok, ok := cp.tokens[user]
+	if !ok {
+		panic(fmt.Sprintf("framework: unknown user %q", user))
+	}
+	return &rest.Config{
+		Host:            cp.apiURL,
+		BearerToken:     tok,
+		TLSClientConfig: rest.TLSClientConfig{CAData: append([]byte(nil), cp.caData...)},
+		QPS:             500,
+		Burst:           1000,
+	}
+}
+
+// Client returns a clientset acting as user. It panics for an unknown user.
+func (cp *ControlPlane) Client(user string) kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(cp.RESTConfig(user))
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,13 @@
+// Package framework starts a real etcd, kube-apiserver and kube-scheduler on loopback for integration tests.
+//
+// The three binaries are built from Go modules, not downloaded: the pinned
+// tool modules test/tools/etcd and test/tools/k8s name exact versions
+// (KubernetesVersion, EtcdVersion), and EnsureBinaries runs `go build` in
+// them. The results are cached in $GPUSHARE_CACHE_DIR if set, otherwise in
+// ${XDG_CACHE_HOME:-$HOME/.cache}/gpushare/controlplane/<versions>/, so only
+// the first run pays for the build (kube-apiserver alone takes about ten
+// minutes cold on two cores). Concurrent builds, for instance from parallel
+// test packages, are serialised by a file lock in that directory. Build them
+// ahead of time with `go run ./test/cmd/controlplane build`, and set
+// GPUSHARE_SKIP_BUILD=1 to make a missing binary an error instead of a build.
+package framework
