@@ -92,7 +92,9 @@ func precheck(n *Node, d gpushare.Demand, frees []int64) error {
 		if n.Cards[i].Healthy {
 			healthy++
 		}
-		if frees[i] > largestFree {
+		// The largest free card; among equals, a healthy and bigger one.
+		if frees[i] > largestFree || frees[i] == largestFree && (n.Cards[i].Healthy && !n.Cards[largest].Healthy ||
+			n.Cards[i].Healthy == n.Cards[largest].Healthy && n.Cards[i].Total > n.Cards[largest].Total) {
 			largestFree, largest = frees[i], i
 		}
 	}

@@ -70,6 +70,11 @@ func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.P
 	_, _ = w.Write([]byte("ok"))
 }
 
+// errNotReady answers the verbs until the cache holds the informers'
+// initial lists: before that every card looks empty, and a filter would
+// admit pods that do not fit.
+var errNotReady = errors.New("gpushare extender is starting: informer caches not synced yet; the scheduler will retry")
+
 // decode reads a JSON body of at most MaxBodyBytes into v.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -133,6 +138,9 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "filter"))
 	var args extenderv1.ExtenderArgs
 	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
+		if !h.ready() {
+			return nil, errNotReady
+		}
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
@@ -164,6 +172,9 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "prioritize"))
 	var args extenderv1.ExtenderArgs
 	res, err := func() (extenderv1.HostPriorityList, error) {
+		if !h.ready() {
+			return nil, errNotReady
+		}
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
@@ -197,7 +208,10 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	start := time.Now()
 	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "bind"))
 	var args extenderv1.ExtenderBindingArgs
-	err := decode(w, r, &args)
+	err := errNotReady
+	if h.ready() {
+		err = decode(w, r, &args)
+	}
 	if err == nil {
 		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node))
 		err = h.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)

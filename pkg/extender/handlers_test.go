@@ -277,12 +277,20 @@ func TestHealthAndReady(t *testing.T) {
 	if status, body := f.do(t, "GET", "/metrics", ""); status != 200 || !strings.Contains(body, "gpushare_extender_nodes 3") {
 		t.Errorf("GET /metrics = %d, missing node gauge", status)
 	}
-	// Not ready before sync.
+	// Not ready before sync: the verbs refuse rather than filter against
+	// empty cards.
 	h := NewHandlers(ktestingLogger(t), f.cache, nil, func() bool { return false }).Router()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("unsynced /readyz = %d, want 503", rec.Code)
+	}
+	for _, verb := range []string{"filter", "bind"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", Prefix+"/"+verb, strings.NewReader(extenderArgs(t, util.MakePod("p").GPUMem(1).Obj(), "mixed"))))
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "informer caches not synced") {
+			t.Errorf("unsynced %s = %d %s", verb, rec.Code, rec.Body.String())
+		}
 	}
 }
 

@@ -1,12 +1,23 @@
 package framework
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // CreateNamespace creates namespace name as the admin; one that already
@@ -18,4 +29,63 @@ func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string) error 
 		return fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	return nil
+}
+
+// Apply creates the objects of a multi-document YAML file (ServiceAccount,
+// ClusterRole, ClusterRoleBinding, Namespace). It is for the project's own
+// manifests, so an unknown kind is an error.
+func Apply(ctx context.Context, client kubernetes.Interface, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading manifest: %w", err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(bytes.TrimSpace(raw.Raw)) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		if err != nil {
+			return fmt.Errorf("decoding an object of %s: %w", path, err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Namespace:
+			_, err = client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		default:
+			return fmt.Errorf("%s: Apply does not handle %T", path, obj)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T from %s: %w", obj, path, err)
+		}
+	}
+}
+
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as the
+// service account namespace/name with a token from the TokenRequest API,
+// valid for an hour, and returns its path.
+func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	expiry := int64(3600)
+	tr, err := cp.Client(AdminUser).CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", namespace, name, err)
+	}
+	path := filepath.Join(cp.dir, "kubeconfig-sa-"+namespace+"-"+name)
+	if err := cp.writeKubeconfig(path, "system:serviceaccount:"+namespace+":"+name, tr.Status.Token); err != nil {
+		return "", err
+	}
+	return path, nil
 }

@@ -1,0 +1,321 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/framework"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// cluster is a control plane whose scheduler calls an in-process extender.
+type cluster struct {
+	cp         *framework.ControlPlane
+	admin      kubernetes.Interface
+	kubeconfig string // the extender's own identity (service account + manifests RBAC)
+	listen     string // the extender's address
+	// stop ends the running extender and waits for it.
+	stop func()
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a real control plane")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix})
+	ctx := context.Background()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := cp.Client(framework.AdminUser)
+	if err := framework.Apply(ctx, admin, filepath.Join(root, "manifests", "extender", "rbac.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cp.ServiceAccountKubeconfig(ctx, "kube-system", "gpushare-scheduler-extender")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{cp: cp, admin: admin, kubeconfig: kc, listen: listen}
+	c.startExtender(t)
+	t.Cleanup(func() { c.stop() })
+	return c
+}
+
+// startExtender runs the extender in this process until c.stop, and waits
+// until it is ready.
+func (c *cluster) startExtender(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName("extender")))
+	done := make(chan error, 1)
+	go func() {
+		done <- extender.Run(ctx, extender.Config{Kubeconfig: c.kubeconfig, Listen: c.listen, Policy: allocator.DefaultPolicy, QPS: 200, Burst: 400})
+	}()
+	var once sync.Once
+	c.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("extender: %v", err)
+			}
+		})
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("extender exited: %w", err)
+		default:
+		}
+		resp, err := http.Get("http://" + c.listen + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("extender not ready: %v", err)
+	}
+}
+
+// addNode creates a node and sets its status as a kubelet and our device
+// plugin would.
+func (c *cluster) addNode(t *testing.T, n *corev1.Node) {
+	t.Helper()
+	ctx := context.Background()
+	status := n.Status
+	created, err := c.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status = status
+	if _, err := c.admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *cluster) createPod(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	p.UID = ""
+	p.Spec.SchedulerName = corev1.DefaultSchedulerName
+	if _, err := c.admin.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitBound waits until every named pod has a node.
+func (c *cluster) waitBound(t *testing.T, names []string, timeout time.Duration) {
+	t.Helper()
+	var unbound []string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		bound := map[string]bool{}
+		for _, p := range pods.Items {
+			bound[p.Name] = p.Spec.NodeName != ""
+		}
+		unbound = unbound[:0]
+		for _, n := range names {
+			if !bound[n] {
+				unbound = append(unbound, n)
+			}
+		}
+		return len(unbound) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("%d pods not bound after %v: %v (logs: %s)", len(unbound), timeout, unbound, c.cp.LogsDir())
+	}
+}
+
+// checkNoOvercommit reads every pod and node from the API (not from the
+// extender) and checks that each bound gpu-mem pod carries an allocation for
+// its node whose cards exist, are healthy at most as big as they are, and
+// are not over-committed. It returns the number of checked pods.
+func (c *cluster) checkNoOvercommit(t *testing.T) int {
+	t.Helper()
+	ctx := context.Background()
+	nodes, err := c.admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := map[string]map[int]int64{} // node -> card index -> units
+	for _, n := range nodes.Items {
+		size[n.Name] = map[int]int64{}
+		if inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory]); err == nil {
+			for _, d := range inv.Devices {
+				size[n.Name][d.Index] = d.Memory
+			}
+		} else {
+			mem := n.Status.Allocatable[gpushare.ResourceGPUMem]
+			cnt := n.Status.Allocatable[gpushare.ResourceGPUCount]
+			for i := range cnt.Value() {
+				size[n.Name][int(i)] = mem.Value() / cnt.Value()
+			}
+		}
+	}
+	pods, err := c.admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]map[int]int64{}
+	checked := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		d, err := gpushare.PodDemand(&p)
+		if err != nil {
+			continue
+		}
+		a, err := gpushare.ParseAllocation(p.Annotations[gpushare.AnnotationAllocation])
+		if err != nil {
+			t.Errorf("pod %s bound to %s without a valid allocation: %v", p.Name, p.Spec.NodeName, err)
+			continue
+		}
+		if a.Node != p.Spec.NodeName {
+			t.Errorf("pod %s bound to %s but its allocation names %s", p.Name, p.Spec.NodeName, a.Node)
+		}
+		if a.Total() < d.Total() {
+			t.Errorf("pod %s allocation holds %d units, it asks %d", p.Name, a.Total(), d.Total())
+		}
+		if p.Annotations[gpushare.AnnotationAssigned] != "false" || p.Annotations[gpushare.AnnotationPodMem] == "" {
+			t.Errorf("pod %s lacks the Aliyun annotations: %v", p.Name, p.Annotations)
+		}
+		if used[a.Node] == nil {
+			used[a.Node] = map[int]int64{}
+		}
+		for idx, u := range a.PerCard() {
+			used[a.Node][idx] += u
+		}
+		checked++
+	}
+	for node, cards := range used {
+		for idx, u := range cards {
+			total, ok := size[node][idx]
+			if !ok || u > total {
+				t.Errorf("node %s card %d holds %d units of %d", node, idx, u, total)
+			}
+		}
+	}
+	return checked
+}
+
+// TestSchedulingThroughRealScheduler drives pods through kube-scheduler
+// and the extender: placements, annotations, no over-commit, reasons on an
+// unschedulable pod; then restarts the extender while pods keep arriving.
+func TestSchedulingThroughRealScheduler(t *testing.T) {
+	c := startCluster(t)
+	// Mixed cards, an unhealthy card, and a node without an inventory.
+	c.addNode(t, util.MakeNode("t4").Cards("Tesla-T4", 16, 16, 16, 16).Obj())
+	c.addNode(t, util.MakeNode("a100").Cards("A100-SXM4-80GB", 80, 80).Obj())
+	c.addNode(t, util.MakeNode("mixed").Cards("mixed", 16, 32).Unhealthy(0).Obj())
+	c.addNode(t, util.MakeNode("legacy").Capacity(64, 2).Obj())
+
+	// The 100 GiB pod passes kube-scheduler's node-total check on a100
+	// (160 GiB free) and is rejected by the extender with numbers.
+	c.createPod(t, util.MakePod("too-big").GPUMem(100).Obj())
+	var msg string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := c.admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=too-big"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedScheduling" {
+				msg = e.Message
+				return strings.Contains(msg, "needs 100 GiB on one GPU; largest free GPU has 80 of 80 GiB"), nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no FailedScheduling event with the extender's reason for too-big; last message %q", msg)
+	}
+
+	// Capacity (healthy cards): 64 + 160 + 32 + 64 = 320 GiB. The pods
+	// below ask about 250 GiB.
+	r := rand.New(rand.NewSource(7))
+	sizes := []int64{2, 4, 6, 8}
+	var names []string
+	add := func(p *corev1.Pod) {
+		c.createPod(t, p)
+		names = append(names, p.Name)
+	}
+	for i := range 20 {
+		add(util.MakePod(fmt.Sprintf("p%02d", i)).GPUMem(sizes[r.Intn(len(sizes))]).Obj())
+	}
+	add(util.MakePod("duo").GPUMem(8).GPUMem(8).Obj())
+	add(util.MakePod("with-init").InitGPUMem(12).GPUMem(4).Obj())
+	add(util.MakePod("two-cards").GPUMemCards(64, 2).Obj())
+	c.waitBound(t, names, 60*time.Second)
+	if got := c.checkNoOvercommit(t); got != len(names) {
+		t.Errorf("checked %d bound pods, want %d", got, len(names))
+	}
+
+	// Restart the extender while pods keep arriving.
+	var wg sync.WaitGroup
+	var more []string
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			p := util.MakePod(fmt.Sprintf("q%02d", i)).GPUMem(sizes[i%2]).Obj() // 2 or 4 GiB
+			if _, err := c.admin.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			more = append(more, p.Name)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	time.Sleep(400 * time.Millisecond)
+	c.stop()
+	time.Sleep(500 * time.Millisecond)
+	c.startExtender(t)
+	wg.Wait()
+	c.waitBound(t, append(names, more...), 90*time.Second)
+	if got := c.checkNoOvercommit(t); got != len(names)+len(more) {
+		t.Errorf("after restart: checked %d bound pods, want %d", got, len(names)+len(more))
+	}
+}
+
+// TestExtenderRBACIsEnough checks that the manifests' ClusterRole lets the
+// extender do its job and nothing else: it cannot delete pods.
+func TestExtenderRBACIsEnough(t *testing.T) {
+	c := startCluster(t)
+	client, err := extender.NewClient(c.kubeconfig, 10, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.createPod(t, util.MakePod("victim").GPUMem(1).Obj())
+	err = client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{})
+	if err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("extender identity deleting a pod: err = %v, want forbidden", err)
+	}
+}
