@@ -26,7 +26,9 @@ func container(name string, limits, requests map[corev1.ResourceName]string) cor
 }
 
 func TestPodDemand(t *testing.T) {
-	mem := func(v string) map[corev1.ResourceName]string { return map[corev1.ResourceName]string{ResourceGPUMem: v} }
+	mem := func(v string) map[corev1.ResourceName]string {
+		return map[corev1.ResourceName]string{ResourceGPUMem: v}
+	}
 	always := corev1.ContainerRestartPolicyAlways
 	sidecar := container("side", mem("2"), nil)
 	sidecar.RestartPolicy = &always
