@@ -23,17 +23,45 @@ type slice struct {
 // Fit finds a placement of d on n, trying cards in p's order, or returns a
 // *FitError whose reason names the numbers. n is not modified.
 func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
-	if len(n.Cards) == 0 {
-		return nil, &FitError{Node: n.Name, Reason: "node reports no GPU"}
-	}
-	frees := make([]int64, len(n.Cards))
-	for i := range n.Cards {
-		frees[i] = n.Cards[i].Free()
-	}
-	if err := precheck(n, d, frees); err != nil {
+	pl := &Placement{}
+	if err := FitInto(n, d, p, pl); err != nil {
 		return nil, err
 	}
-	pl := &Placement{Cards: make([][]int, len(d)), Reserved: make([]int64, len(n.Cards))}
+	return pl, nil
+}
+
+// FitInto is Fit writing into pl, whose slices it reuses, so that callers
+// scoring thousands of nodes per request allocate nothing per node in the
+// common case of one single-card container.
+func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
+	pl.reset(len(d), len(n.Cards))
+	if len(d) == 1 && !d[0].Init && d[0].Cards == 1 {
+		units := d[0].Units
+		best := -1
+		var bestKey float64
+		for i := range n.Cards {
+			free := n.Cards[i].Free()
+			if free < units {
+				continue
+			}
+			if k := p.CardKey(&n.Cards[i], free, units); best < 0 || k < bestKey {
+				best, bestKey = i, k
+			}
+		}
+		if best >= 0 {
+			pl.Cards[0] = append(pl.Cards[0], best)
+			pl.Reserved[best] = units
+			return nil
+		}
+		// Fall through for the reason.
+	}
+	if len(n.Cards) == 0 {
+		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
+	}
+	frees := frees0(n)
+	if err := precheck(n, d, frees); err != nil {
+		return err
+	}
 
 	var slices []slice
 	for i, c := range d {
@@ -46,32 +74,35 @@ func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 	}
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
-
-	if len(slices) == 1 {
-		best := -1
-		var bestKey float64
-		for i := range n.Cards {
-			if frees[i] < slices[0].units {
-				continue
-			}
-			if k := p.CardKey(&n.Cards[i], frees[i], slices[0].units); best < 0 || k < bestKey {
-				best, bestKey = i, k
-			}
-		}
-		pl.Cards[slices[0].container] = []int{best}
-		pl.Reserved[best] = slices[0].units
-	} else if len(slices) > 1 {
+	if len(slices) > 0 {
 		s := &search{node: n, policy: p, slices: slices, frees: frees, pl: pl, budget: searchBudget}
 		if !s.place(0) {
 			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free cards (" + freeList(n, frees0(n)) + ")"
 			if s.budget <= 0 {
 				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
 			}
-			return nil, &FitError{Node: n.Name, Reason: reason}
+			return &FitError{Node: n.Name, Reason: reason}
 		}
 	}
 	placeInits(n, d, p, pl)
-	return pl, nil
+	return nil
+}
+
+// reset sizes pl for containers containers on cards cards, zeroed, keeping
+// its backing arrays.
+func (pl *Placement) reset(containers, cards int) {
+	if cap(pl.Cards) < containers {
+		pl.Cards = make([][]int, containers)
+	}
+	pl.Cards = pl.Cards[:containers]
+	for i := range pl.Cards {
+		pl.Cards[i] = pl.Cards[i][:0]
+	}
+	if cap(pl.Reserved) < cards {
+		pl.Reserved = make([]int64, cards)
+	}
+	pl.Reserved = pl.Reserved[:cards]
+	clear(pl.Reserved)
 }
 
 func frees0(n *Node) []int64 {

@@ -107,13 +107,26 @@ func (f *FragAware) Fragmentation(frees []int64) float64 {
 }
 
 func (f *FragAware) NodeScore(n *Node, pl *Placement) float64 {
-	before := make([]int64, len(n.Cards))
-	after := make([]int64, len(n.Cards))
-	for i := range n.Cards {
-		before[i] = n.Cards[i].Free()
-		after[i] = max(0, before[i]-pl.Reserved[i])
+	// Single-card shapes: only the cards the pod lands on change.
+	var delta float64
+	for i, r := range pl.Reserved {
+		if r == 0 {
+			continue
+		}
+		before := n.Cards[i].Free()
+		delta += f.cardFrag(max(0, before-r)) - f.cardFrag(before)
 	}
-	delta := f.Fragmentation(after) - f.Fragmentation(before)
+	if len(f.multi) > 0 {
+		var buf [2][16]int64
+		before, after := buf[0][:0], buf[1][:0]
+		for i := range n.Cards {
+			free := n.Cards[i].Free()
+			before = append(before, free)
+			after = append(after, max(0, free-pl.Reserved[i]))
+		}
+		m := &FragAware{multi: f.multi}
+		delta += m.Fragmentation(after) - m.Fragmentation(before)
+	}
 	// Scale the tie-breaker to the node so it never outweighs one unit of
 	// fragmentation.
 	return -delta + tieWeight*utilisationAfter(n, pl)

@@ -392,6 +392,7 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 	failed = map[string]string{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var pl allocator.Placement // reused across nodes
 	for _, name := range nodes {
 		ns, ok := c.nodes[name]
 		switch {
@@ -407,7 +408,7 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 			continue
 		}
 		// Feasibility does not depend on the policy: the search is complete.
-		if _, err := allocator.Fit(&ns.node, demand, allocator.Binpack{}); err != nil {
+		if err := allocator.FitInto(&ns.node, demand, allocator.Binpack{}, &pl); err != nil {
 			var fe *allocator.FitError
 			if errors.As(err, &fe) {
 				failed[name] = fe.Reason
@@ -433,16 +434,16 @@ func (c *Cache) Score(demand gpushare.Demand, nodes []string, policyName string)
 	}
 	raw := make([]float64, len(nodes))
 	fits := make([]bool, len(nodes))
+	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
 		ns, ok := c.nodes[name]
 		if !ok {
 			continue
 		}
-		pl, err := allocator.Fit(&ns.node, demand, p)
-		if err != nil {
+		if err := allocator.FitInto(&ns.node, demand, p, &pl); err != nil {
 			continue
 		}
-		raw[i], fits[i] = p.NodeScore(&ns.node, pl), true
+		raw[i], fits[i] = p.NodeScore(&ns.node, &pl), true
 	}
 	var fitRaw []float64
 	for i := range nodes {

@@ -1,0 +1,115 @@
+package cache
+
+import (
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// benchCluster returns a cache with nodes × 8 cards of 32 GiB and about 8
+// bound pods per node (2..8 GiB each), as the extender holds it, and the
+// node names.
+func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
+	b.Helper()
+	c, err := New(Config{Policy: policy, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(1))
+	names := make([]string, nodes)
+	for i := range nodes {
+		names[i] = fmt.Sprintf("node-%05d", i)
+		if err := c.SetNode(util.MakeNode(names[i]).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()); err != nil {
+			b.Fatal(err)
+		}
+		for j := range 8 {
+			units := int64(2 + 2*r.Intn(4))
+			a := &gpushare.Allocation{Node: names[i], Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: r.Intn(8), Units: units}}},
+			}}
+			p := util.MakePod(fmt.Sprintf("p-%d-%d", i, j)).GPUMem(units).Allocation(a).Node(names[i]).Obj()
+			c.UpsertPod(p)
+		}
+	}
+	return c, names
+}
+
+var benchDemand = gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}
+
+func BenchmarkFilter(b *testing.B) {
+	for _, nodes := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			c, names := benchCluster(b, nodes, allocator.DefaultPolicy)
+			b.ReportAllocs()
+			for b.Loop() {
+				fit, _ := c.Filter(benchDemand, names)
+				if len(fit) == 0 {
+					b.Fatal("nothing fits")
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPrioritize(b *testing.B) {
+	for _, policy := range allocator.PolicyNames() {
+		for _, nodes := range []int{1000, 5000} {
+			b.Run(fmt.Sprintf("policy=%s/nodes=%d", policy, nodes), func(b *testing.B) {
+				c, names := benchCluster(b, nodes, policy)
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := c.Score(benchDemand, names, ""); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkFilterAndPrioritize is one scheduling cycle's extender work:
+// the target is under 2 ms of CPU at 5,000 nodes.
+func BenchmarkFilterAndPrioritize(b *testing.B) {
+	for _, nodes := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			c, names := benchCluster(b, nodes, allocator.DefaultPolicy)
+			b.ReportAllocs()
+			for b.Loop() {
+				fit, _ := c.Filter(benchDemand, names)
+				if _, err := c.Score(benchDemand, fit, ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBindDecision is the cache work of one bind: choose cards and
+// hold them (Assume), then release them (Forget) so the state stays put.
+func BenchmarkBindDecision(b *testing.B) {
+	for _, nodes := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+			c, names := benchCluster(b, nodes, allocator.DefaultPolicy)
+			pod := &corev1.Pod{}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				pod.UID = types.UID(fmt.Sprint(i))
+				if _, err := c.Assume(pod, benchDemand, names[i%len(names)], ""); err != nil {
+					b.Fatal(err)
+				}
+				c.Forget(pod.UID)
+				i++
+			}
+		})
+	}
+}
