@@ -40,13 +40,17 @@ func main() {
 	}
 	cfg.QPS = float32(*qps)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
-	if err := extender.Run(ctx, cfg); err != nil {
+	if err := run(cfg); err != nil {
 		klog.Background().Error(err, "Extender failed")
 		klog.Flush()
 		os.Exit(1)
 	}
 	klog.Flush()
+}
+
+// run serves until SIGINT or SIGTERM.
+func run(cfg extender.Config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return extender.Run(klog.NewContext(ctx, klog.Background()), cfg)
 }

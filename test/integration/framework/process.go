@@ -58,7 +58,7 @@ func (p *process) exited() bool {
 
 // exitError describes an exited process together with the end of its log.
 func (p *process) exitError() error {
-	return fmt.Errorf("%s exited: %v; last lines of %s:\n%s", p.name, p.err, p.logPath, tailFile(p.logPath, 40))
+	return fmt.Errorf("%s exited: %w; last lines of %s:\n%s", p.name, p.err, p.logPath, tailFile(p.logPath, 40))
 }
 
 // stop sends SIGTERM to the process group, waits up to grace, then sends

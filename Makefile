@@ -1,0 +1,60 @@
+# gpushare: GPU sharing by memory for Kubernetes. `make help` lists the targets.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/gpushare/gpushare/pkg/version.Version=$(VERSION)
+TOOLS    := $(CURDIR)/bin/tools
+GOLANGCI := $(TOOLS)/golangci-lint
+GOLANGCI_VERSION := v2.15.0
+# The integration tests build a real control plane the first time (~15 min on 2 cores).
+TEST_TIMEOUT ?= 45m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the binaries into bin/.
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-scheduler-extender ./extender
+
+.PHONY: controlplane
+controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).
+	$(GO) run ./test/cmd/controlplane build
+
+.PHONY: test
+test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane.
+	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: unit
+unit: ## Run the tests that need no control plane (-short).
+	$(GO) test -race -short ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (numbers are reported, never asserted).
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+.PHONY: fuzz
+fuzz: ## Fuzz each decoder for FUZZTIME (default 30s).
+	@for t in FuzzParseAllocation FuzzParseInventory; do $(GO) test ./pkg/gpushare -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
+	@for t in FuzzFilterBody FuzzBindBody; do $(GO) test ./pkg/extender -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
+
+$(GOLANGCI):
+	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+
+.PHONY: lint
+lint: $(GOLANGCI) ## Run golangci-lint (installed into bin/tools on first use).
+	$(GOLANGCI) run ./...
+
+.PHONY: verify
+verify: lint ## Check gofmt, go vet, lint and that go.mod/go.sum are tidy.
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@cp go.mod /tmp/gpushare-go.mod.bak; cp go.sum /tmp/gpushare-go.sum.bak; \
+	 $(GO) mod tidy; \
+	 if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; cp /tmp/gpushare-go.mod.bak go.mod; cp /tmp/gpushare-go.sum.bak go.sum; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
+
+.PHONY: clean
+clean: ## Remove bin/ (not the control-plane cache).
+	rm -rf bin
