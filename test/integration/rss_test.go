@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/framework"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// TestExtenderRSS measures the extender binary's resident memory after it
+// has loaded 5,000 nodes (8 cards each) and 40,000 bound GPU pods from a real
+// API server. It is a measurement, not an assertion: it runs only with
+// GPUSHARE_BENCH=1 (make bench) and logs the figure.
+func TestExtenderRSS(t *testing.T) {
+	if os.Getenv("GPUSHARE_BENCH") != "1" {
+		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
+	}
+	const nodes, podsPerNode = 5000, 8
+	cp := framework.StartT(t, framework.Options{})
+	admin := cp.Client(framework.AdminUser)
+	ctx := context.Background()
+
+	start := time.Now()
+	parallel(t, nodes, func(i int) error {
+		n := util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
+		status := n.Status
+		created, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		created.Status = status
+		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	parallel(t, nodes*podsPerNode, func(i int) error {
+		node := fmt.Sprintf("node-%05d", i/podsPerNode)
+		a := &gpushare.Allocation{Node: node, Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: i % 8, UUID: fmt.Sprintf("GPU-%s-%d", node, i%8), Units: 4}}},
+		}}
+		p := util.MakePod(fmt.Sprintf("pod-%06d", i)).GPUMem(4).Allocation(a).Node(node).Obj()
+		p.UID = ""
+		p.Labels = map[string]string{"app": "train", "team": fmt.Sprintf("team-%d", i%50)}
+		p.Spec.Containers[0].Command = []string{"python", "train.py", "--epochs=100"}
+		_, err := admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+	t.Logf("created %d nodes and %d pods in %v", nodes, nodes*podsPerNode, time.Since(start).Round(time.Second))
+
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "gpushare-scheduler-extender")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "extender")).CombinedOutput(); err != nil {
+		t.Fatalf("building the extender: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "--kubeconfig", cp.AdminKubeconfig(), "--listen", addr)
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	loadStart := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return metric(addr, "gpushare_extender_pods") == fmt.Sprint(nodes*podsPerNode), nil
+	})
+	if err != nil {
+		t.Fatalf("extender did not load every pod: pods gauge %q", metric(addr, "gpushare_extender_pods"))
+	}
+	loaded := time.Since(loadStart)
+	time.Sleep(5 * time.Second) // let the initial-list garbage be collected
+	rss := vmRSS(t, cmd.Process.Pid)
+	t.Logf("extender RSS after loading %d nodes and %d pods: %d MiB (loaded in %v)", nodes, nodes*podsPerNode, rss>>10, loaded.Round(100*time.Millisecond))
+	fmt.Printf("BenchmarkExtenderRSS/nodes=%d/pods=%d\t1\t%d RSS-MiB\t%.1f load-s\n", nodes, nodes*podsPerNode, rss>>10, loaded.Seconds())
+}
+
+// parallel runs f(0..n-1) on 32 workers and fails the test on the first error.
+func parallel(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	next := make(chan int)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { firstErr = err })
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+}
+
+// metric returns the value of an unlabelled metric on the extender's /metrics.
+func metric(addr, name string) string {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// vmRSS returns a process's resident set in KiB.
+func vmRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kib int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kib)
+			return kib
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
