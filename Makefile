@@ -1,5 +1,8 @@
 # gpushare: GPU sharing by memory for Kubernetes. `make help` lists the targets.
 
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
 GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/gpushare/gpushare/pkg/version.Version=$(VERSION)
@@ -32,8 +35,9 @@ unit: ## Run the tests that need no control plane (-short).
 	$(GO) test -race -short ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks (numbers are reported, never asserted).
+bench: controlplane ## Run the benchmarks and the extender RSS measurement (numbers are reported, never asserted).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^TestExtenderRSS$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|rss_test'
 
 .PHONY: fuzz
 fuzz: ## Fuzz each decoder for FUZZTIME (default 30s).

@@ -156,4 +156,3 @@ func vmRSS(t *testing.T, pid int) int64 {
 	t.Fatal("no VmRSS")
 	return 0
 }
-
