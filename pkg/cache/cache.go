@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -211,32 +211,29 @@ func (c *Cache) remove(uid types.UID) {
 	}
 }
 
-// UpsertPod applies a pod add or update from the informer.
-func (c *Cache) UpsertPod(pod *corev1.Pod) {
-	demand, err := gpushare.PodDemand(pod)
+// UpsertPod applies a pod add or update.
+func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
+
+// UpsertPodInfo applies a pod add or update from the informer.
+func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
+	if pod.Demand == nil {
 		// No gpu-mem (or an invalid request, which no node admits).
 		c.remove(pod.UID)
 		return
 	}
 	if _, seen := c.observed[pod.UID]; !seen {
 		c.observed[pod.UID] = struct{}{}
-		c.workload.Observe(demand)
+		c.workload.Observe(pod.Demand)
 	}
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		c.remove(pod.UID)
 		return
 	}
-	var alloc *gpushare.Allocation
-	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {
-		if a, err := gpushare.ParseAllocation(s); err == nil {
-			alloc = a
-		}
-	}
+	alloc := pod.Allocation
 	old := c.pods[pod.UID]
-	nodeName := pod.Spec.NodeName
+	nodeName := pod.NodeName
 	switch {
 	case nodeName == "" && alloc == nil:
 		// Pending and not placed, or our own Assume whose annotation patch
@@ -265,10 +262,10 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	default:
 		// Bound without (a matching) allocation: placed by someone else.
 		ps := &podState{namespace: pod.Namespace, name: pod.Name, node: nodeName, state: StateBound}
-		if idx, err := strconv.Atoi(pod.Annotations[gpushare.AnnotationIndex]); err == nil && idx >= 0 {
-			ps.perCard = map[int]int64{idx: demand.Total()}
+		if pod.LegacyIndex >= 0 {
+			ps.perCard = map[int]int64{pod.LegacyIndex: pod.Demand.Total()}
 		} else {
-			ps.unattributed = demand.Total()
+			ps.unattributed = pod.Demand.Total()
 		}
 		if old != nil && old.node == ps.node && old.alloc == nil && old.unattributed == ps.unattributed && mapsEqual(old.perCard, ps.perCard) {
 			return
@@ -304,17 +301,18 @@ func (c *Cache) DeletePod(uid types.UID) {
 // node it returns that allocation and holds nothing more. It returns
 // ErrBoundElsewhere for a pod bound to another node, ErrUnknownNode, or an
 // *allocator.FitError.
-func (c *Cache) Assume(pod *corev1.Pod, demand gpushare.Demand, node, policyName string) (*gpushare.Allocation, error) {
+func (c *Cache) Assume(pod metav1.Object, demand gpushare.Demand, node, policyName string) (*gpushare.Allocation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ps, ok := c.pods[pod.UID]; ok {
+	uid := pod.GetUID()
+	if ps, ok := c.pods[uid]; ok {
 		switch {
 		case ps.node == node && ps.alloc != nil:
 			return ps.alloc, nil
 		case ps.state == StateBound:
-			return nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.Namespace, pod.Name, ps.node, node, ErrBoundElsewhere)
+			return nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
 		}
-		c.remove(pod.UID) // a stale assumption for another node
+		c.remove(uid) // a stale assumption for another node
 	}
 	ns, ok := c.nodes[node]
 	if !ok || ns.source == SourceNone && len(ns.node.Cards) == 0 && len(ns.pods) == 0 {
@@ -329,7 +327,7 @@ func (c *Cache) Assume(pod *corev1.Pod, demand gpushare.Demand, node, policyName
 		return nil, err
 	}
 	alloc := allocator.Allocation(&ns.node, demand, pl)
-	c.add(pod.UID, &podState{namespace: pod.Namespace, name: pod.Name, node: node, state: StateAssumed,
+	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed,
 		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
 	return alloc, nil
 }

@@ -109,13 +109,10 @@ func TestFeederDeletesAndCapacity(t *testing.T) {
 	if diff := cmp.Diff([]int64{8}, used(t, c, "n1")); diff != "" {
 		t.Fatalf("initial (-want +got):\n%s", diff)
 	}
-	// The lister serves stripped pods that still carry what bind reads.
-	lp, err := f.PodLister().Pods("default").Get("p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gpushare.PodDemand(lp); err != nil || lp.Annotations[gpushare.AnnotationAllocation] == "" {
-		t.Errorf("stripped pod lost demand or annotation: %+v (%v)", lp, err)
+	// The informer serves PodInfo with what bind reads.
+	lp, ok := f.Pod("default", "p")
+	if !ok || lp.Demand == nil || lp.Allocation == nil || lp.UID != "uid-p" {
+		t.Errorf("informer PodInfo lost demand, allocation or identity: %+v", lp)
 	}
 
 	// Capacity grows: the node is rebuilt and the pod re-applied.
@@ -142,25 +139,24 @@ func TestFeederDeletesAndCapacity(t *testing.T) {
 	eventually(t, "the node to go", func() bool { _, ok := c.Inspect("n1"); return !ok })
 }
 
-func TestStripKeepsWhatTheExtenderReads(t *testing.T) {
+func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	restart := corev1.ContainerRestartPolicyAlways
-	pod := util.MakePod("p").GPUMemCards(8, 2).Container("sidecar-free").
-		Annotation("unrelated", "x").Annotation(gpushare.AnnotationIndex, "1").Node("n1").Phase(corev1.PodRunning).Obj()
+	pod := util.MakePod("p").GPUMemCards(8, 2).Container("plain").
+		Annotation("unrelated", "x").Annotation(gpushare.AnnotationIndex, "1").Annotation(gpushare.AnnotationPolicy, "spread").
+		Node("n1").Phase(corev1.PodRunning).Obj()
 	pod.Spec.InitContainers = []corev1.Container{{Name: "side", RestartPolicy: &restart, Resources: pod.Spec.Containers[0].Resources}}
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
-	got := stripPod(pod)
-	if _, ok := got.Annotations["unrelated"]; ok || got.ManagedFields != nil {
-		t.Errorf("stripPod kept unrelated data: %+v", got.ObjectMeta)
-	}
+	pod.ResourceVersion = "42"
 	want, _ := gpushare.PodDemand(pod)
-	have, err := gpushare.PodDemand(got)
-	if err != nil {
-		t.Fatal(err)
+	got := NewPodInfo(pod)
+	wantInfo := &PodInfo{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42"},
+		NodeName:   "n1", Phase: corev1.PodRunning, Demand: want, LegacyIndex: 1, Policy: "spread",
 	}
-	if diff := cmp.Diff(want, have); diff != "" {
-		t.Errorf("demand changed by stripping (-want +got):\n%s", diff)
+	if diff := cmp.Diff(wantInfo, got); diff != "" {
+		t.Errorf("NewPodInfo (-want +got):\n%s", diff)
 	}
-	if got.Spec.NodeName != "n1" || got.Status.Phase != corev1.PodRunning || got.Annotations[gpushare.AnnotationIndex] != "1" {
-		t.Errorf("stripPod lost node, phase or index: %+v", got)
+	if info := NewPodInfo(util.MakePod("cpu").Container("x").Obj()); info.Demand != nil || info.LegacyIndex != -1 {
+		t.Errorf("NewPodInfo of a CPU pod = %+v", info)
 	}
 }

@@ -31,7 +31,7 @@ type PodAPI interface {
 
 // PodCache reads pods from an informer cache; it may be stale or miss new pods.
 type PodCache interface {
-	Get(namespace, name string) (*corev1.Pod, error)
+	Pod(namespace, name string) (*cache.PodInfo, bool)
 }
 
 // maxConflictRetries bounds the re-read-and-patch attempts of one bind.
@@ -64,18 +64,22 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	if err != nil {
 		return err
 	}
-	if pod.Spec.NodeName != "" {
-		if pod.Spec.NodeName == node {
+	if pod.NodeName != "" {
+		if pod.NodeName == node {
 			logger.V(2).Info("Pod already bound to this node; nothing to do", "pod", klog.KObj(pod), "node", node)
 			return nil
 		}
-		return fmt.Errorf("pod %s/%s is already bound to node %s, not %s: %w", namespace, name, pod.Spec.NodeName, node, cache.ErrBoundElsewhere)
+		return fmt.Errorf("pod %s/%s is already bound to node %s, not %s: %w", namespace, name, pod.NodeName, node, cache.ErrBoundElsewhere)
 	}
-	demand, err := gpushare.PodDemand(pod)
-	if err != nil {
+	if pod.Demand == nil {
+		// Say why: no gpu-mem at all, or an invalid request.
+		full, err := b.api.GetPod(ctx, namespace, name)
+		if err == nil {
+			_, err = gpushare.PodDemand(full)
+		}
 		return fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 	}
-	alloc, err := b.cache.Assume(pod, demand, node, pod.Annotations[gpushare.AnnotationPolicy])
+	alloc, err := b.cache.Assume(pod, pod.Demand, node, pod.Policy)
 	if err != nil {
 		return fmt.Errorf("placing pod %s/%s on node %s: %w", namespace, name, node, err)
 	}
@@ -99,8 +103,8 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 
 // pod returns the pod from the informer cache, or from the API when the
 // cache misses it or holds an older pod of the same name.
-func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error) {
-	if p, err := b.pods.Get(namespace, name); err == nil && (uid == "" || p.UID == uid) {
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodInfo, error) {
+	if p, ok := b.pods.Pod(namespace, name); ok && (uid == "" || p.UID == uid) {
 		return p, nil
 	}
 	p, err := b.api.GetPod(ctx, namespace, name)
@@ -110,7 +114,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	if uid != "" && p.UID != uid {
 		return nil, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked to bind %s (deleted and re-created?)", namespace, name, p.UID, uid)
 	}
-	return p, nil
+	return cache.NewPodInfo(p), nil
 }
 
 // annotations returns what bind writes on the pod.
@@ -144,7 +148,7 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]*string, er
 // annotate writes the allocation on the pod, at the resourceVersion it was
 // read at; on a conflict it re-reads the pod and tries again. written
 // reports whether the annotations may be on the pod.
-func (b *Binder) annotate(ctx context.Context, pod *corev1.Pod, alloc *gpushare.Allocation) (written bool, err error) {
+func (b *Binder) annotate(ctx context.Context, pod *cache.PodInfo, alloc *gpushare.Allocation) (written bool, err error) {
 	set, err := b.annotations(alloc)
 	if err != nil {
 		return false, err
@@ -175,7 +179,7 @@ func (b *Binder) annotate(ctx context.Context, pod *corev1.Pod, alloc *gpushare.
 // unannotate removes the allocation annotations after a failed bind, so a
 // restarted extender does not hold the cards for an unbound pod. Best
 // effort: the cache has already released them.
-func (b *Binder) unannotate(ctx context.Context, pod *corev1.Pod) {
+func (b *Binder) unannotate(ctx context.Context, pod *cache.PodInfo) {
 	clear := map[string]*string{}
 	for _, k := range []string{gpushare.AnnotationAllocation, gpushare.AnnotationIndex, gpushare.AnnotationPodMem,
 		gpushare.AnnotationDevMem, gpushare.AnnotationAssigned, gpushare.AnnotationAssumeTime} {
@@ -188,7 +192,7 @@ func (b *Binder) unannotate(ctx context.Context, pod *corev1.Pod) {
 
 // bind creates the Binding. A Binding refused because the pod is already
 // on node (a retry after a timeout that hid success) counts as success.
-func (b *Binder) bind(ctx context.Context, pod *corev1.Pod, node string) error {
+func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string) error {
 	err := b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node)
 	if err == nil {
 		return nil

@@ -70,9 +70,7 @@ func (f *fakeAPI) Bind(_ context.Context, _, _ string, _ types.UID, node string)
 // noCache misses every pod, so the binder reads from the API.
 type noCache struct{}
 
-func (noCache) Get(_, name string) (*corev1.Pod, error) {
-	return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
-}
+func (noCache) Pod(_, _ string) (*cache.PodInfo, bool) { return nil, false }
 
 func newBinderFixture(t *testing.T, api *fakeAPI) (*Binder, *cache.Cache) {
 	t.Helper()

@@ -93,7 +93,7 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 		t.Fatal("not synced")
 	}
 	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
-	b := NewBinder(c, ClientPodAPI{Client: client}, listerCache{feeder}, clk)
+	b := NewBinder(c, ClientPodAPI{Client: client}, feeder, clk)
 	return &fixture{client: client, cache: c, handler: NewHandlers(logger, c, b, feeder.Synced).Router()}
 }
 

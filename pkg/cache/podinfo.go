@@ -1,0 +1,51 @@
+package cache
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// PodInfo is what the extender keeps of a pod, decoded once when the pod
+// arrives: the pod informer stores PodInfo instead of the Pod, which
+// keeps 40,000 pods in tens of MiB rather than hundreds. Its ObjectMeta
+// holds only name, namespace, UID and resourceVersion.
+type PodInfo struct {
+	metav1.ObjectMeta
+	NodeName string
+	Phase    corev1.PodPhase
+	// Demand is nil for a pod that asks no gpu-mem or asks it invalidly.
+	Demand gpushare.Demand
+	// Allocation is the parsed gpushare.io/allocation, nil when absent or invalid.
+	Allocation *gpushare.Allocation
+	// LegacyIndex is ALIYUN_COM_GPU_MEM_IDX, -1 when absent or invalid.
+	LegacyIndex int
+	// Policy is the gpushare.io/policy annotation.
+	Policy string
+}
+
+// NewPodInfo extracts a PodInfo from a pod.
+func NewPodInfo(pod *corev1.Pod) *PodInfo {
+	info := &PodInfo{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		NodeName:   pod.Spec.NodeName,
+		Phase:      pod.Status.Phase,
+		Policy:     pod.Annotations[gpushare.AnnotationPolicy],
+	}
+	if d, err := gpushare.PodDemand(pod); err == nil {
+		info.Demand = d
+	}
+	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {
+		if a, err := gpushare.ParseAllocation(s); err == nil {
+			info.Allocation = a
+		}
+	}
+	info.LegacyIndex = -1
+	if idx, err := strconv.Atoi(pod.Annotations[gpushare.AnnotationIndex]); err == nil && idx >= 0 {
+		info.LegacyIndex = idx
+	}
+	return info
+}
