@@ -15,6 +15,11 @@ type Shape struct {
 	// Weight is the share of recent requests of this shape; the weights of
 	// Workload.Typical sum to 1.
 	Weight float64
+	// MilliCPU is the mean CPU, in millicores, that requests of this shape
+	// asked per container; 0 when no caller reported CPU (see ObserveCPU).
+	MilliCPU float64
+	// MemoryMiB likewise, in MiB.
+	MemoryMiB float64
 }
 
 // FragAware scores by the change in fragmentation (see Fragmentation): the
@@ -138,6 +143,11 @@ func (f *FragAware) NodeScore(n *Node, pl *Placement) float64 {
 // maxShapes shapes are kept. It is not safe for concurrent use.
 type Workload struct {
 	weights map[shapeKey]float64 // shape -> decayed count
+	// cpu: shape -> decayed sum of the millicores its requests asked, on
+	// the same scale as weights.
+	cpu map[shapeKey]float64
+	// mem: likewise for memory, in MiB.
+	mem map[shapeKey]float64
 	// scale is the factor by which stored weights must be multiplied to get
 	// their current value; decaying all weights is a multiplication of it.
 	scale float64
@@ -159,18 +169,32 @@ const (
 
 // NewWorkload returns an empty model.
 func NewWorkload() *Workload {
-	return &Workload{weights: map[shapeKey]float64{}, scale: 1}
+	return &Workload{weights: map[shapeKey]float64{}, cpu: map[shapeKey]float64{}, mem: map[shapeKey]float64{}, scale: 1}
 }
 
 // Observe records the container shapes of one pod's demand.
-func (w *Workload) Observe(d gpushare.Demand) {
+func (w *Workload) Observe(d gpushare.Demand) { w.ObserveCPU(d, 0, 0) }
+
+// ObserveCPU records the container shapes of one pod's demand and the CPU
+// the pod asks, in millicores, shared among its containers by units.
+func (w *Workload) ObserveCPU(d gpushare.Demand, milliCPU, memMiB int64) {
+	total := d.Total()
 	for _, c := range d {
 		w.scale /= workloadDecay
-		w.weights[shapeKey{c.Units, c.Cards}] += w.scale
+		k := shapeKey{c.Units, c.Cards}
+		w.weights[k] += w.scale
+		if milliCPU > 0 && total > 0 {
+			w.cpu[k] += w.scale * float64(milliCPU) * float64(c.Total()) / float64(total)
+		}
+		if memMiB > 0 && total > 0 {
+			w.mem[k] += w.scale * float64(memMiB) * float64(c.Total()) / float64(total)
+		}
 	}
 	if w.scale > 1e100 { // renormalise before float64 overflows
 		for k := range w.weights {
 			w.weights[k] /= w.scale
+			w.cpu[k] /= w.scale
+			w.mem[k] /= w.scale
 		}
 		w.scale = 1
 	}
@@ -188,6 +212,8 @@ func (w *Workload) evictLightest() {
 		}
 	}
 	delete(w.weights, lightest)
+	delete(w.cpu, lightest)
+	delete(w.mem, lightest)
 }
 
 // Typical returns up to TypicalShapes heaviest shapes with weights summing to 1,
@@ -195,7 +221,7 @@ func (w *Workload) evictLightest() {
 func (w *Workload) Typical() []Shape {
 	out := make([]Shape, 0, len(w.weights))
 	for k, v := range w.weights {
-		out = append(out, Shape{Units: k.units, Cards: k.cards, Weight: v})
+		out = append(out, Shape{Units: k.units, Cards: k.cards, Weight: v, MilliCPU: w.cpu[k] / v, MemoryMiB: w.mem[k] / v})
 	}
 	sort.Slice(out, func(a, b int) bool {
 		if out[a].Weight != out[b].Weight {

@@ -24,16 +24,24 @@ const (
 	NameBinpack   = "binpack"
 	NameSpread    = "spread"
 	NameFragAware = "fragaware"
+	NameBestFit   = "bestfit"
+	NameRandom    = "random"
+	NameFGD       = "fgd"
 )
 
 // DefaultPolicy is the policy used when none is configured.
 const DefaultPolicy = NameFragAware
 
 // PolicyNames lists the policies New accepts.
-func PolicyNames() []string { return []string{NameBinpack, NameFragAware, NameSpread} }
+func PolicyNames() []string {
+	return []string{NameBestFit, NameBinpack, NameFGD, NameFragAware, NameRandom, NameSpread}
+}
 
 // New returns the named policy. FragAware uses typical, the cluster's
-// typical requests (see Workload.Typical); other policies ignore it.
+// typical requests (see Workload.Typical); FGD takes them as its target
+// workload (the simulator builds it with NewFGD from the whole trace
+// instead, as the study does); other policies ignore it. Random draws from
+// a generator seeded by the clock (the simulator seeds it with NewRandom).
 func New(name string, typical []Shape) (Policy, error) {
 	switch name {
 	case NameBinpack:
@@ -42,6 +50,16 @@ func New(name string, typical []Shape) (Policy, error) {
 		return Spread{}, nil
 	case NameFragAware:
 		return NewFragAware(typical), nil
+	case NameBestFit:
+		return BestFit{}, nil
+	case NameRandom:
+		return NewRandom(nil), nil
+	case NameFGD:
+		tasks := make([]Task, len(typical))
+		for i, s := range typical {
+			tasks[i] = Task{Units: s.Units, Cards: s.Cards, Weight: s.Weight}
+		}
+		return NewFGD(tasks), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q; want one of %s", name, strings.Join(PolicyNames(), ", "))
 }

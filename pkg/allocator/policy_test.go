@@ -116,7 +116,7 @@ func TestNewPolicy(t *testing.T) {
 			t.Errorf("New(%q) = %v, %v", name, p, err)
 		}
 	}
-	if _, err := New("worstfit", nil); err == nil || err.Error() != `unknown policy "worstfit"; want one of binpack, fragaware, spread` {
+	if _, err := New("worstfit", nil); err == nil || err.Error() != `unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread` {
 		t.Errorf("New(worstfit) error = %v", err)
 	}
 }
