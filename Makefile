@@ -21,6 +21,7 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build the binaries into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-scheduler-extender ./extender
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubectl-inspect-gpushare ./kubectl-inspect-gpushare
 
 .PHONY: controlplane
 controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).

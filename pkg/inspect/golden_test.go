@@ -1,0 +1,106 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// run runs the command with args against env's client and returns the exit
+// status, stdout and stderr.
+func run(t *testing.T, env Env, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env.Args = args
+	env.Streams = genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut}
+	code = Main(context.Background(), env)
+	return code, out.String(), errOut.String()
+}
+
+// fakeEnv returns an Env whose API is a fake clientset holding objs.
+func fakeEnv(objs ...runtime.Object) Env {
+	client := fake.NewClientset(objs...)
+	return Env{NewClient: func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }}
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/inspect/ -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs (-want +got; go test ./pkg/inspect/ -update rewrites it):\n%s", path, diff)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	tests := []struct {
+		name   string
+		objs   []runtime.Object
+		args   []string
+		tty    bool
+		golden string
+	}{
+		{name: "empty cluster", args: nil, golden: "empty.txt"},
+		{name: "empty cluster, only nodes without GPUs", objs: objs(cpuOnly()), golden: "empty.txt"},
+		{name: "empty cluster json", args: []string{"-o", "json"}, golden: "empty.json"},
+		{name: "empty selection", objs: cluster(), args: []string{"-l", "pool=none"}, golden: "empty-selector.txt"},
+		{name: "mixed cards and units", objs: join(objs(nodeA(), nodeMiB()), podsA(), podsMiB()), golden: "mixed-cards.txt"},
+		{name: "mixed cards wide", objs: join(objs(nodeA(), nodeMiB()), podsA(), podsMiB()), args: []string{"-o", "wide"}, golden: "mixed-cards-wide.txt"},
+		{name: "multi-container pod", objs: join(objs(nodeA()), podsA()), args: []string{"-d"}, golden: "multi-container-details.txt"},
+		{name: "unscheduled gpu-mem pods", objs: join(objs(nodeC()), podsC(), pending()), golden: "unscheduled.txt"},
+		{name: "unhealthy card", objs: join(objs(nodeB()), podsB()), golden: "unhealthy.txt"},
+		{name: "unhealthy card details", objs: join(objs(nodeB()), podsB()), args: []string{"-d"}, golden: "unhealthy-details.txt"},
+		{name: "cluster", objs: cluster(), golden: "cluster.txt"},
+		{name: "cluster wide", objs: cluster(), args: []string{"-o", "wide"}, golden: "cluster-wide.txt"},
+		{name: "cluster on a terminal", objs: cluster(), tty: true, golden: "cluster-tty.txt"},
+		{name: "cluster details", objs: cluster(), args: []string{"-d"}, golden: "cluster-details.txt"},
+		{name: "cluster details on a terminal", objs: cluster(), args: []string{"--details"}, tty: true, golden: "cluster-details-tty.txt"},
+		{name: "details of one namespace", objs: cluster(), args: []string{"-d", "-n", "team-a"}, golden: "cluster-details-team-a.txt"},
+		{name: "-A overrides -n", objs: cluster(), args: []string{"-d", "-n", "team-a", "-A"}, golden: "cluster-details.txt"},
+		{name: "json", objs: cluster(), args: []string{"-o", "json"}, golden: "cluster.json"},
+		{name: "json ignores the terminal and -d", objs: cluster(), args: []string{"-o", "json", "-d"}, tty: true, golden: "cluster.json"},
+		{name: "yaml", objs: cluster(), args: []string{"-o", "yaml"}, golden: "cluster.yaml"},
+		{name: "one node", objs: cluster(), args: []string{"gpu-b", "-d"}, golden: "node-gpu-b-details.txt"},
+		{name: "one node without GPUs", objs: cluster(), args: []string{"cpu-only"}, golden: "node-cpu-only.txt"},
+		{name: "broken inventory, card gone", objs: brokenInventory(), golden: "broken-inventory.txt"},
+		{name: "broken inventory, card gone, details", objs: brokenInventory(), args: []string{"-d"}, golden: "broken-inventory-details.txt"},
+		{name: "label selector", objs: cluster(), args: []string{"-l", "pool=a"}, golden: "selector-pool-a.txt"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := fakeEnv(tc.objs...)
+			env.TTY = tc.tty
+			code, stdout, stderr := run(t, env, tc.args...)
+			if code != 0 {
+				t.Fatalf("exit status %d, stderr:\n%s", code, stderr)
+			}
+			got := stdout
+			if stderr != "" {
+				got += "--- stderr ---\n" + stderr
+			}
+			golden(t, tc.golden, got)
+		})
+	}
+}
