@@ -3,6 +3,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -253,7 +254,10 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 		c.add(pod.UID, &podState{namespace: pod.Namespace, name: pod.Name, node: alloc.Node, state: StateAssumed,
 			alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL), annotated: true})
 	case alloc != nil && alloc.Node == nodeName:
-		if old != nil && old.node == nodeName && old.alloc != nil {
+		// The same allocation (our bind's annotation coming back): confirm
+		// it. A different one (the device plugin repaired it to the cards
+		// kubelet actually gave): re-charge.
+		if old != nil && old.node == nodeName && old.alloc != nil && reflect.DeepEqual(old.alloc, alloc) {
 			old.state = StateBound
 			return
 		}

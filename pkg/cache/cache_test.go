@@ -363,3 +363,29 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 		t.Errorf("after the failed bind's events (-want +got):\n%s", diff)
 	}
 }
+
+// TestRepairedAllocationIsRecharged follows the device plugin correcting a
+// bound pod's allocation to the card kubelet actually gave it.
+func TestRepairedAllocationIsRecharged(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pod := util.MakePod("p").GPUMem(6).Obj()
+	a, err := c.Assume(pod, demand(t, pod), "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.FinishBinding(pod.UID)
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Node("n1").Obj())
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Fatalf("bound (-want +got):\n%s", diff)
+	}
+	repaired := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, UUID: "GPU-n1-1", Units: 6}}},
+	}}
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(repaired).Node("n1").Obj())
+	if diff := cmp.Diff([]int64{0, 6}, used(t, c, "n1")); diff != "" {
+		t.Errorf("after repair (-want +got):\n%s", diff)
+	}
+}

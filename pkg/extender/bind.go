@@ -2,7 +2,6 @@ package extender
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -22,11 +21,10 @@ import (
 type PodAPI interface {
 	// GetPod reads a pod from the API server (not a cache).
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	// PatchAnnotations sets (non-nil) or removes (nil) annotations, failing
-	// with a Conflict unless the pod is at resourceVersion ("" for any).
-	PatchAnnotations(ctx context.Context, namespace, name, resourceVersion string, set map[string]*string) error
-	// Bind creates the pod's Binding to node.
-	Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error
+	// Bind creates the pod's Binding to node, which sets spec.nodeName and
+	// merges annotations into the pod in one update, provided the pod
+	// still has UID uid and no node.
+	Bind(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error
 }
 
 // PodCache reads pods from an informer cache; it may be stale or miss new pods.
@@ -34,7 +32,7 @@ type PodCache interface {
 	Pod(namespace, name string) (*cache.PodInfo, bool)
 }
 
-// maxConflictRetries bounds the re-read-and-patch attempts of one bind.
+// maxConflictRetries bounds the re-read-and-bind attempts of one bind.
 const maxConflictRetries = 5
 
 // Binder chooses cards, records them on the pod and binds it.
@@ -85,15 +83,8 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	}
 	logger.V(4).Info("Chose cards", "pod", klog.KObj(pod), "node", node, "allocation", alloc)
 
-	written, err := b.annotate(ctx, pod, alloc)
-	if err == nil {
-		err = b.bind(ctx, pod, node)
-	}
-	if err != nil {
+	if err := b.bind(ctx, pod, node, alloc); err != nil {
 		b.cache.Forget(pod.UID)
-		if written {
-			b.unannotate(ctx, pod)
-		}
 		return err
 	}
 	b.cache.FinishBinding(pod.UID)
@@ -118,7 +109,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 }
 
 // annotations returns what bind writes on the pod.
-func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]*string, error) {
+func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]string, error) {
 	enc, err := alloc.Encode()
 	if err != nil {
 		return nil, err
@@ -134,75 +125,49 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]*string, er
 	}
 	idx := first.Devices[0].Index
 	devTotal, _ := b.cache.CardTotal(alloc.Node, idx)
-	str := func(s string) *string { return &s }
-	return map[string]*string{
-		gpushare.AnnotationAllocation: str(enc),
-		gpushare.AnnotationIndex:      str(strconv.Itoa(idx)),
-		gpushare.AnnotationPodMem:     str(strconv.FormatInt(alloc.Total(), 10)),
-		gpushare.AnnotationDevMem:     str(strconv.FormatInt(devTotal, 10)),
-		gpushare.AnnotationAssigned:   str("false"),
-		gpushare.AnnotationAssumeTime: str(strconv.FormatInt(b.clock.Now().UnixNano(), 10)),
+	return map[string]string{
+		gpushare.AnnotationAllocation: enc,
+		gpushare.AnnotationIndex:      strconv.Itoa(idx),
+		gpushare.AnnotationPodMem:     strconv.FormatInt(alloc.Total(), 10),
+		gpushare.AnnotationDevMem:     strconv.FormatInt(devTotal, 10),
+		gpushare.AnnotationAssigned:   "false",
+		gpushare.AnnotationAssumeTime: strconv.FormatInt(b.clock.Now().UnixNano(), 10),
 	}, nil
 }
 
-// annotate writes the allocation on the pod, at the resourceVersion it was
-// read at; on a conflict it re-reads the pod and tries again. written
-// reports whether the annotations may be on the pod.
-func (b *Binder) annotate(ctx context.Context, pod *cache.PodInfo, alloc *gpushare.Allocation) (written bool, err error) {
-	set, err := b.annotations(alloc)
+// bind creates the Binding that carries the allocation annotations, so
+// the API server sets the node and the annotations in one update: no
+// reader ever sees a pod annotated but unbound, and a bind costs one write.
+// On a conflict it re-reads the pod: already on node (a retry after a
+// timeout that hid success) is success; on another node, or re-created, is
+// an error; otherwise it tries again.
+func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, alloc *gpushare.Allocation) error {
+	ann, err := b.annotations(alloc)
 	if err != nil {
-		return false, err
+		return err
 	}
-	rv := pod.ResourceVersion
 	for attempt := 0; ; attempt++ {
-		err = b.api.PatchAnnotations(ctx, pod.Namespace, pod.Name, rv, set)
+		err = b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
 		if err == nil {
-			return true, nil
-		}
-		if !apierrors.IsConflict(err) || attempt == maxConflictRetries {
-			return false, fmt.Errorf("writing allocation annotations on pod %s/%s: %w", pod.Namespace, pod.Name, err)
-		}
-		fresh, gerr := b.api.GetPod(ctx, pod.Namespace, pod.Name)
-		if gerr != nil {
-			return false, fmt.Errorf("re-reading pod %s/%s after a conflict: %w", pod.Namespace, pod.Name, gerr)
-		}
-		if fresh.UID != pod.UID {
-			return false, fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name)
-		}
-		if fresh.Spec.NodeName != "" && fresh.Spec.NodeName != alloc.Node {
-			return false, fmt.Errorf("pod %s/%s was bound to node %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, cache.ErrBoundElsewhere)
-		}
-		rv = fresh.ResourceVersion
-	}
-}
-
-// unannotate removes the allocation annotations after a failed bind, so a
-// restarted extender does not hold the cards for an unbound pod. Best
-// effort: the cache has already released them.
-func (b *Binder) unannotate(ctx context.Context, pod *cache.PodInfo) {
-	clear := map[string]*string{}
-	for _, k := range []string{gpushare.AnnotationAllocation, gpushare.AnnotationIndex, gpushare.AnnotationPodMem,
-		gpushare.AnnotationDevMem, gpushare.AnnotationAssigned, gpushare.AnnotationAssumeTime} {
-		clear[k] = nil
-	}
-	if err := b.api.PatchAnnotations(ctx, pod.Namespace, pod.Name, "", clear); err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Error(err, "Could not remove the allocation of a failed bind; it expires on its own", "pod", klog.KObj(pod))
-	}
-}
-
-// bind creates the Binding. A Binding refused because the pod is already
-// on node (a retry after a timeout that hid success) counts as success.
-func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string) error {
-	err := b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node)
-	if err == nil {
-		return nil
-	}
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
-		if fresh, gerr := b.api.GetPod(ctx, pod.Namespace, pod.Name); gerr == nil && fresh.UID == pod.UID && fresh.Spec.NodeName == node {
 			return nil
 		}
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
+		}
+		fresh, gerr := b.api.GetPod(ctx, pod.Namespace, pod.Name)
+		switch {
+		case gerr != nil:
+			return fmt.Errorf("re-reading pod %s/%s after a binding conflict: %w", pod.Namespace, pod.Name, gerr)
+		case fresh.UID != pod.UID:
+			return fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name)
+		case fresh.Spec.NodeName == node:
+			return nil
+		case fresh.Spec.NodeName != "":
+			return fmt.Errorf("pod %s/%s was bound to node %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, cache.ErrBoundElsewhere)
+		case attempt == maxConflictRetries:
+			return fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
+		}
 	}
-	return fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
 }
 
 // ClientPodAPI implements PodAPI with a clientset.
@@ -216,22 +181,9 @@ func (a ClientPodAPI) GetPod(ctx context.Context, namespace, name string) (*core
 	return a.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (a ClientPodAPI) PatchAnnotations(ctx context.Context, namespace, name, resourceVersion string, set map[string]*string) error {
-	meta := map[string]any{"annotations": set}
-	if resourceVersion != "" {
-		meta["resourceVersion"] = resourceVersion
-	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
-	if err != nil {
-		return err
-	}
-	_, err = a.Client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
-	return err
-}
-
-func (a ClientPodAPI) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+func (a ClientPodAPI) Bind(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error {
 	return a.Client.CoreV1().Pods(namespace).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: uid, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}, metav1.CreateOptions{})
 }

@@ -16,16 +16,19 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
 
-// fakeAPI is a PodAPI whose pod changes under the binder: each patch at a
-// stale resourceVersion is a Conflict.
+// fakeAPI is a PodAPI over one pod that applies a Binding as the API
+// server does (node and annotations in one update) after refusing the
+// first conflicts attempts with a Conflict.
 type fakeAPI struct {
-	pod *corev1.Pod
-	// conflicts: how many patches to refuse before accepting.
+	pod       *corev1.Pod
 	conflicts int
-	// bindErr is returned by Bind.
+	// onConflict, if set, changes the pod when a conflict is returned.
+	onConflict func(*corev1.Pod)
+	// bindErr, if set, is returned by every Bind.
 	bindErr error
 	calls   []string // verbs in order, for assertions
 }
@@ -35,35 +38,25 @@ func (f *fakeAPI) GetPod(_ context.Context, _, _ string) (*corev1.Pod, error) {
 	return f.pod.DeepCopy(), nil
 }
 
-func (f *fakeAPI) PatchAnnotations(_ context.Context, _, name, rv string, set map[string]*string) error {
-	f.calls = append(f.calls, "patch@"+rv)
-	if rv != "" && rv != f.pod.ResourceVersion {
-		return apierrors.NewConflict(corev1.Resource("pods"), name, errors.New("stale"))
-	}
-	if f.conflicts > 0 {
-		f.conflicts--
-		f.pod.ResourceVersion += "+" // someone else wrote the pod
-		return apierrors.NewConflict(corev1.Resource("pods"), name, errors.New("changed meanwhile"))
-	}
-	if f.pod.Annotations == nil {
-		f.pod.Annotations = map[string]string{}
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(f.pod.Annotations, k)
-		} else {
-			f.pod.Annotations[k] = *v
-		}
-	}
-	return nil
-}
-
-func (f *fakeAPI) Bind(_ context.Context, _, _ string, _ types.UID, node string) error {
+func (f *fakeAPI) Bind(_ context.Context, _, name string, uid types.UID, node string, ann map[string]string) error {
 	f.calls = append(f.calls, "bind")
 	if f.bindErr != nil {
 		return f.bindErr
 	}
+	if f.conflicts > 0 || uid != f.pod.UID || f.pod.Spec.NodeName != "" {
+		f.conflicts--
+		if f.onConflict != nil {
+			f.onConflict(f.pod)
+		}
+		return apierrors.NewConflict(corev1.Resource("pods/binding"), name, errors.New("conflict"))
+	}
 	f.pod.Spec.NodeName = node
+	if f.pod.Annotations == nil {
+		f.pod.Annotations = map[string]string{}
+	}
+	for k, v := range ann {
+		f.pod.Annotations[k] = v
+	}
 	return nil
 }
 
@@ -84,36 +77,85 @@ func newBinderFixture(t *testing.T, api *fakeAPI) (*Binder, *cache.Cache) {
 	return NewBinder(c, api, noCache{}, clocktesting.NewFakeClock(time.Unix(1, 0))), c
 }
 
-func TestBindRetriesOnConflict(t *testing.T) {
+func TestBindIsOneWrite(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	pod := util.MakePod("p").GPUMem(4).Obj()
-	pod.ResourceVersion = "1"
-	api := &fakeAPI{pod: pod, conflicts: 2}
+	api := &fakeAPI{pod: pod}
 	b, c := newBinderFixture(t, api)
 	if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"get", "patch@1", "get", "patch@1+", "get", "patch@1++", "bind"}
-	if diff := cmp.Diff(want, api.calls); diff != "" {
+	// One read (the informer cache missed) and one write.
+	if diff := cmp.Diff([]string{"get", "bind"}, api.calls); diff != "" {
 		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+	if api.pod.Spec.NodeName != "n1" || api.pod.Annotations[gpushare.AnnotationAllocation] == "" || api.pod.Annotations[gpushare.AnnotationAssumeTime] != "1000000000" {
+		t.Errorf("pod after bind: node %q annotations %v", api.pod.Spec.NodeName, api.pod.Annotations)
 	}
 	if v, _ := c.Inspect("n1"); v[0].Used != 4 {
 		t.Errorf("used = %d, want 4", v[0].Used)
 	}
 }
 
-func TestBindGivesUpAfterRetries(t *testing.T) {
+func TestBindRetriesOnConflict(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	pod := util.MakePod("p").GPUMem(4).Obj()
-	pod.ResourceVersion = "1"
-	api := &fakeAPI{pod: pod, conflicts: 100}
-	b, c := newBinderFixture(t, api)
-	err := b.Bind(ctx, "default", "p", pod.UID, "n1")
-	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "writing allocation annotations on pod default/p") {
-		t.Fatalf("Bind() error = %v, want a wrapped Conflict", err)
+	api := &fakeAPI{pod: pod, conflicts: 2}
+	b, _ := newBinderFixture(t, api)
+	if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
+		t.Fatal(err)
 	}
-	if v, _ := c.Inspect("n1"); v[0].Used != 0 {
-		t.Errorf("used = %d after a failed bind, want 0", v[0].Used)
+	if diff := cmp.Diff([]string{"get", "bind", "get", "bind", "get", "bind"}, api.calls); diff != "" {
+		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestBindConflicts(t *testing.T) {
+	tests := []struct {
+		name       string
+		conflicts  int
+		onConflict func(*corev1.Pod)
+		wantErr    string
+		wantUsed   int64
+	}{
+		{
+			name:      "gives up after retries",
+			conflicts: 100,
+			wantErr:   "binding pod default/p to node n1: Operation cannot be fulfilled",
+		},
+		{
+			name:       "bound elsewhere meanwhile",
+			conflicts:  1,
+			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
+			wantErr:    "pod default/p was bound to node n2 meanwhile: pod already bound to another node",
+		},
+		{
+			name:       "re-created meanwhile",
+			conflicts:  1,
+			onConflict: func(p *corev1.Pod) { p.UID = "other" },
+			wantErr:    "pod default/p was re-created while binding",
+		},
+		{
+			name:       "an earlier attempt bound it here",
+			conflicts:  1,
+			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n1" },
+			wantUsed:   4,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			pod := util.MakePod("p").GPUMem(4).Obj()
+			api := &fakeAPI{pod: pod, conflicts: tc.conflicts, onConflict: tc.onConflict}
+			b, c := newBinderFixture(t, api)
+			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Bind() error = %v, want %q", err, tc.wantErr)
+			}
+			if v, _ := c.Inspect("n1"); v[0].Used != tc.wantUsed {
+				t.Errorf("used = %d, want %d", v[0].Used, tc.wantUsed)
+			}
+		})
 	}
 }
 
@@ -125,29 +167,4 @@ func TestBindRefusesReplacedPod(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "deleted and re-created") {
 		t.Errorf("Bind() error = %v, want the UID mismatch explained", err)
 	}
-}
-
-func TestBindConflictButAlreadyBoundHereSucceeds(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	pod := util.MakePod("p").GPUMem(4).Obj()
-	api := &fakeAPI{pod: pod}
-	// The Binding was created by an earlier attempt whose reply was lost.
-	api.bindErr = apierrors.NewConflict(corev1.Resource("pods/binding"), "p", errors.New("already assigned"))
-	b, c := newBinderFixture(t, api)
-	b.api = &bindThenFail{fakeAPI: api}
-	if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
-		t.Fatalf("Bind() = %v, want success for a pod already on n1", err)
-	}
-	if v, _ := c.Inspect("n1"); v[0].Used != 4 {
-		t.Errorf("used = %d, want 4", v[0].Used)
-	}
-}
-
-// bindThenFail binds the pod and then reports a conflict, as when a retried
-// Binding meets the first one.
-type bindThenFail struct{ *fakeAPI }
-
-func (b *bindThenFail) Bind(_ context.Context, _, _ string, _ types.UID, node string) error {
-	b.pod.Spec.NodeName = node
-	return b.bindErr
 }

@@ -11,9 +11,9 @@
 // carrying whole Nodes is accepted too.
 //
 // Bind: the cache chooses the cards and holds them as assumed (under its
-// lock, no API call); the binder then writes the allocation annotations with
-// a resourceVersion precondition (re-reading the pod on conflict) and
-// creates the Binding. On failure it releases the cards and removes the
-// annotations it wrote. A retried bind of a pod already bound to that node
-// succeeds without holding anything twice.
+// lock, no API call); the binder then creates the pod's Binding carrying the
+// allocation annotations, which the API server applies together with
+// spec.nodeName in one update guarded by the pod's UID. On a conflict it
+// re-reads the pod. On failure it releases the cards. A retried bind of a
+// pod already bound to that node succeeds without holding anything twice.
 package extender

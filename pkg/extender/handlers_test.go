@@ -62,7 +62,8 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 	}
 	client := fake.NewClientset(append(base, objs...)...)
 	// The fake tracker does not implement pods/binding: set spec.nodeName
-	// as the API server would, refusing a second binding.
+	// and merge the Binding's annotations as the API server does, refusing
+	// a second binding.
 	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		ca, ok := a.(k8stesting.CreateAction)
 		if !ok || ca.GetSubresource() != "binding" {
@@ -78,6 +79,12 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 			return true, nil, apierrorsConflict(pod)
 		}
 		pod.Spec.NodeName = b.Target.Name
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		for k, v := range b.Annotations {
+			pod.Annotations[k] = v
+		}
 		return true, nil, client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), pod, pod.Namespace)
 	})
 	c, err := cache.New(cache.Config{Policy: allocator.NameBinpack})
