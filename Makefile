@@ -22,18 +22,21 @@ help: ## List the targets.
 build: ## Build the binaries into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-scheduler-extender ./extender
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubectl-inspect-gpushare ./kubectl-inspect-gpushare
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-device-plugin ./deviceplugin
 
 .PHONY: controlplane
 controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).
 	$(GO) run ./test/cmd/controlplane build
 
 .PHONY: test
-test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane.
+test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	cd test/kubelet && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: unit
-unit: ## Run the tests that need no control plane (-short).
+unit: ## Run the tests that need no control plane (-short), kubelet's device manager included.
 	$(GO) test -race -short ./...
+	cd test/kubelet && $(GO) test -race ./...
 
 .PHONY: bench
 bench: controlplane ## Run the benchmarks and the extender RSS measurement (numbers are reported, never asserted).
@@ -44,6 +47,8 @@ bench: controlplane ## Run the benchmarks and the extender RSS measurement (numb
 fuzz: ## Fuzz each decoder for FUZZTIME (default 30s).
 	@for t in FuzzParseAllocation FuzzParseInventory; do $(GO) test ./pkg/gpushare -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
 	@for t in FuzzFilterBody FuzzBindBody; do $(GO) test ./pkg/extender -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
+	$(GO) test ./pkg/deviceplugin -run '^$$' -fuzz '^FuzzParseDeviceID$$' -fuzztime $${FUZZTIME:-30s}
+	$(GO) test ./pkg/gpu -run '^$$' -fuzz '^FuzzParseFakeGPUs$$' -fuzztime $${FUZZTIME:-30s}
 
 $(GOLANGCI):
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
@@ -51,11 +56,13 @@ $(GOLANGCI):
 .PHONY: lint
 lint: $(GOLANGCI) ## Run golangci-lint (installed into bin/tools on first use).
 	$(GOLANGCI) run ./...
+	cd test/kubelet && $(GOLANGCI) run ./...
 
 .PHONY: verify
 verify: lint ## Check gofmt, go vet, lint and that go.mod/go.sum are tidy.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd test/kubelet && $(GO) vet ./...
 	@cp go.mod /tmp/gpushare-go.mod.bak; cp go.sum /tmp/gpushare-go.sum.bak; \
 	 $(GO) mod tidy; \
 	 if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; cp /tmp/gpushare-go.mod.bak go.mod; cp /tmp/gpushare-go.sum.bak go.sum; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi

@@ -12,12 +12,11 @@ import (
 
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeclient"
 )
 
 // Config is the extender's configuration, as set by its flags.
@@ -49,25 +48,9 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// NewClient builds an API client from a kubeconfig path ("" for in-cluster).
+// NewClient builds the extender's API client from a kubeconfig path ("" for in-cluster).
 func NewClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("no --kubeconfig given and not running in a cluster: %w", err)
-		}
-	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
-	}
-	cfg.QPS, cfg.Burst = qps, burst
-	cfg.UserAgent = "gpushare-scheduler-extender"
-	// Protobuf decodes the initial lists of every pod in the cluster with a
-	// fraction of JSON's garbage and CPU.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	return kubernetes.NewForConfig(cfg)
+	return kubeclient.New(kubeconfig, qps, burst, "gpushare-scheduler-extender")
 }
 
 // watchListGates turns on client-go's WatchListClient: informers then

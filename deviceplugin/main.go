@@ -1,0 +1,85 @@
+// Command gpushare-device-plugin advertises a node's GPU memory to kubelet
+// as aliyun.com/gpu-mem and pins every container to the card(s) that the
+// gpushare scheduler extender chose for it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/version"
+)
+
+func main() {
+	fs := flag.NewFlagSet("gpushare-device-plugin", flag.ExitOnError)
+	cfg := deviceplugin.Config{}
+	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default: $NODE_NAME)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
+	fs.StringVar(&cfg.Unit, "memory-unit", gpushare.UnitGiB, fmt.Sprintf("unit of %s: %s or %s (MiB only where the ListAndWatch message fits kubelet's 4 MiB limit; the plugin refuses to start otherwise)",
+		gpushare.ResourceGPUMem, gpushare.UnitGiB, gpushare.UnitMiB))
+	fs.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", deviceplugin.StrategyEnvvar, fmt.Sprintf("how containers get their cards: %s (NVIDIA_VISIBLE_DEVICES=<UUID>) or %s (CDI annotation nvidia.com/gpu=<UUID>)",
+		deviceplugin.StrategyEnvvar, deviceplugin.StrategyCDIAnnotations))
+	fs.BoolVar(&cfg.HealthCheck, "health-check", true, "watch NVML XID events and report cards with critical XIDs unhealthy until they recover")
+	fs.DurationVar(&cfg.RecoveryWindow, "recovery-window", gpu.DefaultRecoveryWindow, "an unhealthy card comes back after this long without a critical XID, if NVML still answers for it")
+	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet's root directory, holding device-plugins/ and pod-resources/")
+	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY, memory in GiB or MiB, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
+	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", deviceplugin.DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")
+	qps := fs.Float64("kube-api-qps", 50, "API client queries per second")
+	fs.IntVar(&cfg.Burst, "kube-api-burst", 100, "API client burst")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	klog.InitFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRegisters %s with kubelet (one device per unit of GPU memory), publishes the node's\ncards in the annotation %s and gives each container the card(s) named by its pod's\n%s annotation. SIGHUP re-registers; SIGTERM stops. Flags:\n",
+			fs.Name(), gpushare.ResourceGPUMem, gpushare.AnnotationInventory, gpushare.AnnotationAllocation)
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.Version)
+		return
+	}
+	cfg.QPS = float32(*qps)
+
+	os.Exit(run(cfg))
+}
+
+// run serves until SIGTERM or an error and returns the exit status.
+func run(cfg deviceplugin.Config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	restart := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				select {
+				case restart <- struct{}{}:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	cfg.Restart = restart
+	ctx = klog.NewContext(ctx, klog.Background())
+	defer klog.Flush()
+	if err := deviceplugin.Run(ctx, cfg); err != nil {
+		klog.Background().Error(err, "Device plugin failed")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,87 @@
+package deviceplugin
+
+import (
+	"context"
+	"encoding/json"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/gpushare/gpushare/pkg/kubeclient"
+)
+
+// PodAPI is the part of the pod API the plugin uses.
+type PodAPI interface {
+	PodGetter
+	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations.
+	PatchPodAnnotations(ctx context.Context, namespace, name string, set map[string]*string) error
+}
+
+// NodeAPI is the part of the node API the plugin uses.
+type NodeAPI interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	// PatchNodeAnnotation sets one annotation.
+	PatchNodeAnnotation(ctx context.Context, name, key, value string) error
+	// PatchNodeCapacity sets status capacity and allocatable of resources.
+	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]string) error
+}
+
+// ClientAPI implements PodAPI and NodeAPI with a clientset.
+type ClientAPI struct {
+	Client kubernetes.Interface
+}
+
+var (
+	_ PodAPI  = ClientAPI{}
+	_ NodeAPI = ClientAPI{}
+)
+
+func (a ClientAPI) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return a.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a ClientAPI) PatchPodAnnotations(ctx context.Context, namespace, name string, set map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+	if err != nil {
+		return err
+	}
+	_, err = a.Client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
+
+func (a ClientAPI) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	return a.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (a ClientAPI) PatchNodeAnnotation(ctx context.Context, name, key, value string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+	if err != nil {
+		return err
+	}
+	_, err = a.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
+
+func (a ClientAPI) PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]string) error {
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": values, "allocatable": values}})
+	if err != nil {
+		return err
+	}
+	_, err = a.Client.CoreV1().Nodes().PatchStatus(ctx, name, body)
+	return err
+}
+
+// NewClient builds the device plugin's API client from a kubeconfig path ("" for in-cluster).
+func NewClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
+	return kubeclient.New(kubeconfig, qps, burst, "gpushare-device-plugin")
+}
+
+// eventRecorder adapts a client-go recorder to Recorder.
+type eventRecorder struct{ r record.EventRecorder }
+
+func (e eventRecorder) Eventf(pod *corev1.Pod, eventtype, reason, messageFmt string, args ...any) {
+	e.r.Eventf(pod, eventtype, reason, messageFmt, args...)
+}

@@ -1,0 +1,111 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Defaults of Config.
+const (
+	DefaultKubeletDir   = "/var/lib/kubelet"
+	DefaultVerifyPeriod = 10 * time.Second
+	// healthProbePeriod is how often unhealthy cards are considered for
+	// recovery.
+	healthProbePeriod = 30 * time.Second
+	// publishPeriod is how often the node's inventory is re-asserted.
+	publishPeriod = time.Minute
+)
+
+// GPUs is what the plugin needs from the host's GPUs (gpu.NVML, gpu.Fake).
+type GPUs interface {
+	Devices() ([]gpu.Device, error)
+	WatchXIDs(ctx context.Context, out chan<- gpu.Event) error
+	Probe(uuid string) error
+}
+
+var (
+	_ GPUs = (*gpu.NVML)(nil)
+	_ GPUs = (*gpu.Fake)(nil)
+)
+
+// Config is the device plugin's configuration, as set by its flags, plus
+// optional dependencies that tests inject.
+type Config struct {
+	// NodeName is the node this plugin runs on (--node-name, NODE_NAME).
+	NodeName string
+	// Kubeconfig path; empty for in-cluster configuration.
+	Kubeconfig string
+	// Unit of aliyun.com/gpu-mem: gpushare.UnitGiB or gpushare.UnitMiB.
+	Unit string
+	// DeviceListStrategy: StrategyEnvvar or StrategyCDIAnnotations.
+	DeviceListStrategy string
+	// HealthCheck watches XID events and marks cards unhealthy.
+	HealthCheck bool
+	// RecoveryWindow: how long an unhealthy card must go without a
+	// critical XID before it may come back (gpu.DefaultRecoveryWindow if 0).
+	RecoveryWindow time.Duration
+	// KubeletDir holds device-plugins/ and pod-resources/.
+	KubeletDir string
+	// FakeGPUs, when set, replaces NVML with cards from this spec
+	// (gpu.ParseFakeGPUs).
+	FakeGPUs string
+	// VerifyPeriod is how often kubelet's PodResources is compared with
+	// the annotations (DefaultVerifyPeriod if 0).
+	VerifyPeriod time.Duration
+	// QPS and Burst of the API client.
+	QPS   float32
+	Burst int
+
+	// Client, when set, is used instead of one built from Kubeconfig.
+	Client kubernetes.Interface
+	// GPUs, when set, is used instead of NVML or FakeGPUs.
+	GPUs GPUs
+	// Restart makes the plugin serve and register again (SIGHUP).
+	Restart <-chan struct{}
+	// OnReady, when set, is called with the handoff once the informer has
+	// synced, before the plugin first registers.
+	OnReady func(*Handoff)
+}
+
+// PluginDir is kubelet's device-plugins directory.
+func (c *Config) PluginDir() string { return filepath.Join(c.KubeletDir, "device-plugins") }
+
+// PodResourcesSocket is kubelet's PodResources socket.
+func (c *Config) PodResourcesSocket() string {
+	return filepath.Join(c.KubeletDir, "pod-resources", "kubelet.sock")
+}
+
+// Validate checks the configuration and fills in defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or NODE_NAME) is required"))
+	}
+	if c.Unit != gpushare.UnitGiB && c.Unit != gpushare.UnitMiB {
+		errs = append(errs, fmt.Errorf("--memory-unit %q: want %s or %s", c.Unit, gpushare.UnitGiB, gpushare.UnitMiB))
+	}
+	if c.DeviceListStrategy != StrategyEnvvar && c.DeviceListStrategy != StrategyCDIAnnotations {
+		errs = append(errs, fmt.Errorf("--device-list-strategy %q: want %s or %s", c.DeviceListStrategy, StrategyEnvvar, StrategyCDIAnnotations))
+	}
+	if c.KubeletDir == "" {
+		c.KubeletDir = DefaultKubeletDir
+	}
+	if !filepath.IsAbs(c.KubeletDir) {
+		errs = append(errs, fmt.Errorf("--kubelet-dir %q must be absolute", c.KubeletDir))
+	}
+	if c.VerifyPeriod <= 0 {
+		c.VerifyPeriod = DefaultVerifyPeriod
+	}
+	if c.Client == nil && (c.QPS <= 0 || c.Burst <= 0) {
+		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", c.QPS, c.Burst))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,112 @@
+// Package deviceplugin is the gpushare device plugin: it advertises a
+// node's GPU memory to kubelet as aliyun.com/gpu-mem and runs every
+// container on the card(s) that its pod's allocation annotation names.
+//
+// # Devices
+//
+// Each card is advertised as one device per unit of its memory (GiB by
+// default, MiB optionally; rounded down, so a 15360 MiB T4 is 15 GiB), with
+// IDs "<UUID>::<k>", k = 0 .. units-1. Cards of different sizes are
+// reported exactly. kubelet gives each ID to at most one container and
+// never an unhealthy one, so its own accounting keeps every card within its
+// memory. The ListAndWatch message (one entry per unit) must stay under
+// kubelet's 4 MiB gRPC limit: the plugin computes its size at start and
+// refuses a unit that does not fit, naming one that does (one 80 GiB card
+// in MiB is 81920 devices, 4.8 MiB). aliyun.com/gpu-count (cards) is
+// patched into the node status, and the inventory annotation
+// gpushare.io/devices (index, UUID, model, memory in units, health) is
+// published and re-asserted every minute and on every health change.
+//
+// Health: a critical XID (NVIDIA's application XIDs 13, 31, 43, 45, 68 and
+// 109 excepted) marks its card unhealthy, in ListAndWatch and the
+// inventory; it comes back once --recovery-window has passed without one
+// and NVML still answers for the card (see gpu.Health).
+//
+// # The handoff
+//
+// kubelet admits a pod's containers one at a time, init containers first,
+// each list in spec order; for each container asking aliyun.com/gpu-mem it
+// calls GetPreferredAllocation(available IDs, IDs it must include, size)
+// and then Allocate(IDs). Neither call names the pod. The plugin keeps two
+// invariants:
+//
+//  1. A container runs on the cards its IDs are on. Allocate derives the
+//     environment (NVIDIA_VISIBLE_DEVICES=<UUIDs> and the rest, below) from
+//     the IDs, never from a guess about the pod, so kubelet's accounting
+//     is what stands between a card and over-commit.
+//  2. The pod's gpushare.io/allocation annotation ends up naming, for each
+//     container, the cards of the IDs kubelet gave it. Where it did not
+//     already, the plugin repairs it (and ALIYUN_COM_GPU_MEM_IDX, _DEV and
+//     _POD), records a GPUAllocationRepaired event, and logs it.
+//
+// To make repairs rare, the plugin works out which container kubelet is
+// admitting and steers kubelet to that container's annotated cards:
+//
+//   - GetPreferredAllocation picks the container. If kubelet must include
+//     IDs, they are an init container's that kubelet reuses for the next
+//     container of the same pod, which names the pod exactly. Otherwise it
+//     asks kubelet's PodResources API (--kubelet-dir/pod-resources): kubelet
+//     adds a pod to its pod manager before admitting it, so the one pod it
+//     lists with containers still unallocated is the pod under admission.
+//     Without that answer it takes the oldest bind (ALIYUN_COM_GPU_MEM_ASSUME_TIME).
+//     The container is that pod's first one without a grant, which must ask
+//     exactly size units. The answer is the lowest free IDs of the cards
+//     its annotation names, or, when kubelet's accounting has no room there
+//     (the extender and kubelet disagree), of the best-fitting other cards.
+//   - Allocate receives exactly those IDs (kubelet takes a complete
+//     preference) and grants them to that container. IDs it did not
+//     prefer are matched by an init container's reused IDs, else to a
+//     waiting container whose annotation names exactly these cards and
+//     units (all such are interchangeable), else to one of the same shape
+//     elsewhere. IDs that do not form the container's shape (Cards cards of
+//     Units each) are refused. Every grant is also kept in memory, so the
+//     next calls skip granted containers; ASSIGNED becomes "true" once all
+//     of a pod's containers hold grants (written asynchronously).
+//   - Verification: 300 ms after each Allocate and every --verify-period,
+//     the plugin reads PodResources, where kubelet lists the IDs each
+//     (app or restartable init) container holds. Those are the truth: a
+//     grant that kubelet shows applied to another pod's container moves to
+//     that container (a guess went to the wrong pod; the right one will be
+//     admitted later and matched then), and the annotations are repaired to
+//     match. A grant kubelet does not show after a 10 s grace is revoked.
+//
+// When no container waits for the size kubelet asks, both calls fail with
+// FailedPrecondition and a message naming the node, the size, the pods that
+// wait and why other pods cannot be matched (no allocation annotation,
+// allocation for another node or unit, spec and annotation disagree);
+// kubelet reports it as the pod's admission failure. A pod never starts
+// with a fake device name.
+//
+// Init containers: kubelet hands a non-restartable init container's IDs on
+// to the following containers of the same pod before anything else, so
+// those containers run on the init container's card whatever the
+// annotation said; the annotation is then repaired. This stays inside what
+// the pod reserved on that card (the larger of its largest init container
+// and its app containers there). The extender places init containers on
+// their app containers' cards when it can, which avoids it. If reused IDs
+// and kubelet's free IDs cannot form a container's shape, Allocate fails.
+//
+// Restarts: a kubelet restart re-creates kubelet.sock and wipes plugin
+// sockets; the plugin serves and registers again (also on SIGHUP), and its
+// grants carry over. A restarted plugin rebuilds grants from PodResources
+// and trusts ASSIGNED=true annotations until kubelet lists such a pod
+// without devices.
+//
+// # Container environment
+//
+//	NVIDIA_VISIBLE_DEVICES            the cards' UUIDs, comma-separated ("void"
+//	                                  with --device-list-strategy cdi-annotations,
+//	                                  which sets cdi.k8s.io/gpushare_gpu-mem to
+//	                                  nvidia.com/gpu=<UUID>,... instead)
+//	ALIYUN_COM_GPU_MEM_IDX            the cards' indexes, comma-separated
+//	ALIYUN_COM_GPU_MEM_CONTAINER      the container's units (all its cards)
+//	ALIYUN_COM_GPU_MEM_POD            the pod's units (Allocation.Total)
+//	ALIYUN_COM_GPU_MEM_DEV            the first card's memory in units
+//	CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  "0=8G" (GiB) or "0=8192M" (MiB), one entry
+//	                                  per visible card
+//
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is enforced only when the node runs an
+// NVIDIA MPS control daemon that the container's CUDA clients connect to.
+// Otherwise it is advisory: nothing limits a process to its share, and
+// applications must keep to ALIYUN_COM_GPU_MEM_CONTAINER themselves.
+package deviceplugin

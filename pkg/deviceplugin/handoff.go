@@ -1,0 +1,500 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// ErrNoMatch marks an Allocate or GetPreferredAllocation for which no pod
+// on the node waits: kubelet reports it as the pod's admission failure.
+var ErrNoMatch = errors.New("no waiting pod matches")
+
+// DefaultGrace is how long a grant made by Allocate stands before the
+// absence of its devices in PodResources may revoke it (kubelet records
+// the devices only after Allocate returns).
+const DefaultGrace = 10 * time.Second
+
+// Card is one card as the plugin advertises it.
+type Card struct {
+	// Index is the card's NVML index.
+	Index int
+	// UUID is the card's NVML UUID.
+	UUID string
+	// Model is the product name.
+	Model string
+	// Units is the card's memory in the node's unit; the card has this many
+	// device IDs, UUID::0 .. UUID::Units-1.
+	Units int64
+}
+
+// KubeletPod is a pod as kubelet's PodResources List reports it.
+type KubeletPod struct {
+	Namespace, Name string
+	// Containers: name -> the aliyun.com/gpu-mem device IDs kubelet holds
+	// for it (empty: none yet). PodResources lists app containers and
+	// restartable init containers only, never plain init containers.
+	Containers map[string][]string
+}
+
+// KubeletPods reads kubelet's PodResources API.
+type KubeletPods interface {
+	// List returns kubelet's active pods: those admitted, and the one it is
+	// admitting (kubelet adds a pod to its pod manager before admission).
+	List(ctx context.Context) ([]KubeletPod, error)
+}
+
+// PodGetter reads a pod from the API server, for pods kubelet admits
+// before this plugin's informer has seen them.
+type PodGetter interface {
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// Recorder reports events on pods.
+type Recorder interface {
+	Eventf(pod *corev1.Pod, eventtype, reason, messageFmt string, args ...any)
+}
+
+// containerKey names one container of one pod.
+type containerKey struct {
+	uid  types.UID
+	name string
+}
+
+// podEntry is a pod on this node that asks aliyun.com/gpu-mem.
+type podEntry struct {
+	uid             types.UID
+	namespace, name string
+	// alloc is the pod's allocation annotation as last seen; nil when it
+	// has none or it is unusable (problem says why).
+	alloc   *gpushare.Allocation
+	problem string
+	// assumeTime is ALIYUN_COM_GPU_MEM_ASSUME_TIME (unix ns, bind time); it
+	// orders otherwise equal candidates, oldest first.
+	assumeTime int64
+	// annotations holds the current values of the annotations the plugin
+	// writes, to patch only what differs.
+	annotations map[string]string
+}
+
+func (e *podEntry) ref() string { return e.namespace + "/" + e.name }
+
+// grant is what one container holds, as far as the plugin knows.
+type grant struct {
+	// ids are the device IDs, sorted; nil for a grant restored from an
+	// ASSIGNED=true annotation after a plugin restart.
+	ids []string
+	// shares are the cards the IDs are on, in card index order.
+	shares []gpushare.DeviceShare
+	// confirmed: kubelet's PodResources reported these IDs for this
+	// container. Unconfirmed grants come from Allocate (a decision that
+	// kubelet may have applied to another pod) or from an annotation.
+	confirmed bool
+	// restored: rebuilt from an annotation, never seen by this process.
+	restored bool
+	// at is when the grant was made.
+	at time.Time
+}
+
+// steer is the last GetPreferredAllocation answer: the IDs it preferred
+// and the container it chose them for. kubelet admits one container at a
+// time, so it is valid for the next Allocate only.
+type steer struct {
+	key string // sorted IDs joined by ","
+	ck  containerKey
+}
+
+// Assignment is what Allocate decided for one container.
+type Assignment struct {
+	Pod       types.UID
+	Namespace string
+	PodName   string
+	Container string
+	// Shares are the cards the container runs on (those of its device
+	// IDs), with units per card.
+	Shares []gpushare.DeviceShare
+	// PodUnits is the pod's total (gpushare.Allocation.Total) after this
+	// assignment.
+	PodUnits int64
+	// Relocated is true when Shares differ from the pod's annotation, which
+	// the plugin then repairs.
+	Relocated bool
+}
+
+// HandoffConfig configures a Handoff.
+type HandoffConfig struct {
+	Node string
+	// Unit of the node (gpushare.UnitGiB or UnitMiB).
+	Unit  string
+	Cards []Card
+	// Kubelet is the PodResources client; nil disables hints and checks.
+	Kubelet KubeletPods
+	// API reads pods the informer has not delivered yet; may be nil.
+	API PodGetter
+	// Notify is called with a pod whose annotations may need a patch.
+	Notify func(types.UID)
+	// Recorder reports repairs on pods; may be nil.
+	Recorder Recorder
+	// Grace: DefaultGrace when zero.
+	Grace time.Duration
+	// Clock: the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// Handoff matches the device IDs kubelet allocates to the pod containers
+// whose allocation annotation asked for them; see the package doc. All
+// state sits behind one mutex; informer handlers call UpsertPod and
+// DeletePod, the gRPC server calls Prefer and Allocate, the verifier calls
+// Verify, the annotation writer calls Desired.
+//
+// A container's grant (keyed by pod UID and container name):
+//
+//	          Allocate                     PodResources shows these IDs
+//	(none) ─────────────► tentative ─────────────────────────────────► confirmed
+//	  ▲  ▲                    │                                           │
+//	  │  │  kubelet holds the │ IDs for another pod's container           │
+//	  │  └────────────────────┘ (the match was a guess), or shows none    │
+//	  │                         after the grace period                    │
+//	  │  pod deleted, Succeeded or Failed; kubelet shows other IDs        │
+//	  └───────────────────────────────────────────────────────────────────┘
+//
+// plus restored grants, made when a restarted plugin first sees a pod with
+// ASSIGNED=true; they carry no IDs and go when kubelet lists the pod
+// without devices for the container, or become confirmed when it lists
+// them. A pod waits while one of its containers has no grant; the first
+// such container, in kubelet's order, is the one the next calls are for.
+type Handoff struct {
+	node     string
+	unit     string
+	cards    map[string]Card // UUID -> card
+	kubelet  KubeletPods
+	api      PodGetter
+	notify   func(types.UID)
+	recorder Recorder
+	grace    time.Duration
+	clock    clock.PassiveClock
+
+	mu sync.Mutex
+	// pods: UID -> pods on this node that ask gpu-mem.
+	pods map[types.UID]*podEntry
+	// byName: "namespace/name" -> UID of pods.
+	byName map[string]types.UID
+	// others: "namespace/name" of pods on this node that ask no gpu-mem, so
+	// that a pod kubelet lists but the informer lacks can be told apart.
+	others map[string]bool
+	// grants: container -> what it holds.
+	grants map[containerKey]*grant
+	// owner: device ID -> the container whose grant holds it last.
+	owner map[string]containerKey
+	// steer: the last preference, valid for the next Allocate; nil if none.
+	steer *steer
+	// stats counts decisions, for tests and logs.
+	stats HandoffStats
+}
+
+// HandoffStats counts the handoff's decisions since start.
+type HandoffStats struct {
+	// Allocations answered; Steered of them matched the preceding
+	// GetPreferredAllocation; Reused matched by an init container's IDs.
+	Allocations, Steered, Reused int
+	// Relocated: containers placed on other cards than annotated.
+	Relocated int
+	// Corrected: grants moved to another pod after PodResources showed
+	// that kubelet gave the IDs to it.
+	Corrected int
+}
+
+// NewHandoff returns an empty handoff.
+func NewHandoff(cfg HandoffConfig) *Handoff {
+	h := &Handoff{
+		node: cfg.Node, unit: cfg.Unit, cards: map[string]Card{}, kubelet: cfg.Kubelet, api: cfg.API,
+		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
+		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{}, others: map[string]bool{},
+		grants: map[containerKey]*grant{}, owner: map[string]containerKey{},
+	}
+	for _, c := range cfg.Cards {
+		h.cards[c.UUID] = c
+	}
+	if h.notify == nil {
+		h.notify = func(types.UID) {}
+	}
+	if h.grace <= 0 {
+		h.grace = DefaultGrace
+	}
+	if h.clock == nil {
+		h.clock = clock.RealClock{}
+	}
+	return h
+}
+
+// Stats returns the decision counters.
+func (h *Handoff) Stats() HandoffStats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stats
+}
+
+// managedAnnotations are the pod annotations the plugin writes.
+var managedAnnotations = []string{gpushare.AnnotationAllocation, gpushare.AnnotationAssigned,
+	gpushare.AnnotationIndex, gpushare.AnnotationDevMem, gpushare.AnnotationPodMem}
+
+// UpsertPod applies a pod add or update from the informer.
+func (h *Handoff) UpsertPod(pod *corev1.Pod) {
+	demand, derr := gpushare.PodDemand(pod)
+	key := pod.Namespace + "/" + pod.Name
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	if errors.Is(derr, gpushare.ErrNoGPUMem) || pod.Spec.NodeName != h.node || terminal {
+		h.deletePod(pod.UID)
+		if pod.Spec.NodeName == h.node && !terminal {
+			h.others[key] = true
+		}
+		return
+	}
+	e := &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, annotations: map[string]string{}}
+	for _, k := range managedAnnotations {
+		if v, ok := pod.Annotations[k]; ok {
+			e.annotations[k] = v
+		}
+	}
+	e.assumeTime, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationAssumeTime], 10, 64)
+	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
+	old := h.pods[pod.UID]
+	h.pods[pod.UID] = e
+	h.byName[key] = pod.UID
+	delete(h.others, key)
+	if old == nil && e.alloc != nil && e.annotations[gpushare.AnnotationAssigned] == "true" {
+		// Seen for the first time already assigned: this process restarted.
+		// Trust the annotation until kubelet says otherwise.
+		for _, c := range e.alloc.Containers {
+			ck := containerKey{pod.UID, c.Name}
+			if h.grants[ck] == nil {
+				h.grants[ck] = &grant{shares: c.Devices, restored: true}
+			}
+		}
+	}
+	h.notify(pod.UID)
+}
+
+// checkAllocation returns the pod's allocation, or why it cannot be used.
+func (h *Handoff) checkAllocation(pod *corev1.Pod, demand gpushare.Demand, derr error) (*gpushare.Allocation, string) {
+	if derr != nil {
+		return nil, derr.Error()
+	}
+	s, ok := pod.Annotations[gpushare.AnnotationAllocation]
+	if !ok {
+		return nil, fmt.Sprintf("it has no %s annotation; was it scheduled without the gpushare scheduler extender?", gpushare.AnnotationAllocation)
+	}
+	a, err := gpushare.ParseAllocation(s)
+	if err != nil {
+		return nil, err.Error()
+	}
+	if a.Node != h.node {
+		return nil, fmt.Sprintf("its allocation is for node %s, not %s", a.Node, h.node)
+	}
+	if a.Unit != h.unit {
+		return nil, fmt.Sprintf("its allocation is in %s, node %s reports %s", a.Unit, h.node, h.unit)
+	}
+	if len(a.Containers) != len(demand) {
+		return nil, fmt.Sprintf("its allocation names %d containers, its spec has %d asking %s", len(a.Containers), len(demand), gpushare.ResourceGPUMem)
+	}
+	for i, c := range a.Containers {
+		d := demand[i]
+		if c.Name != d.Name || c.Init != d.Init || len(c.Devices) != d.Cards {
+			return nil, fmt.Sprintf("its allocation's container %d (%s) does not match its spec (%s, %d cards)", i, c.Name, d.Name, d.Cards)
+		}
+		for _, sh := range c.Devices {
+			if sh.Units != d.Units {
+				return nil, fmt.Sprintf("its allocation gives container %s %d units on card %d, its spec asks %d", c.Name, sh.Units, sh.Index, d.Units)
+			}
+		}
+	}
+	return a, ""
+}
+
+// DeletePod forgets a deleted pod and what its containers held.
+func (h *Handoff) DeletePod(namespace, name string, uid types.UID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.deletePod(uid)
+	delete(h.others, namespace+"/"+name)
+}
+
+func (h *Handoff) deletePod(uid types.UID) {
+	e, ok := h.pods[uid]
+	if !ok {
+		return
+	}
+	for ck := range h.grants {
+		if ck.uid == uid {
+			h.drop(ck)
+		}
+	}
+	delete(h.pods, uid)
+	if h.byName[e.ref()] == uid {
+		delete(h.byName, e.ref())
+	}
+}
+
+// drop removes a grant. The caller holds h.mu.
+func (h *Handoff) drop(ck containerKey) {
+	g, ok := h.grants[ck]
+	if !ok {
+		return
+	}
+	for _, id := range g.ids {
+		if h.owner[id] == ck {
+			delete(h.owner, id)
+		}
+	}
+	delete(h.grants, ck)
+}
+
+// give records a grant. The caller holds h.mu.
+func (h *Handoff) give(ck containerKey, g *grant) {
+	h.drop(ck)
+	h.grants[ck] = g
+	for _, id := range g.ids {
+		h.owner[id] = ck
+	}
+}
+
+// next returns the index in e.alloc.Containers of the first container
+// without a grant, in kubelet's allocation order (init containers, then
+// app containers, each in spec order), or -1.
+func (h *Handoff) next(e *podEntry) int {
+	if e.alloc == nil {
+		return -1
+	}
+	for i, c := range e.alloc.Containers {
+		if h.grants[containerKey{e.uid, c.Name}] == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// repaired returns e's allocation with every granted container on the cards
+// it holds. The caller holds h.mu.
+func (h *Handoff) repaired(e *podEntry) *gpushare.Allocation {
+	a := *e.alloc
+	a.Containers = slices.Clone(e.alloc.Containers)
+	for i, c := range a.Containers {
+		if g := h.grants[containerKey{e.uid, c.Name}]; g != nil && !sameShares(g.shares, c.Devices) {
+			a.Containers[i].Devices = slices.Clone(g.shares)
+		}
+	}
+	return &a
+}
+
+// Desired returns the annotation changes pod uid needs: the allocation
+// repaired to the cards its containers hold (with the Aliyun keys derived
+// from it), and ASSIGNED "true" once every container is allocated ("false"
+// again if kubelet showed a match to be wrong). nil when nothing differs.
+func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string]*string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.pods[uid]
+	if e == nil || e.alloc == nil {
+		return "", "", nil
+	}
+	want := map[string]string{gpushare.AnnotationAssigned: "false"}
+	if h.next(e) < 0 {
+		want[gpushare.AnnotationAssigned] = "true"
+	}
+	if a := h.repaired(e); !sameAllocation(a, e.alloc) {
+		if enc, err := a.Encode(); err == nil {
+			want[gpushare.AnnotationAllocation] = enc
+			first := a.Containers[0]
+			for _, c := range a.Containers {
+				if !c.Init {
+					first = c
+					break
+				}
+			}
+			d := first.Devices[0]
+			want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
+			want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
+			want[gpushare.AnnotationPodMem] = strconv.FormatInt(a.Total(), 10)
+		}
+	}
+	for k, v := range want {
+		if old, ok := e.annotations[k]; ok && old == v {
+			continue
+		}
+		if k == gpushare.AnnotationAssigned && v == "false" && e.annotations[k] == "" {
+			continue // never set: leave it to the extender
+		}
+		if set == nil {
+			set = map[string]*string{}
+		}
+		set[k] = &v
+	}
+	return e.namespace, e.name, set
+}
+
+// Patched records annotations just written, so that Desired does not
+// write them again before the informer delivers the update.
+func (h *Handoff) Patched(uid types.UID, set map[string]*string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.pods[uid]
+	if e == nil {
+		return
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(e.annotations, k)
+		} else {
+			e.annotations[k] = *v
+		}
+	}
+}
+
+func sameAllocation(a, b *gpushare.Allocation) bool {
+	if len(a.Containers) != len(b.Containers) {
+		return false
+	}
+	for i := range a.Containers {
+		if !sameShares(a.Containers[i].Devices, b.Containers[i].Devices) {
+			return false
+		}
+	}
+	return true
+}
+
+// Waiting returns the number of pods with a container not yet allocated.
+func (h *Handoff) Waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.pods {
+		if h.next(e) >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Grant reports what the plugin believes a container holds (its cards)
+// and whether kubelet confirmed it; for tests and inspection.
+func (h *Handoff) Grant(uid types.UID, container string) (shares []gpushare.DeviceShare, confirmed, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.grants[containerKey{uid, container}]
+	if g == nil {
+		return nil, false, false
+	}
+	return slices.Clone(g.shares), g.confirmed, true
+}

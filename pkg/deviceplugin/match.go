@@ -1,0 +1,509 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+func containerTotal(c gpushare.ContainerAllocation) int64 {
+	var t int64
+	for _, d := range c.Devices {
+		t += d.Units
+	}
+	return t
+}
+
+// candidate is the next container of a waiting pod.
+type candidate struct {
+	e  *podEntry
+	ci int
+	// listed: kubelet's PodResources lists the pod, so kubelet is admitting
+	// it now (every other listed pod is admitted already).
+	listed bool
+}
+
+func (c candidate) container() gpushare.ContainerAllocation { return c.e.alloc.Containers[c.ci] }
+func (c candidate) key() containerKey                       { return containerKey{c.e.uid, c.container().Name} }
+
+// candidates returns the waiting containers of size units, listed pods
+// first, then by bind time and name. The caller holds h.mu.
+func (h *Handoff) candidates(size int64, listed map[string]bool) []candidate {
+	var out []candidate
+	for _, e := range h.pods {
+		ci := h.next(e)
+		if ci < 0 || containerTotal(e.alloc.Containers[ci]) != size {
+			continue
+		}
+		out = append(out, candidate{e: e, ci: ci, listed: listed[e.ref()]})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.listed != b.listed {
+			return a.listed
+		}
+		if a.e.assumeTime != b.e.assumeTime {
+			return a.e.assumeTime < b.e.assumeTime
+		}
+		return a.e.ref() < b.e.ref()
+	})
+	return out
+}
+
+// byCard groups device IDs by card UUID, each group sorted by unit number.
+func (h *Handoff) byCard(ids []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, id := range ids {
+		uuid, _, err := ParseDeviceID(id)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := h.cards[uuid]; !ok {
+			return nil, fmt.Errorf("%w: %s is not on any card of node %s", ErrDeviceID, id, h.node)
+		}
+		out[uuid] = append(out[uuid], id)
+	}
+	for _, g := range out {
+		sort.Slice(g, func(i, j int) bool { return unitNumber(g[i]) < unitNumber(g[j]) })
+	}
+	return out, nil
+}
+
+func unitNumber(id string) int64 {
+	_, k, _ := ParseDeviceID(id)
+	return k
+}
+
+// sharesOf returns the cards of grouped IDs as shares, in card index order.
+func (h *Handoff) sharesOf(groups map[string][]string) []gpushare.DeviceShare {
+	out := make([]gpushare.DeviceShare, 0, len(groups))
+	for uuid, ids := range groups {
+		out = append(out, gpushare.DeviceShare{Index: h.cards[uuid].Index, UUID: uuid, Units: int64(len(ids))})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out
+}
+
+func sameShares(a, b []gpushare.DeviceShare) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	x := slices.Clone(a)
+	y := slices.Clone(b)
+	for _, s := range [][]gpushare.DeviceShare{x, y} {
+		sort.Slice(s, func(i, j int) bool { return s[i].Index < s[j].Index })
+	}
+	for i := range x {
+		if x[i].Index != y[i].Index || x[i].Units != y[i].Units || (x[i].UUID != "" && y[i].UUID != "" && x[i].UUID != y[i].UUID) {
+			return false
+		}
+	}
+	return true
+}
+
+// fitsShape reports whether shares are Cards distinct cards of Units each.
+func fitsShape(shares []gpushare.DeviceShare, c gpushare.ContainerAllocation) bool {
+	if len(shares) != len(c.Devices) {
+		return false
+	}
+	for _, s := range shares {
+		if s.Units != c.Devices[0].Units {
+			return false
+		}
+	}
+	return true
+}
+
+func setKey(ids []string) string {
+	s := slices.Clone(ids)
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// Prefer answers GetPreferredAllocation: size device IDs from available
+// (which includes mustInclude) on the cards that the annotation of the
+// container kubelet is most likely admitting names. See the package doc.
+func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error) {
+	logger := klog.FromContext(ctx)
+	kp := h.listKubelet(ctx)
+	for attempt := 0; ; attempt++ {
+		h.mu.Lock()
+		ids, ck, err := h.prefer(ctx, kp, available, mustInclude, int64(size))
+		if err == nil {
+			h.steer = &steer{key: setKey(ids), ck: ck}
+			logger.V(4).Info("Preferred devices", "pod", h.refOf(ck.uid), "container", ck.name, "units", size, "cards", h.describeIDs(ids))
+		}
+		h.mu.Unlock()
+		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
+			continue
+		}
+		return ids, err
+	}
+}
+
+func (h *Handoff) prefer(ctx context.Context, kp []KubeletPod, available, mustInclude []string, size int64) ([]string, containerKey, error) {
+	listed := h.observe(ctx, kp)
+	h.steer = nil
+	forced, err := h.byCard(mustInclude)
+	if err != nil {
+		return nil, containerKey{}, err
+	}
+	avail := map[string][]string{}
+	for _, id := range available {
+		uuid, _, err := ParseDeviceID(id)
+		if err != nil || slices.Contains(forced[uuid], id) {
+			continue
+		}
+		if _, ok := h.cards[uuid]; ok {
+			avail[uuid] = append(avail[uuid], id)
+		}
+	}
+	for _, g := range avail {
+		sort.Slice(g, func(i, j int) bool { return unitNumber(g[i]) < unitNumber(g[j]) })
+	}
+	var cands []candidate
+	if len(mustInclude) > 0 {
+		// IDs kubelet must include are an init container's, reused by
+		// the next container of the same pod.
+		if c, ok := h.reuser(mustInclude, size); ok {
+			cands = []candidate{c}
+		}
+	}
+	if cands == nil {
+		cands = h.candidates(size, listed)
+	}
+	if len(cands) == 0 {
+		return nil, containerKey{}, h.noMatch(size, listed)
+	}
+	// The first candidate whose annotated cards have room in kubelet's
+	// accounting; else the first, on other cards (repaired afterwards).
+	for _, c := range cands {
+		if ids := h.pick(c.container(), avail, forced, false); ids != nil {
+			return ids, c.key(), nil
+		}
+	}
+	c := cands[0]
+	ids := h.pick(c.container(), avail, forced, true)
+	if ids == nil {
+		return nil, containerKey{}, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
+			ErrNoMatch, c.e.ref(), c.container().Name, c.container().Devices[0].Units, len(c.container().Devices), h.freeByCard(avail, forced))
+	}
+	return ids, c.key(), nil
+}
+
+// reuser returns the next container of the pod whose init container holds
+// ids, if it asks size units.
+func (h *Handoff) reuser(ids []string, size int64) (candidate, bool) {
+	var pod types.UID
+	for _, id := range ids {
+		o, ok := h.owner[id]
+		if !ok || !h.isInit(o) || (pod != "" && o.uid != pod) {
+			return candidate{}, false
+		}
+		pod = o.uid
+	}
+	e := h.pods[pod]
+	if e == nil {
+		return candidate{}, false
+	}
+	ci := h.next(e)
+	if ci < 0 || containerTotal(e.alloc.Containers[ci]) != size {
+		return candidate{}, false
+	}
+	return candidate{e: e, ci: ci, listed: true}, true
+}
+
+// pick chooses device IDs for container c: all of forced, plus the lowest
+// free units of the cards c's annotation names, or (relocate) of other
+// cards with room, best fit first. It returns nil when no set of
+// len(c.Devices) cards with c's units each can be made.
+func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool) []string {
+	k, u := len(c.Devices), c.Devices[0].Units
+	var chosen []string
+	has := func(uuid string) bool { return slices.Contains(chosen, uuid) }
+	for _, uuid := range h.sortedUUIDs(forced) {
+		if int64(len(forced[uuid])) > u {
+			return nil
+		}
+		chosen = append(chosen, uuid)
+	}
+	room := func(uuid string) bool { return int64(len(avail[uuid])+len(forced[uuid])) >= u }
+	for _, d := range c.Devices {
+		if len(chosen) == k {
+			break
+		}
+		uuid := d.UUID
+		if uuid == "" {
+			uuid = h.uuidOfIndex(d.Index)
+		}
+		if !has(uuid) && room(uuid) {
+			chosen = append(chosen, uuid)
+		}
+	}
+	if len(chosen) < k && relocate {
+		others := []string{}
+		for uuid := range h.cards {
+			if !has(uuid) && room(uuid) {
+				others = append(others, uuid)
+			}
+		}
+		sort.Slice(others, func(i, j int) bool {
+			a, b := len(avail[others[i]]), len(avail[others[j]])
+			if a != b {
+				return a < b
+			}
+			return h.cards[others[i]].Index < h.cards[others[j]].Index
+		})
+		for _, uuid := range others {
+			if len(chosen) == k {
+				break
+			}
+			chosen = append(chosen, uuid)
+		}
+	}
+	if len(chosen) != k {
+		return nil
+	}
+	// Every forced card must be one of the annotated ones unless relocating.
+	if !relocate {
+		for _, uuid := range chosen {
+			if !slices.ContainsFunc(c.Devices, func(d gpushare.DeviceShare) bool {
+				return d.UUID == uuid || (d.UUID == "" && h.cards[uuid].Index == d.Index)
+			}) {
+				return nil
+			}
+		}
+	}
+	var ids []string
+	for _, uuid := range chosen {
+		ids = append(ids, forced[uuid]...)
+		need := u - int64(len(forced[uuid]))
+		ids = append(ids, avail[uuid][:need]...)
+	}
+	return ids
+}
+
+func (h *Handoff) uuidOfIndex(index int) string {
+	for uuid, c := range h.cards {
+		if c.Index == index {
+			return uuid
+		}
+	}
+	return ""
+}
+
+func (h *Handoff) sortedUUIDs(m map[string][]string) []string {
+	out := make([]string, 0, len(m))
+	for uuid := range m {
+		out = append(out, uuid)
+	}
+	sort.Slice(out, func(i, j int) bool { return h.cards[out[i]].Index < h.cards[out[j]].Index })
+	return out
+}
+
+func (h *Handoff) freeByCard(avail, forced map[string][]string) string {
+	var parts []string
+	for _, c := range h.sortedCards() {
+		parts = append(parts, fmt.Sprintf("card %d: %d", c.Index, len(avail[c.UUID])+len(forced[c.UUID])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (h *Handoff) sortedCards() []Card {
+	out := make([]Card, 0, len(h.cards))
+	for _, c := range h.cards {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	return out
+}
+
+func (h *Handoff) describeIDs(ids []string) string {
+	groups, err := h.byCard(ids)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, s := range h.sharesOf(groups) {
+		parts = append(parts, fmt.Sprintf("card %d: %d", s.Index, s.Units))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// noMatch explains why no container waits for size units. The caller
+// holds h.mu.
+func (h *Handoff) noMatch(size int64, listed map[string]bool) error {
+	var waiting, problems, listedProblems []string
+	for _, e := range h.pods {
+		if e.problem != "" {
+			p := fmt.Sprintf("pod %s cannot be matched: %s", e.ref(), e.problem)
+			if listed[e.ref()] {
+				listedProblems = append(listedProblems, p) // kubelet is admitting it
+			} else if len(problems) < 3 {
+				problems = append(problems, p)
+			}
+			continue
+		}
+		if ci := h.next(e); ci >= 0 && len(waiting) < 5 {
+			c := e.alloc.Containers[ci]
+			waiting = append(waiting, fmt.Sprintf("%s container %s (%d units)", e.ref(), c.Name, containerTotal(c)))
+		}
+	}
+	sort.Strings(waiting)
+	sort.Strings(problems)
+	msg := fmt.Sprintf("%v: no container on node %s waits for %d %s", ErrNoMatch, h.node, size, h.unit)
+	if len(waiting) > 0 {
+		msg += "; waiting: " + strings.Join(waiting, ", ")
+	}
+	sort.Strings(listedProblems)
+	listedProblems = append(listedProblems, problems...)
+	if len(listedProblems) > 0 {
+		msg += "; " + strings.Join(listedProblems, "; ")
+	}
+	return &matchError{msg: msg}
+}
+
+type matchError struct{ msg string }
+
+func (e *matchError) Error() string        { return e.msg }
+func (e *matchError) Is(target error) bool { return target == ErrNoMatch }
+
+// Allocate matches the device IDs kubelet allocated for one container to
+// the container they are for and records the grant. The container's cards
+// are always those of the IDs (kubelet's accounting is what keeps cards
+// from over-commit); when they differ from the annotation, the
+// annotation is repaired. See the package doc.
+func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, error) {
+	groups, err := h.byCard(ids)
+	if err != nil {
+		return nil, err
+	}
+	// The usual case: the IDs are those GetPreferredAllocation just chose,
+	// for a container it chose with kubelet's view at hand.
+	h.mu.Lock()
+	if h.steer != nil && h.steer.key == setKey(ids) {
+		a, err := h.allocate(ctx, nil, ids, groups)
+		h.mu.Unlock()
+		return a, err
+	}
+	h.mu.Unlock()
+	kp := h.listKubelet(ctx)
+	for attempt := 0; ; attempt++ {
+		h.mu.Lock()
+		a, err := h.allocate(ctx, kp, ids, groups)
+		h.mu.Unlock()
+		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
+			continue
+		}
+		return a, err
+	}
+}
+
+func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, groups map[string][]string) (*Assignment, error) {
+	logger := klog.FromContext(ctx)
+	listed := h.observe(ctx, kp)
+	size := int64(len(ids))
+	shares := h.sharesOf(groups)
+	st := h.steer
+	h.steer = nil
+
+	var pick *candidate
+	how := ""
+	if st != nil && st.key == setKey(ids) {
+		if e := h.pods[st.ck.uid]; e != nil {
+			if ci := h.next(e); ci >= 0 && e.alloc.Containers[ci].Name == st.ck.name {
+				pick, how = &candidate{e: e, ci: ci}, "steered"
+			}
+		}
+	}
+	if pick == nil {
+		if c, ok := h.reuser(ids, size); ok {
+			pick, how = &c, "reused"
+		}
+	}
+	if pick == nil {
+		cands := h.candidates(size, listed)
+		// Exact: annotated on these very cards; then same shape elsewhere.
+		for i := range cands {
+			if sameShares(cands[i].container().Devices, shares) {
+				pick, how = &cands[i], "matched"
+				break
+			}
+		}
+		if pick == nil {
+			for i := range cands {
+				if fitsShape(shares, cands[i].container()) {
+					pick, how = &cands[i], "matched"
+					break
+				}
+			}
+		}
+		if pick == nil && len(cands) > 0 {
+			pick = &cands[0]
+		}
+	}
+	if pick == nil {
+		return nil, h.noMatch(size, listed)
+	}
+	c := pick.container()
+	if !fitsShape(shares, c) {
+		return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which needs %d units on each of %d cards; "+
+			"kubelet's accounting has no such cards free (the pod's init containers, whose devices kubelet reuses, may be on other cards)",
+			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
+	}
+	ck := pick.key()
+	for _, id := range ids {
+		if o, ok := h.owner[id]; ok && o.uid != ck.uid {
+			h.correct(ctx, o, ck.uid)
+		}
+	}
+	sorted := slices.Clone(ids)
+	sort.Strings(sorted)
+	h.give(ck, &grant{ids: sorted, shares: shares, at: h.clock.Now()})
+	h.stats.Allocations++
+	switch how {
+	case "steered":
+		h.stats.Steered++
+	case "reused":
+		h.stats.Reused++
+	}
+	a := &Assignment{Pod: ck.uid, Namespace: pick.e.namespace, PodName: pick.e.name, Container: c.Name, Shares: shares}
+	if !sameShares(c.Devices, shares) {
+		a.Relocated = true
+		h.stats.Relocated++
+		logger.Info("Container placed on other cards than its annotation names; repairing the annotation",
+			"pod", pick.e.ref(), "container", c.Name, "annotated", describeShares(c.Devices), "actual", describeShares(shares), "how", how)
+		if h.recorder != nil {
+			h.recorder.Eventf(podRef(pick.e), corev1.EventTypeWarning, "GPUAllocationRepaired",
+				"container %s runs on %s, not on %s as scheduled: kubelet's free devices decided; the allocation annotation now says so",
+				c.Name, describeShares(shares), describeShares(c.Devices))
+		}
+	}
+	a.PodUnits = h.repaired(pick.e).Total()
+	logger.V(4).Info("Allocated", "pod", pick.e.ref(), "container", c.Name, "cards", describeShares(shares), "how", how)
+	h.notify(ck.uid)
+	return a, nil
+}
+
+func podRef(e *podEntry) *corev1.Pod {
+	p := &corev1.Pod{}
+	p.Name, p.Namespace, p.UID = e.name, e.namespace, e.uid
+	return p
+}
+
+func describeShares(s []gpushare.DeviceShare) string {
+	var parts []string
+	for _, d := range s {
+		parts = append(parts, fmt.Sprintf("card %d (%s) %d units", d.Index, d.UUID, d.Units))
+	}
+	return strings.Join(parts, " + ")
+}

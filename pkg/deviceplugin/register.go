@@ -1,0 +1,170 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// SocketName is the plugin's socket in kubelet's device-plugins directory.
+const SocketName = "gpushare-gpu-mem.sock"
+
+// retryInterval is how long the plugin waits before trying to register
+// again after a failure (kubelet down, socket not there yet).
+const retryInterval = 5 * time.Second
+
+// Endpoint serves a DevicePlugin service on a socket in kubelet's plugin
+// directory and keeps it registered with kubelet.
+type Endpoint struct {
+	// Dir is kubelet's device-plugins directory (holding kubelet.sock).
+	Dir    string
+	Server pluginapi.DevicePluginServer
+	// Restart, when it delivers, makes the endpoint serve and register
+	// again (SIGHUP).
+	Restart <-chan struct{}
+}
+
+// Run serves and registers, then serves and registers again whenever
+// kubelet re-creates kubelet.sock (a kubelet restart wipes the plugin
+// sockets) or Restart delivers; a failed attempt is retried every few
+// seconds. It returns when ctx ends.
+func (e *Endpoint) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	if err := os.MkdirAll(e.Dir, 0o750); err != nil {
+		return fmt.Errorf("creating the device plugin directory: %w", err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", e.Dir, err)
+	}
+	defer func() { _ = w.Close() }()
+	if err := w.Add(e.Dir); err != nil {
+		return fmt.Errorf("watching %s: %w", e.Dir, err)
+	}
+	kubeletSock := filepath.Join(e.Dir, filepath.Base(pluginapi.KubeletSocket))
+	for {
+		stop, err := e.start(ctx)
+		var retry <-chan time.Time
+		if err != nil {
+			logger.Error(err, "Device plugin not registered; retrying", "in", retryInterval)
+			retry = time.After(retryInterval)
+		} else {
+			logger.Info("Registered with kubelet", "resource", gpushare.ResourceGPUMem, "socket", filepath.Join(e.Dir, SocketName))
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				stop()
+				return nil
+			case <-retry:
+				break wait
+			case <-e.Restart:
+				logger.Info("Restarting the device plugin on request")
+				break wait
+			case ev := <-w.Events:
+				if ev.Name == kubeletSock && ev.Has(fsnotify.Create) {
+					logger.Info("kubelet.sock re-created (kubelet restarted); registering again")
+					break wait
+				}
+			case err := <-w.Errors:
+				logger.Error(err, "Watching the device plugin directory")
+			}
+		}
+		stop()
+	}
+}
+
+// start serves the plugin on its socket, proves it answers, and registers
+// it. The returned stop (never nil) stops serving and removes the socket.
+func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
+	sock := filepath.Join(e.Dir, SocketName)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return func() {}, fmt.Errorf("removing the stale socket %s: %w", sock, err)
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return func() {}, fmt.Errorf("listening on %s: %w", sock, err)
+	}
+	gs := grpc.NewServer()
+	pluginapi.RegisterDevicePluginServer(gs, e.Server)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := gs.Serve(ln); err != nil {
+			klog.FromContext(ctx).Error(err, "Device plugin gRPC server stopped")
+		}
+	}()
+	stop = func() {
+		gs.Stop()
+		<-done
+		_ = os.Remove(sock)
+	}
+	if err := e.prove(ctx, sock); err != nil {
+		stop()
+		return func() {}, err
+	}
+	if err := e.register(ctx); err != nil {
+		stop()
+		return func() {}, err
+	}
+	return stop, nil
+}
+
+func dial(sock string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dialing %s: %w", sock, err)
+	}
+	return conn, nil
+}
+
+// prove dials the plugin's own socket and calls it, so kubelet is never
+// told about a socket that does not answer.
+func (e *Endpoint) prove(ctx context.Context, sock string) error {
+	conn, err := dial(sock)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true)); err != nil {
+		return fmt.Errorf("calling the plugin's own socket %s: %w", sock, err)
+	}
+	return nil
+}
+
+// register tells kubelet about the plugin.
+func (e *Endpoint) register(ctx context.Context) error {
+	kubeletSock := filepath.Join(e.Dir, filepath.Base(pluginapi.KubeletSocket))
+	conn, err := dial(kubeletSock)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     SocketName,
+		ResourceName: string(gpushare.ResourceGPUMem),
+		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+	})
+	if err != nil {
+		return fmt.Errorf("registering with kubelet at %s: %w", kubeletSock, err)
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+)
+
+// verifyDebounce is how long after an Allocate the verifier reads
+// PodResources: kubelet records the devices once Allocate has returned.
+const verifyDebounce = 300 * time.Millisecond
+
+// Run serves the device plugin until ctx ends: it discovers the cards,
+// refuses a unit whose ListAndWatch message would not fit kubelet's limit,
+// publishes the node inventory, watches this node's pods, serves and
+// registers the plugin (again after kubelet restarts), watches card health
+// and verifies kubelet's allocations against the pod annotations.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	gpus, closeGPUs, err := openGPUs(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeGPUs()
+	devs, err := gpus.Devices()
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	cards, err := CardsOf(cfg.NodeName, devs, cfg.Unit)
+	if err != nil {
+		return err
+	}
+	if err := CheckMessageSize(cfg.NodeName, devs, cfg.Unit); err != nil {
+		return err
+	}
+	for _, c := range cards {
+		logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", cfg.Unit)
+	}
+
+	client := cfg.Client
+	if client == nil {
+		if client, err = NewClient(cfg.Kubeconfig, cfg.QPS, cfg.Burst); err != nil {
+			return err
+		}
+	}
+	api := ClientAPI{Client: client}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
+
+	ann := newAnnotator(api)
+	h := NewHandoff(HandoffConfig{
+		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: &PodResources{Socket: cfg.PodResourcesSocket()},
+		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
+	})
+	ann.handoff = h
+
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}),
+		informers.WithTransform(func(obj any) (any, error) {
+			if m, ok := obj.(metav1.Object); ok {
+				m.SetManagedFields(nil)
+			}
+			return obj, nil
+		}))
+	podInformer := factory.Core().V1().Pods().Informer()
+	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { upsert(h, obj) },
+		UpdateFunc: func(_, obj any) { upsert(h, obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				h.DeletePod(pod.Namespace, pod.Name, pod.UID)
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("registering the pod handler: %w", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !toolscache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
+		return fmt.Errorf("syncing the pods of node %s: %w", cfg.NodeName, ctx.Err())
+	}
+
+	verifyNow := make(chan struct{}, 1)
+	publishNow := make(chan struct{}, 1)
+	poke := func(ch chan struct{}) {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	server := NewServer(logger, h, cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
+	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	goRun(func() { ann.run(ctx) })
+	goRun(func() { verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow) })
+	goRun(func() { publishLoop(ctx, pub, publishNow) })
+	if cfg.HealthCheck {
+		var uuids []string
+		for _, c := range cards {
+			uuids = append(uuids, c.UUID)
+		}
+		health := gpu.NewHealth(uuids, cfg.RecoveryWindow, nil)
+		apply := func() {
+			unhealthy := map[string]bool{}
+			for _, u := range uuids {
+				if !health.Healthy(u) {
+					unhealthy[u] = true
+				}
+			}
+			server.SetHealth(unhealthy)
+			pub.SetHealth(unhealthy)
+			poke(publishNow)
+		}
+		goRun(func() { healthLoop(ctx, gpus, health, cfg.RecoveryWindow, apply) })
+	} else {
+		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
+	}
+	if cfg.OnReady != nil {
+		cfg.OnReady(h)
+	}
+	ep := &Endpoint{Dir: cfg.PluginDir(), Server: server, Restart: cfg.Restart}
+	return ep.Run(ctx)
+}
+
+func upsert(h *Handoff, obj any) {
+	if pod, ok := obj.(*corev1.Pod); ok {
+		h.UpsertPod(pod)
+	}
+}
+
+// openGPUs returns the configured GPUs and a function that releases them.
+func openGPUs(cfg Config) (GPUs, func(), error) {
+	switch {
+	case cfg.GPUs != nil:
+		return cfg.GPUs, func() {}, nil
+	case cfg.FakeGPUs != "":
+		devs, err := gpu.ParseFakeGPUs(cfg.FakeGPUs, cfg.NodeName)
+		if err != nil {
+			return nil, nil, err
+		}
+		return gpu.NewFake(devs), func() {}, nil
+	}
+	n, err := gpu.OpenNVML(nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (use --fake-gpus on a machine without NVIDIA GPUs)", err)
+	}
+	return n, func() { _ = n.Close() }, nil
+}
+
+// CardsOf converts discovered devices to cards in unit. It fails on no
+// cards, or on a card smaller than one unit.
+func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("no GPUs found on node %s", node)
+	}
+	var cards []Card
+	for _, d := range devs {
+		u := Units(d.MemoryMiB, unit)
+		if u < 1 {
+			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
+		}
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u})
+	}
+	return cards, nil
+}
+
+// verifyLoop compares kubelet's PodResources with the grants shortly
+// after every Allocate and every period.
+func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-now:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(verifyDebounce):
+			}
+		}
+		if _, err := h.Verify(ctx); err != nil {
+			if !reported {
+				logger.Info("Cannot read kubelet's PodResources; allocations are not verified against kubelet until it answers", "err", err)
+				reported = true
+			}
+			continue
+		}
+		if reported {
+			logger.Info("kubelet's PodResources answers again")
+			reported = false
+		}
+	}
+}
+
+// publishLoop publishes the inventory at start, on request and every
+// publishPeriod; failures are retried with backoff.
+func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	backoff := time.Second
+	for {
+		wait := publishPeriod
+		if err := pub.Publish(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			logger.Error(err, "Publishing the node inventory; retrying", "in", backoff)
+			wait, backoff = backoff, min(2*backoff, publishPeriod)
+		} else {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-now:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// healthLoop applies XID events and recovery checks to health and calls
+// apply after every change.
+func healthLoop(ctx context.Context, gpus GPUs, health *gpu.Health, window time.Duration, apply func()) {
+	logger := klog.FromContext(ctx)
+	events := make(chan gpu.Event)
+	go func() {
+		if err := gpus.WatchXIDs(ctx, events); err != nil {
+			logger.Error(err, "Watching XID events failed; card health is no longer watched")
+		}
+	}()
+	if window <= 0 {
+		window = gpu.DefaultRecoveryWindow
+	}
+	t := time.NewTicker(max(min(healthProbePeriod, window/2), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-events:
+			if !gpu.IsCritical(e.XID) && e.XID != 0 {
+				logger.V(4).Info("Ignoring an application XID", "uuid", e.UUID, "xid", e.XID)
+				continue
+			}
+			if changed := health.Observe(e); len(changed) > 0 {
+				logger.Info("GPUs marked unhealthy", "uuids", changed, "xid", e.XID, "recoveryWindow", window)
+				apply()
+			}
+		case <-t.C:
+			if back := health.Recover(gpus.Probe); len(back) > 0 {
+				logger.Info("GPUs healthy again", "uuids", back)
+				apply()
+			}
+		}
+	}
+}

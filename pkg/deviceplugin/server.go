@@ -1,0 +1,207 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Device list strategies: how a container is given its cards.
+const (
+	// StrategyEnvvar sets NVIDIA_VISIBLE_DEVICES=<UUIDs> for the NVIDIA
+	// container runtime.
+	StrategyEnvvar = "envvar"
+	// StrategyCDIAnnotations sets the CDI annotation
+	// cdi.k8s.io/gpushare_gpu-mem=nvidia.com/gpu=<UUID>,... for a runtime
+	// with CDI and a spec that names devices by UUID
+	// (nvidia-ctk cdi generate --device-name-strategy=uuid), and
+	// NVIDIA_VISIBLE_DEVICES=void so images that set "all" get nothing more.
+	StrategyCDIAnnotations = "cdi-annotations"
+)
+
+// Container environment set by Allocate.
+const (
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// EnvContainerMem is the container's units (all its cards together).
+	EnvContainerMem = "ALIYUN_COM_GPU_MEM_CONTAINER"
+	// EnvMPSLimit is the per-device memory limit an MPS server enforces:
+	// "0=8G" (GiB) or "0=8192M" (MiB), one entry per visible device.
+	EnvMPSLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// cdiAnnotation is the CDI annotation key for StrategyCDIAnnotations.
+	cdiAnnotation = "cdi.k8s.io/gpushare_gpu-mem"
+)
+
+// Handoffer is what the gRPC server needs from the handoff.
+type Handoffer interface {
+	Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error)
+	Allocate(ctx context.Context, ids []string) (*Assignment, error)
+}
+
+// Server is the DevicePlugin gRPC service for aliyun.com/gpu-mem.
+type Server struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	handoff  Handoffer
+	cards    map[string]Card // UUID -> card
+	unit     string
+	strategy string
+	logger   klog.Logger
+	// afterAllocate runs after every successful Allocate (the verifier's
+	// trigger); may be nil.
+	afterAllocate func()
+
+	mu sync.Mutex
+	// devices is the current ListAndWatch list.
+	devices []*pluginapi.Device
+	// changed is closed and replaced whenever devices changes.
+	changed chan struct{}
+}
+
+var (
+	_ pluginapi.DevicePluginServer = (*Server)(nil)
+	_ Handoffer                    = (*Handoff)(nil)
+)
+
+// NewServer returns a server advertising every unit of cards, all healthy.
+func NewServer(logger klog.Logger, h Handoffer, cards []Card, unit, strategy string, afterAllocate func()) *Server {
+	s := &Server{handoff: h, cards: map[string]Card{}, unit: unit, strategy: strategy, logger: logger,
+		afterAllocate: afterAllocate, changed: make(chan struct{})}
+	for _, c := range cards {
+		s.cards[c.UUID] = c
+	}
+	s.SetHealth(nil)
+	return s
+}
+
+// SetHealth re-advertises every unit, those of the cards in unhealthy
+// (UUIDs) as Unhealthy, and wakes the ListAndWatch streams.
+func (s *Server) SetHealth(unhealthy map[string]bool) {
+	var cards []Card
+	for _, c := range s.cards {
+		cards = append(cards, c)
+	}
+	sort.Slice(cards, func(i, j int) bool { return cards[i].Index < cards[j].Index })
+	var devs []*pluginapi.Device
+	for _, c := range cards {
+		health := pluginapi.Healthy
+		if unhealthy[c.UUID] {
+			health = pluginapi.Unhealthy
+		}
+		for k := int64(0); k < c.Units; k++ {
+			devs = append(devs, &pluginapi.Device{ID: DeviceID(c.UUID, k), Health: health})
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.devices = devs
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// GetDevicePluginOptions asks kubelet to call GetPreferredAllocation.
+func (s *Server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the full device list, then again on every change,
+// until kubelet hangs up or the gRPC server stops (which cancels the
+// stream's context).
+func (s *Server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		s.mu.Lock()
+		devs, changed := s.devices, s.changed
+		s.mu.Unlock()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return fmt.Errorf("sending the device list: %w", err)
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation steers kubelet to the cards of the container it
+// is most likely admitting.
+func (s *Server) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	ctx = klog.NewContext(ctx, s.logger)
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.ContainerRequests {
+		ids, err := s.handoff.Prefer(ctx, cr.AvailableDeviceIDs, cr.MustIncludeDeviceIDs, int(cr.AllocationSize))
+		if err != nil {
+			s.logger.Error(err, "GetPreferredAllocation failed", "units", cr.AllocationSize)
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate gives each container the cards its device IDs are on.
+func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	ctx = klog.NewContext(ctx, s.logger)
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.ContainerRequests {
+		a, err := s.handoff.Allocate(ctx, cr.DevicesIds)
+		if err != nil {
+			s.logger.Error(err, "Allocate failed", "units", len(cr.DevicesIds))
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, s.containerResponse(a))
+	}
+	if s.afterAllocate != nil {
+		s.afterAllocate()
+	}
+	return resp, nil
+}
+
+// containerResponse builds the environment (and, with
+// StrategyCDIAnnotations, the CDI annotation) for an assignment.
+func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateResponse {
+	var uuids, idx, limits []string
+	var total int64
+	suffix := "G"
+	if s.unit == gpushare.UnitMiB {
+		suffix = "M"
+	}
+	for i, sh := range a.Shares {
+		uuids = append(uuids, sh.UUID)
+		idx = append(idx, strconv.Itoa(sh.Index))
+		limits = append(limits, fmt.Sprintf("%d=%d%s", i, sh.Units, suffix))
+		total += sh.Units
+	}
+	env := map[string]string{
+		gpushare.AnnotationIndex:  strings.Join(idx, ","),
+		gpushare.AnnotationPodMem: strconv.FormatInt(a.PodUnits, 10),
+		EnvContainerMem:           strconv.FormatInt(total, 10),
+		gpushare.AnnotationDevMem: strconv.FormatInt(s.cards[a.Shares[0].UUID].Units, 10),
+		EnvMPSLimit:               strings.Join(limits, ","),
+		EnvVisibleDevices:         strings.Join(uuids, ","),
+	}
+	r := &pluginapi.ContainerAllocateResponse{Envs: env}
+	if s.strategy == StrategyCDIAnnotations {
+		env[EnvVisibleDevices] = "void"
+		var names []string
+		for _, u := range uuids {
+			names = append(names, "nvidia.com/gpu="+u)
+		}
+		r.Annotations = map[string]string{cdiAnnotation: strings.Join(names, ",")}
+	}
+	return r
+}
+
+// PreStartContainer is not required (see GetDevicePluginOptions).
+func (s *Server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}

@@ -1,0 +1,184 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+)
+
+// listKubelet asks PodResources, without h.mu held. An error disables the
+// hint for this call only.
+func (h *Handoff) listKubelet(ctx context.Context) []KubeletPod {
+	if h.kubelet == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	kp, err := h.kubelet.List(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("PodResources unavailable; matching without kubelet's view", "err", err)
+		return nil
+	}
+	return kp
+}
+
+// observe applies kubelet's view: IDs kubelet holds for a container are
+// that container's, whoever the plugin had given them to; a grant younger
+// than the grace period stands even if kubelet does not show it yet. It
+// returns the names of the pods kubelet lists. The caller holds h.mu.
+func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool {
+	logger := klog.FromContext(ctx)
+	now := h.clock.Now()
+	listed := make(map[string]bool, len(kp))
+	for _, lp := range kp {
+		ref := lp.Namespace + "/" + lp.Name
+		listed[ref] = true
+		uid, ok := h.byName[ref]
+		if !ok {
+			continue
+		}
+		for cname, ids := range lp.Containers {
+			ck := containerKey{uid, cname}
+			g := h.grants[ck]
+			var mine []string
+			for _, id := range ids {
+				if uuid, _, err := ParseDeviceID(id); err == nil {
+					if _, ok := h.cards[uuid]; ok {
+						mine = append(mine, id)
+					}
+				}
+			}
+			if len(mine) == 0 {
+				if g != nil && !g.confirmed && g.ids != nil && now.Sub(g.at) < h.grace {
+					continue // Allocate just answered; kubelet records it after.
+				}
+				if g != nil && !g.confirmed && !h.isInit(ck) {
+					logger.V(2).Info("kubelet holds no devices for a container the plugin had matched; it waits again", "pod", ref, "container", cname)
+					h.drop(ck)
+					h.notify(uid)
+				}
+				continue
+			}
+			sort.Strings(mine)
+			if g != nil && slices.Equal(g.ids, mine) {
+				g.confirmed = true
+				continue
+			}
+			groups, _ := h.byCard(mine)
+			for _, id := range mine {
+				if o, ok := h.owner[id]; ok && o != ck && o.uid != uid {
+					h.correct(ctx, o, uid)
+				}
+			}
+			h.give(ck, &grant{ids: mine, shares: h.sharesOf(groups), confirmed: true, at: now})
+			if g != nil && g.ids != nil {
+				h.stats.Corrected++
+				logger.Info("kubelet gave this container other devices than the plugin had matched to it; following kubelet", "pod", ref, "container", cname)
+			}
+			h.notify(uid)
+		}
+	}
+	return listed
+}
+
+// correct drops the grant of container o, whose IDs kubelet holds for a
+// container of pod claimant: the plugin's match was a guess that kubelet
+// applied to another pod. An init container's grant moves to the
+// claimant's init container of the same size, if it has one without a grant
+// (kubelet lets app containers reuse their pod's init devices, so this is
+// the only way the plugin learns where an init container ran). The caller
+// holds h.mu.
+func (h *Handoff) correct(ctx context.Context, o containerKey, claimant types.UID) {
+	g := h.grants[o]
+	h.drop(o)
+	h.notify(o.uid)
+	h.stats.Corrected++
+	klog.FromContext(ctx).V(2).Info("A match was a guess that kubelet applied to another pod; correcting", "pod", h.refOf(o.uid), "container", o.name, "ownerPod", h.refOf(claimant))
+	if g == nil || !h.isInit(o) {
+		return
+	}
+	e := h.pods[claimant]
+	if e == nil || e.alloc == nil {
+		return
+	}
+	var size int64
+	for _, s := range g.shares {
+		size += s.Units
+	}
+	for _, c := range e.alloc.Containers {
+		ck := containerKey{claimant, c.Name}
+		if c.Init && h.grants[ck] == nil && containerTotal(c) == size {
+			h.give(ck, &grant{ids: g.ids, shares: g.shares, at: g.at})
+			return
+		}
+	}
+}
+
+func (h *Handoff) refOf(uid types.UID) string {
+	if e := h.pods[uid]; e != nil {
+		return e.ref()
+	}
+	return string(uid)
+}
+
+func (h *Handoff) isInit(ck containerKey) bool {
+	e := h.pods[ck.uid]
+	if e == nil || e.alloc == nil {
+		return false
+	}
+	for _, c := range e.alloc.Containers {
+		if c.Name == ck.name {
+			return c.Init
+		}
+	}
+	return false
+}
+
+// fetchMissing reads from the API the pods kubelet lists that the informer
+// has not delivered, so a pod admitted right after its bind still matches.
+func (h *Handoff) fetchMissing(ctx context.Context, kp []KubeletPod) bool {
+	if h.api == nil {
+		return false
+	}
+	h.mu.Lock()
+	var missing [][2]string
+	for _, lp := range kp {
+		ref := lp.Namespace + "/" + lp.Name
+		if _, ok := h.byName[ref]; !ok && !h.others[ref] {
+			missing = append(missing, [2]string{lp.Namespace, lp.Name})
+		}
+	}
+	h.mu.Unlock()
+	for _, m := range missing {
+		pod, err := h.api.GetPod(ctx, m[0], m[1])
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Could not read a pod kubelet lists", "pod", m[0]+"/"+m[1], "err", err)
+			continue
+		}
+		h.UpsertPod(pod)
+	}
+	return len(missing) > 0
+}
+
+// Verify reads kubelet's PodResources and corrects the grants by it; the
+// annotation writer then repairs what differs. It returns the number of
+// pods kubelet lists, or an error when PodResources is unavailable.
+func (h *Handoff) Verify(ctx context.Context) (int, error) {
+	if h.kubelet == nil {
+		return 0, errors.New("no PodResources client")
+	}
+	kp, err := h.kubelet.List(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing kubelet's pod resources: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.observe(ctx, kp)
+	return len(kp), nil
+}
