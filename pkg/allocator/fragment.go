@@ -16,126 +16,218 @@ type Shape struct {
 	// Workload.Typical sum to 1.
 	Weight float64
 	// MilliCPU is the mean CPU, in millicores, that requests of this shape
-	// asked per container; 0 when no caller reported CPU (see ObserveCPU).
+	// asked per container; 0 when no caller reported CPU (see ObservePod).
 	MilliCPU float64
 	// MemoryMiB likewise, in MiB.
 	MemoryMiB float64
 }
 
-// FragAware scores by the change in fragmentation (see Fragmentation): the
-// node whose fragmentation grows least (or shrinks most) wins; among equal
-// nodes, the fuller one (as Binpack) wins.
+// FragAware, the default policy, places a pod where it destroys the least
+// usable capacity for the requests the cluster typically sees, learned
+// online by Workload (never from a trace). It refines FGD (Weng et al.,
+// "Beware of Fragmentation", USENIX ATC '23; see FGD) in three ways.
 //
-// Worked example, typical requests 50% × 8 GiB and 50% × 4 GiB, a 4 GiB pod,
-// two 16 GiB cards: A with 6 GiB free, B with 16 GiB free.
+// Capacity model. For a typical shape s (Units u on each of k cards, mean
+// CPU and memory per request) a node can still host slots(s) requests:
+// the number the cards' free memory admits (a card with free f takes ⌊f/u⌋
+// slices; k-card requests need k distinct cards), capped, when the caller
+// knows them (Host), by ⌊free CPU / CPU of s⌋ and ⌊free memory / memory of
+// s⌋. The node's fragmentation is the free memory the typical request could
+// not use, in expectation:
 //
-//	A: before, 6 free is fragment for the 8 GiB shape: 0.5×6 = 3.
-//	   after, 2 free is fragment for both: 0.5×2 + 0.5×2 = 2.   Δ = −1
-//	B: before, 16 free serves both shapes: 0.
-//	   after, 12 free serves both: 0.                           Δ =  0
+//	F(n) = Σ_s w_s · (free(n) − slots_s(n) · u_s · k_s)
 //
-// A is chosen: it turns 6 GiB that 8 GiB pods could not use into a placed
-// pod. Best fit would also pick A here; with free 9 on A and 12 on B, best fit
-// picks A (leaving 5: 0.5×5 = 2.5 fragment) while FragAware picks B (leaving
-// 8: usable by both shapes).
+// Unlike FGD, which counts a card as wholly usable as soon as one request
+// fits, a card with 900 free serves one 470 request and strands 430; and a
+// node whose cards are free but whose CPU is spent strands all of them.
+//
+// Node score: −ΔF, the fragmentation the placement removes (positive) or
+// adds, plus a packing term of a tenth of a card times the node's GPU
+// utilisation afterwards, so that among placements of equal ΔF the pod
+// fills busy nodes and keeps empty ones whole for multi-card requests.
+//
+// Card choice: best fit (least free left), FGD's per-card ΔF breaking ties.
+//
+// Worked example, cards of 1000 units, typical requests 50% × 500 units
+// with 4 cores and 50% × 1000 units with 8 cores, a pod of 500 units with 16
+// cores, nodes A and B with two empty cards each, A with 20 cores free and
+// B with 96:
+//
+//	A before: 500s: ⌊2000/500⌋=4 by GPU, ⌊20/4⌋=5 by CPU: 4 → 0 stranded
+//	          1000s: 2 by GPU, ⌊20/8⌋=2 by CPU: 2 → 0 stranded        F = 0
+//	A after:  free 500+1000, 4 cores: 500s: min(3, 1) = 1 → 1000 stranded
+//	          1000s: min(1, 0) = 0 → 1500 stranded   F = ½·1000 + ½·1500 = 1250
+//	B after:  free 500+1000, 80 cores: 500s: 3 → 0; 1000s: 1 → 500   F = 250
+//
+// B scores −250 (plus the packing term), A −1250: the pod goes to B, where
+// CPU is plentiful, instead of eating the CPU that A's remaining 1500 units
+// need. GPU memory alone cannot tell A from B, and best fit on CPU would
+// pick A.
+//
+// Without a Host (the extender's cache tracks GPU memory only) the CPU and
+// memory caps are left out and NodeScore is the GPU-only form.
 type FragAware struct {
-	// typical requests, single-card shapes only, heaviest first.
-	single []Shape
-	// multi-card shapes.
-	multi []Shape
+	// shapes are the typical requests, weights summing to 1.
+	shapes []Shape
 }
 
 // NewFragAware returns the policy for the given typical requests. With none
 // (no pod seen yet), it behaves as Binpack.
 func NewFragAware(typical []Shape) *FragAware {
-	f := &FragAware{}
-	for _, s := range typical {
-		if s.Cards <= 1 {
-			f.single = append(f.single, s)
-		} else {
-			f.multi = append(f.multi, s)
-		}
-	}
-	return f
+	return &FragAware{shapes: typical}
 }
 
 func (*FragAware) Name() string { return NameFragAware }
 
-// cardFrag is the expected free memory on one card, with free units free,
-// that a typical single-card request cannot use.
-func (f *FragAware) cardFrag(free int64) float64 {
-	var frag float64
-	for _, s := range f.single {
-		if free < s.Units {
-			frag += s.Weight * float64(free)
-		}
-	}
-	return frag
-}
+// CardKey is best fit: the card left with the least free memory. (Cards
+// with equal free memory are interchangeable for the capacity model.)
+func (*FragAware) CardKey(_ *Card, free, units int64) float64 { return float64(free - units) }
 
-// tieWeight makes fragmentation dominate and best fit break ties.
-const tieWeight = 1e-6
+// packWeight is the packing term's weight in cards: a full node gains a
+// tenth of a card over an empty one.
+const packWeight = 0.1
 
-func (f *FragAware) CardKey(_ *Card, free, units int64) float64 {
-	return f.cardFrag(free-units) - f.cardFrag(free) + tieWeight*float64(free-units)
-}
-
-// Fragmentation returns the expected free memory on n, in units, that a
-// request drawn from the typical shapes could not use, given each card's
-// free memory frees (parallel to n.Cards): for a single-card shape, the free
-// memory of cards with less free than it asks; for a k-card shape, the
-// node's whole free memory when fewer than k cards can take it, else the
-// free memory of the cards that cannot.
+// Fragmentation returns F for cards with free units frees, without the CPU
+// and memory caps.
 func (f *FragAware) Fragmentation(frees []int64) float64 {
-	var frag float64
-	for _, free := range frees {
-		frag += f.cardFrag(free)
+	var all int64
+	for _, fr := range frees {
+		all += fr
 	}
-	for _, s := range f.multi {
-		var fits int
-		var all, small int64
-		for _, free := range frees {
-			all += free
-			if free >= s.Units {
-				fits++
-			} else {
-				small += free
-			}
-		}
-		if fits < s.Cards {
-			frag += s.Weight * float64(all)
-		} else {
-			frag += s.Weight * float64(small)
-		}
+	var frag float64
+	for i := range f.shapes {
+		s := &f.shapes[i]
+		frag += s.Weight * float64(all-gpuSlots(frees, s)*s.Units*int64(s.Cards))
 	}
 	return frag
 }
 
+// gpuSlots is how many requests of s the free memory frees admits: for one
+// card, Σ ⌊f/u⌋; for k cards, the largest t with Σ min(⌊f/u⌋, t) ≥ t·k.
+func gpuSlots(frees []int64, s *Shape) int64 {
+	var total int64
+	for _, fr := range frees {
+		total += fr / s.Units
+	}
+	if s.Cards <= 1 {
+		return total
+	}
+	k := int64(s.Cards)
+	for t := total / k; t > 0; t-- {
+		var sum int64
+		for _, fr := range frees {
+			sum += min(fr/s.Units, t)
+		}
+		if sum >= t*k {
+			return t
+		}
+	}
+	return 0
+}
+
+// NodeScore is −ΔF without the CPU and memory caps, plus the packing term.
 func (f *FragAware) NodeScore(n *Node, pl *Placement) float64 {
-	// Single-card shapes: only the cards the pod lands on change.
-	var delta float64
-	for i, r := range pl.Reserved {
-		if r == 0 {
+	return f.score(n, pl, nil)
+}
+
+// NodeScoreHost is −ΔF with the CPU and memory caps, plus the packing term.
+func (f *FragAware) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
+	return f.score(n, pl, h)
+}
+
+func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
+	// The cards the pod lands on (their free units before, and what the
+	// pod takes there), and the node's totals.
+	var buf [16]struct{ free, take int64 }
+	changed := buf[:0]
+	var taken, free, total, usedAfter int64
+	healthy := 0
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		fr := c.Free()
+		free += fr
+		r := pl.Reserved[i]
+		if c.Healthy {
+			total += c.Total
+			usedAfter += min(c.Total, c.Used+r)
+			healthy++
+		}
+		if r > 0 && fr > 0 {
+			t := min(r, fr)
+			changed = append(changed, struct{ free, take int64 }{fr, t})
+			taken += t
+		}
+	}
+	var delta float64 // ΔF
+	for i := range f.shapes {
+		s := &f.shapes[i]
+		if s.Units <= 0 {
 			continue
 		}
-		before := n.Cards[i].Free()
-		delta += f.cardFrag(max(0, before-r)) - f.cardFrag(before)
-	}
-	if len(f.multi) > 0 {
-		var buf [2][16]int64
-		before, after := buf[0][:0], buf[1][:0]
-		for i := range n.Cards {
-			free := n.Cards[i].Free()
-			before = append(before, free)
-			after = append(after, max(0, free-pl.Reserved[i]))
+		// Slots gained (negative: lost) by the GPU memory alone, from
+		// the changed cards; exact for single-card shapes, and for
+		// multi-card ones when no card crosses a multiple of Units.
+		var dGPU int64
+		for _, c := range changed {
+			if c.free < s.Units {
+				continue // no slot before, none after
+			}
+			q := c.free / s.Units
+			if c.take <= c.free-q*s.Units {
+				continue // the pod fits in the remainder
+			}
+			dGPU += (c.free-c.take)/s.Units - q
 		}
-		m := &FragAware{multi: f.multi}
-		delta += m.Fragmentation(after) - m.Fragmentation(before)
+		if s.Cards > 1 && dGPU != 0 {
+			dGPU = f.nodeSlots(n, pl, s, true) - f.nodeSlots(n, pl, s, false)
+		}
+		dSlots := dGPU
+		if h != nil && (s.MilliCPU > 0 || s.MemoryMiB > 0) {
+			// The caps bind only if they may be below the GPU slots,
+			// which are at most ⌊free/Units/Cards⌋.
+			upper := free / s.Units / int64(max(1, s.Cards))
+			if capSlots(math.MaxInt64, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB, s) < upper {
+				b := f.nodeSlots(n, pl, s, false)
+				dSlots = capSlots(b+dGPU, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB, s) -
+					capSlots(b, h.FreeMilliCPU, h.FreeMemoryMiB, s)
+			}
+		}
+		delta += s.Weight * float64(-taken-dSlots*s.Units*int64(s.Cards))
 	}
-	// Scale the tie-breaker to the node so it never outweighs one unit of
-	// fragmentation.
-	return -delta + tieWeight*utilisationAfter(n, pl)
+	if healthy == 0 {
+		return -delta
+	}
+	// Packing: a tenth of the node's mean card × its utilisation after.
+	return -delta + packWeight*float64(usedAfter)/float64(healthy)
 }
+
+// nodeSlots is gpuSlots for n's cards before (after false) or after pl.
+func (f *FragAware) nodeSlots(n *Node, pl *Placement, s *Shape, after bool) int64 {
+	var buf [16]int64
+	frees := buf[:0]
+	for i := range n.Cards {
+		fr := n.Cards[i].Free()
+		if after {
+			fr = max(0, fr-pl.Reserved[i])
+		}
+		frees = append(frees, fr)
+	}
+	return gpuSlots(frees, s)
+}
+
+// capSlots caps slots by the requests of s that cpu millicores and mem MiB
+// admit; a shape with no known CPU (or memory) is not capped by it.
+func capSlots(slots, cpu, mem int64, s *Shape) int64 {
+	if s.MilliCPU > 0 {
+		slots = min(slots, int64(float64(max(0, cpu))/s.MilliCPU))
+	}
+	if s.MemoryMiB > 0 {
+		slots = min(slots, int64(float64(max(0, mem))/s.MemoryMiB))
+	}
+	return slots
+}
+
+var _ HostScorer = (*FragAware)(nil)
 
 // Workload learns the cluster's typical requests from the pods it sees.
 // Each observed container shape gains weight 1 and all weights decay by a
@@ -173,11 +265,12 @@ func NewWorkload() *Workload {
 }
 
 // Observe records the container shapes of one pod's demand.
-func (w *Workload) Observe(d gpushare.Demand) { w.ObserveCPU(d, 0, 0) }
+func (w *Workload) Observe(d gpushare.Demand) { w.ObservePod(d, 0, 0) }
 
-// ObserveCPU records the container shapes of one pod's demand and the CPU
-// the pod asks, in millicores, shared among its containers by units.
-func (w *Workload) ObserveCPU(d gpushare.Demand, milliCPU, memMiB int64) {
+// ObservePod records the container shapes of one pod's demand and the CPU
+// (millicores) and memory (MiB) the pod asks, shared among its GPU
+// containers by units; 0 when unknown.
+func (w *Workload) ObservePod(d gpushare.Demand, milliCPU, memMiB int64) {
 	total := d.Total()
 	for _, c := range d {
 		w.scale /= workloadDecay

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -30,35 +31,48 @@ func TestNormalizeScores(t *testing.T) {
 
 // TestFragAwareWorkedExample checks the example in FragAware's doc comment.
 func TestFragAwareWorkedExample(t *testing.T) {
-	typical := []Shape{{Units: 8, Cards: 1, Weight: 0.5}, {Units: 4, Cards: 1, Weight: 0.5}}
+	typical := []Shape{{Units: 500, Cards: 1, Weight: 0.5, MilliCPU: 4000}, {Units: 1000, Cards: 1, Weight: 0.5, MilliCPU: 8000}}
 	f := NewFragAware(typical)
-	d := gpushare.Demand{app("c", 4)}
-	score := func(n *Node) float64 {
+	d := gpushare.Demand{app("c", 500)}
+	host := func(cpu int64) *Host { return &Host{FreeMilliCPU: cpu, PodMilliCPU: 16000} }
+	score := func(h *Host) float64 {
+		n := milliNode(0, 0)
 		pl, err := Fit(n, d, f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return f.NodeScore(n, pl)
+		if h == nil {
+			return f.NodeScore(n, pl)
+		}
+		return f.NodeScoreHost(n, pl, h)
 	}
-	a, b := score(node("16/10")), score(node("16/0"))
-	if !(a > b) {
-		t.Errorf("free 6 vs free 16: scores %v, %v; want the 6-free card preferred", a, b)
+	// The packing term: a tenth of a 1000-unit card × utilisation 500/2000.
+	const pack = 25
+	tests := []struct {
+		name string
+		host *Host
+		want float64
+	}{
+		{"A: 20 cores, the pod strands the rest", host(20000), -1250 + pack},
+		{"B: 96 cores", host(96000), -250 + pack},
+		{"without CPU, A and B are alike", nil, -250 + pack},
 	}
-	if got := -a; got > -0.99 || got < -1.01 {
-		t.Errorf("free 6: Δfragmentation = %v, want ≈ -1", got)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := score(tc.host); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("score = %v, want %v", got, tc.want)
+			}
+		})
 	}
-	a, b = score(node("16/7")), score(node("16/4"))
-	if !(b > a) {
-		t.Errorf("free 9 vs free 12: scores %v, %v; want the 12-free card preferred", a, b)
+}
+
+// milliNode returns a node of 1000-unit cards with the given units used.
+func milliNode(used ...int64) *Node {
+	n := &Node{Name: "n1", Unit: "milli"}
+	for i, u := range used {
+		n.Cards = append(n.Cards, Card{Index: i, Total: 1000, Used: u, Healthy: true})
 	}
-	// Binpack prefers the 9-free node.
-	bp := func(n *Node) float64 {
-		pl, _ := Fit(n, d, Binpack{})
-		return Binpack{}.NodeScore(n, pl)
-	}
-	if !(bp(node("16/7")) > bp(node("16/4"))) {
-		t.Error("binpack should prefer the fuller node")
-	}
+	return n
 }
 
 func TestFragmentationMultiCard(t *testing.T) {
@@ -69,7 +83,8 @@ func TestFragmentationMultiCard(t *testing.T) {
 	}{
 		{[]int64{8, 8, 3}, 3},  // two cards serve it; the 3 cannot
 		{[]int64{8, 7, 3}, 18}, // no pair of cards: all free is fragment
-		{[]int64{16, 16}, 0},
+		{[]int64{16, 16}, 0},    // two requests: 8 on each card, twice
+		{[]int64{16, 7, 3}, 26}, // one 16-unit card cannot take both slices
 	}
 	for _, tc := range tests {
 		if got := f.Fragmentation(tc.frees); got != tc.want {

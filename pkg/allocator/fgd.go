@@ -1,0 +1,147 @@
+package allocator
+
+import "slices"
+
+// Task is one kind of request of FGD's target workload: Units on each of
+// Cards cards (Units 0: a CPU-only task), MilliCPU millicores, on a card of
+// one of Models (any when empty), with Weight its share of the workload
+// (the weights sum to 1).
+type Task struct {
+	Units    int64
+	Cards    int
+	MilliCPU int64
+	Models   []string
+	Weight   float64
+}
+
+// FGD is Fragmentation Gradient Descent as Weng et al. define it ("Beware
+// of Fragmentation", USENIX ATC '23, §4), for comparison with our default:
+// a node's fragmentation is the GPU memory that a task drawn from the target
+// workload could not use, in expectation,
+//
+//	F(n) = Σ_m w_m · F_m(n),
+//
+// where, for task kind m: if m is CPU-only, or n's cards are not of a model
+// m accepts, or n lacks the CPU for m, or fewer than m.Cards cards have
+// m.Units free, every free unit of n is fragment (F_m = Σ free); otherwise
+// only the free units of the cards with less than m.Units free are
+// (F_m = Σ_{free<m.Units} free).
+// FGD places a pod on the node, and the card, where F grows least.
+//
+// The target workload is fixed and known in advance (the study computes it
+// from the trace being replayed). The CPU test needs a Host: without one
+// (NodeScore, the extender) every node is assumed to have the CPU.
+//
+// Worked example, a workload of 50% tasks of 500 units and 50% of 1000
+// (a whole card), a 300-unit pod, node A with one card of 700 free, node B
+// with one card of 900 free:
+//
+//	A before: 500 fits: 0; 1000 does not: ½·700 = 350          F = 350
+//	  after (→400): neither fits: ½·400 + ½·400 = 400           ΔF = +50
+//	B before: 500 fits: 0; 1000 does not: ½·900 = 450          F = 450
+//	  after (→600): 500 still fits: 0; ½·600 = 300              ΔF = −150
+//
+// FGD picks B, which still serves 500-unit tasks afterwards; best fit would
+// pick A and leave 400 units that no typical task can use.
+type FGD struct {
+	tasks []Task
+}
+
+// NewFGD returns FGD for the target workload tasks.
+func NewFGD(tasks []Task) *FGD { return &FGD{tasks: tasks} }
+
+func (*FGD) Name() string { return NameFGD }
+
+// accepts reports whether task t may run on a card of model.
+func (t *Task) accepts(model string) bool {
+	return len(t.Models) == 0 || slices.Contains(t.Models, model)
+}
+
+// CardKey is the growth of the card's share of F when units are taken from
+// it, counting every task kind as if the node could host it: exact for
+// single-card tasks; for multi-card tasks, FGD's node score then accounts
+// for whether enough cards remain.
+func (f *FGD) CardKey(c *Card, free, units int64) float64 {
+	var d float64
+	after := free - units
+	for i := range f.tasks {
+		t := &f.tasks[i]
+		if t.Units <= 0 || !t.accepts(c.Model) {
+			d -= t.Weight * float64(units)
+			continue
+		}
+		d += t.Weight * (cardFragment(after, t.Units) - cardFragment(free, t.Units))
+	}
+	return d
+}
+
+func cardFragment(free, units int64) float64 {
+	if free < units {
+		return float64(free)
+	}
+	return 0
+}
+
+// Fragmentation returns F for cards with free units frees, of model, and
+// cpu free millicores (negative: unknown, always enough).
+func (f *FGD) Fragmentation(frees []int64, model string, cpu int64) float64 {
+	var all int64
+	for _, fr := range frees {
+		all += fr
+	}
+	var frag float64
+	for i := range f.tasks {
+		t := &f.tasks[i]
+		if t.Units <= 0 || !t.accepts(model) || cpu >= 0 && cpu < t.MilliCPU {
+			frag += t.Weight * float64(all)
+			continue
+		}
+		var fits int
+		var small int64
+		for _, fr := range frees {
+			if fr >= t.Units {
+				fits++
+			} else {
+				small += fr
+			}
+		}
+		if fits < t.Cards {
+			frag += t.Weight * float64(all)
+		} else {
+			frag += t.Weight * float64(small)
+		}
+	}
+	return frag
+}
+
+// NodeScore is −ΔF, assuming every node has the CPU.
+func (f *FGD) NodeScore(n *Node, pl *Placement) float64 {
+	return f.score(n, pl, -1, -1)
+}
+
+// NodeScoreHost is −ΔF with the CPU test.
+func (f *FGD) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
+	return f.score(n, pl, h.FreeMilliCPU, h.FreeMilliCPU-h.PodMilliCPU)
+}
+
+func (f *FGD) score(n *Node, pl *Placement, cpuBefore, cpuAfter int64) float64 {
+	var buf [2][16]int64
+	before, after := buf[0][:0], buf[1][:0]
+	for i := range n.Cards {
+		free := n.Cards[i].Free()
+		before = append(before, free)
+		after = append(after, max(0, free-pl.Reserved[i]))
+	}
+	model := nodeModel(n)
+	return f.Fragmentation(before, model, cpuBefore) - f.Fragmentation(after, model, cpuAfter)
+}
+
+// nodeModel is the model of n's first card, "" without cards.
+func nodeModel(n *Node) string {
+	if len(n.Cards) == 0 {
+		return ""
+	}
+	return n.Cards[0].Model
+}
+
+var _ HostScorer = (*FGD)(nil)

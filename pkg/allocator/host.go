@@ -1,0 +1,27 @@
+package allocator
+
+// Host is what a caller may know of a node besides its cards: its free CPU
+// and memory before the pod, what the pod asks of them, and the largest
+// node of the cluster (to put CPU and GPU on one scale). The simulator knows
+// all of it; the extender's cache tracks only GPU memory and passes none.
+type Host struct {
+	// FreeMilliCPU and FreeMemoryMiB are what the node has left before the
+	// pod, in millicores and MiB.
+	FreeMilliCPU, FreeMemoryMiB int64
+	// PodMilliCPU and PodMemoryMiB are what the pod asks.
+	PodMilliCPU, PodMemoryMiB int64
+	// MaxMilliCPU and MaxUnits are the CPU and the GPU memory (in units) of
+	// the cluster's largest node.
+	MaxMilliCPU, MaxUnits int64
+	// Model of the node's cards, "" when unknown.
+	Model string
+}
+
+// HostScorer is a Policy whose node score also weighs CPU: the paper
+// baselines BestFit and FGD. A caller with a Host calls NodeScoreHost
+// instead of NodeScore; without one, NodeScore is their GPU-only form.
+type HostScorer interface {
+	Policy
+	// NodeScoreHost rates n once pl is placed and the pod's CPU taken from h.
+	NodeScoreHost(n *Node, pl *Placement, h *Host) float64
+}

@@ -1,0 +1,318 @@
+package allocator
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// pick returns the name of the node p scores highest for d (the first on
+// ties) and the card positions its containers get there.
+func pick(t *testing.T, p Policy, d gpushare.Demand, h *Host, nodes ...*Node) (string, [][]int) {
+	t.Helper()
+	best, bestScore := -1, 0.0
+	var bestCards [][]int
+	for i, n := range nodes {
+		pl, err := Fit(n, d, p)
+		if err != nil {
+			continue
+		}
+		s := p.NodeScore(n, pl)
+		if hs, ok := p.(HostScorer); ok && h != nil {
+			s = hs.NodeScoreHost(n, pl, h)
+		}
+		if best < 0 || s > bestScore {
+			best, bestScore, bestCards = i, s, pl.Cards
+		}
+	}
+	if best < 0 {
+		return "", nil
+	}
+	return nodes[best].Name, bestCards
+}
+
+func named(name string, n *Node) *Node { n.Name = name; return n }
+
+// TestPoliciesChoose checks each policy's node and card choice on tiny
+// clusters worked out by hand.
+func TestPoliciesChoose(t *testing.T) {
+	half := []Shape{{Units: 500, Cards: 1, Weight: 0.5}, {Units: 1000, Cards: 1, Weight: 0.5}}
+	tests := []struct {
+		name      string
+		policy    Policy
+		demand    gpushare.Demand
+		nodes     []*Node
+		wantNode  string
+		wantCards [][]int
+	}{
+		{
+			// small: 16 GiB card empty → 12 free after, 25% used.
+			// big: 80+80 GiB, 60 and 80 used → 16 free after, 90% used.
+			name:      "binpack: the fuller node by share",
+			policy:    Binpack{},
+			demand:    gpushare.Demand{app("c", 4)},
+			nodes:     []*Node{named("small", node("16/0")), named("big", node("80/60", "80/80"))},
+			wantNode:  "big",
+			wantCards: [][]int{{0}},
+		},
+		{
+			name:      "bestfit: the node with the least left, in GiB",
+			policy:    BestFit{},
+			demand:    gpushare.Demand{app("c", 4)},
+			nodes:     []*Node{named("small", node("16/0")), named("big", node("80/60", "80/80"))},
+			wantNode:  "small",
+			wantCards: [][]int{{0}},
+		},
+		{
+			name:      "bestfit: the card with the least left",
+			policy:    BestFit{},
+			demand:    gpushare.Demand{app("c", 4)},
+			nodes:     []*Node{named("n", node("16/0", "16/10", "16/12"))},
+			wantNode:  "n",
+			wantCards: [][]int{{2}},
+		},
+		{
+			name:      "spread: the emptiest node and card",
+			policy:    Spread{},
+			demand:    gpushare.Demand{app("c", 4)},
+			nodes:     []*Node{named("a", node("16/8", "16/4")), named("b", node("16/0", "16/2"))},
+			wantNode:  "b",
+			wantCards: [][]int{{0}},
+		},
+		{
+			// FGD's doc example: A 700 free → ΔF +50, B 900 free → ΔF −150.
+			name:      "fgd: the card that still serves a typical task",
+			policy:    NewFGD([]Task{{Units: 500, Cards: 1, Weight: 0.5}, {Units: 1000, Cards: 1, Weight: 0.5}}),
+			demand:    gpushare.Demand{app("c", 300)},
+			nodes:     []*Node{named("A", milliNode(300)), named("B", milliNode(100))},
+			wantNode:  "B",
+			wantCards: [][]int{{0}},
+		},
+		{
+			// Cards free 900, 1000 and 500: best fit leaves 30 on the last.
+			name:      "fragaware: best fit on the card",
+			policy:    NewFragAware(half),
+			demand:    gpushare.Demand{app("c", 470)},
+			nodes:     []*Node{named("n", milliNode(100, 0, 500))},
+			wantNode:  "n",
+			wantCards: [][]int{{2}},
+		},
+		{
+			// a: two empty cards; b: one card with 500 used and one empty.
+			// On b's half card the pod fills a 500 slot exactly: ΔF = 0;
+			// on a it takes a whole card's 1000 slot: ΔF = +250.
+			name:      "fragaware: the half-used card over an empty node",
+			policy:    NewFragAware(half),
+			demand:    gpushare.Demand{app("c", 500)},
+			nodes:     []*Node{named("a", milliNode(0, 0)), named("b", milliNode(500, 0))},
+			wantNode:  "b",
+			wantCards: [][]int{{0}},
+		},
+		{
+			name:      "fragaware with no pod seen yet: as binpack",
+			policy:    NewFragAware(nil),
+			demand:    gpushare.Demand{app("c", 4)},
+			nodes:     []*Node{named("small", node("16/0")), named("big", node("80/60", "80/80"))},
+			wantNode:  "big",
+			wantCards: [][]int{{0}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			gotNode, gotCards := pick(t, tc.policy, tc.demand, nil, tc.nodes...)
+			if gotNode != tc.wantNode {
+				t.Errorf("node = %q, want %q", gotNode, tc.wantNode)
+			}
+			if diff := cmp.Diff(tc.wantCards, gotCards); diff != "" {
+				t.Errorf("cards (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestBestFitHost checks the example in BestFit's doc comment.
+func TestBestFitHost(t *testing.T) {
+	tests := []struct {
+		name string
+		node *Node
+		cpu  int64
+		want float64
+	}{
+		{"24 cores and 500 units left", milliNode(500), 24000, -0.15625},
+		{"8 cores and 1500 units left", milliNode(500, 0), 8000, -(0.5*8.0/96 + 0.5*1500/8000)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nothing := &Placement{Cards: [][]int{nil}, Reserved: make([]int64, len(tc.node.Cards))}
+			got := BestFit{}.NodeScoreHost(tc.node, nothing, &Host{FreeMilliCPU: tc.cpu, MaxMilliCPU: 96000, MaxUnits: 8000})
+			if math.Abs(got-tc.want) > 1e-12 {
+				t.Errorf("NodeScoreHost = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFGDFragmentation checks FGD's measure by hand: GPU, CPU and models.
+func TestFGDFragmentation(t *testing.T) {
+	whole := []Task{{Units: 1000, Cards: 1, MilliCPU: 8000, Weight: 1}}
+	tests := []struct {
+		name  string
+		tasks []Task
+		frees []int64
+		model string
+		cpu   int64
+		want  float64
+	}{
+		{"a whole card fits: partial cards are fragment", whole, []int64{1000, 500}, "T4", -1, 500},
+		{"no whole card: all is fragment", whole, []int64{900, 500}, "T4", -1, 1400},
+		{"the CPU lacks: all is fragment", whole, []int64{1000, 500}, "T4", 4000, 1500},
+		{"enough CPU", whole, []int64{1000, 500}, "T4", 8000, 500},
+		{"a model the task refuses: all is fragment", []Task{{Units: 1000, Cards: 1, Models: []string{"A100"}, Weight: 1}}, []int64{1000}, "T4", -1, 1000},
+		{"two cards for a 2-card task: none", []Task{{Units: 1000, Cards: 2, Weight: 1}}, []int64{1000, 1000, 300}, "", -1, 300},
+		{"CPU-only kind: all is fragment", []Task{{Units: 0, Weight: 1}}, []int64{1000, 300}, "", -1, 1300},
+		{"weights", []Task{{Units: 500, Cards: 1, Weight: 0.5}, {Units: 1000, Cards: 1, Weight: 0.5}}, []int64{700}, "", -1, 350},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NewFGD(tc.tasks).Fragmentation(tc.frees, tc.model, tc.cpu); got != tc.want {
+				t.Errorf("Fragmentation = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFGDScoreHost: with the CPU test, a pod that leaves too little CPU
+// for the typical task strands the node's whole free memory.
+func TestFGDScoreHost(t *testing.T) {
+	f := NewFGD([]Task{{Units: 1000, Cards: 1, MilliCPU: 8000, Weight: 1}})
+	n := milliNode(0, 0)
+	pl, err := Fit(n, gpushare.Demand{app("c", 500)}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before: a whole card fits and 8 cores are free: F = 0. After:
+	// frees 500 and 1000; 4 cores left: F = 1500 (with CPU) or 500.
+	if got := f.NodeScoreHost(n, pl, &Host{FreeMilliCPU: 8000, PodMilliCPU: 4000}); got != -1500 {
+		t.Errorf("NodeScoreHost = %v, want -1500", got)
+	}
+	if got := f.NodeScore(n, pl); got != -500 {
+		t.Errorf("NodeScore = %v, want -500", got)
+	}
+}
+
+// TestFragAwareCapacity checks the capacity model: multiples on a card,
+// multi-card requests, and the CPU and memory caps.
+func TestFragAwareCapacity(t *testing.T) {
+	tests := []struct {
+		name  string
+		shape Shape
+		frees []int64
+		want  float64
+	}{
+		{"900 free serves one 470 and strands 430", Shape{Units: 470, Cards: 1, Weight: 1}, []int64{900}, 430},
+		{"two cards of 1000 serve four 500s", Shape{Units: 500, Cards: 1, Weight: 1}, []int64{1000, 1000}, 0},
+		{"3×1000 on four free cards: one request, 1000 stranded", Shape{Units: 1000, Cards: 3, Weight: 1}, []int64{1000, 1000, 1000, 1000}, 1000},
+		{"a request larger than any card", Shape{Units: 2000, Cards: 1, Weight: 1}, []int64{1000}, 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NewFragAware([]Shape{tc.shape}).Fragmentation(tc.frees); got != tc.want {
+				t.Errorf("Fragmentation(%v) = %v, want %v", tc.frees, got, tc.want)
+			}
+		})
+	}
+	// Memory caps like CPU: 2 cards free, room in memory for one 500.
+	f := NewFragAware([]Shape{{Units: 500, Cards: 1, Weight: 1, MemoryMiB: 1024}})
+	n := milliNode(0, 500)
+	pl, err := Fit(n, gpushare.Demand{app("c", 500)}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before: 1500 free, 3 slots by GPU, 2 by memory (2048 MiB) → 500
+	// stranded. After: 1000 free, 2 by GPU, 1 by memory → 500 stranded.
+	// ΔF = 0; packing: 100 × (1000/2000).
+	if got := f.NodeScoreHost(n, pl, &Host{FreeMemoryMiB: 2048, PodMemoryMiB: 1024}); math.Abs(got-50) > 1e-9 {
+		t.Errorf("NodeScoreHost = %v, want 50", got)
+	}
+}
+
+// TestRandom: a seeded Random repeats itself, and every node that fits is
+// chosen sometimes.
+func TestRandom(t *testing.T) {
+	draw := func(seed uint64) []string {
+		p := NewRandom(rand.New(rand.NewPCG(seed, 0)))
+		var got []string
+		for range 60 {
+			name, _ := pick(t, p, gpushare.Demand{app("c", 4)}, nil,
+				named("a", node("16/0")), named("b", node("16/8")), named("c", node("16/14")), named("d", node("16/0", "16/0")))
+			got = append(got, name)
+		}
+		return got
+	}
+	first := draw(7)
+	if diff := cmp.Diff(first, draw(7)); diff != "" {
+		t.Errorf("same seed, different draws (-first +second):\n%s", diff)
+	}
+	seen := map[string]int{}
+	for _, n := range first {
+		seen[n]++
+	}
+	for _, n := range []string{"a", "b", "d"} {
+		if seen[n] == 0 {
+			t.Errorf("node %s never chosen in 60 draws: %v", n, seen)
+		}
+	}
+	if seen["c"] > 0 {
+		t.Errorf("node c (2 GiB free) chosen for a 4 GiB pod")
+	}
+}
+
+// BenchmarkFragAwareScore is the default policy's share of one prioritize
+// call at 5,000 nodes × 8 cards: place and score a single-card pod on every
+// node, as the extender's cache does (GPU only), and with a Host as the
+// simulator does.
+func BenchmarkFragAwareScore(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	w := NewWorkload()
+	sizes := []int64{1000, 810, 470, 320, 650, 230, 460, 590, 160, 550, 220, 370, 110, 480}
+	for range 2000 {
+		w.ObservePod(gpushare.Demand{app("c", sizes[r.IntN(len(sizes))])}, 8000, 32768)
+	}
+	w.ObservePod(gpushare.Demand{{Name: "c", Units: 1000, Cards: 8}}, 64000, 262144)
+	f := NewFragAware(w.Typical())
+	nodes := make([]*Node, 5000)
+	for i := range nodes {
+		used := make([]int64, 8)
+		for j := range used {
+			used[j] = sizes[r.IntN(len(sizes))] * int64(r.IntN(2))
+		}
+		nodes[i] = milliNode(used...)
+	}
+	d := gpushare.Demand{app("c", 470)}
+	pl := &Placement{}
+	for _, host := range []bool{false, true} {
+		b.Run(fmt.Sprintf("nodes=5000/host=%v", host), func(b *testing.B) {
+			h := &Host{FreeMilliCPU: 48000, PodMilliCPU: 8000, FreeMemoryMiB: 196608, PodMemoryMiB: 32768}
+			b.ReportAllocs()
+			var sink float64
+			for b.Loop() {
+				for _, n := range nodes {
+					if err := FitInto(n, d, f, pl); err != nil {
+						continue
+					}
+					if host {
+						sink += f.NodeScoreHost(n, pl, h)
+					} else {
+						sink += f.NodeScore(n, pl)
+					}
+				}
+			}
+			_ = sink
+		})
+	}
+}
