@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/extender"
@@ -29,10 +31,12 @@ import (
 
 // TestSchedulingThroughput measures kube-scheduler's pods/second with the
 // extender (gpu-mem pods on 1,000 nodes × 8 cards) against the same pods
-// asking whole cards (nvidia.com/gpu style, no extender), each on its own
-// fresh control plane, in one run, and reports the extender's filter and
-// bind latency from its metrics. A measurement: it runs only with
-// GPUSHARE_BENCH=1 (make bench) and logs the figures.
+// asking whole cards (nvidia.com/gpu style, no extender), and against an
+// extender that does no work at all (filter and prioritize answer at once,
+// the scheduler binds): the floor of the extender protocol itself on this
+// machine. Each runs on its own fresh control plane, in one run; the
+// extender's filter, prioritize and bind latencies come from its metrics.
+// A measurement: it runs only with GPUSHARE_BENCH=1 (make bench).
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -58,6 +62,20 @@ func TestSchedulingThroughput(t *testing.T) {
 	})
 	plain.Stop()
 
+	// A no-op extender with the same verbs but bind: the protocol's floor.
+	noop := noopExtender(t)
+	cfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
+	if err := os.WriteFile(cfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: cfg})
+	floor := runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, func(name string) *corev1.Node {
+		return util.MakeNode(name).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
+	}, func(i int) *corev1.Pod {
+		return util.MakePod(fmt.Sprintf("p%05d", i)).GPUMem(int64(2 + 2*(i%4))).Obj()
+	})
+	floorCP.Stop()
+
 	// With the extender, through the shipped scheduler configuration.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -81,14 +99,59 @@ func TestSchedulingThroughput(t *testing.T) {
 	})
 	hist := scrape(t, listen)
 
-	report := fmt.Sprintf("nodes=%d pods=%d: without extender %.1f pods/s, with extender %.1f pods/s, ratio %.2f; "+
+	report := fmt.Sprintf("nodes=%d pods=%d: without extender %.1f pods/s, no-op extender %.1f pods/s (ratio %.2f), gpushare extender %.1f pods/s (ratio %.2f); "+
 		"extender filter p50 %s p99 %s, prioritize p50 %s p99 %s, bind p50 %s p99 %s",
-		nodes, pods, base, with, with/base,
+		nodes, pods, base, floor, floor/base, with, with/base,
 		hist.quantile("filter", 0.5), hist.quantile("filter", 0.99),
 		hist.quantile("prioritize", 0.5), hist.quantile("prioritize", 0.99),
 		hist.quantile("bind", 0.5), hist.quantile("bind", 0.99))
 	t.Log(report)
-	fmt.Printf("BenchmarkSchedulingThroughput/nodes=%d/pods=%d\t1\t%.1f plain-pods/s\t%.1f extender-pods/s\t%.2f ratio\n", nodes, pods, base, with, with/base)
+	fmt.Printf("BenchmarkSchedulingThroughput/nodes=%d/pods=%d\t1\t%.1f plain-pods/s\t%.1f noop-extender-pods/s\t%.1f extender-pods/s\t%.2f ratio\n", nodes, pods, base, floor, with, with/base)
+}
+
+// noopSchedulerConfig calls an extender for filter and prioritize only
+// (the scheduler binds), with the shipped configuration's client limits.
+const noopSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: set-by-framework, qps: 500, burst: 1000}
+extenders:
+- urlPrefix: set-by-framework
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  weight: 10
+  nodeCacheCapable: true
+  managedResources: [{name: aliyun.com/gpu-mem, ignoredByScheduler: false}]
+`
+
+// noopExtender serves filter (every node passes) and prioritize (every
+// node scores 5) without looking at anything, and returns its URL prefix.
+func noopExtender(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/noop/filter", func(w http.ResponseWriter, r *http.Request) {
+		var a extenderv1.ExtenderArgs
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderFilterResult{NodeNames: a.NodeNames, FailedNodes: map[string]string{}})
+	})
+	mux.HandleFunc("/noop/prioritize", func(w http.ResponseWriter, r *http.Request) {
+		var a extenderv1.ExtenderArgs
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		out := extenderv1.HostPriorityList{}
+		if a.NodeNames != nil {
+			for _, n := range *a.NodeNames {
+				out = append(out, extenderv1.HostPriority{Host: n, Score: 5})
+			}
+		}
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/noop"
 }
 
 func waitReady(t *testing.T, listen string) {
