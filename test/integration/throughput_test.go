@@ -90,7 +90,12 @@ func TestSchedulingThroughput(t *testing.T) {
 	go func() {
 		done <- extender.Run(ctx, extender.Config{Kubeconfig: cp.AdminKubeconfig(), Listen: listen, Policy: allocator.DefaultPolicy, QPS: 500, Burst: 1000})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("extender: %v", err)
+		}
+	})
 	waitReady(t, listen)
 	with := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, func(name string) *corev1.Node {
 		return util.MakeNode(name).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()

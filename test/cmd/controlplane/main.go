@@ -41,6 +41,11 @@ func main() {
 		printUsage()
 		os.Exit(2)
 	}
+	os.Exit(run(printUsage, upFlags, extender, schedConfig, noScheduler, dir))
+}
+
+// run carries out the command in os.Args[1] and returns the exit code.
+func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string, noScheduler *bool, dir *string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
@@ -48,7 +53,7 @@ func main() {
 	case "build":
 		bins, err := framework.EnsureBinaries(ctx)
 		if err != nil {
-			fail(err)
+			return fail(err)
 		}
 		fmt.Println(bins.Dir)
 	case "up":
@@ -60,7 +65,7 @@ func main() {
 			Dir:             *dir,
 		})
 		if err != nil {
-			fail(err)
+			return fail(err)
 		}
 		fmt.Printf("kube-apiserver %s\nexport KUBECONFIG=%s\nlogs in %s\nCtrl-C to stop\n", cp.APIServerURL(), cp.AdminKubeconfig(), cp.LogsDir())
 		<-ctx.Done()
@@ -70,11 +75,12 @@ func main() {
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
 		printUsage()
-		os.Exit(2)
+		return 2
 	}
+	return 0
 }
 
-func fail(err error) {
+func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "controlplane:", err)
-	os.Exit(1)
+	return 1
 }
