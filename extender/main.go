@@ -15,10 +15,17 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "simulate" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := simulator.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ExitOnError)
 	cfg := extender.Config{}
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
@@ -30,7 +37,7 @@ func main() {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. Flags:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n       %s simulate --help\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. The simulate subcommand replays a trace with each\npolicy to help choose one. Flags:\n", fs.Name(), fs.Name())
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])

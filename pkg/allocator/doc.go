@@ -22,9 +22,20 @@
 //   - binpack: fill the fullest cards and nodes first (best fit), keeping
 //     whole cards free for large pods.
 //   - spread: the emptiest cards and nodes first, limiting interference.
-//   - fragaware (default): minimise the growth of fragmentation, the free
-//     memory that the cluster's typical requests can no longer use, in the
-//     spirit of FGD (Weng et al., USENIX ATC '23); see Fragmentation.
+//   - bestfit: the card, and the node, left with the least free memory
+//     (with CPU too when the caller knows it): the study's best-fit
+//     baseline and the card rule of Aliyun's gpushare extender.
+//   - random: any node and card that fit, uniformly.
+//   - fgd: Fragmentation Gradient Descent (Weng et al., USENIX ATC '23)
+//     for a target workload known in advance.
+//   - fragaware (default): the least loss of usable capacity for the
+//     requests the cluster typically sees, learned online; a capacity
+//     model that counts how many typical requests the cards, and (given a
+//     Host) the CPU and memory, still admit. See FragAware.
+//
+// BestFit, FGD and FragAware also implement HostScorer: given a node's free
+// CPU and memory they weigh them too (the simulator passes them; the
+// extender's cache, which tracks GPU memory only, does not yet).
 //
 // Node scores are mapped to the extender range 0..10 across the nodes of one
 // request by NormalizeScores.

@@ -69,12 +69,31 @@ type Shape struct {
 type FragAware struct {
 	// shapes are the typical requests, weights summing to 1.
 	shapes []Shape
+	// inv[i] is 1/shapes[i].Units, to divide by multiplying.
+	inv []float64
 }
 
 // NewFragAware returns the policy for the given typical requests. With none
 // (no pod seen yet), it behaves as Binpack.
 func NewFragAware(typical []Shape) *FragAware {
-	return &FragAware{shapes: typical}
+	f := &FragAware{shapes: typical, inv: make([]float64, len(typical))}
+	for i, s := range typical {
+		if s.Units > 0 {
+			f.inv[i] = 1 / float64(s.Units)
+		}
+	}
+	return f
+}
+
+// div is ⌊x/u⌋ for 0 ≤ x < 2⁵², computed with inv = 1/u and corrected.
+func div(x, u int64, inv float64) int64 {
+	q := int64(float64(x) * inv)
+	if q*u > x {
+		q--
+	} else if (q+1)*u <= x {
+		q++
+	}
+	return q
 }
 
 func (*FragAware) Name() string { return NameFragAware }
@@ -172,11 +191,11 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 			if c.free < s.Units {
 				continue // no slot before, none after
 			}
-			q := c.free / s.Units
+			q := div(c.free, s.Units, f.inv[i])
 			if c.take <= c.free-q*s.Units {
 				continue // the pod fits in the remainder
 			}
-			dGPU += (c.free-c.take)/s.Units - q
+			dGPU += div(c.free-c.take, s.Units, f.inv[i]) - q
 		}
 		if s.Cards > 1 && dGPU != 0 {
 			dGPU = f.nodeSlots(n, pl, s, true) - f.nodeSlots(n, pl, s, false)

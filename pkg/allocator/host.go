@@ -13,8 +13,6 @@ type Host struct {
 	// MaxMilliCPU and MaxUnits are the CPU and the GPU memory (in units) of
 	// the cluster's largest node.
 	MaxMilliCPU, MaxUnits int64
-	// Model of the node's cards, "" when unknown.
-	Model string
 }
 
 // HostScorer is a Policy whose node score also weighs CPU: the paper

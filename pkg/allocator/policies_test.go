@@ -316,3 +316,21 @@ func BenchmarkFragAwareScore(b *testing.B) {
 		})
 	}
 }
+
+// TestDiv checks the reciprocal division against the integer one, at the
+// multiples where rounding could err.
+func TestDiv(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	for range 100000 {
+		u := 1 + r.Int64N(100000)
+		x := r.Int64N(1 << 40)
+		if r.IntN(2) == 0 {
+			x = (x / u) * u // an exact multiple
+			x += r.Int64N(3) - 1
+			x = max(0, x)
+		}
+		if got, want := div(x, u, 1/float64(u)), x/u; got != want {
+			t.Fatalf("div(%d, %d) = %d, want %d", x, u, got, want)
+		}
+	}
+}

@@ -81,8 +81,8 @@ func TestFragmentationMultiCard(t *testing.T) {
 		frees []int64
 		want  float64
 	}{
-		{[]int64{8, 8, 3}, 3},  // two cards serve it; the 3 cannot
-		{[]int64{8, 7, 3}, 18}, // no pair of cards: all free is fragment
+		{[]int64{8, 8, 3}, 3},   // two cards serve it; the 3 cannot
+		{[]int64{8, 7, 3}, 18},  // no pair of cards: all free is fragment
 		{[]int64{16, 16}, 0},    // two requests: 8 on each card, twice
 		{[]int64{16, 7, 3}, 26}, // one 16-unit card cannot take both slices
 	}

@@ -1,0 +1,47 @@
+// Package simulator replays a trace of pods on a cluster with each
+// allocator policy, so that a user can tell which policy suits a cluster
+// before deploying it. It is the `gpushare-scheduler-extender simulate`
+// subcommand (Main) and runs the extender's own code: allocator.Fit places
+// a pod on a node's cards and the policy's NodeScore (NodeScoreHost where
+// the policy weighs CPU and memory) rates the node, and the default policy
+// learns the typical requests online with allocator.Workload, as the
+// extender's cache does.
+//
+// # Methodology
+//
+// It follows the FGD study (Weng et al., "Beware of Fragmentation", USENIX
+// ATC '23), so that figures are comparable with it:
+//
+//   - The pods are sorted by name and shuffled with the seed; then clones
+//     of pods drawn uniformly are appended until the pods' GPU demand first
+//     passes 130% of the cluster's GPU capacity (Arrivals).
+//   - They are submitted one by one. A node may take a pod if the pod's CPU
+//     and memory requests fit its free allocatable ones (as kube-scheduler's
+//     NodeResourcesFit would), its cards are of a model the pod accepts
+//     (openb gpu_spec) and allocator.Fit places the GPU memory. The node
+//     with the highest score wins; ties are broken by a generator seeded
+//     from the seed, so a run is reproducible. A pod that fits nowhere is
+//     failed and skipped. Nothing departs.
+//   - Pods that ask no GPU memory are skipped by default (CPUPodsSkip): the
+//     extender never sees them. CPUPodsSpread places them by CPU and memory
+//     alone, as kube-scheduler's default LeastAllocated scoring would.
+//   - "Allocation at X%" is the mean allocated share of GPU capacity over
+//     the pods submitted while the arrived GPU demand (failed pods
+//     included) rounds to X% of capacity (Result.AllocAt).
+//   - Fragmentation is FGD's measure for the trace's target workload: the
+//     free GPU memory that a typical task could not use, in percent of
+//     capacity, when arrival first reaches a mark.
+//
+// With openb traces a card is 1000 units: a sharing task asks gpu_milli
+// units of one card and a task with num_gpu = k > 1 asks k whole cards.
+// With Kubernetes YAML, units are the nodes' (GiB or MiB).
+//
+// # Policies
+//
+// random, spread, binpack, bestfit and fgd are the study's baselines (fgd
+// built from the whole trace's task distribution, as the study does, and
+// weighing CPU); fragaware, the default, is described in
+// allocator.FragAware. On the default openb trace (10 seeds) it allocates
+// 95.4% of GPU capacity at 100% arrival, against 94.6% for fgd here and
+// 95.23% in the study; see README-section.md for the table.
+package simulator

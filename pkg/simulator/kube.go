@@ -1,0 +1,233 @@
+package simulator
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// ReadKubernetes reads Nodes and Pods from YAML or JSON, as `kubectl get
+// nodes,pods -o yaml` writes them (a List) or as documents separated by
+// "---"; other kinds are ignored. A node's cards are what the extender's
+// cache makes of it (the gpushare.io/devices inventory, else
+// aliyun.com/gpu-mem ÷ aliyun.com/gpu-count), its CPU and memory its
+// allocatable. A pod's GPU demand is gpushare.PodDemand (in the nodes'
+// unit), its CPU and memory its requests as NodeResourcesFit adds them.
+// Pods that finished (Succeeded, Failed) are left out; where pods run now
+// (spec.nodeName) is ignored: the replay starts from empty nodes.
+func ReadKubernetes(r io.Reader, file string) (nodes []Node, pods []Pod, err error) {
+	docs, err := yamlDocuments(r)
+	if err != nil {
+		return nil, nil, &InputError{File: file, Err: err}
+	}
+	c, err := cache.New(cache.Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	seenNode, seenPod := map[string]int{}, map[string]int{}
+	for _, doc := range docs {
+		j, err := yaml.YAMLToJSON(doc.text)
+		if err != nil {
+			line, msg := yamlErrorLine(err)
+			return nil, nil, &InputError{File: file, Line: doc.line + max(line, 1) - 1, Column: 1, Err: errors.New(msg)}
+		}
+		var head struct {
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if string(j) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(j, &head); err != nil {
+			return nil, nil, &InputError{File: file, Line: doc.line, Column: 1, Err: errors.New("not a Kubernetes object: want a mapping with apiVersion and kind")}
+		}
+		items := []json.RawMessage{j}
+		if head.Items != nil {
+			items = head.Items
+		}
+		for i, item := range items {
+			where := ""
+			if head.Items != nil {
+				where = fmt.Sprintf("item %d: ", i)
+			}
+			fail := func(err error) error {
+				return &InputError{File: file, Line: doc.line, Column: 1, Err: fmt.Errorf("%s%w", where, err)}
+			}
+			var kind struct {
+				Kind string `json:"kind"`
+			}
+			if err := json.Unmarshal(item, &kind); err != nil {
+				return nil, nil, fail(err)
+			}
+			switch kind.Kind {
+			case "Node":
+				var node corev1.Node
+				if err := json.Unmarshal(item, &node); err != nil {
+					return nil, nil, fail(fmt.Errorf("decoding a Node: %w", err))
+				}
+				if prev, dup := seenNode[node.Name]; dup {
+					return nil, nil, fail(fmt.Errorf("node %s appears twice (first on line %d)", node.Name, prev))
+				}
+				seenNode[node.Name] = doc.line
+				n, err := kubeNode(c, &node)
+				if err != nil {
+					return nil, nil, fail(err)
+				}
+				nodes = append(nodes, n)
+			case "Pod":
+				var pod corev1.Pod
+				if err := json.Unmarshal(item, &pod); err != nil {
+					return nil, nil, fail(fmt.Errorf("decoding a Pod: %w", err))
+				}
+				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				key := pod.Namespace + "/" + pod.Name
+				if prev, dup := seenPod[key]; dup {
+					return nil, nil, fail(fmt.Errorf("pod %s appears twice (first on line %d)", key, prev))
+				}
+				seenPod[key] = doc.line
+				p, err := kubePod(&pod)
+				if err != nil {
+					return nil, nil, fail(err)
+				}
+				pods = append(pods, p)
+			}
+		}
+	}
+	return nodes, pods, nil
+}
+
+// kubeNode turns node into a Node with the cards the extender's cache sees.
+func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
+	if node.Name == "" {
+		return Node{}, errors.New("a Node has no metadata.name")
+	}
+	if err := c.SetNode(node); err != nil {
+		return Node{}, err
+	}
+	views, ok := c.Inspect(node.Name)
+	if !ok || len(views) != 1 {
+		return Node{}, fmt.Errorf("node %s: not in the cache after SetNode", node.Name)
+	}
+	v := views[0]
+	n := Node{Name: node.Name, Unit: v.Unit,
+		MilliCPU:  node.Status.Allocatable.Cpu().MilliValue(),
+		MemoryMiB: node.Status.Allocatable.Memory().Value() >> 20}
+	if _, ok := node.Status.Allocatable[corev1.ResourceCPU]; !ok {
+		n.MilliCPU = node.Status.Capacity.Cpu().MilliValue()
+	}
+	if _, ok := node.Status.Allocatable[corev1.ResourceMemory]; !ok {
+		n.MemoryMiB = node.Status.Capacity.Memory().Value() >> 20
+	}
+	for _, card := range v.Cards {
+		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy})
+		if n.Model == "" {
+			n.Model = card.Model
+		}
+	}
+	return n, nil
+}
+
+// kubePod turns pod into a Pod.
+func kubePod(pod *corev1.Pod) (Pod, error) {
+	key := pod.Namespace + "/" + pod.Name
+	if pod.Name == "" {
+		return Pod{}, errors.New("a Pod has no metadata.name")
+	}
+	p := Pod{Name: key, Kind: KindCPU}
+	p.MilliCPU, p.MemoryMiB = podRequests(pod)
+	d, err := gpushare.PodDemand(pod)
+	switch {
+	case errors.Is(err, gpushare.ErrNoGPUMem):
+		return p, nil
+	case err != nil:
+		return Pod{}, fmt.Errorf("pod %s: %w", key, err)
+	}
+	p.Demand, p.Kind = d, KindShare
+	for _, c := range d {
+		if c.Cards > 1 {
+			p.Kind = KindMulti
+		}
+	}
+	return p, nil
+}
+
+// podRequests returns the CPU (millicores) and memory (MiB) pod requests as
+// NodeResourcesFit counts them: the app containers and restartable init
+// containers together, or the largest init container if more, plus the
+// pod overhead.
+func podRequests(pod *corev1.Pod) (milliCPU, memMiB int64) {
+	var cpu, mem, sideCPU, sideMem int64
+	for _, c := range pod.Spec.Containers {
+		cpu += c.Resources.Requests.Cpu().MilliValue()
+		mem += c.Resources.Requests.Memory().Value()
+	}
+	var initCPU, initMem int64
+	for _, c := range pod.Spec.InitContainers {
+		cc, cm := c.Resources.Requests.Cpu().MilliValue(), c.Resources.Requests.Memory().Value()
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sideCPU += cc
+			sideMem += cm
+			continue
+		}
+		initCPU, initMem = max(initCPU, sideCPU+cc), max(initMem, sideMem+cm)
+	}
+	cpu, mem = max(cpu+sideCPU, initCPU), max(mem+sideMem, initMem)
+	cpu += pod.Spec.Overhead.Cpu().MilliValue()
+	mem += pod.Spec.Overhead.Memory().Value()
+	return cpu, (mem + 1<<20 - 1) >> 20
+}
+
+// yamlDoc is one YAML document and the line it starts on.
+type yamlDoc struct {
+	text []byte
+	line int
+}
+
+// yamlDocuments splits r at lines that are "---".
+func yamlDocuments(r io.Reader) ([]yamlDoc, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	var docs []yamlDoc
+	cur := yamlDoc{line: 1}
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Bytes()
+		if bytes.Equal(bytes.TrimRight(text, " \t\r"), []byte("---")) {
+			docs = append(docs, cur)
+			cur = yamlDoc{line: line + 1}
+			continue
+		}
+		cur.text = append(append(cur.text, text...), '\n')
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return append(docs, cur), nil
+}
+
+var yamlLineRE = regexp.MustCompile(`^(?:error converting YAML to JSON: )?yaml: line (\d+): (.*)$`)
+
+// yamlErrorLine extracts the line number from a YAML error, 0 if none.
+func yamlErrorLine(err error) (int, string) {
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, err.Error()
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n, m[2]
+}

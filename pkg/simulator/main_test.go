@@ -1,0 +1,212 @@
+package simulator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+const (
+	sliceNodes = "testdata/openb-slice/nodes.csv"
+	slicePods  = "testdata/openb-slice/pods.csv"
+)
+
+// sliceSummaries replays the slice of the default trace with every policy,
+// seeds 1-3, wall times zeroed.
+func sliceSummaries(t *testing.T) []Summary {
+	t.Helper()
+	tr, err := LoadTrace(sliceNodes, slicePods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, err := RunAll(context.Background(), tr, &Config{Policies: DefaultPolicies, Seeds: []uint64{1, 2, 3}, Inflate: DefaultInflate, CPUPods: CPUPodsSkip, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range sums {
+		sums[i].Seconds = 0
+	}
+	return sums
+}
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./pkg/simulator -run %s -update)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", path, diff)
+	}
+}
+
+// TestGoldenTable checks the report, in every format, of a small slice of
+// the default openb trace (every 20th node and pod).
+func TestGoldenTable(t *testing.T) {
+	sums := sliceSummaries(t)
+	for _, f := range []Format{FormatTable, FormatJSON, FormatCSV} {
+		t.Run(string(f), func(t *testing.T) {
+			var b bytes.Buffer
+			if err := Write(&b, f, sums); err != nil {
+				t.Fatal(err)
+			}
+			ext := map[Format]string{FormatTable: "table.txt", FormatJSON: "json", FormatCSV: "csv"}[f]
+			golden(t, "golden/openb-slice."+ext, b.Bytes())
+		})
+	}
+}
+
+// TestJSONShape checks the --format json contract: one array, one object
+// per policy, keys in this order, alloc_at keyed "90".."130".
+func TestJSONShape(t *testing.T) {
+	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612, Seconds: 11.8}}
+	var b bytes.Buffer
+	if err := Write(&b, FormatJSON, sums); err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,"seconds":11.8}]` + "\n"
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("json (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []uint64
+		wantErr string
+	}{
+		{in: "42-51", want: []uint64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}},
+		{in: "7", want: []uint64{7}},
+		{in: "1,5, 9", want: []uint64{1, 5, 9}},
+		{in: "1-2,8", want: []uint64{1, 2, 8}},
+		{in: "51-42", wantErr: `--seeds "51-42": the range 51-42 runs backwards; want e.g. 42-51`},
+		{in: "x", wantErr: `--seeds "x": "x" is not a seed; want e.g. 42-51, 1,5,9 or 7`},
+		{in: "1-y", wantErr: `--seeds "1-y": "1-y" is not a range; want e.g. 42-51`},
+		{in: "3,3", wantErr: `--seeds "3,3": seed 3 appears twice`},
+		{in: "0-5000", wantErr: `--seeds "0-5000": 5001 seeds; at most 1000`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSeeds(tc.in)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if diff := cmp.Diff(tc.wantErr, gotErr); diff != "" {
+				t.Errorf("error (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.want, got); tc.wantErr == "" && diff != "" {
+				t.Errorf("seeds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMainCommand(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(bad, []byte("sn,cpu_milli,memory_mib,gpu,model\nn1,96000,x,8,G2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		wantCode   int
+		wantStdout string // regexp
+		wantStderr string // regexp
+	}{
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantStdout: `(?s)^Usage: gpushare-scheduler-extender simulate --nodes FILE --pods FILE.*-seeds string`},
+		{name: "no inputs", args: nil, wantCode: 2, wantStderr: `^simulate: --nodes and --pods are required\n`},
+		{name: "unknown flag", args: []string{"--nodes", "a", "--pods", "b", "--colour"}, wantCode: 2, wantStderr: `flag provided but not defined: -colour`},
+		{name: "unknown policy", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "fgd,worstfit"}, wantCode: 2,
+			wantStderr: `^simulate: --policy: unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread\n`},
+		{name: "bad format", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--format", "xml"}, wantCode: 2, wantStderr: `--format "xml": want table, json or csv`},
+		{name: "bad plot name", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--plot", "out.pdf"}, wantCode: 2, wantStderr: `--plot out.pdf: the file name must end in .svg or .png`},
+		{name: "missing file", args: []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", slicePods}, wantCode: 1, wantStderr: `^simulate: open .*none.csv: no such file or directory\n$`},
+		{name: "bad file names line and column", args: []string{"--nodes", bad, "--pods", slicePods}, wantCode: 1, wantStderr: `bad.csv:2:10: memory_mib is "x"; want a whole number\n$`},
+		{name: "json", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "binpack,fragaware", "--seeds", "1-2", "--format", "json"}, wantCode: 0,
+			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Main(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if tc.wantStdout != "" && !regexp.MustCompile(tc.wantStdout).MatchString(stdout.String()) {
+				t.Errorf("stdout does not match %q:\n%s", tc.wantStdout, stdout.String())
+			}
+			if tc.wantStderr != "" && !regexp.MustCompile(tc.wantStderr).MatchString(stderr.String()) {
+				t.Errorf("stderr does not match %q:\n%s", tc.wantStderr, stderr.String())
+			}
+		})
+	}
+}
+
+// TestMainJSONIsOneArray: the json output decodes as one array of objects.
+func TestMainJSONIsOneArray(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"--nodes", sliceNodes, "--pods", slicePods, "--seeds", "1", "--format", "json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got []map[string]any
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if dec.More() {
+		t.Error("more than one JSON value on stdout")
+	}
+	if len(got) != len(DefaultPolicies) {
+		t.Errorf("%d objects, want one per policy (%d)", len(got), len(DefaultPolicies))
+	}
+}
+
+func TestPlot(t *testing.T) {
+	sums := sliceSummaries(t)
+	var svg bytes.Buffer
+	if err := WriteSVG(&svg, sums); err != nil {
+		t.Fatal(err)
+	}
+	s := svg.String()
+	if !strings.HasPrefix(s, "<svg ") || !strings.HasSuffix(s, "</svg>\n") || strings.Count(s, "<polyline") != len(sums) {
+		t.Errorf("SVG: want one polyline per policy in an <svg> element:\n%s", s)
+	}
+	for _, p := range DefaultPolicies {
+		if !strings.Contains(s, ">"+p+" ") {
+			t.Errorf("SVG legend lacks %s", p)
+		}
+	}
+	var pngBuf bytes.Buffer
+	if err := WritePNG(&pngBuf, sums); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&pngBuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != 760 || b.Dy() != 460 {
+		t.Errorf("PNG is %v", b)
+	}
+}

@@ -1,0 +1,268 @@
+package simulator
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// Summary is one policy's results, averaged over seeds.
+type Summary struct {
+	Policy string
+	Seeds  []uint64
+	// Pods is the mean number of pods per seed, clones included; Skipped
+	// the mean number of CPU-only pods among them left out.
+	Pods, Skipped float64
+	// AllocAt: mark (percent of capacity arrived) -> mean allocated share
+	// of GPU capacity, percent; NaN where arrival never reached the mark.
+	AllocAt map[int]float64
+	// Curve[x]: mean allocated share at x% arrival, for x from 0 to the
+	// last percent every seed reached.
+	Curve []float64
+	// FailedPods is the mean number of failed pods per seed; FailedByKind
+	// splits it.
+	FailedPods   float64
+	FailedByKind map[Kind]float64
+	// FragAt: mark -> mean fragmentation, percent of capacity.
+	FragAt map[int]float64
+	// Seconds is the mean wall time of one replay.
+	Seconds float64
+}
+
+// Summarize averages results of one policy over seeds.
+func Summarize(policy string, results []*Result) Summary {
+	s := Summary{Policy: policy, AllocAt: map[int]float64{}, FailedByKind: map[Kind]float64{}, FragAt: map[int]float64{}}
+	if len(results) == 0 {
+		return s
+	}
+	n := float64(len(results))
+	curveLen := math.MaxInt
+	for _, r := range results {
+		s.Seeds = append(s.Seeds, r.Seed)
+		s.Pods += float64(r.Pods) / n
+		s.Skipped += float64(r.Skipped) / n
+		s.FailedPods += float64(r.FailedTotal()) / n
+		s.Seconds += r.Seconds / n
+		for _, k := range Kinds {
+			s.FailedByKind[k] += float64(r.Failed[k]) / n
+		}
+		last := len(r.AllocCount) - 1
+		for last > 0 && r.AllocCount[last] == 0 {
+			last--
+		}
+		curveLen = min(curveLen, last+1)
+	}
+	for _, m := range Marks {
+		for _, r := range results {
+			s.AllocAt[m] += r.AllocAt(m) / n
+			if f, ok := r.FragAt[m]; ok {
+				s.FragAt[m] += f / n
+			} else {
+				s.FragAt[m] = math.NaN()
+			}
+		}
+	}
+	s.Curve = make([]float64, curveLen)
+	for x := range s.Curve {
+		for _, r := range results {
+			s.Curve[x] += r.AllocAt(x) / n
+		}
+	}
+	return s
+}
+
+// Format is an output format of Write.
+type Format string
+
+// Formats.
+const (
+	FormatTable Format = "table"
+	FormatJSON  Format = "json"
+	FormatCSV   Format = "csv"
+)
+
+// Write writes summaries to w in format.
+func Write(w io.Writer, format Format, sums []Summary) error {
+	switch format {
+	case FormatTable:
+		return writeTable(w, sums)
+	case FormatJSON:
+		return writeJSON(w, sums)
+	case FormatCSV:
+		return writeCSV(w, sums)
+	}
+	return fmt.Errorf("unknown format %q; want table, json or csv", format)
+}
+
+// pct formats a percentage with 2 decimals, "-" for NaN.
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+// num formats a mean count with at most one decimal.
+func num(v float64) string {
+	return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+}
+
+// seedList writes seeds compactly: "42-51", "7", "1,3,5".
+func seedList(seeds []uint64) string {
+	if len(seeds) == 0 {
+		return ""
+	}
+	contiguous := true
+	for i := 1; i < len(seeds); i++ {
+		if seeds[i] != seeds[i-1]+1 {
+			contiguous = false
+		}
+	}
+	if contiguous && len(seeds) > 2 {
+		return fmt.Sprintf("%d-%d", seeds[0], seeds[len(seeds)-1])
+	}
+	parts := make([]string, len(seeds))
+	for i, s := range seeds {
+		parts[i] = strconv.FormatUint(s, 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+func writeTable(w io.Writer, sums []Summary) error {
+	var buf bytes.Buffer
+	if len(sums) > 0 {
+		fmt.Fprintf(&buf, "Allocated GPU memory, %% of capacity, when the arrived demand is 90..130%% of capacity\n(mean of seeds %s; %s pods per seed, clones included", seedList(sums[0].Seeds), num(sums[0].Pods))
+		if sums[0].Skipped > 0 {
+			fmt.Fprintf(&buf, ", of which %s CPU-only pods not replayed", num(sums[0].Skipped))
+		}
+		fmt.Fprint(&buf, "):\n\n")
+	}
+	width := len("policy")
+	for _, s := range sums {
+		width = max(width, len(s.Policy))
+	}
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\t", width, "policy")
+	for _, m := range Marks {
+		fmt.Fprintf(tw, "%d%%\t", m)
+	}
+	fmt.Fprint(tw, "failed pods\tseconds\t\n")
+	for _, s := range sums {
+		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
+		for _, m := range Marks {
+			fmt.Fprintf(tw, "%s\t", pct(s.AllocAt[m]))
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t\n", num(s.FailedPods), s.Seconds)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprint(&buf, "\nFailed pods by kind, and fragmentation (GPU memory that FGD's typical tasks cannot use, % of capacity):\n\n")
+	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\t", width, "policy")
+	for _, k := range Kinds {
+		fmt.Fprintf(tw, "%s\t", k)
+	}
+	fmt.Fprint(tw, "frag 100%\tfrag 130%\t\n")
+	for _, s := range sums {
+		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
+		for _, k := range Kinds {
+			fmt.Fprintf(tw, "%s\t", num(s.FailedByKind[k]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\n", pct(s.FragAt[100]), pct(s.FragAt[130]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// jsonSummary is the --format json shape, one per policy:
+//
+//	{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,...},"failed_pods":612,"seconds":11.8}
+type jsonSummary struct {
+	Policy     string   `json:"policy"`
+	Seeds      []uint64 `json:"seeds"`
+	AllocAt    allocAt  `json:"alloc_at"`
+	FailedPods float64  `json:"failed_pods"`
+	Seconds    float64  `json:"seconds"`
+}
+
+// allocAt marshals as an object keyed by mark in Marks order ("90" first),
+// values rounded to 2 decimals, null for a mark never reached.
+type allocAt map[int]float64
+
+func (a allocAt) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range Marks {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%q:", strconv.Itoa(m))
+		v, ok := a[m]
+		if !ok || math.IsNaN(v) {
+			b.WriteString("null")
+			continue
+		}
+		b.WriteString(strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64))
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+func writeJSON(w io.Writer, sums []Summary) error {
+	out := make([]jsonSummary, len(sums))
+	for i, s := range sums {
+		out[i] = jsonSummary{Policy: s.Policy, Seeds: s.Seeds, AllocAt: allocAt(s.AllocAt),
+			FailedPods: math.Round(s.FailedPods*10) / 10, Seconds: math.Round(s.Seconds*10) / 10}
+		if out[i].Seeds == nil {
+			out[i].Seeds = []uint64{}
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+func writeCSV(w io.Writer, sums []Summary) error {
+	cw := csv.NewWriter(w)
+	header := []string{"policy", "seeds"}
+	for _, m := range Marks {
+		header = append(header, fmt.Sprintf("alloc_%d", m))
+	}
+	header = append(header, "failed_pods")
+	for _, k := range Kinds {
+		header = append(header, "failed_"+strings.ReplaceAll(string(k), "-", "_"))
+	}
+	header = append(header, "frag_100", "frag_130", "pods", "seconds")
+	if err := cw.Write(header); err != nil {
+		return err
+	}
+	for _, s := range sums {
+		row := []string{s.Policy, seedList(s.Seeds)}
+		for _, m := range Marks {
+			row = append(row, pct(s.AllocAt[m]))
+		}
+		row = append(row, num(s.FailedPods))
+		for _, k := range Kinds {
+			row = append(row, num(s.FailedByKind[k]))
+		}
+		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64))
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}

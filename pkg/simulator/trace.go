@@ -1,0 +1,107 @@
+package simulator
+
+import (
+	"fmt"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Node is one node of a simulated cluster, empty.
+type Node struct {
+	Name string
+	// MilliCPU and MemoryMiB are what the node offers pods (allocatable).
+	MilliCPU, MemoryMiB int64
+	// Model of the node's cards ("" when unknown); gpu_spec matches it.
+	Model string
+	// Unit of the cards' memory: "milli" (thousandths of a card) for openb,
+	// the inventory's unit for Kubernetes nodes.
+	Unit string
+	// Cards with Used 0, ordered by index.
+	Cards []allocator.Card
+}
+
+// Kind sorts pods for the failed-pod counts.
+type Kind string
+
+// Pod kinds.
+const (
+	// KindCPU asks no GPU memory: placed by CPU and memory only.
+	KindCPU Kind = "cpu"
+	// KindShare asks part of one card.
+	KindShare Kind = "share"
+	// KindWhole asks one whole card (openb num_gpu 1, gpu_milli 1000).
+	KindWhole Kind = "1-gpu"
+	// KindMulti asks several cards.
+	KindMulti Kind = "multi-gpu"
+)
+
+// Kinds lists the kinds in report order.
+var Kinds = []Kind{KindCPU, KindShare, KindWhole, KindMulti}
+
+// Pod is one task to place.
+type Pod struct {
+	// Name sorts the pods before the shuffle ("namespace/name" for
+	// Kubernetes pods).
+	Name string
+	// MilliCPU and MemoryMiB are the pod's requests as NodeResourcesFit
+	// counts them.
+	MilliCPU, MemoryMiB int64
+	// Demand is the GPU memory asked, in the nodes' unit; nil for KindCPU.
+	Demand gpushare.Demand
+	// Models the pod's cards may be (openb gpu_spec); empty: any.
+	Models []string
+	Kind   Kind
+}
+
+// Units returns the GPU memory the pod holds once placed.
+func (p *Pod) Units() int64 {
+	if p.Demand == nil {
+		return 0
+	}
+	return p.Demand.Total()
+}
+
+// Trace is a cluster and the pods to replay on it.
+type Trace struct {
+	Nodes []Node
+	Pods  []Pod
+}
+
+// Capacity returns the units of all healthy cards.
+func (t *Trace) Capacity() int64 {
+	var c int64
+	for i := range t.Nodes {
+		for _, card := range t.Nodes[i].Cards {
+			if card.Healthy {
+				c += card.Total
+			}
+		}
+	}
+	return c
+}
+
+// Validate checks what Run relies on: at least one card, one pod, and a
+// single memory unit across the nodes (capacity shares would mix GiB and MiB
+// otherwise).
+func (t *Trace) Validate() error {
+	if t.Capacity() == 0 {
+		return fmt.Errorf("the %d nodes have no healthy GPU: nothing to allocate", len(t.Nodes))
+	}
+	if len(t.Pods) == 0 {
+		return fmt.Errorf("no pods to replay")
+	}
+	unit, first := "", ""
+	for i := range t.Nodes {
+		n := &t.Nodes[i]
+		if len(n.Cards) == 0 {
+			continue
+		}
+		if unit == "" {
+			unit, first = n.Unit, n.Name
+		} else if n.Unit != unit {
+			return fmt.Errorf("node %s counts GPU memory in %s but node %s in %s; the simulator needs one unit", n.Name, n.Unit, first, unit)
+		}
+	}
+	return nil
+}
