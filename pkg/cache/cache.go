@@ -376,16 +376,13 @@ func (c *Cache) Expire() []Expired {
 }
 
 // newPolicy returns the named policy (the default for ""), fed with the
-// current typical requests. The caller holds c.mu.
+// current typical requests (fragaware and fgd use them; the others ignore
+// them). The caller holds c.mu.
 func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	if name == "" {
 		name = c.policy
 	}
-	var typical []allocator.Shape
-	if name == allocator.NameFragAware {
-		typical = c.workload.Typical()
-	}
-	return allocator.New(name, typical)
+	return allocator.New(name, c.workload.Typical())
 }
 
 // Filter splits nodes into those where demand fits and those where it

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -387,5 +388,38 @@ func TestRepairedAllocationIsRecharged(t *testing.T) {
 	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(repaired).Node("n1").Obj())
 	if diff := cmp.Diff([]int64{0, 6}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after repair (-want +got):\n%s", diff)
+	}
+}
+
+// TestFGDLearnsTheWorkload checks that the extender feeds fgd, not only
+// fragaware, with the typical requests: with none, fgd scores every node
+// alike.
+func TestFGDLearnsTheWorkload(t *testing.T) {
+	c, err := New(Config{Policy: allocator.NameFGD, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*corev1.Node{util.MakeNode("a").Cards("T4", 16).Obj(), util.MakeNode("b").Cards("T4", 16).Obj()} {
+		if err := c.SetNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Node a has 10 free, b 16; the workload is all 8 GiB pods.
+	busy := util.MakePod("busy").GPUMem(6).Obj()
+	if _, err := c.Assume(busy, demand(t, busy), "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		c.UpsertPod(util.MakePod(fmt.Sprintf("w%d", i)).GPUMem(8).Obj())
+	}
+	// A 4 GiB pod on a leaves 6, which no 8 GiB pod can use; on b it
+	// leaves 12. fgd must prefer b; without the workload it sees no
+	// difference.
+	got, err := c.Score(gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}, []string{"a", "b"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(got[1] > got[0]) {
+		t.Errorf("fgd scores %v, want node b above node a", got)
 	}
 }
