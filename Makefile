@@ -36,7 +36,7 @@ test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden
 .PHONY: unit
 unit: ## Run the tests that need no control plane (-short), kubelet's device manager included.
 	$(GO) test -race -short ./...
-	cd test/kubelet && $(GO) test -race ./...
+	cd test/kubelet && $(GO) test -race -short ./...
 
 .PHONY: bench
 bench: controlplane ## Run the benchmarks and the extender RSS measurement (numbers are reported, never asserted).
@@ -70,3 +70,22 @@ verify: lint ## Check gofmt, go vet, lint and that go.mod/go.sum are tidy.
 .PHONY: clean
 clean: ## Remove bin/ (not the control-plane cache).
 	rm -rf bin
+
+# --- demo and end-to-end tests (issue 5) ---
+DEMO_NODES    ?= 3
+EXTENDER_PORT ?= 39999
+E2E_TIMEOUT   ?= 30m
+
+.PHONY: demo
+demo: ## Run gpushare locally: control plane, extender, DEMO_NODES simulated GPU nodes, manifests/examples/; stays up (make demo-down).
+	cd test/kubelet && $(GO) build -o ../../bin/gpushare-demo ./cmd/demo
+	bin/gpushare-demo up --nodes $(DEMO_NODES) --extender-port $(EXTENDER_PORT)
+
+.PHONY: demo-down
+demo-down: ## Stop exactly the processes make demo started (PID files under _output/demo).
+	cd test/kubelet && $(GO) build -o ../../bin/gpushare-demo ./cmd/demo
+	bin/gpushare-demo down
+
+.PHONY: e2e
+e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plugin -> kubelet's device manager on simulated nodes.
+	cd test/kubelet && $(GO) test -race -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/

@@ -22,6 +22,8 @@ const (
 	healthProbePeriod = 30 * time.Second
 	// publishPeriod is how often the node's inventory is re-asserted.
 	publishPeriod = time.Minute
+	// fakeControlPeriod is how often Config.FakeControl is polled.
+	fakeControlPeriod = 250 * time.Millisecond
 )
 
 // GPUs is what the plugin needs from the host's GPUs (gpu.NVML, gpu.Fake).
@@ -57,6 +59,9 @@ type Config struct {
 	// FakeGPUs, when set, replaces NVML with cards from this spec
 	// (gpu.ParseFakeGPUs).
 	FakeGPUs string
+	// FakeControl, test-only and only with fake GPUs, is a file polled
+	// for commands that inject XIDs or probe failures (gpu.Fake.Apply).
+	FakeControl string
 	// VerifyPeriod is how often kubelet's PodResources is compared with
 	// the annotations (DefaultVerifyPeriod if 0).
 	VerifyPeriod time.Duration
@@ -94,6 +99,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DeviceListStrategy != StrategyEnvvar && c.DeviceListStrategy != StrategyCDIAnnotations {
 		errs = append(errs, fmt.Errorf("--device-list-strategy %q: want %s or %s", c.DeviceListStrategy, StrategyEnvvar, StrategyCDIAnnotations))
+	}
+	if c.FakeControl != "" && c.FakeGPUs == "" && c.GPUs == nil {
+		errs = append(errs, errors.New("--fake-control needs --fake-gpus: it drives fake cards only"))
 	}
 	if c.KubeletDir == "" {
 		c.KubeletDir = DefaultKubeletDir

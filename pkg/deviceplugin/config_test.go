@@ -26,6 +26,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad strategy", mutate: func(c *Config) { c.DeviceListStrategy = "volume-mounts" }, wantErr: "want envvar or cdi-annotations"},
 		{name: "relative kubelet dir", mutate: func(c *Config) { c.KubeletDir = "var/lib/kubelet" }, wantErr: "must be absolute"},
 		{name: "no QPS", mutate: func(c *Config) { c.QPS = 0 }, wantErr: "must be positive"},
+		{name: "fake control without fake GPUs", mutate: func(c *Config) { c.FakeControl = "/tmp/control" }, wantErr: "--fake-control needs --fake-gpus"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -152,6 +152,10 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
 	}
+	if f, ok := gpus.(*gpu.Fake); ok && cfg.FakeControl != "" {
+		logger.Info("Following the fake-GPU control file (test-only)", "path", cfg.FakeControl)
+		goRun(func() { f.FollowControl(ctx, cfg.FakeControl, fakeControlPeriod) })
+	}
 	if cfg.OnReady != nil {
 		cfg.OnReady(h)
 	}

@@ -1,10 +1,12 @@
 // Module kubelet hosts kubelet's own device manager
 // (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager) for tests of the gpushare
-// device plugin and, later, the node agent. It is a separate module so the
-// main module never depends on k8s.io/kubernetes. Each staging module is
-// replaced with its published v0.X.Y twin, because k8s.io/kubernetes itself
-// points them at ./staging. devicehost reaches an unexported function of the
-// device manager by go:linkname, so k8s.io/kubernetes stays pinned at v1.34.3.
+// device plugin, for the node agent (nodeagent, a test double of the
+// kubelet), and for the local cluster of `make demo` and the end-to-end tests
+// (cluster, cmd/demo, e2e). It is a separate module so the main module never
+// depends on k8s.io/kubernetes. Each staging module is replaced with its
+// published v0.X.Y twin, because k8s.io/kubernetes itself points them at
+// ./staging. devicehost reaches an unexported function of the device manager
+// by go:linkname, so k8s.io/kubernetes stays pinned at v1.34.3.
 module github.com/gpushare/gpushare/test/kubelet
 
 go 1.24.0

@@ -1,0 +1,580 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/framework"
+)
+
+// Service accounts of manifests/extender/rbac.yaml and manifests/deviceplugin/rbac.yaml.
+const (
+	systemNamespace     = "kube-system"
+	extenderAccount     = "gpushare-scheduler-extender"
+	devicePluginAccount = "gpushare-device-plugin"
+	// extenderPrefix is where the extender serves its verbs (extender.Prefix).
+	extenderPrefix = "/gpushare-scheduler"
+	// maxSocketPath is the longest unix socket path Linux accepts.
+	maxSocketPath = 107
+)
+
+// NodeSpec is one simulated GPU node.
+type NodeSpec struct {
+	Name string
+	// FakeGPUs is the device plugin's --fake-gpus, e.g. "4xTesla-T4:16GiB".
+	FakeGPUs string
+	// Address is the node's InternalIP.
+	Address string
+}
+
+// nodeKinds are the cards of DefaultNodes, in turn.
+var nodeKinds = []struct{ prefix, gpus string }{
+	{"t4", "4xTesla-T4:16GiB"},
+	{"a100", "2xA100-SXM4-80GB:80GiB"},
+	{"v100", "8xTesla-V100-SXM2:32GiB"},
+}
+
+// DefaultNodes returns n nodes cycling through 4×T4 16 GiB, 2×A100 80 GiB
+// and 8×V100 32 GiB, named t4-1, a100-1, v100-1, t4-2, …, with addresses
+// 10.0.0.11, 10.0.0.12, ….
+func DefaultNodes(n int) []NodeSpec {
+	out := make([]NodeSpec, 0, n)
+	for i := range n {
+		k := nodeKinds[i%len(nodeKinds)]
+		out = append(out, NodeSpec{
+			Name:     fmt.Sprintf("%s-%d", k.prefix, i/len(nodeKinds)+1),
+			FakeGPUs: k.gpus,
+			Address:  fmt.Sprintf("10.0.%d.%d", i/200, 11+i%200),
+		})
+	}
+	return out
+}
+
+// Config configures a cluster.
+type Config struct {
+	// Dir holds everything: controlplane/ (PKI, kubeconfigs, etcd, logs),
+	// nodes/NAME/ (each node's kubelet directory), logs/, kubeconfigs.
+	Dir string
+	// Bins are the executables (Build).
+	Bins Binaries
+	// ExtenderAddr is the extender's host:port; empty picks a free port.
+	ExtenderAddr string
+	// Nodes to simulate.
+	Nodes []NodeSpec
+	// RecoveryWindow is the device plugins' --recovery-window; 0 keeps
+	// their default (5m).
+	RecoveryWindow time.Duration
+	// VerifyPeriod is the device plugins' --verify-period; 0 keeps theirs.
+	VerifyPeriod time.Duration
+	// TokenTTL is the life of the service-account tokens of the extender
+	// and the device plugins; default one hour.
+	TokenTTL time.Duration
+	// Verbosity is -v of our components.
+	Verbosity int
+	// Progress gets one line per step; nil discards them.
+	Progress io.Writer
+}
+
+// Cluster is a running control plane, extender and simulated nodes.
+type Cluster struct {
+	cfg   Config
+	CP    *framework.ControlPlane
+	Admin kubernetes.Interface
+	// extenderKubeconfig and pluginKubeconfig authenticate as the
+	// components' service accounts, with the manifests' RBAC.
+	extenderKubeconfig string
+	pluginKubeconfig   string
+	logsDir            string
+
+	mu       sync.Mutex
+	extender *Proc   // nil while stopped
+	nodes    []*Node // in Config.Nodes order
+}
+
+// Node is a simulated node: the node agent (kubelet's device manager) and
+// our device plugin, sharing the kubelet directory Dir.
+type Node struct {
+	Spec NodeSpec
+	// Dir is the node's kubelet directory.
+	Dir string
+	// Cards are the fake cards the plugin reports.
+	Cards []gpu.Device
+	// Agent and Plugin are the running processes (nil while stopped);
+	// guarded by the cluster's mu.
+	Agent, Plugin *Proc
+}
+
+// TotalGiB is the node's GPU memory in GiB.
+func (n *Node) TotalGiB() int64 {
+	var t int64
+	for _, c := range n.Cards {
+		t += c.MemoryMiB / 1024
+	}
+	return t
+}
+
+// CheckPort returns a clear error when addr cannot be listened on.
+func CheckPort(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("the extender's address %s is taken (%w): is another demo or extender running? Stop it (make demo-down) or choose another port", addr, err)
+	}
+	return ln.Close()
+}
+
+// Start starts the control plane with the scheduler configured from
+// config/kube-scheduler-config.yaml to call the extender, applies the
+// extender's and the device plugin's RBAC manifests, starts the extender as
+// its service account, then every node: its agent, then its device plugin
+// (as the plugin's service account, --fake-gpus, --kubelet-dir the node's
+// directory), and waits until every node advertises all its GPU memory. On
+// an error everything started is stopped.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", cfg.Dir, err)
+	}
+	cfg.Dir = dir
+	if cfg.ExtenderAddr == "" {
+		if cfg.ExtenderAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckPort(cfg.ExtenderAddr); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, logsDir: filepath.Join(dir, "logs")}
+	for _, s := range cfg.Nodes {
+		cards, err := gpu.ParseFakeGPUs(s.FakeGPUs, s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", s.Name, err)
+		}
+		n := &Node{Spec: s, Dir: filepath.Join(dir, "nodes", s.Name), Cards: cards}
+		if sock := filepath.Join(n.Dir, "device-plugins", "gpushare-gpu-mem.sock"); len(sock) > maxSocketPath {
+			return nil, fmt.Errorf("the socket path %s is %d bytes, more than Linux's %d: use a shorter directory than %s", sock, len(sock), maxSocketPath, dir)
+		}
+		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", n.Dir, err)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	if err := os.MkdirAll(c.logsDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", c.logsDir, err)
+	}
+	if err := c.start(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) progress(format string, args ...any) {
+	fmt.Fprintf(c.cfg.Progress, format+"\n", args...)
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	start := time.Now()
+	cp, err := framework.Start(ctx, framework.Options{
+		ExtenderURL: "http://" + c.cfg.ExtenderAddr + extenderPrefix,
+		Dir:         filepath.Join(c.cfg.Dir, "controlplane"),
+	})
+	if err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	c.CP = cp
+	c.Admin = cp.Client(framework.AdminUser)
+	c.progress("control plane up in %.1fs: etcd, kube-apiserver %s (TLS, RBAC), kube-scheduler calling the extender at http://%s%s",
+		time.Since(start).Seconds(), cp.APIServerURL(), c.cfg.ExtenderAddr, extenderPrefix)
+
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return err
+	}
+	for _, m := range []string{"extender", "deviceplugin"} {
+		if err := framework.Apply(ctx, c.Admin, filepath.Join(root, "manifests", m, "rbac.yaml")); err != nil {
+			return err
+		}
+	}
+	if c.extenderKubeconfig, err = c.serviceAccountKubeconfig(ctx, extenderAccount); err != nil {
+		return err
+	}
+	if c.pluginKubeconfig, err = c.serviceAccountKubeconfig(ctx, devicePluginAccount); err != nil {
+		return err
+	}
+	if err := c.StartExtender(ctx); err != nil {
+		return err
+	}
+	c.progress("extender ready on %s as service account %s/%s", c.cfg.ExtenderAddr, systemNamespace, extenderAccount)
+
+	start = time.Now()
+	for _, n := range c.nodes {
+		if err := c.startAgent(ctx, n); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.nodes {
+		if err := c.StartPlugin(ctx, n.Spec.Name); err != nil {
+			return err
+		}
+	}
+	for _, n := range c.nodes {
+		if err := c.WaitNodeGPUs(ctx, n.Spec.Name, n.TotalGiB(), 60*time.Second); err != nil {
+			return err
+		}
+		c.progress("node %s ready: %s (%d GiB) advertised by kubelet's device manager", n.Spec.Name, n.Spec.FakeGPUs, n.TotalGiB())
+	}
+	c.progress("%d nodes up in %.1fs", len(c.nodes), time.Since(start).Seconds())
+	return nil
+}
+
+// serviceAccountKubeconfig writes a kubeconfig for kube-system/name with a
+// TokenRequest token valid for TokenTTL.
+func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, name string) (string, error) {
+	exp := int64(c.cfg.TokenTTL.Seconds())
+	tr, err := c.Admin.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", systemNamespace, name, err)
+	}
+	user := "system:serviceaccount:" + systemNamespace + ":" + name
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["gpushare-demo"] = &clientcmdapi.Cluster{Server: c.CP.APIServerURL(), CertificateAuthority: c.CP.CACertFile()}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts["gpushare-demo"] = &clientcmdapi.Context{Cluster: "gpushare-demo", AuthInfo: user}
+	kc.CurrentContext = "gpushare-demo"
+	path := filepath.Join(c.cfg.Dir, "kubeconfig-"+name)
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		return "", fmt.Errorf("writing the kubeconfig of %s: %w", name, err)
+	}
+	return path, nil
+}
+
+// AdminKubeconfig is the kubeconfig of the cluster admin.
+func (c *Cluster) AdminKubeconfig() string { return c.CP.AdminKubeconfig() }
+
+// ExtenderURL is http://ADDR of the extender.
+func (c *Cluster) ExtenderURL() string { return "http://" + c.cfg.ExtenderAddr }
+
+// Bins are the executables the cluster runs.
+func (c *Cluster) Bins() Binaries { return c.cfg.Bins }
+
+// Nodes returns the simulated nodes.
+func (c *Cluster) Nodes() []*Node { return c.nodes }
+
+// Node returns the simulated node called name, or nil.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.nodes {
+		if n.Spec.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) v() string { return "-v=" + strconv.Itoa(c.cfg.Verbosity) }
+
+// StartExtender starts the extender process and waits for /readyz.
+func (c *Cluster) StartExtender(ctx context.Context) error {
+	p, err := StartProc("extender", c.cfg.Bins.Extender, []string{
+		"--kubeconfig=" + c.extenderKubeconfig, "--listen=" + c.cfg.ExtenderAddr, c.v(),
+	}, filepath.Join(c.logsDir, "extender.log"))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.extender = p
+	c.mu.Unlock()
+	client := &http.Client{Timeout: 2 * time.Second}
+	return waitFor(ctx, p, 60*time.Second, "the extender's /readyz", func() bool {
+		resp, err := client.Get(c.ExtenderURL() + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// StopExtender stops the extender: SIGTERM, or SIGKILL when crash is set.
+func (c *Cluster) StopExtender(crash bool) {
+	c.mu.Lock()
+	p := c.extender
+	c.extender = nil
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if crash {
+		p.Kill()
+	} else {
+		p.Stop(stopGrace)
+	}
+}
+
+func (c *Cluster) startAgent(ctx context.Context, n *Node) error {
+	p, err := StartProc(n.Spec.Name+"/agent", c.cfg.Bins.NodeAgent, []string{
+		"--node-name=" + n.Spec.Name, "--kubeconfig=" + c.CP.AdminKubeconfig(), "--kubelet-dir=" + n.Dir,
+		"--address=" + n.Spec.Address, c.v(),
+	}, filepath.Join(c.logsDir, n.Spec.Name+"-agent.log"))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n.Agent = p
+	c.mu.Unlock()
+	sock := filepath.Join(n.Dir, "device-plugins", "kubelet.sock")
+	return waitFor(ctx, p, 60*time.Second, "kubelet.sock of node "+n.Spec.Name, func() bool {
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+}
+
+// StartPlugin starts the device plugin of node name; it registers with the
+// node agent's device manager on its own.
+func (c *Cluster) StartPlugin(_ context.Context, name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("no node %s", name)
+	}
+	args := []string{
+		"--node-name=" + name, "--kubeconfig=" + c.pluginKubeconfig, "--fake-gpus=" + n.Spec.FakeGPUs,
+		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), c.v(),
+	}
+	if c.cfg.RecoveryWindow > 0 {
+		args = append(args, "--recovery-window="+c.cfg.RecoveryWindow.String())
+	}
+	if c.cfg.VerifyPeriod > 0 {
+		args = append(args, "--verify-period="+c.cfg.VerifyPeriod.String())
+	}
+	p, err := StartProc(name+"/plugin", c.cfg.Bins.DevicePlugin, args, filepath.Join(c.logsDir, name+"-plugin.log"))
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n.Plugin = p
+	c.mu.Unlock()
+	return nil
+}
+
+// StopPlugin stops the device plugin of node name (SIGTERM).
+func (c *Cluster) StopPlugin(name string) {
+	c.mu.Lock()
+	n := c.Node(name)
+	var p *Proc
+	if n != nil {
+		p, n.Plugin = n.Plugin, nil
+	}
+	c.mu.Unlock()
+	if p != nil {
+		p.Stop(stopGrace)
+	}
+}
+
+// RestartKubelet makes node name's agent restart kubelet's device manager
+// (SIGHUP): kubelet.sock is re-created and the plugin must register again.
+func (c *Cluster) RestartKubelet(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.Node(name)
+	if n == nil || n.Agent == nil {
+		return fmt.Errorf("no running agent on node %s", name)
+	}
+	return n.Agent.Signal(syscall.SIGHUP)
+}
+
+func (n *Node) controlFile() string { return filepath.Join(n.Dir, "fake-gpu-control") }
+
+// FakeGPU sends a command to node name's fake cards (gpu.Fake.Apply: "xid
+// INDEX CODE", "probe INDEX fail|ok") through the plugin's --fake-control
+// file, and waits until the plugin has taken it.
+func (c *Cluster) FakeGPU(ctx context.Context, name, command string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("no node %s", name)
+	}
+	tmp := n.controlFile() + ".tmp"
+	if err := os.WriteFile(tmp, []byte(command+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing a fake-GPU command: %w", err)
+	}
+	if err := os.Rename(tmp, n.controlFile()); err != nil {
+		return fmt.Errorf("writing a fake-GPU command: %w", err)
+	}
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(n.controlFile())
+		return errors.Is(err, os.ErrNotExist), nil
+	})
+}
+
+// WaitNodeGPUs waits until node name's allocatable gpu-mem is want and its
+// inventory annotation lists its cards.
+func (c *Cluster) WaitNodeGPUs(ctx context.Context, name string, want int64, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		node, err := c.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil //nolint:nilerr // retried until the timeout
+		}
+		q := node.Status.Allocatable[gpushare.ResourceGPUMem]
+		_, inv := node.Annotations[gpushare.AnnotationInventory]
+		last = fmt.Sprintf("allocatable %s=%s, inventory published: %v", gpushare.ResourceGPUMem, q.String(), inv)
+		return q.Value() == want && inv, nil
+	})
+	if err != nil {
+		plugin := filepath.Join(c.logsDir, name+"-plugin.log")
+		return fmt.Errorf("node %s never advertised %d GiB (last: %s); agent log %s, plugin log %s:\n%s",
+			name, want, last, filepath.Join(c.logsDir, name+"-agent.log"), plugin, Tail(plugin, 15))
+	}
+	return nil
+}
+
+// ProcInfo names one running process.
+type ProcInfo struct {
+	Name string
+	PID  int
+	Exe  string // the executable, argv[0]
+}
+
+// Processes lists every running process of the cluster, children first and
+// the control plane last.
+func (c *Cluster) Processes() []ProcInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ProcInfo
+	add := func(p *Proc) {
+		if p != nil && !p.Exited() {
+			out = append(out, ProcInfo{Name: p.Name, PID: p.PID(), Exe: p.Path})
+		}
+	}
+	for _, n := range c.nodes {
+		add(n.Plugin)
+		add(n.Agent)
+	}
+	add(c.extender)
+	if c.CP != nil {
+		bins := c.cfg.Bins.ControlPlane
+		exe := map[string]string{"etcd": bins.Etcd, "kube-apiserver": bins.APIServer, "kube-scheduler": bins.Scheduler}
+		for _, name := range []string{"kube-scheduler", "kube-apiserver", "etcd"} {
+			if pid, ok := c.CP.PIDs()[name]; ok {
+				out = append(out, ProcInfo{Name: name, PID: pid, Exe: exe[name]})
+			}
+		}
+	}
+	return out
+}
+
+// Exited returns the processes of the cluster that have ended, each with
+// its log's tail, without the ones stopped on purpose.
+func (c *Cluster) Exited() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []error
+	check := func(p *Proc) {
+		if p != nil && p.Exited() {
+			out = append(out, p.ExitError())
+		}
+	}
+	check(c.extender)
+	for _, n := range c.nodes {
+		check(n.Agent)
+		check(n.Plugin)
+	}
+	return out
+}
+
+// Stop stops every process it started: device plugins, agents, the
+// extender, then the control plane. It may be called more than once.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	var procs []*Proc
+	for _, n := range c.nodes {
+		procs = append(procs, n.Plugin, n.Agent)
+		n.Plugin, n.Agent = nil, nil
+	}
+	procs = append(procs, c.extender)
+	c.extender = nil
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Stop(stopGrace)
+		}()
+	}
+	wg.Wait()
+	if c.CP != nil {
+		c.CP.Stop()
+	}
+}
+
+// LogsDir holds extender.log, NODE-agent.log and NODE-plugin.log.
+func (c *Cluster) LogsDir() string { return c.logsDir }
+
+// waitFor polls ok until it holds, p exits, ctx ends or timeout passes.
+func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, ok func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if p.Exited() {
+			return fmt.Errorf("waiting for %s: %w", what, p.ExitError())
+		}
+		if ok() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: not there after %s; last lines of %s:\n%s", what, timeout, p.LogPath, Tail(p.LogPath, 25))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String(), nil
+}
+
+// PodsOnNode lists the pods bound to node in namespace ns ("" for all).
+func (c *Cluster) PodsOnNode(ctx context.Context, ns, node string) ([]corev1.Pod, error) {
+	list, err := c.Admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods of node %s: %w", node, err)
+	}
+	return list.Items, nil
+}

@@ -1,0 +1,122 @@
+// Command gpushare-demo runs gpushare on this machine, no GPU or Docker
+// needed: a real etcd, kube-apiserver and kube-scheduler on 127.0.0.1 (TLS,
+// RBAC), the scheduler extender as its service account, and simulated GPU
+// nodes, each a node agent (a test double of the kubelet hosting kubelet's
+// own device manager) plus the real device plugin with --fake-gpus. It
+// applies manifests/examples/, prints `kubectl inspect gpushare` and, per
+// container, the card in the pod's annotation next to the
+// NVIDIA_VISIBLE_DEVICES the container got, and leaves the cluster running.
+//
+//	gpushare-demo up [--nodes 3] [--extender-port 39999]   (make demo)
+//	gpushare-demo status                                    report again
+//	gpushare-demo down                                      (make demo-down)
+//
+// up builds what is missing, then starts a supervisor process (`serve`,
+// detached, in its own session) that owns every cluster process and writes
+// their PID files under _output/demo; down stops exactly those processes,
+// checking each PID's /proc/PID/cmdline first.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/gpushare/gpushare/test/integration/framework"
+)
+
+const usage = `usage: gpushare-demo <command> [flags]
+
+Commands:
+  up       build what is missing, start the cluster (or find it running), apply
+           manifests/examples/ and print the report and the KUBECONFIG line
+  status   print the report of the running demo again
+  down     stop every process the demo started
+Flags:
+`
+
+// options are the flags shared by the commands.
+type options struct {
+	dir          string // state directory
+	root         string // repository root
+	nodes        int
+	extenderPort int
+}
+
+func main() { os.Exit(run()) }
+
+// run runs the command and returns the exit status.
+func run() int {
+	fs := flag.NewFlagSet("gpushare-demo", flag.ExitOnError)
+	var o options
+	fs.StringVar(&o.dir, "dir", "", "state directory: PID files, logs, kubeconfigs, etcd data (default <repo>/_output/demo)")
+	fs.IntVar(&o.nodes, "nodes", 3, "simulated GPU nodes, cycling 4×T4 16 GiB, 2×A100 80 GiB, 8×V100 32 GiB")
+	fs.IntVar(&o.extenderPort, "extender-port", 39999, "the extender's port on 127.0.0.1")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if len(os.Args) < 2 {
+		fs.Usage()
+		return 2
+	}
+	cmd := os.Args[1]
+	_ = fs.Parse(os.Args[2:])
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
+	}
+	o.root = root
+	if o.dir == "" {
+		o.dir = filepath.Join(root, "_output", "demo")
+	}
+	if o.dir, err = filepath.Abs(o.dir); err != nil {
+		return fail(err)
+	}
+	if o.nodes < 1 || o.nodes > 200 {
+		return fail(fmt.Errorf("--nodes %d: want 1..200", o.nodes))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch cmd {
+	case "up":
+		err = up(ctx, o)
+	case "status":
+		err = status(ctx, o)
+	case "down":
+		err = down(o)
+	case "serve":
+		err = serve(ctx, o)
+	case "help", "-h", "--help":
+		fs.Usage()
+		return 0
+	default:
+		fs.Usage()
+		return fail(fmt.Errorf("unknown command %q", cmd))
+	}
+	if err != nil {
+		var silent exitCode
+		if errors.As(err, &silent) {
+			return int(silent)
+		}
+		return fail(err)
+	}
+	return 0
+}
+
+// exitCode ends the program with a status and no further message.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// fail prints err as one message and returns the exit status 1.
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "demo:", err)
+	return 1
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/test/kubelet/cluster"
+)
+
+// Files of the state directory.
+const (
+	supervisorPIDFile = "demo.pid"  // "PID EXE" of the supervisor
+	processesFile     = "processes" // "PID EXE NAME" per cluster process
+	readyFile         = "ready"     // the admin kubeconfig path, once up
+	failedFile        = "failed"    // why the supervisor gave up
+	clusterDir        = "cluster"   // cluster.Config.Dir
+	supervisorLog     = "demo.log"  // the supervisor's progress
+)
+
+// demoTokenTTL is the life of the components' service-account tokens: the
+// demo keeps running for as long as one plays with it.
+const demoTokenTTL = 30 * 24 * time.Hour
+
+func (o options) path(name string) string { return filepath.Join(o.dir, name) }
+
+// serve is the supervisor: it starts the cluster, writes the PID and ready
+// files, and stops everything on SIGTERM.
+func serve(ctx context.Context, o options) error {
+	logf := func(format string, args ...any) {
+		fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+	bins, err := cluster.Installed(ctx, filepath.Join(o.root, "bin"))
+	if err != nil {
+		return giveUp(o, err)
+	}
+	c, err := cluster.Start(ctx, cluster.Config{
+		Dir:          o.path(clusterDir),
+		Bins:         bins,
+		ExtenderAddr: fmt.Sprintf("127.0.0.1:%d", o.extenderPort),
+		Nodes:        cluster.DefaultNodes(o.nodes),
+		TokenTTL:     demoTokenTTL,
+		Verbosity:    2,
+		Progress:     writerFunc(func(s string) { logf("%s", strings.TrimRight(s, "\n")) }),
+	})
+	if err != nil {
+		return giveUp(o, err)
+	}
+	var lines strings.Builder
+	for _, p := range c.Processes() {
+		fmt.Fprintf(&lines, "%d %s %s\n", p.PID, p.Exe, p.Name)
+	}
+	if err := writeAtomic(o.path(processesFile), lines.String()); err != nil {
+		c.Stop()
+		return giveUp(o, err)
+	}
+	if err := writeAtomic(o.path(readyFile), c.AdminKubeconfig()+"\n"); err != nil {
+		c.Stop()
+		return giveUp(o, err)
+	}
+	logf("cluster up; %d processes recorded in %s", len(c.Processes()), o.path(processesFile))
+
+	reported := map[string]bool{}
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			logf("stopping every process of the demo")
+			c.Stop()
+			for _, f := range []string{processesFile, readyFile, supervisorPIDFile} {
+				_ = os.Remove(o.path(f))
+			}
+			logf("stopped")
+			return nil
+		case <-t.C:
+			for _, err := range c.Exited() {
+				if !reported[err.Error()] {
+					reported[err.Error()] = true
+					logf("a demo process ended unexpectedly: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// giveUp records err for the waiting `up` and returns it.
+func giveUp(o options, err error) error {
+	_ = writeAtomic(o.path(failedFile), err.Error()+"\n")
+	return err
+}
+
+func writeAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+type writerFunc func(string)
+
+func (w writerFunc) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w(line)
+	}
+	return len(p), nil
+}
+
+// record is one line of the PID files.
+type record struct {
+	pid  int
+	exe  string
+	name string
+}
+
+// readRecords parses "PID EXE [NAME]" lines; a missing file is no records.
+func readRecords(path string) ([]record, error) {
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var out []record
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil || pid <= 1 {
+			return nil, fmt.Errorf("%s: bad line %q", path, line)
+		}
+		r := record{pid: pid, exe: f[1], name: filepath.Base(f[1])}
+		if len(f) > 2 {
+			r.name = f[2]
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// alive reports whether r's PID runs r's executable (so a reused PID is
+// never taken for ours).
+func (r record) alive() bool {
+	argv, err := cluster.Cmdline(r.pid)
+	return err == nil && argv[0] == r.exe
+}
+
+// supervisor returns the running supervisor's record, if any.
+func supervisor(o options) (record, bool) {
+	recs, err := readRecords(o.path(supervisorPIDFile))
+	if err != nil || len(recs) == 0 {
+		return record{}, false
+	}
+	r := recs[0]
+	argv, err := cluster.Cmdline(r.pid)
+	if err != nil || argv[0] != r.exe || len(argv) < 2 || argv[1] != "serve" {
+		return record{}, false
+	}
+	return r, true
+}
