@@ -419,7 +419,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !(got[1] > got[0]) {
+	if got[1] <= got[0] {
 		t.Errorf("fgd scores %v, want node b above node a", got)
 	}
 }
