@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/signals"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -57,25 +58,7 @@ func main() {
 func run(cfg deviceplugin.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	restart := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hup:
-				select {
-				case restart <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	cfg.Restart = restart
+	cfg.Restart = signals.Hangups(ctx)
 	ctx = klog.NewContext(ctx, klog.Background())
 	defer klog.Flush()
 	if err := deviceplugin.Run(ctx, cfg); err != nil {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/kubeclient"
+	"github.com/gpushare/gpushare/pkg/signals"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
 
@@ -63,25 +64,7 @@ func main() {
 func run(cfg nodeagent.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	restart := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-hup:
-				select {
-				case restart <- struct{}{}:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	cfg.Restart = restart
+	cfg.Restart = signals.Hangups(ctx)
 	ctx = klog.NewContext(ctx, klog.Background())
 	defer klog.Flush()
 	if err := nodeagent.Run(ctx, cfg); err != nil {
