@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -257,15 +256,4 @@ func ReadOpenbPods(r io.Reader, file string) ([]Pod, error) {
 		return nil, &InputError{File: file, Err: errors.New("no pods after the header")}
 	}
 	return pods, nil
-}
-
-// readFile opens path and runs read on it.
-func readFile[T any](path string, read func(io.Reader, string) (T, error)) (T, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	defer f.Close()
-	return read(f, path)
 }
