@@ -106,16 +106,22 @@ func (c *cluster) startExtender(t *testing.T) {
 // plugin would.
 func (c *cluster) addNode(t *testing.T, n *corev1.Node) {
 	t.Helper()
-	ctx := context.Background()
-	status := n.Status
-	created, err := c.admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
+	if err := createNode(context.Background(), c.admin, n); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// createNode creates n and then writes its status (the API ignores the
+// status of a created Node), as a kubelet and our device plugin would.
+func createNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
+	status := n.Status
+	created, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return err
 	}
 	created.Status = status
-	if _, err := c.admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
 }
 
 func (c *cluster) createPod(t *testing.T, p *corev1.Pod) {

@@ -38,15 +38,7 @@ func TestExtenderRSS(t *testing.T) {
 
 	start := time.Now()
 	parallel(t, nodes, func(i int) error {
-		n := util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
-		status := n.Status
-		created, err := admin.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		created.Status = status
-		_, err = admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
+		return createNode(ctx, admin, util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 	})
 	parallel(t, nodes*podsPerNode, func(i int) error {
 		node := fmt.Sprintf("node-%05d", i/podsPerNode)

@@ -181,15 +181,7 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 	t.Helper()
 	ctx := context.Background()
 	parallel(t, nodes, func(i int) error {
-		n := node(fmt.Sprintf("node-%04d", i))
-		status := n.Status
-		created, err := c.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		if err != nil {
-			return err
-		}
-		created.Status = status
-		_, err = c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		return err
+		return createNode(ctx, c, node(fmt.Sprintf("node-%04d", i)))
 	})
 	time.Sleep(2 * time.Second) // let the scheduler's and extender's caches see every node
 	start := time.Now()
