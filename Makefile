@@ -39,9 +39,9 @@ unit: ## Run the tests that need no control plane (-short), kubelet's device man
 	cd test/kubelet && $(GO) test -race -short ./...
 
 .PHONY: bench
-bench: controlplane ## Run the benchmarks and the extender RSS measurement (numbers are reported, never asserted).
+bench: controlplane ## Run the benchmarks, the extender RSS and the scheduling-throughput measurements (reported, never asserted).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^TestExtenderRSS$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|rss_test'
+	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^(TestExtenderRSS|TestSchedulingThroughput)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput)_test'
 
 .PHONY: fuzz
 fuzz: ## Fuzz each decoder for FUZZTIME (default 30s).
