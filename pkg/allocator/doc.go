@@ -34,8 +34,8 @@
 //     Host) the CPU and memory, still admit. See FragAware.
 //
 // BestFit, FGD and FragAware also implement HostScorer: given a node's free
-// CPU and memory they weigh them too (the simulator passes them; the
-// extender's cache, which tracks GPU memory only, does not yet).
+// CPU and memory they weigh them too (the extender's cache and the
+// simulator both pass them).
 //
 // Node scores are mapped to the extender range 0..10 across the nodes of one
 // request by NormalizeScores.

@@ -64,8 +64,8 @@ type Shape struct {
 // need. GPU memory alone cannot tell A from B, and best fit on CPU would
 // pick A.
 //
-// Without a Host (the extender's cache tracks GPU memory only) the CPU and
-// memory caps are left out and NodeScore is the GPU-only form.
+// Without a Host (a node that reports no CPU) the CPU and memory caps are
+// left out and NodeScore is the GPU-only form.
 type FragAware struct {
 	// shapes are the typical requests, weights summing to 1.
 	shapes []Shape
@@ -159,11 +159,14 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 	// pod takes there), and the node's totals.
 	var buf [16]struct{ free, take int64 }
 	changed := buf[:0]
+	var fbuf [16]int64
+	frees := fbuf[:0] // every card's free units before
 	var taken, free, total, usedAfter int64
 	healthy := 0
 	for i := range n.Cards {
 		c := &n.Cards[i]
 		fr := c.Free()
+		frees = append(frees, fr)
 		free += fr
 		r := pl.Reserved[i]
 		if c.Healthy {
@@ -197,8 +200,10 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 			}
 			dGPU += div(c.free-c.take, s.Units, f.inv[i]) - q
 		}
+		before := int64(-1) // gpuSlots before the pod, when computed
 		if s.Cards > 1 && dGPU != 0 {
-			dGPU = f.nodeSlots(n, pl, s, true) - f.nodeSlots(n, pl, s, false)
+			before = gpuSlots(frees, s)
+			dGPU = slotsAfter(frees, pl, s) - before
 		}
 		dSlots := dGPU
 		if h != nil && (s.MilliCPU > 0 || s.MemoryMiB > 0) {
@@ -206,9 +211,11 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 			// which are at most ⌊free/Units/Cards⌋.
 			upper := free / s.Units / int64(max(1, s.Cards))
 			if capSlots(math.MaxInt64, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB, s) < upper {
-				b := f.nodeSlots(n, pl, s, false)
-				dSlots = capSlots(b+dGPU, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB, s) -
-					capSlots(b, h.FreeMilliCPU, h.FreeMemoryMiB, s)
+				if before < 0 {
+					before = f.slots(frees, s, f.inv[i])
+				}
+				dSlots = capSlots(before+dGPU, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB, s) -
+					capSlots(before, h.FreeMilliCPU, h.FreeMemoryMiB, s)
 			}
 		}
 		delta += s.Weight * float64(-taken-dSlots*s.Units*int64(s.Cards))
@@ -220,18 +227,27 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 	return -delta + packWeight*float64(usedAfter)/float64(healthy)
 }
 
-// nodeSlots is gpuSlots for n's cards before (after false) or after pl.
-func (f *FragAware) nodeSlots(n *Node, pl *Placement, s *Shape, after bool) int64 {
-	var buf [16]int64
-	frees := buf[:0]
-	for i := range n.Cards {
-		fr := n.Cards[i].Free()
-		if after {
-			fr = max(0, fr-pl.Reserved[i])
-		}
-		frees = append(frees, fr)
+// slots is gpuSlots(frees, s), dividing by multiplying with inv = 1/s.Units
+// for single-card shapes.
+func (f *FragAware) slots(frees []int64, s *Shape, inv float64) int64 {
+	if s.Cards > 1 {
+		return gpuSlots(frees, s)
 	}
-	return gpuSlots(frees, s)
+	var total int64
+	for _, fr := range frees {
+		total += div(fr, s.Units, inv)
+	}
+	return total
+}
+
+// slotsAfter is gpuSlots for the cards' free units frees once pl is placed.
+func slotsAfter(frees []int64, pl *Placement, s *Shape) int64 {
+	var buf [16]int64
+	after := buf[:0]
+	for i, fr := range frees {
+		after = append(after, max(0, fr-pl.Reserved[i]))
+	}
+	return gpuSlots(after, s)
 }
 
 // capSlots caps slots by the requests of s that cpu millicores and mem MiB

@@ -2,8 +2,8 @@ package allocator
 
 // Host is what a caller may know of a node besides its cards: its free CPU
 // and memory before the pod, what the pod asks of them, and the largest
-// node of the cluster (to put CPU and GPU on one scale). The simulator knows
-// all of it; the extender's cache tracks only GPU memory and passes none.
+// node of the cluster (to put CPU and GPU on one scale). The extender's
+// cache and the simulator both track all of it.
 type Host struct {
 	// FreeMilliCPU and FreeMemoryMiB are what the node has left before the
 	// pod, in millicores and MiB.

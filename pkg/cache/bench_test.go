@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -15,9 +14,10 @@ import (
 	"github.com/gpushare/gpushare/test/util"
 )
 
-// benchCluster returns a cache with nodes × 8 cards of 32 GiB and about 8
-// bound pods per node (2..8 GiB each), as the extender holds it, and the
-// node names.
+// benchCluster returns a cache with nodes × 8 cards of 32 GiB, 96 cores
+// and 512 GiB, and 8 bound pods per node (2..8 GiB and 4..16 cores each, so
+// that CPU limits what some nodes can still take), as the extender holds
+// it, and the node names.
 func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
 	b.Helper()
 	c, err := New(Config{Policy: policy, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
@@ -28,7 +28,7 @@ func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
 	names := make([]string, nodes)
 	for i := range nodes {
 		names[i] = fmt.Sprintf("node-%05d", i)
-		if err := c.SetNode(util.MakeNode(names[i]).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()); err != nil {
+		if err := c.SetNode(util.MakeNode(names[i]).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()); err != nil {
 			b.Fatal(err)
 		}
 		for j := range 8 {
@@ -36,14 +36,17 @@ func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
 			a := &gpushare.Allocation{Node: names[i], Unit: "GiB", Containers: []gpushare.ContainerAllocation{
 				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: r.Intn(8), Units: units}}},
 			}}
-			p := util.MakePod(fmt.Sprintf("p-%d-%d", i, j)).GPUMem(units).Allocation(a).Node(names[i]).Obj()
+			p := util.MakePod(fmt.Sprintf("p-%d-%d", i, j)).GPUMem(units).Requests(fmt.Sprint(4*(1+r.Intn(4))), "16Gi").Allocation(a).Node(names[i]).Obj()
 			c.UpsertPod(p)
 		}
 	}
 	return c, names
 }
 
-var benchDemand = gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}
+var (
+	benchDemand = gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}
+	benchPod    = &PodInfo{Demand: benchDemand, MilliCPU: 8000, MemoryMiB: 32 << 10}
+)
 
 func BenchmarkFilter(b *testing.B) {
 	for _, nodes := range []int{1000, 5000} {
@@ -67,7 +70,7 @@ func BenchmarkPrioritize(b *testing.B) {
 				c, names := benchCluster(b, nodes, policy)
 				b.ReportAllocs()
 				for b.Loop() {
-					if _, err := c.Score(benchDemand, names, ""); err != nil {
+					if _, err := c.Score(benchPod, names); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -85,7 +88,7 @@ func BenchmarkFilterAndPrioritize(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				fit, _ := c.Filter(benchDemand, names)
-				if _, err := c.Score(benchDemand, fit, ""); err != nil {
+				if _, err := c.Score(benchPod, fit); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -99,12 +102,12 @@ func BenchmarkBindDecision(b *testing.B) {
 	for _, nodes := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			c, names := benchCluster(b, nodes, allocator.DefaultPolicy)
-			pod := &corev1.Pod{}
+			pod := &PodInfo{Demand: benchDemand}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				pod.UID = types.UID(fmt.Sprint(i))
-				if _, err := c.Assume(pod, benchDemand, names[i%len(names)], ""); err != nil {
+				if _, err := c.Assume(pod, names[i%len(names)]); err != nil {
 					b.Fatal(err)
 				}
 				c.Forget(pod.UID)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -61,6 +60,14 @@ type Cache struct {
 	workload *allocator.Workload
 	// observed: UIDs of pods already fed to workload; entries leave on delete.
 	observed map[types.UID]struct{}
+	// hosts: pod UID -> the node whose CPU and memory the pod holds: every
+	// pod bound to a node and not finished, GPU or not, and every assumed
+	// allocation. Each node's reqMilliCPU and reqMemMiB sum its entries.
+	hosts map[types.UID]hostUse
+	// maxMilliCPU and maxUnits: the largest allocatable CPU and healthy GPU
+	// capacity among the nodes (the bestfit and fgd host scores scale by
+	// them).
+	maxMilliCPU, maxUnits int64
 
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable
@@ -80,6 +87,24 @@ type nodeState struct {
 	missing int64
 	// unattributed: units of gpu-mem pods on this node whose cards are unknown.
 	unattributed int64
+
+	// hostKnown: the node reports its CPU; then allocMilliCPU and
+	// allocMemMiB are its allocatable CPU (millicores) and memory (MiB).
+	hostKnown                  bool
+	allocMilliCPU, allocMemMiB int64
+	// reqMilliCPU and reqMemMiB: what the Cache.hosts entries on this node
+	// request; hostPods: their number.
+	reqMilliCPU, reqMemMiB int64
+	hostPods               int
+}
+
+// hostUse is the CPU (millicores) and memory (MiB) a pod holds on a node.
+type hostUse struct {
+	node             string
+	milliCPU, memMiB int64
+	// assumed: held for an assumed allocation (the pod is not bound yet);
+	// released with it.
+	assumed bool
 }
 
 type podState struct {
@@ -120,6 +145,7 @@ func New(cfg Config) (*Cache, error) {
 		pods:      map[types.UID]*podState{},
 		workload:  allocator.NewWorkload(),
 		observed:  map[types.UID]struct{}{},
+		hosts:     map[types.UID]hostUse{},
 		policy:    cfg.Policy,
 		assumeTTL: cfg.AssumeTTL,
 		clock:     cfg.Clock,
@@ -130,15 +156,19 @@ func New(cfg Config) (*Cache, error) {
 // that was ignored (the node is still updated from its capacity).
 func (c *Cache) SetNode(node *corev1.Node) error {
 	unit, cards, source, invErr := nodeCards(node)
+	cpu, mem, hostKnown := NodeAllocatable(node)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ns, ok := c.nodes[node.Name]
-	if !ok {
-		ns = &nodeState{pods: map[types.UID]struct{}{}}
-		c.nodes[node.Name] = ns
-	}
+	ns := c.nodeState(node.Name)
+	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	ns.node = allocator.Node{Name: node.Name, Unit: unit, Cards: cards}
 	ns.source = source
+	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = hostKnown, cpu, mem
+	if cpu < oldCPU && oldCPU == c.maxMilliCPU || ns.node.Capacity() < oldUnits && oldUnits == c.maxUnits {
+		c.rescanMax()
+	} else {
+		c.maxMilliCPU, c.maxUnits = max(c.maxMilliCPU, cpu), max(c.maxUnits, ns.node.Capacity())
+	}
 	ns.invErr = ""
 	if invErr != nil {
 		ns.invErr = invErr.Error()
@@ -150,12 +180,97 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	return invErr
 }
 
-// DeleteNode forgets a node. Its pods stay known, so they are charged again
-// if the node comes back.
+// DeleteNode forgets a node's cards and CPU. Pods still on it stay known
+// (the node is kept as a placeholder without cards), so they are charged
+// again if the node comes back.
 func (c *Cache) DeleteNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.nodes, name)
+	ns, ok := c.nodes[name]
+	if !ok {
+		return
+	}
+	if len(ns.pods) == 0 && ns.hostPods == 0 {
+		delete(c.nodes, name)
+	} else {
+		ns.node.Cards, ns.source, ns.invErr = nil, SourceNone, ""
+		ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = false, 0, 0
+		ns.missing, ns.unattributed = 0, 0
+		for uid := range ns.pods {
+			ns.charge(c.pods[uid], 1) // all of it lands in missing
+		}
+	}
+	c.rescanMax()
+}
+
+// nodeState returns name's state, adding an empty placeholder (no cards,
+// source none) for a node not seen yet: pod events may come before the
+// node's, and SetNode charges the pods already recorded. The caller holds c.mu.
+func (c *Cache) nodeState(name string) *nodeState {
+	ns, ok := c.nodes[name]
+	if !ok {
+		ns = &nodeState{pods: map[types.UID]struct{}{}, source: SourceNone, node: allocator.Node{Name: name, Unit: gpushare.DefaultUnit}}
+		c.nodes[name] = ns
+	}
+	return ns
+}
+
+// rescanMax recomputes maxMilliCPU and maxUnits. The caller holds c.mu.
+func (c *Cache) rescanMax() {
+	c.maxMilliCPU, c.maxUnits = 0, 0
+	for _, ns := range c.nodes {
+		c.maxMilliCPU = max(c.maxMilliCPU, ns.allocMilliCPU)
+		c.maxUnits = max(c.maxUnits, ns.node.Capacity())
+	}
+}
+
+// setHost records what uid holds on h.node, replacing what it held. The
+// caller holds c.mu.
+func (c *Cache) setHost(uid types.UID, h hostUse) {
+	if old, ok := c.hosts[uid]; ok {
+		if old == h {
+			return
+		}
+		c.dropHost(uid)
+	}
+	c.hosts[uid] = h
+	ns := c.nodeState(h.node)
+	ns.reqMilliCPU += h.milliCPU
+	ns.reqMemMiB += h.memMiB
+	ns.hostPods++
+}
+
+// dropHost forgets what uid holds on its node, if anything. The caller holds c.mu.
+func (c *Cache) dropHost(uid types.UID) {
+	h, ok := c.hosts[uid]
+	if !ok {
+		return
+	}
+	delete(c.hosts, uid)
+	if ns, ok := c.nodes[h.node]; ok {
+		ns.reqMilliCPU -= h.milliCPU
+		ns.reqMemMiB -= h.memMiB
+		ns.hostPods--
+	}
+}
+
+// syncHost brings uid's hosts entry in line with pod and with its
+// allocation (c.pods). The caller holds c.mu.
+func (c *Cache) syncHost(pod *PodInfo) {
+	h := hostUse{node: pod.NodeName, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB}
+	switch {
+	case pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed:
+		c.dropHost(pod.UID)
+	case h.node != "":
+		c.setHost(pod.UID, h)
+	default:
+		if ps, ok := c.pods[pod.UID]; ok && ps.state == StateAssumed {
+			h.node, h.assumed = ps.node, true
+			c.setHost(pod.UID, h)
+			return
+		}
+		c.dropHost(pod.UID)
+	}
 }
 
 // charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
@@ -189,23 +304,22 @@ func (ns *nodeState) position(idx int) int {
 // has removed any previous entry for uid.
 func (c *Cache) add(uid types.UID, ps *podState) {
 	c.pods[uid] = ps
-	ns, ok := c.nodes[ps.node]
-	if !ok {
-		// The node event may come later; SetNode charges known pods.
-		ns = &nodeState{pods: map[types.UID]struct{}{}, source: SourceNone, node: allocator.Node{Name: ps.node, Unit: gpushare.DefaultUnit}}
-		c.nodes[ps.node] = ns
-	}
+	ns := c.nodeState(ps.node)
 	ns.pods[uid] = struct{}{}
 	ns.charge(ps, 1)
 }
 
-// remove drops uid's entry, if any, and uncharges its node. The caller holds c.mu.
+// remove drops uid's entry, if any, and uncharges its node, with the CPU
+// and memory held for it if it was only assumed. The caller holds c.mu.
 func (c *Cache) remove(uid types.UID) {
 	ps, ok := c.pods[uid]
 	if !ok {
 		return
 	}
 	delete(c.pods, uid)
+	if h, ok := c.hosts[uid]; ok && h.assumed {
+		c.dropHost(uid)
+	}
 	if ns, ok := c.nodes[ps.node]; ok {
 		delete(ns.pods, uid)
 		ns.charge(ps, -1)
@@ -219,6 +333,12 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
 func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.upsertGPU(pod)
+	c.syncHost(pod)
+}
+
+// upsertGPU applies a pod event to the pod's allocation. The caller holds c.mu.
+func (c *Cache) upsertGPU(pod *PodInfo) {
 	if pod.Demand == nil {
 		// No gpu-mem (or an invalid request, which no node admits).
 		c.remove(pod.UID)
@@ -226,7 +346,7 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 	}
 	if _, seen := c.observed[pod.UID]; !seen {
 		c.observed[pod.UID] = struct{}{}
-		c.workload.Observe(pod.Demand)
+		c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 	}
 	if pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		c.remove(pod.UID)
@@ -296,16 +416,21 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.remove(uid)
+	c.dropHost(uid)
 	delete(c.observed, uid)
 }
 
-// Assume chooses cards for pod on node with the named policy ("" for the
-// default) and holds them as assumed until FinishBinding, Forget or the
-// deadline. It is idempotent: for a pod that already holds an allocation on
-// node it returns that allocation and holds nothing more. It returns
-// ErrBoundElsewhere for a pod bound to another node, ErrUnknownNode, or an
-// *allocator.FitError.
-func (c *Cache) Assume(pod metav1.Object, demand gpushare.Demand, node, policyName string) (*gpushare.Allocation, error) {
+// Assume chooses cards for pod's Demand on node with the pod's policy (the
+// default when it names none) and holds them, and the pod's CPU and memory,
+// as assumed until FinishBinding, Forget or the deadline. It is idempotent:
+// for a pod that already holds an allocation on node it returns that
+// allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
+// bound to another node, ErrUnknownNode, or an *allocator.FitError.
+func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) {
+	if pod.Demand == nil {
+		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
+	}
+	demand := pod.Demand
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	uid := pod.GetUID()
@@ -322,7 +447,7 @@ func (c *Cache) Assume(pod metav1.Object, demand gpushare.Demand, node, policyNa
 	if !ok || ns.source == SourceNone && len(ns.node.Cards) == 0 && len(ns.pods) == 0 {
 		return nil, fmt.Errorf("node %s: %w", node, ErrUnknownNode)
 	}
-	p, err := c.newPolicy(policyName)
+	p, err := c.newPolicy(pod.Policy)
 	if err != nil {
 		return nil, err
 	}
@@ -333,6 +458,9 @@ func (c *Cache) Assume(pod metav1.Object, demand gpushare.Demand, node, policyNa
 	alloc := allocator.Allocation(&ns.node, demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed,
 		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
+	if h, ok := c.hosts[uid]; !ok || h.assumed {
+		c.setHost(uid, hostUse{node: node, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
+	}
 	return alloc, nil
 }
 
@@ -343,6 +471,10 @@ func (c *Cache) FinishBinding(uid types.UID) {
 	if ps, ok := c.pods[uid]; ok {
 		ps.state = StateBound
 		ps.deadline = time.Time{}
+		if h, ok := c.hosts[uid]; ok && h.assumed {
+			h.assumed = false
+			c.hosts[uid] = h
+		}
 	}
 }
 
@@ -421,16 +553,24 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 	return fit, failed
 }
 
-// Score rates each node for demand with the named policy ("" for the
-// default), 0..allocator.MaxScore, parallel to nodes. A node where the demand
-// does not fit scores 0.
-func (c *Cache) Score(demand gpushare.Demand, nodes []string, policyName string) ([]int64, error) {
+// Score rates each node for pod's Demand with the pod's policy (the
+// default when it names none), 0..allocator.MaxScore, parallel to nodes. A
+// node where the demand does not fit scores 0. Policies that weigh CPU and
+// memory too (allocator.HostScorer) are given the node's free CPU and memory
+// and the pod's requests, on nodes that report their CPU.
+func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
+	if pod.Demand == nil {
+		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
+	}
+	demand := pod.Demand
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, err := c.newPolicy(policyName)
+	p, err := c.newPolicy(pod.Policy)
 	if err != nil {
 		return nil, err
 	}
+	hs, hostAware := p.(allocator.HostScorer)
+	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
 	raw := make([]float64, len(nodes))
 	fits := make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
@@ -442,7 +582,13 @@ func (c *Cache) Score(demand gpushare.Demand, nodes []string, policyName string)
 		if err := allocator.FitInto(&ns.node, demand, p, &pl); err != nil {
 			continue
 		}
-		raw[i], fits[i] = p.NodeScore(&ns.node, &pl), true
+		if hostAware && ns.hostKnown {
+			host.FreeMilliCPU, host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
+			raw[i] = hs.NodeScoreHost(&ns.node, &pl, &host)
+		} else {
+			raw[i] = p.NodeScore(&ns.node, &pl)
+		}
+		fits[i] = true
 	}
 	var fitRaw []float64
 	for i := range nodes {

@@ -38,15 +38,6 @@ func used(t *testing.T, c *Cache, name string) []int64 {
 	return out
 }
 
-func demand(t *testing.T, pod *corev1.Pod) gpushare.Demand {
-	t.Helper()
-	d, err := gpushare.PodDemand(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func TestAssumeLifecycle(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	c := newCache(t, clk)
@@ -54,9 +45,8 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	d := demand(t, pod)
 
-	a, err := c.Assume(pod, d, "n1", "")
+	a, err := c.Assume(NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +54,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("after Assume (-want +got):\n%s", diff)
 	}
 	// A retried bind holds nothing more and returns the same cards.
-	again, err := c.Assume(pod, d, "n1", "")
+	again, err := c.Assume(NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +76,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("Expire() after FinishBinding = %v, want none", got)
 	}
 	// Bound elsewhere: clear error.
-	if _, err := c.Assume(pod, d, "n2", ""); !errors.Is(err, ErrBoundElsewhere) {
+	if _, err := c.Assume(NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
 		t.Errorf("Assume on another node: err = %v, want ErrBoundElsewhere", err)
 	}
 	// Forget does not release a bound pod.
@@ -109,10 +99,10 @@ func TestForgetAndExpire(t *testing.T) {
 	}
 	p1 := util.MakePod("p1").GPUMem(4).Obj()
 	p2 := util.MakePod("p2").GPUMem(5).Obj()
-	if _, err := c.Assume(p1, demand(t, p1), "n1", ""); err != nil {
+	if _, err := c.Assume(NewPodInfo(p1), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Assume(p2, demand(t, p2), "n1", ""); err != nil {
+	if _, err := c.Assume(NewPodInfo(p2), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.Forget(p1.UID)
@@ -138,15 +128,17 @@ func TestAssumeReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("big").GPUMem(20).Obj()
-	_, err := c.Assume(pod, demand(t, pod), "n1", "")
+	_, err := c.Assume(NewPodInfo(pod), "n1")
 	var fe *allocator.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Assume(20 on 16+16) err = %v, want FitError", err)
 	}
-	if _, err := c.Assume(pod, demand(t, pod), "nope", ""); !errors.Is(err, ErrUnknownNode) {
+	if _, err := c.Assume(NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on unknown node: err = %v, want ErrUnknownNode", err)
 	}
-	if _, err := c.Assume(pod, demand(t, pod), "n1", "worstfit"); err == nil {
+	worst := NewPodInfo(pod)
+	worst.Policy = "worstfit"
+	if _, err := c.Assume(worst, "n1"); err == nil {
 		t.Error("Assume with an unknown policy succeeded")
 	}
 }
@@ -316,7 +308,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		units int64
 	}{{"a", "half", 8}, {"b", "full", 14}} {
 		pod := util.MakePod(p.name).GPUMem(p.units).Obj()
-		if _, err := c.Assume(pod, demand(t, pod), p.node, ""); err != nil {
+		if _, err := c.Assume(NewPodInfo(pod), p.node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -329,7 +321,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		{allocator.NameBinpack, []int64{0, 10, 0}}, // full cannot take 4
 		{allocator.NameSpread, []int64{10, 0, 0}},
 	} {
-		got, err := c.Score(d, nodes, tc.policy)
+		got, err := c.Score(&PodInfo{Demand: d, Policy: tc.policy}, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +340,7 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(pod, demand(t, pod), "n1", "")
+	a, err := c.Assume(NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +365,7 @@ func TestRepairedAllocationIsRecharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(pod, demand(t, pod), "n1", "")
+	a, err := c.Assume(NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +398,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	}
 	// Node a has 10 free, b 16; the workload is all 8 GiB pods.
 	busy := util.MakePod("busy").GPUMem(6).Obj()
-	if _, err := c.Assume(busy, demand(t, busy), "a", ""); err != nil {
+	if _, err := c.Assume(NewPodInfo(busy), "a"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
@@ -415,11 +407,132 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	// A 4 GiB pod on a leaves 6, which no 8 GiB pod can use; on b it
 	// leaves 12. fgd must prefer b; without the workload it sees no
 	// difference.
-	got, err := c.Score(gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}, []string{"a", "b"}, "")
+	got, err := c.Score(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got[1] <= got[0] {
 		t.Errorf("fgd scores %v, want node b above node a", got)
+	}
+}
+
+// hostUsed returns the CPU (millicores) and memory (MiB) the cache counts
+// as requested on node name.
+func hostUsed(t *testing.T, c *Cache, name string) [2]int64 {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return [2]int64{}
+	}
+	return [2]int64{ns.reqMilliCPU, ns.reqMemMiB}
+}
+
+func TestHostRequestsFollowPods(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Host("32", "128Gi").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	web := util.MakePod("web").Requests("500m", "1Gi")
+	gpu := util.MakePod("gpu").GPUMem(4).Requests("2", "4Gi")
+	other := util.MakePod("other").GPUMem(4).Requests("1", "1Gi")
+	steps := []struct {
+		name string
+		do   func()
+		want [2]int64
+	}{
+		{"pending CPU pod holds nothing", func() { c.UpsertPod(web.Obj()) }, [2]int64{0, 0}},
+		{"bound CPU pod", func() { c.UpsertPod(web.Node("n1").Obj()) }, [2]int64{500, 1024}},
+		{"assumed GPU pod", func() {
+			if _, err := c.Assume(NewPodInfo(gpu.Obj()), "n1"); err != nil {
+				t.Fatal(err)
+			}
+		}, [2]int64{2500, 5120}},
+		{"its pending event keeps the assumption", func() { c.UpsertPod(gpu.Obj()) }, [2]int64{2500, 5120}},
+		{"forgotten", func() { c.Forget(gpu.Obj().UID) }, [2]int64{500, 1024}},
+		{"assumed again, then bound", func() {
+			if _, err := c.Assume(NewPodInfo(gpu.Obj()), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			c.FinishBinding(gpu.Obj().UID)
+		}, [2]int64{2500, 5120}},
+		{"a bound pod does not expire", func() { clk.Step(time.Hour); c.Expire() }, [2]int64{2500, 5120}},
+		{"assumed and expired", func() {
+			if _, err := c.Assume(NewPodInfo(other.Obj()), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			clk.Step(time.Hour)
+			c.Expire()
+		}, [2]int64{2500, 5120}},
+		{"CPU pod finished", func() { c.UpsertPod(web.Phase(corev1.PodSucceeded).Obj()) }, [2]int64{2000, 4096}},
+		{"GPU pod deleted", func() { c.DeletePod(gpu.Obj().UID) }, [2]int64{0, 0}},
+	}
+	for _, s := range steps {
+		s.do()
+		if diff := cmp.Diff(s.want, hostUsed(t, c, "n1")); diff != "" {
+			t.Fatalf("%s: [millicores, MiB] (-want +got):\n%s", s.name, diff)
+		}
+	}
+}
+
+func TestNodeDeletedAndBackKeepsItsPods(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	node := util.MakeNode("n1").Host("32", "128Gi").Cards("T4", 16, 16).Obj()
+	if err := c.SetNode(node); err != nil {
+		t.Fatal(err)
+	}
+	pod := util.MakePod("p").GPUMem(6).Requests("4", "1Gi").Obj()
+	if _, err := c.Assume(NewPodInfo(pod), "n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.FinishBinding(pod.UID)
+	c.DeleteNode("n1")
+	if err := c.SetNode(node); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("cards after the node came back (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([2]int64{4000, 1024}, hostUsed(t, c, "n1")); diff != "" {
+		t.Errorf("host after the node came back (-want +got):\n%s", diff)
+	}
+}
+
+// TestFragAwareWeighsCPU is the package doc's worked example through the
+// cache: two nodes with equal cards, one short of CPU; the GPU-only score
+// cannot tell them apart, the host-aware one sends the CPU-heavy pod where
+// CPU is plentiful.
+func TestFragAwareWeighsCPU(t *testing.T) {
+	c, err := New(Config{Policy: allocator.NameFragAware, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*corev1.Node{
+		util.MakeNode("a").Host("20", "256Gi").Cards("T4", 16, 16).Obj(),
+		util.MakeNode("b").Host("96", "256Gi").Cards("T4", 16, 16).Obj(),
+	} {
+		if err := c.SetNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The workload: half 8 GiB pods with 4 cores, half 16 GiB with 8.
+	for i := range 10 {
+		w := util.MakePod(fmt.Sprintf("w%d", i))
+		if i%2 == 0 {
+			w.GPUMem(8).Requests("4", "1Gi")
+		} else {
+			w.GPUMem(16).Requests("8", "1Gi")
+		}
+		c.UpsertPod(w.Obj())
+	}
+	pod := NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
+	got, err := c.Score(pod, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{0, allocator.MaxScore}, got); diff != "" {
+		t.Errorf("scores for [a b] (-want +got):\n%s", diff)
 	}
 }

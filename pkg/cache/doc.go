@@ -30,4 +30,13 @@
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node
 // update rebuilds its cards and re-applies its pods.
+//
+// Beside the cards, the cache keeps each node's allocatable CPU and memory
+// and the CPU and memory requested on it (PodRequests, as kube-scheduler's
+// NodeResourcesFit counts them) by every pod bound to it and not finished,
+// GPU or not, and by every assumed allocation (released with it). Score
+// gives them to the policies that weigh CPU and memory too
+// (allocator.HostScorer), so the extender ranks nodes exactly as the
+// simulator does. The cache never filters on CPU or memory: kube-scheduler
+// does.
 package cache

@@ -157,14 +157,15 @@ func stripMeta(m *metav1.ObjectMeta, keep func(key string) bool) metav1.ObjectMe
 	return out
 }
 
-func isGPUResource(r corev1.ResourceName) bool {
-	return r == gpushare.ResourceGPUMem || r == gpushare.ResourceGPUCount
+// keptResource: the GPU resources, and CPU and memory for the host-aware score.
+func keptResource(r corev1.ResourceName) bool {
+	return r == gpushare.ResourceGPUMem || r == gpushare.ResourceGPUCount || r == corev1.ResourceCPU || r == corev1.ResourceMemory
 }
 
 func stripResources(rl corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
 	for r, q := range rl {
-		if isGPUResource(r) {
+		if keptResource(r) {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}

@@ -55,7 +55,7 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	alloc, err := c1.Assume(pod, demand(t, pod), "n1", "")
+	alloc, err := c1.Assume(NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 		t.Errorf("rebuilt cache (-want +got):\n%s", diff)
 	}
 	// The retried bind of the mid-bind pod holds nothing twice.
-	if _, err := c2.Assume(mid, demand(t, mid), "n1", ""); err != nil {
+	if _, err := c2.Assume(NewPodInfo(mid), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, used(t, c2, "n1")); diff != "" {

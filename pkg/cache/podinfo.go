@@ -25,6 +25,9 @@ type PodInfo struct {
 	LegacyIndex int
 	// Policy is the gpushare.io/policy annotation.
 	Policy string
+	// MilliCPU and MemoryMiB are the pod's CPU (millicores) and memory
+	// (MiB) requests as kube-scheduler counts them (PodRequests).
+	MilliCPU, MemoryMiB int64
 }
 
 // NewPodInfo extracts a PodInfo from a pod.
@@ -35,6 +38,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		Phase:      pod.Status.Phase,
 		Policy:     pod.Annotations[gpushare.AnnotationPolicy],
 	}
+	info.MilliCPU, info.MemoryMiB = PodRequests(pod)
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
 	}

@@ -77,7 +77,7 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 		}
 		return fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 	}
-	alloc, err := b.cache.Assume(pod, pod.Demand, node, pod.Policy)
+	alloc, err := b.cache.Assume(pod, node)
 	if err != nil {
 		return fmt.Errorf("placing pod %s/%s on node %s: %w", namespace, name, node, err)
 	}

@@ -106,19 +106,20 @@ func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, po
 }
 
 // podArgs validates the pod of a filter or prioritize request and returns
-// its demand, policy name and node names.
-func podArgs(args *extenderv1.ExtenderArgs) (gpushare.Demand, string, []string, error) {
+// what the cache needs of it (demand, policy, CPU and memory) and the node
+// names.
+func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
 	if args.Pod == nil {
-		return nil, "", nil, errors.New("request has no pod")
+		return nil, nil, errors.New("request has no pod")
 	}
-	demand, err := gpushare.PodDemand(args.Pod)
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
+	info := cache.NewPodInfo(args.Pod)
+	if info.Demand == nil {
+		_, err := gpushare.PodDemand(args.Pod) // say why
+		return nil, nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
 	}
-	policy := args.Pod.Annotations[gpushare.AnnotationPolicy]
-	if policy != "" {
-		if _, err := allocator.New(policy, nil); err != nil {
-			return nil, "", nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
+	if info.Policy != "" {
+		if _, err := allocator.New(info.Policy, nil); err != nil {
+			return nil, nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
 		}
 	}
 	var names []string
@@ -130,7 +131,7 @@ func podArgs(args *extenderv1.ExtenderArgs) (gpushare.Demand, string, []string, 
 			names = append(names, args.Nodes.Items[i].Name)
 		}
 	}
-	return demand, policy, names, nil
+	return info, names, nil
 }
 
 func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -144,11 +145,11 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
-		demand, _, names, err := podArgs(&args)
+		pod, names, err := podArgs(&args)
 		if err != nil {
 			return nil, err
 		}
-		fit, failed := h.cache.Filter(demand, names)
+		fit, failed := h.cache.Filter(pod.Demand, names)
 		if fit == nil {
 			fit = []string{}
 		}
@@ -178,11 +179,11 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
-		demand, policy, names, err := podArgs(&args)
+		pod, names, err := podArgs(&args)
 		if err != nil {
 			return nil, err
 		}
-		scores, err := h.cache.Score(demand, names, policy)
+		scores, err := h.cache.Score(pod, names)
 		if err != nil {
 			return nil, err
 		}

@@ -44,7 +44,8 @@ type Options struct {
 	Inflate float64
 	// CPUPods: CPUPodsSkip when empty.
 	CPUPods CPUPods
-	// GPUOnly scores as the extender does today, from GPU memory alone:
+	// GPUOnly scores from GPU memory alone, as the extender does for nodes
+	// that report no CPU (an ablation: what weighing CPU is worth):
 	// policies that can also weigh CPU and memory (allocator.HostScorer)
 	// are not given them. CPU and memory must still fit.
 	GPUOnly bool

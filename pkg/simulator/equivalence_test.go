@@ -80,7 +80,9 @@ func TestSimulatorMatchesExtender(t *testing.T) {
 	}{
 		{"binpack", allocator.NameBinpack, false, 1000},
 		{"spread", allocator.NameSpread, false, 1000},
+		{"bestfit, CPU binding", allocator.NameBestFit, false, 1000},
 		{"bestfit, GPU only", allocator.NameBestFit, true, 1000},
+		{"fragaware, CPU binding", allocator.NameFragAware, false, 1000},
 		{"fragaware, GPU only, CPU binding", allocator.NameFragAware, true, 1000},
 		{"fragaware, with CPU that never binds", allocator.NameFragAware, false, 1000000},
 	}
@@ -130,11 +132,18 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 	cpuFree := map[string]int64{}
 	var names []string
 	for _, n := range nodes {
+		cpuFree[n.Name] = n.Status.Allocatable.Cpu().MilliValue()
+		names = append(names, n.Name)
+		if gpuOnly {
+			// A node that reports no CPU is scored by its cards alone.
+			n = n.DeepCopy()
+			for _, rl := range []corev1.ResourceList{n.Status.Allocatable, n.Status.Capacity} {
+				delete(rl, corev1.ResourceCPU)
+			}
+		}
 		if err := c.SetNode(n); err != nil {
 			t.Fatal(err)
 		}
-		cpuFree[n.Name] = n.Status.Allocatable.Cpu().MilliValue()
-		names = append(names, n.Name)
 	}
 	placed := 0
 	for i, d := range res.Decisions {
@@ -158,7 +167,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		if d.Node == "" {
 			continue
 		}
-		scores, err := c.Score(demand, fit, "")
+		scores, err := c.Score(cache.NewPodInfo(pod), fit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +175,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		if at < 0 || scores[at] != allocator.MaxScore {
 			t.Fatalf("seed %d, pod %d %s: the simulator chose %s; the extender scores %v for %v", seed, i, d.Pod, d.Node, scores, fit)
 		}
-		alloc, err := c.Assume(pod, demand, d.Node, "")
+		alloc, err := c.Assume(cache.NewPodInfo(pod), d.Node)
 		if err != nil {
 			t.Fatal(err)
 		}

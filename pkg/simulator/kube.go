@@ -123,15 +123,8 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 		return Node{}, fmt.Errorf("node %s: not in the cache after SetNode", node.Name)
 	}
 	v := views[0]
-	n := Node{Name: node.Name, Unit: v.Unit,
-		MilliCPU:  node.Status.Allocatable.Cpu().MilliValue(),
-		MemoryMiB: node.Status.Allocatable.Memory().Value() >> 20}
-	if _, ok := node.Status.Allocatable[corev1.ResourceCPU]; !ok {
-		n.MilliCPU = node.Status.Capacity.Cpu().MilliValue()
-	}
-	if _, ok := node.Status.Allocatable[corev1.ResourceMemory]; !ok {
-		n.MemoryMiB = node.Status.Capacity.Memory().Value() >> 20
-	}
+	n := Node{Name: node.Name, Unit: v.Unit}
+	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
 		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy})
 		if n.Model == "" {
@@ -148,7 +141,7 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 		return Pod{}, errors.New("a Pod has no metadata.name")
 	}
 	p := Pod{Name: key, Kind: KindCPU}
-	p.MilliCPU, p.MemoryMiB = podRequests(pod)
+	p.MilliCPU, p.MemoryMiB = cache.PodRequests(pod)
 	d, err := gpushare.PodDemand(pod)
 	switch {
 	case errors.Is(err, gpushare.ErrNoGPUMem):
@@ -163,32 +156,6 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 		}
 	}
 	return p, nil
-}
-
-// podRequests returns the CPU (millicores) and memory (MiB) pod requests as
-// NodeResourcesFit counts them: the app containers and restartable init
-// containers together, or the largest init container if more, plus the
-// pod overhead.
-func podRequests(pod *corev1.Pod) (milliCPU, memMiB int64) {
-	var cpu, mem, sideCPU, sideMem int64
-	for _, c := range pod.Spec.Containers {
-		cpu += c.Resources.Requests.Cpu().MilliValue()
-		mem += c.Resources.Requests.Memory().Value()
-	}
-	var initCPU, initMem int64
-	for _, c := range pod.Spec.InitContainers {
-		cc, cm := c.Resources.Requests.Cpu().MilliValue(), c.Resources.Requests.Memory().Value()
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			sideCPU += cc
-			sideMem += cm
-			continue
-		}
-		initCPU, initMem = max(initCPU, sideCPU+cc), max(initMem, sideMem+cm)
-	}
-	cpu, mem = max(cpu+sideCPU, initCPU), max(mem+sideMem, initMem)
-	cpu += pod.Spec.Overhead.Cpu().MilliValue()
-	mem += pod.Spec.Overhead.Memory().Value()
-	return cpu, (mem + 1<<20 - 1) >> 20
 }
 
 // yamlDoc is one YAML document and the line it starts on.

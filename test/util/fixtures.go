@@ -63,6 +63,21 @@ func gpuContainer(name string, units, cards int64) corev1.Container {
 	return corev1.Container{Name: name, Image: "busybox", Resources: corev1.ResourceRequirements{Limits: rl, Requests: rl.DeepCopy()}}
 }
 
+// Requests sets the CPU and memory requests (quantities, e.g. "4", "8Gi")
+// of the last container, adding a container "c" if there is none.
+func (p *PodWrapper) Requests(cpu, memory string) *PodWrapper {
+	if len(p.Spec.Containers) == 0 {
+		p.Container("c")
+	}
+	c := &p.Spec.Containers[len(p.Spec.Containers)-1]
+	if c.Resources.Requests == nil {
+		c.Resources.Requests = corev1.ResourceList{}
+	}
+	c.Resources.Requests[corev1.ResourceCPU] = resource.MustParse(cpu)
+	c.Resources.Requests[corev1.ResourceMemory] = resource.MustParse(memory)
+	return p
+}
+
 // Node sets spec.nodeName.
 func (p *PodWrapper) Node(name string) *PodWrapper { p.Spec.NodeName = name; return p }
 
@@ -108,6 +123,15 @@ func MakeNode(name string) *NodeWrapper {
 
 // Obj returns the node.
 func (n *NodeWrapper) Obj() *corev1.Node { return &n.Node }
+
+// Host sets the CPU and memory capacity and allocatable (quantities).
+func (n *NodeWrapper) Host(cpu, memory string) *NodeWrapper {
+	for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+		rl[corev1.ResourceCPU] = resource.MustParse(cpu)
+		rl[corev1.ResourceMemory] = resource.MustParse(memory)
+	}
+	return n
+}
 
 // Capacity sets gpu-mem and gpu-count capacity and allocatable, without an inventory.
 func (n *NodeWrapper) Capacity(mem, count int64) *NodeWrapper {
