@@ -34,6 +34,7 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
 	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed")
+	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
@@ -46,6 +47,7 @@ func main() {
 		return
 	}
 	cfg.QPS = float32(*qps)
+	cfg.FilterAll = !*filterBest
 
 	if err := run(cfg); err != nil {
 		klog.Background().Error(err, "Extender failed")

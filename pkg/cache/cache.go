@@ -553,6 +553,30 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 	return fit, failed
 }
 
+// FilterBest is Filter keeping, of the nodes where pod's Demand fits, only
+// those Score rates highest (allocator.MaxScore): the extender's choice of
+// node then decides, and kube-scheduler's own scores only break ties among
+// them. The nodes left out are not failed (they fit; they are not the best).
+func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
+	fit, failed := c.Filter(pod.Demand, nodes)
+	if len(fit) <= 1 {
+		return fit, failed, nil
+	}
+	scores, err := c.Score(pod, fit)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, n := range fit {
+		if scores[i] == allocator.MaxScore {
+			best = append(best, n)
+		}
+	}
+	if len(best) == 0 { // the state changed between the two calls
+		return fit, failed, nil
+	}
+	return best, failed, nil
+}
+
 // Score rates each node for pod's Demand with the pod's policy (the
 // default when it names none), 0..allocator.MaxScore, parallel to nodes. A
 // node where the demand does not fit scores 0. Policies that weigh CPU and

@@ -536,3 +536,45 @@ func TestFragAwareWeighsCPU(t *testing.T) {
 		t.Errorf("scores for [a b] (-want +got):\n%s", diff)
 	}
 }
+
+func TestFilterBest(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0))) // binpack
+	for _, n := range []*corev1.Node{
+		util.MakeNode("busy").Cards("T4", 16).Obj(),
+		util.MakeNode("empty-1").Cards("T4", 16).Obj(),
+		util.MakeNode("empty-2").Cards("T4", 16).Obj(),
+		util.MakeNode("small").Cards("T4", 2).Obj(),
+	} {
+		if err := c.SetNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes := []string{"busy", "empty-1", "empty-2", "small"}
+	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	tests := []struct {
+		name       string
+		setup      func()
+		wantBest   []string
+		wantFailed []string
+	}{
+		{"all empty: every node that fits ties", func() {}, []string{"busy", "empty-1", "empty-2"}, []string{"small"}},
+		{"binpack: only the fullest node", func() {
+			if _, err := c.Assume(NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"busy"}, []string{"small"}},
+	}
+	for _, tc := range tests {
+		tc.setup()
+		best, failed, err := c.FilterBest(pod, nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.wantBest, best); diff != "" {
+			t.Errorf("%s: best (-want +got):\n%s", tc.name, diff)
+		}
+		if diff := cmp.Diff(tc.wantFailed, sortedKeys(failed)); diff != "" {
+			t.Errorf("%s: failed (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -10,6 +10,16 @@
 // nodeCacheCapable: true (see config/kube-scheduler-config.yaml); a request
 // carrying whole Nodes is accepted too.
 //
+// Filter decides the node (Handlers.FilterAll false, the default): of the
+// nodes where the pod fits it passes only those prioritize would rate
+// highest, so kube-scheduler's own scores (which spread pods, e.g. the
+// default topology spreading and LeastAllocated) only break ties among them
+// and cannot undo the packing the policy chose; with one node left the
+// scheduler skips scoring, which saves one of the two HTTP round trips per
+// pod. Nodes left out are not reported failed: they fit. With FilterAll,
+// filter passes every node that fits and prioritize's 0..10 scores (times
+// the configured weight) are added to the scheduler's.
+//
 // Bind: the cache chooses the cards and holds them as assumed (under its
 // lock, no API call); the binder then creates the pod's Binding carrying the
 // allocation annotations, which the API server applies together with

@@ -32,6 +32,12 @@ const MaxBodyBytes = 32 << 20
 
 // Handlers serves the extender API.
 type Handlers struct {
+	// FilterAll: filter passes every node where the pod fits, and the
+	// scheduler adds prioritize's scores to its own. When false (the
+	// default), filter passes only the nodes prioritize would rate highest
+	// (Cache.FilterBest). Set before serving.
+	FilterAll bool
+
 	cache   *cache.Cache
 	binder  *Binder
 	ready   func() bool
@@ -149,7 +155,13 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		if err != nil {
 			return nil, err
 		}
-		fit, failed := h.cache.Filter(pod.Demand, names)
+		var fit []string
+		var failed map[string]string
+		if h.FilterAll {
+			fit, failed = h.cache.Filter(pod.Demand, names)
+		} else if fit, failed, err = h.cache.FilterBest(pod, names); err != nil {
+			return nil, err
+		}
 		if fit == nil {
 			fit = []string{}
 		}

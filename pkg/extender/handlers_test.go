@@ -38,7 +38,8 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 type fixture struct {
 	client  *fake.Clientset
 	cache   *cache.Cache
-	handler http.Handler
+	h       *Handlers
+	handler http.Handler // h.Router()
 }
 
 func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
@@ -101,7 +102,8 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 	}
 	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
 	b := NewBinder(c, ClientPodAPI{Client: client}, feeder, clk)
-	return &fixture{client: client, cache: c, handler: NewHandlers(logger, c, b, feeder.Synced).Router()}
+	h := NewHandlers(logger, c, b, feeder.Synced)
+	return &fixture{client: client, cache: c, h: h, handler: h.Router()}
 }
 
 // do sends body to path and returns the status and the indented response.
@@ -139,46 +141,57 @@ func TestWireGolden(t *testing.T) {
 		name, method, path string
 		body               func(t *testing.T) string
 		wantStatus         int
+		filterAll          bool
 	}{
 		{"filter-fit-and-reasons", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("train").GPUMem(12).Obj(), "mixed", "sick", "nogpu", "ghost")
-		}, 200},
+		}, 200, false},
+		{"filter-best", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu")
+		}, 200, false},
+		{"filter-all", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu")
+		}, 200, true},
 		{"filter-too-big", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("huge").GPUMem(100).Obj(), "mixed", "sick")
-		}, 200},
+		}, 200, false},
 		{"filter-multi-container", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("duo").GPUMem(8).GPUMem(8).Obj(), "mixed", "sick")
-		}, 200},
+		}, 200, false},
 		{"filter-no-gpu-mem", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("cpu").Container("x").Obj(), "mixed")
-		}, 200},
+		}, 200, false},
 		{"filter-negative", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, negative, "mixed")
-		}, 200},
-		{"filter-no-pod", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"NodeNames":["mixed"]}` }, 200},
-		{"filter-malformed", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"Pod": [` }, 200},
+		}, 200, false},
+		{"filter-no-pod", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"NodeNames":["mixed"]}` }, 200, false},
+		{"filter-malformed", "POST", "/gpushare-scheduler/filter", func(*testing.T) string { return `{"Pod": [` }, 200, false},
 		{"filter-bad-policy", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("p").GPUMem(1).Annotation(gpushare.AnnotationPolicy, "worstfit").Obj(), "mixed")
-		}, 200},
+		}, 200, false},
 		{"prioritize-binpack", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick")
-		}, 200},
+		}, 200, false},
 		{"prioritize-spread", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("small").GPUMem(4).Annotation(gpushare.AnnotationPolicy, "spread").Obj(), "mixed", "sick")
-		}, 200},
+		}, 200, false},
 		{"bind-unknown-node", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
 			return `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"ghost"}`
-		}, 200},
+		}, 200, false},
 		{"bind-bound-elsewhere", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
 			return `{"PodName":"running","PodNamespace":"default","PodUID":"uid-running","Node":"sick"}`
-		}, 200},
-		{"bind-missing-fields", "POST", "/gpushare-scheduler/bind", func(*testing.T) string { return `{"PodName":"x"}` }, 200},
-		{"inspect-all", "GET", "/gpushare-scheduler/inspect", func(*testing.T) string { return "" }, 200},
-		{"inspect-unknown", "GET", "/gpushare-scheduler/inspect/ghost", func(*testing.T) string { return "" }, 404},
+		}, 200, false},
+		{"bind-missing-fields", "POST", "/gpushare-scheduler/bind", func(*testing.T) string { return `{"PodName":"x"}` }, 200, false},
+		{"inspect-all", "GET", "/gpushare-scheduler/inspect", func(*testing.T) string { return "" }, 200, false},
+		{"inspect-unknown", "GET", "/gpushare-scheduler/inspect/ghost", func(*testing.T) string { return "" }, 404, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
+			if tc.filterAll {
+				f.h.FilterAll = true
+				f.handler = f.h.Router()
+			}
 			body := tc.body(t)
 			if *update && tc.method == "POST" {
 				var pretty bytes.Buffer

@@ -32,6 +32,9 @@ type Config struct {
 	Burst int
 	// AssumeTTL bounds how long cards stay held for a bind that never completed.
 	AssumeTTL time.Duration
+	// FilterAll: filter passes every node that fits, not only the
+	// best-scoring ones (see Handlers.FilterAll); --filter-best=false.
+	FilterAll bool
 }
 
 // Validate checks the configuration.
@@ -94,6 +97,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
 	h := NewHandlers(logger, c, binder, feeder.Synced)
+	h.FilterAll = cfg.FilterAll
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -102,7 +106,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv := &http.Server{Handler: h.Router(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info("Serving the scheduler extender", "address", ln.Addr().String(), "policy", cfg.Policy)
+	logger.Info("Serving the scheduler extender", "address", ln.Addr().String(), "policy", cfg.Policy, "filterBest", !cfg.FilterAll)
 
 	feeder.Start(ctx)
 	go func() {

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,28 +51,10 @@ func TestExtenderRSS(t *testing.T) {
 	})
 	t.Logf("created %d nodes and %d pods in %v", nodes, nodes*podsPerNode, time.Since(start).Round(time.Second))
 
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "gpushare-scheduler-extender")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "extender")).CombinedOutput(); err != nil {
-		t.Fatalf("building the extender: %v\n%s", err, out)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(bin, "--kubeconfig", cp.AdminKubeconfig(), "--listen", addr)
-	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := freeAddr(t)
+	pid, _ := startExtender(t, buildExtender(t), "--kubeconfig", cp.AdminKubeconfig(), "--listen", addr)
 	loadStart := time.Now()
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 		return metric(addr, "gpushare_extender_pods") == fmt.Sprint(nodes*podsPerNode), nil
 	})
 	if err != nil {
@@ -83,7 +62,7 @@ func TestExtenderRSS(t *testing.T) {
 	}
 	loaded := time.Since(loadStart)
 	time.Sleep(5 * time.Second) // let the initial-list garbage be collected
-	rss := vmRSS(t, cmd.Process.Pid)
+	rss := vmRSS(t, pid)
 	t.Logf("extender RSS after loading %d nodes and %d pods: %d MiB (loaded in %v)", nodes, nodes*podsPerNode, rss>>10, loaded.Round(100*time.Millisecond))
 	fmt.Printf("BenchmarkExtenderRSS/nodes=%d/pods=%d\t1\t%d RSS-MiB\t%.1f load-s\n", nodes, nodes*podsPerNode, rss>>10, loaded.Seconds())
 }
@@ -91,6 +70,13 @@ func TestExtenderRSS(t *testing.T) {
 // parallel runs f(0..n-1) on 32 workers and fails the test on the first error.
 func parallel(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
+	if err := parallelErr(n, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parallelErr runs f(0..n-1) on 32 workers and returns the first error.
+func parallelErr(n int, f func(i int) error) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var firstErr error
@@ -111,9 +97,7 @@ func parallel(t *testing.T, n int, f func(i int) error) {
 	}
 	close(next)
 	wg.Wait()
-	if firstErr != nil {
-		t.Fatal(firstErr)
-	}
+	return firstErr
 }
 
 // metric returns the value of an unlabelled metric on the extender's /metrics.
