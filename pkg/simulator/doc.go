@@ -23,7 +23,7 @@
 //     from the seed, so a run is reproducible. A pod that fits nowhere is
 //     failed and skipped. Nothing departs.
 //   - Pods that ask no GPU memory are skipped by default (CPUPodsSkip): the
-//     extender never sees them. CPUPodsSpread places them by CPU and memory
+//     extender does not place them. CPUPodsSpread places them by CPU and memory
 //     alone, as kube-scheduler's default LeastAllocated scoring would.
 //   - "Allocation at X%" is the mean allocated share of GPU capacity over
 //     the pods submitted while the arrived GPU demand (failed pods

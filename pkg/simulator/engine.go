@@ -24,8 +24,9 @@ var Marks = []int{90, 100, 110, 120, 130}
 type CPUPods string
 
 const (
-	// CPUPodsSkip leaves them out of the replay: the extender never sees
-	// them, and the figures then measure GPU placement alone. The default.
+	// CPUPodsSkip leaves them out of the replay: the extender does not
+	// place them, and the figures then measure GPU placement alone. The
+	// default.
 	CPUPodsSkip CPUPods = "skip"
 	// CPUPodsSpread places them by CPU and memory alone, on the node left
 	// with the largest free share of both (kube-scheduler's default
