@@ -68,7 +68,8 @@ func equivalenceCluster(seed uint64, cpuScale int64) ([]*corev1.Node, map[string
 // cache with the same nodes and pod sequence: for every pod, the cache
 // must find it fitting on exactly as many nodes (among those whose CPU
 // fits, as kube-scheduler would pass them), rank the simulator's node
-// highest, and give it the same cards there.
+// highest (and keep it in FilterBest's answer), and give it the same cards
+// there.
 func TestSimulatorMatchesExtender(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -174,6 +175,15 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		at := slices.Index(fit, d.Node)
 		if at < 0 || scores[at] != allocator.MaxScore {
 			t.Fatalf("seed %d, pod %d %s: the simulator chose %s; the extender scores %v for %v", seed, i, d.Pod, d.Node, scores, fit)
+		}
+		// The extender's default filter (--filter-best) keeps the
+		// simulator's node among the ones it passes.
+		best, _, err := c.FilterBest(cache.NewPodInfo(pod), candidates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(best, d.Node) {
+			t.Fatalf("seed %d, pod %d %s: the simulator chose %s; the extender's filter passes only %v", seed, i, d.Pod, d.Node, best)
 		}
 		alloc, err := c.Assume(cache.NewPodInfo(pod), d.Node)
 		if err != nil {
