@@ -48,13 +48,16 @@ func TestFragAwareWorkedExample(t *testing.T) {
 	}
 	// The packing term: a tenth of a 1000-unit card × utilisation 500/2000.
 	const pack = 25
+	// The alignment term, 0.6 of a card × min/max of the pod's shares of
+	// free CPU and free GPU: A 16/20 and 500/2000, B 16/96 and 500/2000.
+	const alignA, alignB = 600 * 0.25 / 0.8, 600 * (16.0 / 96) / 0.25
 	tests := []struct {
 		name string
 		host *Host
 		want float64
 	}{
-		{"A: 20 cores, the pod strands the rest", host(20000), -1250 + pack},
-		{"B: 96 cores", host(96000), -250 + pack},
+		{"A: 20 cores, the pod strands the rest", host(20000), -1250 + alignA + pack},
+		{"B: 96 cores", host(96000), -250 + alignB + pack},
 		{"without CPU, A and B are alike", nil, -250 + pack},
 	}
 	for _, tc := range tests {
