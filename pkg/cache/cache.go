@@ -517,6 +517,58 @@ func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	return allocator.New(name, c.workload.Typical())
 }
 
+// fitOn places demand on node name with policy p into pl; reason says why
+// it does not fit ("" when it does). The caller holds c.mu.
+func (c *Cache) fitOn(name string, demand gpushare.Demand, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
+	ns, ok := c.nodes[name]
+	switch {
+	case !ok:
+		return nil, "node unknown to the gpushare extender (not yet in its informer cache)"
+	case len(ns.node.Cards) == 0:
+		reason := "node reports no GPU memory (" + string(gpushare.ResourceGPUMem) + ")"
+		if ns.invErr != "" {
+			reason += "; " + ns.invErr
+		}
+		return nil, reason
+	}
+	// Feasibility does not depend on the policy: the search is complete.
+	if err := allocator.FitInto(&ns.node, demand, p, pl); err != nil {
+		var fe *allocator.FitError
+		if errors.As(err, &fe) {
+			return nil, fe.Reason
+		}
+		return nil, err.Error()
+	}
+	return ns, ""
+}
+
+// scorer rates placements for one pod: with a Host for policies that weigh
+// CPU and memory, on nodes that report their CPU.
+type scorer struct {
+	p    allocator.Policy
+	hs   allocator.HostScorer // nil when p weighs cards only
+	host allocator.Host
+}
+
+// newScorer returns pod's scorer. The caller holds c.mu.
+func (c *Cache) newScorer(pod *PodInfo) (*scorer, error) {
+	p, err := c.newPolicy(pod.Policy)
+	if err != nil {
+		return nil, err
+	}
+	sc := &scorer{p: p, host: allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}}
+	sc.hs, _ = p.(allocator.HostScorer)
+	return sc, nil
+}
+
+func (sc *scorer) score(ns *nodeState, pl *allocator.Placement) float64 {
+	if sc.hs == nil || !ns.hostKnown {
+		return sc.p.NodeScore(&ns.node, pl)
+	}
+	sc.host.FreeMilliCPU, sc.host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
+	return sc.hs.NodeScoreHost(&ns.node, pl, &sc.host)
+}
+
 // Filter splits nodes into those where demand fits and those where it
 // does not, with the reason for each.
 func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, failed map[string]string) {
@@ -525,27 +577,8 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 	defer c.mu.Unlock()
 	var pl allocator.Placement // reused across nodes
 	for _, name := range nodes {
-		ns, ok := c.nodes[name]
-		switch {
-		case !ok:
-			failed[name] = "node unknown to the gpushare extender (not yet in its informer cache)"
-			continue
-		case len(ns.node.Cards) == 0:
-			reason := "node reports no GPU memory (" + string(gpushare.ResourceGPUMem) + ")"
-			if ns.invErr != "" {
-				reason += "; " + ns.invErr
-			}
+		if _, reason := c.fitOn(name, demand, allocator.Binpack{}, &pl); reason != "" {
 			failed[name] = reason
-			continue
-		}
-		// Feasibility does not depend on the policy: the search is complete.
-		if err := allocator.FitInto(&ns.node, demand, allocator.Binpack{}, &pl); err != nil {
-			var fe *allocator.FitError
-			if errors.As(err, &fe) {
-				failed[name] = fe.Reason
-			} else {
-				failed[name] = err.Error()
-			}
 			continue
 		}
 		fit = append(fit, name)
@@ -556,23 +589,35 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 // FilterBest is Filter keeping, of the nodes where pod's Demand fits, only
 // those Score rates highest (allocator.MaxScore): the extender's choice of
 // node then decides, and kube-scheduler's own scores only break ties among
-// them. The nodes left out are not failed (they fit; they are not the best).
+// them. The nodes left out are not failed (they fit; they are not the
+// best). Each node is fitted once, under one lock.
 func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
-	fit, failed := c.Filter(pod.Demand, nodes)
-	if len(fit) <= 1 {
-		return fit, failed, nil
+	if pod.Demand == nil {
+		return nil, nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
 	}
-	scores, err := c.Score(pod, fit)
+	failed = map[string]string{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sc, err := c.newScorer(pod)
 	if err != nil {
 		return nil, nil, err
 	}
-	for i, n := range fit {
-		if scores[i] == allocator.MaxScore {
-			best = append(best, n)
+	var fit []string
+	var raw []float64
+	var pl allocator.Placement // reused across nodes
+	for _, name := range nodes {
+		ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl)
+		if reason != "" {
+			failed[name] = reason
+			continue
 		}
+		fit = append(fit, name)
+		raw = append(raw, sc.score(ns, &pl))
 	}
-	if len(best) == 0 { // the state changed between the two calls
-		return fit, failed, nil
+	for i, score := range allocator.NormalizeScores(raw) {
+		if score == allocator.MaxScore {
+			best = append(best, fit[i])
+		}
 	}
 	return best, failed, nil
 }
@@ -586,38 +631,19 @@ func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
 	if pod.Demand == nil {
 		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
 	}
-	demand := pod.Demand
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p, err := c.newPolicy(pod.Policy)
+	sc, err := c.newScorer(pod)
 	if err != nil {
 		return nil, err
 	}
-	hs, hostAware := p.(allocator.HostScorer)
-	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
-	raw := make([]float64, len(nodes))
+	var fitRaw []float64
 	fits := make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
-		ns, ok := c.nodes[name]
-		if !ok {
-			continue
-		}
-		if err := allocator.FitInto(&ns.node, demand, p, &pl); err != nil {
-			continue
-		}
-		if hostAware && ns.hostKnown {
-			host.FreeMilliCPU, host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
-			raw[i] = hs.NodeScoreHost(&ns.node, &pl, &host)
-		} else {
-			raw[i] = p.NodeScore(&ns.node, &pl)
-		}
-		fits[i] = true
-	}
-	var fitRaw []float64
-	for i := range nodes {
-		if fits[i] {
-			fitRaw = append(fitRaw, raw[i])
+		if ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl); reason == "" {
+			fitRaw = append(fitRaw, sc.score(ns, &pl))
+			fits[i] = true
 		}
 	}
 	norm := allocator.NormalizeScores(fitRaw)
