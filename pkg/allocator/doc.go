@@ -28,10 +28,12 @@
 //   - random: any node and card that fit, uniformly.
 //   - fgd: Fragmentation Gradient Descent (Weng et al., USENIX ATC '23)
 //     for a target workload known in advance.
-//   - fragaware (default): the least loss of usable capacity for the
-//     requests the cluster typically sees, learned online; a capacity
-//     model that counts how many typical requests the cards, and (given a
-//     Host) the CPU and memory, still admit. See FragAware.
+//   - fragaware (default): the least expected waste for the requests the
+//     cluster typically sees, learned online: free memory on partly used
+//     cards that those requests will not fill, given how many such cards
+//     (Holes) compete for them; for multi-card requests, a capacity model
+//     that counts how many the cards, and (given a Host) the CPU and
+//     memory, still admit. See FragAware.
 //
 // BestFit, FGD and FragAware also implement HostScorer: given a node's free
 // CPU and memory they weigh them too (the extender's cache and the

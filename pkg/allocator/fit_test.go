@@ -283,7 +283,7 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 
 func TestFitMatchesBruteForce(t *testing.T) {
 	typical := []Shape{{Units: 4, Cards: 1, Weight: 0.5}, {Units: 8, Cards: 1, Weight: 0.3}, {Units: 8, Cards: 2, Weight: 0.2}}
-	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical), NewFragAware(nil)} {
+	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical, nil), NewFragAware(typical, &Holes{Cards: map[int64]int{3: 2, 7: 1}, FreeUnits: 40}), NewFragAware(nil, nil)} {
 		t.Run(p.Name(), func(t *testing.T) {
 			prop := func(s scenario) bool {
 				want := bruteForceFits(s.Node, s.Demand)

@@ -94,9 +94,11 @@ func TestPoliciesChoose(t *testing.T) {
 			wantCards: [][]int{{0}},
 		},
 		{
-			// Cards free 900, 1000 and 500: best fit leaves 30 on the last.
-			name:      "fragaware: best fit on the card",
-			policy:    NewFragAware(half),
+			// Cards free 900, 1000 and 500: the first and the last each
+			// lose 220 units of expected waste (650 → 430, 250 → 30), the
+			// empty card would gain 280; best fit breaks the tie.
+			name:      "fragaware: least waste, then best fit, on the card",
+			policy:    NewFragAware(half, nil),
 			demand:    gpushare.Demand{app("c", 470)},
 			nodes:     []*Node{named("n", milliNode(100, 0, 500))},
 			wantNode:  "n",
@@ -104,10 +106,10 @@ func TestPoliciesChoose(t *testing.T) {
 		},
 		{
 			// a: two empty cards; b: one card with 500 used and one empty.
-			// On b's half card the pod fills a 500 slot exactly: ΔF = 0;
-			// on a it takes a whole card's 1000 slot: ΔF = +250.
+			// On b's half card the pod closes a hole of expected waste
+			// 250 (a 500 comes with chance ½); on a it opens one.
 			name:      "fragaware: the half-used card over an empty node",
-			policy:    NewFragAware(half),
+			policy:    NewFragAware(half, nil),
 			demand:    gpushare.Demand{app("c", 500)},
 			nodes:     []*Node{named("a", milliNode(0, 0)), named("b", milliNode(500, 0))},
 			wantNode:  "b",
@@ -115,7 +117,7 @@ func TestPoliciesChoose(t *testing.T) {
 		},
 		{
 			name:      "fragaware with no pod seen yet: as binpack",
-			policy:    NewFragAware(nil),
+			policy:    NewFragAware(nil, nil),
 			demand:    gpushare.Demand{app("c", 4)},
 			nodes:     []*Node{named("small", node("16/0")), named("big", node("80/60", "80/80"))},
 			wantNode:  "big",
@@ -205,8 +207,8 @@ func TestFGDScoreHost(t *testing.T) {
 	}
 }
 
-// TestFragAwareCapacity checks the capacity model: multiples on a card,
-// multi-card requests, and the CPU and memory caps.
+// TestFragAwareCapacity checks the multi-card capacity model: requests on
+// distinct cards, requests larger than a card, and the memory cap.
 func TestFragAwareCapacity(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -214,30 +216,38 @@ func TestFragAwareCapacity(t *testing.T) {
 		frees []int64
 		want  float64
 	}{
-		{"900 free serves one 470 and strands 430", Shape{Units: 470, Cards: 1, Weight: 1}, []int64{900}, 430},
-		{"two cards of 1000 serve four 500s", Shape{Units: 500, Cards: 1, Weight: 1}, []int64{1000, 1000}, 0},
+		{"single-card requests are Waste's, not F's", Shape{Units: 470, Cards: 1, Weight: 1}, []int64{900}, 0},
+		{"two empty cards serve one 2×500 twice", Shape{Units: 500, Cards: 2, Weight: 1}, []int64{1000, 1000}, 0},
 		{"3×1000 on four free cards: one request, 1000 stranded", Shape{Units: 1000, Cards: 3, Weight: 1}, []int64{1000, 1000, 1000, 1000}, 1000},
-		{"a request larger than any card", Shape{Units: 2000, Cards: 1, Weight: 1}, []int64{1000}, 1000},
+		{"a request larger than any card", Shape{Units: 2000, Cards: 2, Weight: 1}, []int64{1000, 1000}, 2000},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NewFragAware([]Shape{tc.shape}).Fragmentation(tc.frees); got != tc.want {
+			if got := NewFragAware([]Shape{tc.shape}, nil).Fragmentation(tc.frees); got != tc.want {
 				t.Errorf("Fragmentation(%v) = %v, want %v", tc.frees, got, tc.want)
 			}
 		})
 	}
-	// Memory caps like CPU: 2 cards free, room in memory for one 500.
-	f := NewFragAware([]Shape{{Units: 500, Cards: 1, Weight: 1, MemoryMiB: 1024}})
-	n := milliNode(0, 500)
+	// Memory caps like CPU. Cards free 1000, 1000 and 500; a 500 request
+	// closes the 500 hole (nothing else would fill it: −3·(−500)). By GPU
+	// memory two 2×500 requests fit before and after (ΔF = −500: F counts
+	// the free memory); with 2048 MiB free and 1024 taken, memory admits
+	// two before and one after: ΔF = −500 + 1000. Packing: 100 × 1000/3000.
+	f := NewFragAware([]Shape{{Units: 500, Cards: 2, Weight: 1, MemoryMiB: 1024}}, nil)
+	n := milliNode(0, 0, 500)
 	pl, err := Fit(n, gpushare.Demand{app("c", 500)}, f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Before: 1500 free, 3 slots by GPU, 2 by memory (2048 MiB) → 500
-	// stranded. After: 1000 free, 2 by GPU, 1 by memory → 500 stranded.
-	// ΔF = 0; packing: 100 × (1000/2000).
-	if got := f.NodeScoreHost(n, pl, &Host{FreeMemoryMiB: 2048, PodMemoryMiB: 1024}); math.Abs(got-50) > 1e-9 {
-		t.Errorf("NodeScoreHost = %v, want 50", got)
+	if diff := cmp.Diff([][]int{{2}}, pl.Cards); diff != "" {
+		t.Errorf("cards (-want +got):\n%s", diff)
+	}
+	const pack = 100.0 / 3
+	if got, want := f.NodeScore(n, pl), 1500+500+pack; math.Abs(got-want) > 1e-9 {
+		t.Errorf("NodeScore = %v, want %v", got, want)
+	}
+	if got, want := f.NodeScoreHost(n, pl, &Host{FreeMemoryMiB: 2048, PodMemoryMiB: 1024}), 1500-500+pack; math.Abs(got-want) > 1e-9 {
+		t.Errorf("NodeScoreHost = %v, want %v", got, want)
 	}
 }
 
@@ -284,15 +294,17 @@ func BenchmarkFragAwareScore(b *testing.B) {
 		w.ObservePod(gpushare.Demand{app("c", sizes[r.IntN(len(sizes))])}, 8000, 32768)
 	}
 	w.ObservePod(gpushare.Demand{{Name: "c", Units: 1000, Cards: 8}}, 64000, 262144)
-	f := NewFragAware(w.Typical())
 	nodes := make([]*Node, 5000)
+	holes := NewHoles()
 	for i := range nodes {
 		used := make([]int64, 8)
 		for j := range used {
 			used[j] = sizes[r.IntN(len(sizes))] * int64(r.IntN(2))
 		}
 		nodes[i] = milliNode(used...)
+		holes.AddNode(nodes[i], 1)
 	}
+	f := NewFragAware(w.Typical(), holes)
 	d := gpushare.Demand{app("c", 470)}
 	pl := &Placement{}
 	for _, host := range []bool{false, true} {

@@ -38,7 +38,8 @@ func PolicyNames() []string {
 }
 
 // New returns the named policy. FragAware uses typical, the cluster's
-// typical requests (see Workload.Typical); FGD takes them as its target
+// typical requests (see Workload.Typical), without the cluster's holes
+// (callers that track them use NewFragAware); FGD takes them as its target
 // workload (the simulator builds it with NewFGD from the whole trace
 // instead, as the study does); other policies ignore it. Random draws from
 // a generator seeded by the clock (the simulator seeds it with NewRandom).
@@ -49,7 +50,7 @@ func New(name string, typical []Shape) (Policy, error) {
 	case NameSpread:
 		return Spread{}, nil
 	case NameFragAware:
-		return NewFragAware(typical), nil
+		return NewFragAware(typical, nil), nil
 	case NameBestFit:
 		return BestFit{}, nil
 	case NameRandom:

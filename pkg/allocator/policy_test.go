@@ -31,41 +31,84 @@ func TestNormalizeScores(t *testing.T) {
 
 // TestFragAwareWorkedExample checks the example in FragAware's doc comment.
 func TestFragAwareWorkedExample(t *testing.T) {
-	typical := []Shape{{Units: 500, Cards: 1, Weight: 0.5, MilliCPU: 4000}, {Units: 1000, Cards: 1, Weight: 0.5, MilliCPU: 8000}}
-	f := NewFragAware(typical)
-	d := gpushare.Demand{app("c", 500)}
-	host := func(cpu int64) *Host { return &Host{FreeMilliCPU: cpu, PodMilliCPU: 16000} }
-	score := func(h *Host) float64 {
-		n := milliNode(0, 0)
-		pl, err := Fit(n, d, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h == nil {
-			return f.NodeScore(n, pl)
-		}
-		return f.NodeScoreHost(n, pl, h)
-	}
-	// The packing term: a tenth of a 1000-unit card × utilisation 500/2000.
-	const pack = 25
-	// The alignment term, 0.6 of a card × min/max of the pod's shares of
-	// free CPU and free GPU: A 16/20 and 500/2000, B 16/96 and 500/2000.
-	const alignA, alignB = 600 * 0.25 / 0.8, 600 * (16.0 / 96) / 0.25
-	tests := []struct {
-		name string
-		host *Host
+	typical := []Shape{{Units: 1000, Cards: 1, Weight: 0.6}, {Units: 800, Cards: 1, Weight: 0.2}, {Units: 200, Cards: 1, Weight: 0.2}}
+	eight := &Holes{Cards: map[int64]int{200: 8}, FreeUnits: 16000}
+	f := NewFragAware(typical, eight)
+	wastes := []struct {
+		h    int64
 		want float64
 	}{
-		{"A: 20 cores, the pod strands the rest", host(20000), -1250 + alignA + pack},
-		{"B: 96 cores", host(96000), -250 + alignB + pack},
-		{"without CPU, A and B are alike", nil, -250 + pack},
+		{200, 100}, {400, 250}, {600, 425}, {800, 0.5 * 425 / 4.5}, {100, 100}, {0, 0},
+	}
+	for _, tc := range wastes {
+		if got := f.Waste(tc.h); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("eight holes: Waste(%d) = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+	if got := NewFragAware(typical, &Holes{Cards: map[int64]int{200: 2}, FreeUnits: 16000}).Waste(200); got != 0 {
+		t.Errorf("two holes: Waste(200) = %v, want 0", got)
+	}
+
+	// An 800 request on an empty node opens a ninth hole: −3·100, plus
+	// the packing term (a tenth of a card × 800/2000).
+	n := milliNode(0, 0)
+	pl, err := Fit(n, gpushare.Demand{app("c", 800)}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := f.NodeScore(n, pl), -300+100*800.0/2000; math.Abs(got-want) > 1e-9 {
+		t.Errorf("800 on an empty node: score %v, want %v", got, want)
+	}
+	// A 200 request closes a hole rather than open a card.
+	node, cards := pick(t, f, gpushare.Demand{app("c", 200)}, nil, named("empty", milliNode(0, 0)), named("hole", milliNode(0, 800)))
+	if node != "hole" || cmp.Diff([][]int{{1}}, cards) != "" {
+		t.Errorf("200 request went to %s %v, want hole [[1]]", node, cards)
+	}
+}
+
+// TestFragAwareWaste checks Waste by hand where holes are unknown (each
+// shape fills with its weight) and for units too many to memoise in a
+// slice.
+func TestFragAwareWaste(t *testing.T) {
+	half := NewFragAware([]Shape{{Units: 500, Cards: 1, Weight: 0.5}, {Units: 1000, Cards: 1, Weight: 0.5}}, nil)
+	mib := NewFragAware([]Shape{{Units: 4096, Cards: 1, Weight: 1}}, nil)
+	none := NewFragAware(nil, nil)
+	tests := []struct {
+		name string
+		f    *FragAware
+		h    int64
+		want float64
+	}{
+		{"nothing fits: all of it", half, 430, 430},
+		{"a 500 fits with chance ½", half, 500, 250},
+		{"then 400 that nothing fits", half, 900, 0.5*900 + 0.5*400},
+		{"MiB: one 4096 and 904 left", mib, 5000, 904},
+		{"MiB: two 4096s", mib, 8192, 0},
+		{"no pod seen yet: all of it", none, 12, 12},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := score(tc.host); math.Abs(got-tc.want) > 1e-9 {
-				t.Errorf("score = %v, want %v", got, tc.want)
+			if got := tc.f.Waste(tc.h); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("Waste(%d) = %v, want %v", tc.h, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHolesAddNode: holes are healthy cards neither empty nor full, and
+// taking a node out undoes putting it in.
+func TestHolesAddNode(t *testing.T) {
+	h := NewHoles()
+	n := milliNode(0, 300, 1000, 300)
+	n.Cards = append(n.Cards, Card{Index: 4, Total: 1000, Used: 100}) // unhealthy
+	h.AddNode(n, 1)
+	want := &Holes{Cards: map[int64]int{700: 2}, FreeUnits: 2400}
+	if diff := cmp.Diff(want, h); diff != "" {
+		t.Errorf("after AddNode (-want +got):\n%s", diff)
+	}
+	h.AddNode(n, -1)
+	if diff := cmp.Diff(NewHoles(), h); diff != "" {
+		t.Errorf("after taking it out (-want +got):\n%s", diff)
 	}
 }
 
@@ -79,7 +122,7 @@ func milliNode(used ...int64) *Node {
 }
 
 func TestFragmentationMultiCard(t *testing.T) {
-	f := NewFragAware([]Shape{{Units: 8, Cards: 2, Weight: 1}})
+	f := NewFragAware([]Shape{{Units: 8, Cards: 2, Weight: 1}, {Units: 3, Cards: 1, Weight: 1}}, nil)
 	tests := []struct {
 		frees []int64
 		want  float64

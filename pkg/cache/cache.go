@@ -64,6 +64,10 @@ type Cache struct {
 	// pod bound to a node and not finished, GPU or not, and every assumed
 	// allocation. Each node's reqMilliCPU and reqMemMiB sum its entries.
 	hosts map[types.UID]hostUse
+	// holes summarises every node's cards for fragaware's waste model;
+	// each change of a node's cards takes the node out of it and puts it
+	// back (allocator.Holes.AddNode).
+	holes *allocator.Holes
 	// maxMilliCPU and maxUnits: the largest allocatable CPU and healthy GPU
 	// capacity among the nodes (the bestfit and fgd host scores scale by
 	// them).
@@ -146,6 +150,7 @@ func New(cfg Config) (*Cache, error) {
 		workload:  allocator.NewWorkload(),
 		observed:  map[types.UID]struct{}{},
 		hosts:     map[types.UID]hostUse{},
+		holes:     allocator.NewHoles(),
 		policy:    cfg.Policy,
 		assumeTTL: cfg.AssumeTTL,
 		clock:     cfg.Clock,
@@ -161,6 +166,7 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	defer c.mu.Unlock()
 	ns := c.nodeState(node.Name)
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
+	c.holes.AddNode(&ns.node, -1)
 	ns.node = allocator.Node{Name: node.Name, Unit: unit, Cards: cards}
 	ns.source = source
 	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = hostKnown, cpu, mem
@@ -177,6 +183,7 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	for uid := range ns.pods {
 		ns.charge(c.pods[uid], 1)
 	}
+	c.holes.AddNode(&ns.node, 1)
 	return invErr
 }
 
@@ -190,6 +197,7 @@ func (c *Cache) DeleteNode(name string) {
 	if !ok {
 		return
 	}
+	c.holes.AddNode(&ns.node, -1) // a node without cards adds nothing back
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
 	} else {
@@ -306,7 +314,9 @@ func (c *Cache) add(uid types.UID, ps *podState) {
 	c.pods[uid] = ps
 	ns := c.nodeState(ps.node)
 	ns.pods[uid] = struct{}{}
+	c.holes.AddNode(&ns.node, -1)
 	ns.charge(ps, 1)
+	c.holes.AddNode(&ns.node, 1)
 }
 
 // remove drops uid's entry, if any, and uncharges its node, with the CPU
@@ -322,7 +332,9 @@ func (c *Cache) remove(uid types.UID) {
 	}
 	if ns, ok := c.nodes[ps.node]; ok {
 		delete(ns.pods, uid)
+		c.holes.AddNode(&ns.node, -1)
 		ns.charge(ps, -1)
+		c.holes.AddNode(&ns.node, 1)
 	}
 }
 
@@ -509,10 +521,13 @@ func (c *Cache) Expire() []Expired {
 
 // newPolicy returns the named policy (the default for ""), fed with the
 // current typical requests (fragaware and fgd use them; the others ignore
-// them). The caller holds c.mu.
+// them) and, for fragaware, the cluster's holes. The caller holds c.mu.
 func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	if name == "" {
 		name = c.policy
+	}
+	if name == allocator.NameFragAware {
+		return allocator.NewFragAware(c.workload.Typical(), c.holes), nil
 	}
 	return allocator.New(name, c.workload.Typical())
 }

@@ -21,7 +21,23 @@ func newCache(t *testing.T, clk *clocktesting.FakeClock) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { checkHoles(t, c) })
 	return c
+}
+
+// checkHoles fails unless the holes the cache kept in step with its
+// changes are those of its nodes' cards as they are now.
+func checkHoles(t *testing.T, c *Cache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	want := allocator.NewHoles()
+	for _, ns := range c.nodes {
+		want.AddNode(&ns.node, 1)
+	}
+	if diff := cmp.Diff(want, c.holes); diff != "" {
+		t.Errorf("holes kept in step differ from the cards' (-recomputed +kept):\n%s", diff)
+	}
 }
 
 // used returns each card's Used on node name.

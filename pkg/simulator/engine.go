@@ -146,6 +146,9 @@ type replay struct {
 	maxCPU, maxGPU int64
 	// capacity, arrived and placed GPU memory, in units.
 	capacity, arrived, placed int64
+	// holes summarises the cards for fragaware, as the extender's cache
+	// does.
+	holes *allocator.Holes
 }
 
 // Run replays tr with the study's methodology (see the package doc).
@@ -174,7 +177,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 	r := &replay{opts: opts, trace: tr, capacity: tr.Capacity(), work: allocator.NewWorkload(),
 		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
-		cur: &allocator.Placement{}, best: &allocator.Placement{}}
+		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles()}
 	switch opts.Policy {
 	case allocator.NameFragAware:
 		// Rebuilt per pod from what it has seen, as the extender does.
@@ -192,6 +195,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 		n := &tr.Nodes[i]
 		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
 			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
+		r.holes.AddNode(&r.nodes[i].alloc, 1)
 		r.maxCPU = max(r.maxCPU, n.MilliCPU)
 		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
 	}
@@ -271,7 +275,7 @@ func (r *replay) submit(pod *Pod) Decision {
 	policy := r.policy
 	if policy == nil { // fragaware: what the extender's cache would build
 		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
-		policy = allocator.NewFragAware(r.work.Typical())
+		policy = allocator.NewFragAware(r.work.Typical(), r.holes)
 	}
 	hs, hostAware := policy.(allocator.HostScorer)
 	hostAware = hostAware && !r.opts.GPUOnly
@@ -313,9 +317,11 @@ func (r *replay) submit(pod *Pod) Decision {
 		return d
 	}
 	ns := &r.nodes[best]
+	r.holes.AddNode(&ns.alloc, -1)
 	for i, u := range r.best.Reserved {
 		ns.alloc.Cards[i].Used += u
 	}
+	r.holes.AddNode(&ns.alloc, 1)
 	ns.cpuFree -= pod.MilliCPU
 	ns.memFree -= pod.MemoryMiB
 	r.placed += r.best.Total()

@@ -1,0 +1,38 @@
+package allocator
+
+// Holes summarises the cluster's cards for FragAware's waste model (see
+// Waste): how many partly used cards have each amount of memory free, and
+// the free memory overall. The extender's cache and the simulator keep one
+// up to date with AddNode around every change of a node's cards. The zero
+// value is not ready; use NewHoles. It is not safe for concurrent use.
+type Holes struct {
+	// Cards: free units → healthy cards with that many units free that
+	// are neither empty nor full ("holes").
+	Cards map[int64]int
+	// FreeUnits is the memory free on all healthy cards, in units.
+	FreeUnits int64
+}
+
+// NewHoles returns the summary of a cluster without cards.
+func NewHoles() *Holes { return &Holes{Cards: map[int64]int{}} }
+
+// AddNode adds (sign 1) or takes away (sign −1) n's healthy cards: call it
+// with −1 before changing a node's cards and with 1 after.
+func (h *Holes) AddNode(n *Node, sign int) {
+	for i := range n.Cards {
+		c := &n.Cards[i]
+		if !c.Healthy {
+			continue
+		}
+		free := c.Free()
+		h.FreeUnits += int64(sign) * free
+		if free <= 0 || free >= c.Total {
+			continue
+		}
+		if k := h.Cards[free] + sign; k != 0 {
+			h.Cards[free] = k
+		} else {
+			delete(h.Cards, free)
+		}
+	}
+}
