@@ -93,6 +93,10 @@ type Shape struct {
 //
 // Without a Host (a node that reports no CPU) the CPU and memory caps and
 // the alignment term are left out.
+//
+// A FragAware memoises Waste as it scores, so it is not safe for
+// concurrent use: build one per request (the extender's cache does, under
+// its lock).
 type FragAware struct {
 	// shapes are the typical requests, weights summing to 1.
 	shapes []Shape
