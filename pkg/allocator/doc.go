@@ -36,8 +36,8 @@
 //     memory, still admit. See FragAware.
 //
 // BestFit, FGD and FragAware also implement HostScorer: given a node's free
-// CPU and memory they weigh them too (the extender's cache and the
-// simulator both pass them).
+// CPU they weigh it too, and FragAware its free memory for multi-card
+// requests (the extender's cache and the simulator both pass them).
 //
 // Node scores are mapped to the extender range 0..10 across the nodes of one
 // request by NormalizeScores.

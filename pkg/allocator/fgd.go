@@ -119,9 +119,10 @@ func (f *FGD) NodeScore(n *Node, pl *Placement) float64 {
 	return f.score(n, pl, -1, -1)
 }
 
-// NodeScoreHost is −ΔF with the CPU test.
+// NodeScoreHost is −ΔF with the CPU test. A node whose CPU is already
+// over-committed has none left (not an unknown amount).
 func (f *FGD) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
-	return f.score(n, pl, h.FreeMilliCPU, h.FreeMilliCPU-h.PodMilliCPU)
+	return f.score(n, pl, max(0, h.FreeMilliCPU), max(0, h.FreeMilliCPU-h.PodMilliCPU))
 }
 
 func (f *FGD) score(n *Node, pl *Placement, cpuBefore, cpuAfter int64) float64 {

@@ -15,9 +15,10 @@ type Host struct {
 	MaxMilliCPU, MaxUnits int64
 }
 
-// HostScorer is a Policy whose node score also weighs CPU: the paper
-// baselines BestFit and FGD. A caller with a Host calls NodeScoreHost
-// instead of NodeScore; without one, NodeScore is their GPU-only form.
+// HostScorer is a Policy whose node score also weighs CPU (FragAware
+// memory too): BestFit, FGD and FragAware. A caller with a Host calls
+// NodeScoreHost instead of NodeScore; without one, NodeScore is their
+// GPU-only form.
 type HostScorer interface {
 	Policy
 	// NodeScoreHost rates n once pl is placed and the pod's CPU taken from h.

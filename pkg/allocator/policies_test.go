@@ -205,6 +205,20 @@ func TestFGDScoreHost(t *testing.T) {
 	if got := f.NodeScore(n, pl); got != -500 {
 		t.Errorf("NodeScore = %v, want -500", got)
 	}
+	// Over-committed CPU (requests above allocatable) is none left, not
+	// unknown: all 2000 units are fragment before, 1500 after.
+	if got := f.NodeScoreHost(n, pl, &Host{FreeMilliCPU: -1000, PodMilliCPU: 4000}); got != 500 {
+		t.Errorf("NodeScoreHost, CPU over-committed = %v, want 500", got)
+	}
+	// The extender builds fgd with New from the learned shapes: their
+	// mean CPU must reach the CPU test.
+	learned, err := New(NameFGD, []Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 7999.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := learned.(HostScorer).NodeScoreHost(n, pl, &Host{FreeMilliCPU: 8000, PodMilliCPU: 4000}); got != -1500 {
+		t.Errorf("New(fgd) NodeScoreHost = %v, want -1500 (the CPU test)", got)
+	}
 }
 
 // TestFragAwareCapacity checks the multi-card capacity model: requests on

@@ -58,7 +58,7 @@ func New(name string, typical []Shape) (Policy, error) {
 	case NameFGD:
 		tasks := make([]Task, len(typical))
 		for i, s := range typical {
-			tasks[i] = Task{Units: s.Units, Cards: s.Cards, Weight: s.Weight}
+			tasks[i] = Task{Units: s.Units, Cards: s.Cards, MilliCPU: int64(math.Ceil(s.MilliCPU)), Weight: s.Weight}
 		}
 		return NewFGD(tasks), nil
 	}

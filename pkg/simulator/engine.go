@@ -47,8 +47,8 @@ type Options struct {
 	CPUPods CPUPods
 	// GPUOnly scores from GPU memory alone, as the extender does for nodes
 	// that report no CPU (an ablation: what weighing CPU is worth):
-	// policies that can also weigh CPU and memory (allocator.HostScorer)
-	// are not given them. CPU and memory must still fit.
+	// policies that can also weigh CPU (allocator.HostScorer) are not
+	// given a Host. CPU and memory must still fit.
 	GPUOnly bool
 	// Record keeps every decision in Result.Decisions.
 	Record bool

@@ -97,7 +97,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.PlotFile, "plot", "", "also draw allocation vs arrived demand, one line per policy, to this .svg or .png file")
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(CPUPodsSkip), "pods that ask no GPU memory: skip (not replayed; the extender does not place them) or spread (placed by CPU and memory as kube-scheduler's LeastAllocated would)")
-	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU and memory too); CPU and memory must fit either way")
+	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
 	fs.IntVar(&cfg.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	verbose := fs.Bool("v", false, "print a line to stderr as each replay finishes")
 	fs.Usage = func() {
