@@ -63,9 +63,8 @@ verify: lint ## Check gofmt, go vet, lint and that go.mod/go.sum are tidy.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd test/kubelet && $(GO) vet ./...
-	@cp go.mod /tmp/gpushare-go.mod.bak; cp go.sum /tmp/gpushare-go.sum.bak; \
-	 $(GO) mod tidy; \
-	 if ! git diff --quiet -- go.mod go.sum; then git diff -- go.mod go.sum; cp /tmp/gpushare-go.mod.bak go.mod; cp /tmp/gpushare-go.sum.bak go.sum; echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+	@cd test/kubelet && $(GO) mod tidy -diff || { echo "test/kubelet/go.mod/go.sum are not tidy: run go mod tidy in test/kubelet"; exit 1; }
 
 .PHONY: clean
 clean: ## Remove bin/ (not the control-plane cache).
