@@ -74,7 +74,8 @@ type Result struct {
 	Capacity int64
 	// AllocSum and AllocCount: index X = arrival rounding to X% of
 	// capacity; sum and count of the allocated share (percent) after each
-	// pod submitted at that arrival. See AllocAt.
+	// pod submitted at that arrival. They end at the last arrival reached.
+	// See AllocAt.
 	AllocSum   []float64
 	AllocCount []int
 	// Failed counts the pods that fit nowhere, by kind.
@@ -202,8 +203,6 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 
 	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
 		Failed: map[Kind]int{}, FragAt: map[int]float64{}}
-	buckets := int(math.Round(100*opts.Inflate)) + 2
-	res.AllocSum, res.AllocCount = make([]float64, buckets), make([]int, buckets)
 	mark := 0
 	for k, idx := range order {
 		if k%256 == 0 && ctx.Err() != nil {

@@ -153,6 +153,20 @@ func TestAllocAt(t *testing.T) {
 	if res.Pods != 3 {
 		t.Errorf("pods = %d, want 3 (120%% already passes 110%%)", res.Pods)
 	}
+
+	// Pods of 1 unit: arrival stops at 109.1%, which rounds to 109: 110%
+	// was never reached, though 1.09 rounds to 109 buckets and more.
+	res, err = Run(context.Background(), tinyTrace(t, "n,64000,65536,1,T4\n", "a,1,1,1,1,\nb,1,1,1,1,\n"),
+		Options{Policy: allocator.NameBinpack, Seed: 3, Inflate: 1.09})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.AllocAt(109); got != 100 {
+		t.Errorf("AllocAt(109) = %v, want 100 (the card is full)", got)
+	}
+	if got := res.AllocAt(110); !math.IsNaN(got) {
+		t.Errorf("AllocAt(110) = %v, want NaN (arrival stopped at 109.1%%)", got)
+	}
 }
 
 // TestRunReproducible: the same seed gives the same decisions, ties

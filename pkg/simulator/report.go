@@ -52,11 +52,7 @@ func Summarize(policy string, results []*Result) Summary {
 		for _, k := range Kinds {
 			s.FailedByKind[k] += float64(r.Failed[k]) / n
 		}
-		last := len(r.AllocCount) - 1
-		for last > 0 && r.AllocCount[last] == 0 {
-			last--
-		}
-		curveLen = min(curveLen, last+1)
+		curveLen = min(curveLen, len(r.AllocCount))
 	}
 	for _, m := range Marks {
 		for _, r := range results {
