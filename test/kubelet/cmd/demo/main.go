@@ -66,6 +66,17 @@ func run() int {
 		return 2
 	}
 	cmd := os.Args[1]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		// Before RepoRoot: help works anywhere, not only inside the repository.
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return 0
+	case "up", "status", "down", "serve":
+	default:
+		fs.Usage()
+		return fail(fmt.Errorf("unknown command %q", cmd))
+	}
 	_ = fs.Parse(os.Args[2:])
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -93,12 +104,6 @@ func run() int {
 		err = down(o)
 	case "serve":
 		err = serve(ctx, o)
-	case "help", "-h", "--help":
-		fs.Usage()
-		return 0
-	default:
-		fs.Usage()
-		return fail(fmt.Errorf("unknown command %q", cmd))
 	}
 	if err != nil {
 		var silent exitCode
