@@ -7,8 +7,9 @@
 // without gpu-mem, no fit at bind) goes in its Error field, because the
 // scheduler treats any other status as a transport failure. Filter and
 // prioritize make no API calls. The scheduler must be configured with
-// nodeCacheCapable: true (see config/kube-scheduler-config.yaml); a request
-// carrying whole Nodes is accepted too.
+// nodeCacheCapable: true (see config/kube-scheduler-config.yaml); a filter
+// request carrying whole Nodes (nodeCacheCapable: false) is answered with the
+// Nodes that pass, since such a scheduler reads only those.
 //
 // Filter decides the node (Handlers.FilterAll false, the default): of the
 // nodes where the pod fits it passes only those prioritize would rate

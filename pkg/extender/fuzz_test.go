@@ -46,8 +46,14 @@ func FuzzFilterBody(f *testing.F) {
 		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
 			t.Fatalf("reply is not an ExtenderFilterResult: %v", err)
 		}
-		if res.Error == "" && res.NodeNames == nil {
-			t.Fatalf("no error and no node names for %q", body)
+		if res.Error == "" && res.NodeNames == nil && res.Nodes == nil {
+			t.Fatalf("no error and no nodes for %q", body)
+		}
+		// A scheduler without nodeCacheCapable sends Nodes and reads only
+		// Nodes back.
+		var args extenderv1.ExtenderArgs
+		if res.Error == "" && json.Unmarshal([]byte(body), &args) == nil && args.NodeNames == nil && args.Nodes != nil && res.Nodes == nil {
+			t.Fatalf("request carried Nodes, reply has none for %q", body)
 		}
 		after, _ := fx.cache.Inspect("")
 		if diff := cmp.Diff(before, after); diff != "" {

@@ -162,22 +162,43 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		} else if fit, failed, err = h.cache.FilterBest(pod, names); err != nil {
 			return nil, err
 		}
-		if fit == nil {
-			fit = []string{}
-		}
 		klog.FromContext(ctx).V(4).Info("Filtered", "pod", klog.KObj(args.Pod), "fit", len(fit), "failed", len(failed))
 		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
 			for node, reason := range failed {
 				logger.Info("Node rejected", "pod", klog.KObj(args.Pod), "node", node, "reason", reason)
 			}
 		}
-		return &extenderv1.ExtenderFilterResult{NodeNames: &fit, FailedNodes: failed}, nil
+		return filterResult(&args, fit, failed), nil
 	}()
 	h.observe(ctx, "filter", start, args.Pod, err)
 	if err != nil {
 		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// filterResult answers in the form the request came in: a scheduler with
+// nodeCacheCapable: true sends NodeNames and reads NodeNames back; one
+// without sends whole Nodes and reads only Nodes back (it ignores NodeNames),
+// so the Nodes of the request that fit are returned, in the request's order.
+func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string]string) *extenderv1.ExtenderFilterResult {
+	if args.NodeNames == nil && args.Nodes != nil {
+		keep := make(map[string]bool, len(fit))
+		for _, n := range fit {
+			keep[n] = true
+		}
+		nodes := &corev1.NodeList{Items: make([]corev1.Node, 0, len(fit))}
+		for i := range args.Nodes.Items {
+			if keep[args.Nodes.Items[i].Name] {
+				nodes.Items = append(nodes.Items, args.Nodes.Items[i])
+			}
+		}
+		return &extenderv1.ExtenderFilterResult{Nodes: nodes, FailedNodes: failed}
+	}
+	if fit == nil {
+		fit = []string{}
+	}
+	return &extenderv1.ExtenderFilterResult{NodeNames: &fit, FailedNodes: failed}
 }
 
 func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {

@@ -133,6 +133,21 @@ func extenderArgs(t *testing.T, pod *corev1.Pod, nodes ...string) string {
 	return string(b)
 }
 
+// wholeNodesArgs is a filter request as a scheduler without
+// nodeCacheCapable sends it: whole Nodes, no NodeNames.
+func wholeNodesArgs(t *testing.T, pod *corev1.Pod, nodes ...string) string {
+	t.Helper()
+	list := corev1.NodeList{}
+	for _, n := range nodes {
+		list.Items = append(list.Items, corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": "a"}}})
+	}
+	b, err := json.Marshal(map[string]any{"Pod": pod, "Nodes": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestWireGolden(t *testing.T) {
 	negative := util.MakePod("neg").GPUMem(1).Obj()
 	negative.Spec.Containers[0].Resources.Limits[gpushare.ResourceGPUMem] = *resourceQuantity("-2")
@@ -151,6 +166,12 @@ func TestWireGolden(t *testing.T) {
 		}, 200, false},
 		{"filter-all", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu")
+		}, 200, true},
+		{"filter-whole-nodes", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return wholeNodesArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu")
+		}, 200, false},
+		{"filter-all-whole-nodes", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return wholeNodesArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu", "ghost")
 		}, 200, true},
 		{"filter-too-big", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("huge").GPUMem(100).Obj(), "mixed", "sick")
