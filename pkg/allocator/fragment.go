@@ -100,13 +100,9 @@ type Shape struct {
 type FragAware struct {
 	// shapes are the typical requests, weights summing to 1.
 	shapes []Shape
-	// inv[i] is 1/shapes[i].Units, to divide by multiplying.
-	inv []float64
 	// fill[i] is the requests of single-card shape i a hole can expect;
 	// 0 for multi-card shapes. See Waste.
 	fill []float64
-	// multi: some shape asks several cards.
-	multi bool
 	// small memoises Waste(h) for h < len(small), NaN until computed;
 	// large for the rest.
 	small []float64
@@ -115,19 +111,14 @@ type FragAware struct {
 
 // NewFragAware returns the policy for the given typical requests and the
 // cluster's holes (nil when unknown: each hole then expects the chance that
-// the next request fits it). With no typical request (no pod seen yet) it
-// behaves as Binpack.
+// the next request fits it). With no typical request (no pod seen yet)
+// every hole is waste, so it fills partly used cards before empty ones,
+// and the packing term prefers busier nodes.
 func NewFragAware(typical []Shape, holes *Holes) *FragAware {
-	f := &FragAware{shapes: typical, inv: make([]float64, len(typical)), fill: make([]float64, len(typical))}
+	f := &FragAware{shapes: typical, fill: make([]float64, len(typical))}
 	var mean float64 // units of the mean typical request
 	for i, s := range typical {
-		if s.Units > 0 {
-			f.inv[i] = 1 / float64(s.Units)
-		}
 		mean += s.Weight * float64(s.Units) * float64(max(1, s.Cards))
-		f.multi = f.multi || s.Cards > 1
-	}
-	for i, s := range typical {
 		if s.Units > 0 && s.Cards <= 1 {
 			f.fill[i] = s.Weight
 		}
@@ -206,17 +197,6 @@ func (f *FragAware) cardWaste(free, total int64) float64 {
 		return 0
 	}
 	return f.Waste(free)
-}
-
-// div is ⌊x/u⌋ for 0 ≤ x < 2⁵², computed with inv = 1/u and corrected.
-func div(x, u int64, inv float64) int64 {
-	q := int64(float64(x) * inv)
-	if q*u > x {
-		q--
-	} else if (q+1)*u <= x {
-		q++
-	}
-	return q
 }
 
 func (*FragAware) Name() string { return NameFragAware }
@@ -338,7 +318,7 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 		var dSlots int64
 		before := int64(-1) // gpuSlots before the pod, when computed
 		for _, c := range changed {
-			if c.free >= s.Units && c.take > c.free-div(c.free, s.Units, f.inv[i])*s.Units {
+			if c.free >= s.Units && c.take > c.free%s.Units {
 				before = gpuSlots(frees, s)
 				dSlots = slotsAfter(frees, pl, s) - before
 				break

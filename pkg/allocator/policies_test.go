@@ -116,7 +116,9 @@ func TestPoliciesChoose(t *testing.T) {
 			wantCards: [][]int{{0}},
 		},
 		{
-			name:      "fragaware with no pod seen yet: as binpack",
+			// Every hole is waste: on big's 80/60 card the pod closes 4
+			// of 20 (−3·−4); on small's empty card it opens a hole of 12.
+			name:      "fragaware with no pod seen yet: the partly used card",
 			policy:    NewFragAware(nil, nil),
 			demand:    gpushare.Demand{app("c", 4)},
 			nodes:     []*Node{named("small", node("16/0")), named("big", node("80/60", "80/80"))},
@@ -343,20 +345,43 @@ func BenchmarkFragAwareScore(b *testing.B) {
 	}
 }
 
-// TestDiv checks the reciprocal division against the integer one, at the
-// multiples where rounding could err.
-func TestDiv(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 3))
-	for range 100000 {
-		u := 1 + r.Int64N(100000)
-		x := r.Int64N(1 << 40)
-		if r.IntN(2) == 0 {
-			x = (x / u) * u // an exact multiple
-			x += r.Int64N(3) - 1
-			x = max(0, x)
+// TestFragAwareDeltaF checks the node score's incremental ΔF (it only
+// recounts a multi-card shape when a card crosses a multiple of its Units)
+// against Fragmentation before and after, on random nodes and pods.
+func TestFragAwareDeltaF(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	typical := []Shape{
+		{Units: 470, Cards: 1, Weight: 0.4},
+		{Units: 1000, Cards: 2, Weight: 0.3},
+		{Units: 300, Cards: 3, Weight: 0.2},
+		{Units: 1000, Cards: 8, Weight: 0.1},
+	}
+	f := NewFragAware(typical, nil)
+	for i := range 20000 {
+		used := make([]int64, 1+r.IntN(8))
+		for j := range used {
+			used[j] = 10 * r.Int64N(101)
 		}
-		if got, want := div(x, u, 1/float64(u)), x/u; got != want {
-			t.Fatalf("div(%d, %d) = %d, want %d", x, u, got, want)
+		n := milliNode(used...)
+		d := gpushare.Demand{{Name: "c", Units: 1 + r.Int64N(1000), Cards: 1 + r.IntN(2)}}
+		pl, err := Fit(n, d, f)
+		if err != nil {
+			continue
+		}
+		frees := make([]int64, len(n.Cards))
+		after := make([]int64, len(n.Cards))
+		var waste float64
+		var usedAfter int64
+		for j := range n.Cards {
+			c := &n.Cards[j]
+			frees[j], after[j] = c.Free(), c.Free()-pl.Reserved[j]
+			waste += f.cardWaste(after[j], c.Total) - f.cardWaste(frees[j], c.Total)
+			usedAfter += c.Used + pl.Reserved[j]
+		}
+		want := -wasteWeight*waste - (f.Fragmentation(after) - f.Fragmentation(frees)) +
+			packWeight*float64(usedAfter)/float64(len(n.Cards))
+		if got := f.NodeScore(n, pl); math.Abs(got-want) > 1e-6 {
+			t.Fatalf("case %d: cards used %v, demand %+v on %v: NodeScore %v, from Fragmentation %v", i, used, d[0], pl.Cards, got, want)
 		}
 	}
 }

@@ -130,7 +130,6 @@ type nodeState struct {
 // replay is one run's state.
 type replay struct {
 	opts  Options
-	trace *Trace
 	nodes []nodeState
 	// tasks is FGD's target workload, from the whole trace.
 	tasks []allocator.Task
@@ -176,7 +175,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &replay{opts: opts, trace: tr, capacity: tr.Capacity(), work: allocator.NewWorkload(),
+	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
 		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
 		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles()}
 	switch opts.Policy {
