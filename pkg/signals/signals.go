@@ -10,12 +10,14 @@ import (
 )
 
 // Hangups returns a channel that receives once per SIGHUP until ctx ends.
-// A SIGHUP that arrives while the previous one is still unreceived is
-// coalesced into it: a restart is a restart.
+// SIGHUPs that arrive while the previous one is still unreceived are
+// coalesced into it: a restart is a restart, so any number of them before
+// the next receive give one reception.
 func Hangups(ctx context.Context) <-chan struct{} {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	out := make(chan struct{})
+	// out holds at most one pending hangup; the send below never blocks.
+	out := make(chan struct{}, 1)
 	go func() {
 		defer signal.Stop(hup)
 		for {
@@ -23,8 +25,7 @@ func Hangups(ctx context.Context) <-chan struct{} {
 			case <-hup:
 				select {
 				case out <- struct{}{}:
-				case <-ctx.Done():
-					return
+				default: // one is already pending
 				}
 			case <-ctx.Done():
 				return
