@@ -176,7 +176,7 @@ type HandoffConfig struct {
 type Handoff struct {
 	node     string
 	unit     string
-	cards    map[string]Card // UUID -> card
+	cards    map[string]Card // UUID -> card; fixed, read without mu
 	kubelet  KubeletPods
 	api      PodGetter
 	notify   func(types.UID)

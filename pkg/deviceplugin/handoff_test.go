@@ -399,3 +399,43 @@ func TestHandoffMultiCard(t *testing.T) {
 		t.Errorf("PodUnits = %d, want 18", a1.PodUnits)
 	}
 }
+
+func TestHandoffAvailableAndByCard(t *testing.T) {
+	h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards})
+	tests := []struct {
+		name string
+		ids  []string
+		skip []string
+		want map[string][]string
+	}{
+		{
+			name: "shuffled, by unit number not by string",
+			ids:  []string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-0::0", "GPU-1::9"},
+			want: map[string][]string{"GPU-0": {"GPU-0::0", "GPU-0::3"}, "GPU-1": {"GPU-1::2", "GPU-1::9", "GPU-1::10"}},
+		},
+		{
+			name: "must-include IDs, foreign and unadvertised IDs left out",
+			ids:  []string{"GPU-0::1", "GPU-0::0", "GPU-9::0", "GPU-0::16", "junk", "GPU-2::79"},
+			skip: []string{"GPU-0::1"},
+			want: map[string][]string{"GPU-0": {"GPU-0::0"}, "GPU-2": {"GPU-2::79"}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			skip := map[string]bool{}
+			for _, id := range tc.skip {
+				skip[id] = true
+			}
+			if diff := cmp.Diff(tc.want, h.available(tc.ids, skip)); diff != "" {
+				t.Errorf("available mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+	got, err := h.byCard([]string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-1::9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string][]string{"GPU-0": {"GPU-0::3"}, "GPU-1": {"GPU-1::2", "GPU-1::9", "GPU-1::10"}}, got); diff != "" {
+		t.Errorf("byCard mismatch (-want +got):\n%s", diff)
+	}
+}

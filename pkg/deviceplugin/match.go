@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,28 +60,68 @@ func (h *Handoff) candidates(size int64, listed map[string]bool) []candidate {
 	return out
 }
 
-// byCard groups device IDs by card UUID, each group sorted by unit number.
+// byCard groups device IDs by card UUID, each group sorted by unit number;
+// each ID is parsed once (a MiB node has tens of thousands). It fails on
+// an ID that is malformed or on none of h's cards. It reads only h.cards,
+// so the caller need not hold h.mu.
 func (h *Handoff) byCard(ids []string) (map[string][]string, error) {
-	out := map[string][]string{}
+	type unit struct {
+		id string
+		k  int64 // unit number
+	}
+	units := map[string][]unit{} // UUID -> its units
 	for _, id := range ids {
-		uuid, _, err := ParseDeviceID(id)
+		uuid, k, err := ParseDeviceID(id)
 		if err != nil {
 			return nil, err
 		}
 		if _, ok := h.cards[uuid]; !ok {
 			return nil, fmt.Errorf("%w: %s is not on any card of node %s", ErrDeviceID, id, h.node)
 		}
-		out[uuid] = append(out[uuid], id)
+		units[uuid] = append(units[uuid], unit{id, k})
 	}
-	for _, g := range out {
-		sort.Slice(g, func(i, j int) bool { return unitNumber(g[i]) < unitNumber(g[j]) })
+	out := make(map[string][]string, len(units))
+	for uuid, us := range units {
+		slices.SortFunc(us, func(a, b unit) int { return cmp.Compare(a.k, b.k) })
+		g := make([]string, len(us))
+		for i, u := range us {
+			g[i] = u.id
+		}
+		out[uuid] = g
 	}
 	return out, nil
 }
 
-func unitNumber(id string) int64 {
-	_, k, _ := ParseDeviceID(id)
-	return k
+// available groups kubelet's free device IDs by card UUID, each group
+// sorted by unit number (each ID goes to its slot: no sort), leaving out
+// those in skip (IDs kubelet must include anyway) and those this plugin
+// does not advertise (malformed, on none of h's cards, or past a card's
+// units). Like byCard, it needs no lock.
+func (h *Handoff) available(ids []string, skip map[string]bool) map[string][]string {
+	out := map[string][]string{} // UUID -> IDs at their unit numbers
+	for _, id := range ids {
+		if skip[id] {
+			continue
+		}
+		uuid, k, err := ParseDeviceID(id)
+		if err != nil {
+			continue
+		}
+		c, ok := h.cards[uuid]
+		if !ok || k >= c.Units {
+			continue
+		}
+		slots := out[uuid]
+		if slots == nil {
+			slots = make([]string, c.Units)
+			out[uuid] = slots
+		}
+		slots[k] = id
+	}
+	for uuid, slots := range out {
+		out[uuid] = slices.DeleteFunc(slots, func(id string) bool { return id == "" })
+	}
+	return out
 }
 
 // sharesOf returns the cards of grouped IDs as shares, in card index order.
@@ -134,10 +175,20 @@ func setKey(ids []string) string {
 // container kubelet is most likely admitting names. See the package doc.
 func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error) {
 	logger := klog.FromContext(ctx)
+	// Parse and group the IDs once, before locking.
+	forced, err := h.byCard(mustInclude)
+	if err != nil {
+		return nil, err
+	}
+	skip := make(map[string]bool, len(mustInclude))
+	for _, id := range mustInclude {
+		skip[id] = true
+	}
+	avail := h.available(available, skip)
 	kp := h.listKubelet(ctx)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
-		ids, ck, err := h.prefer(ctx, kp, available, mustInclude, int64(size))
+		ids, ck, err := h.prefer(ctx, kp, avail, forced, mustInclude, int64(size))
 		if err == nil {
 			h.steer = &steer{key: setKey(ids), ck: ck}
 			logger.V(4).Info("Preferred devices", "pod", h.refOf(ck.uid), "container", ck.name, "units", size, "cards", h.describeIDs(ids))
@@ -150,26 +201,12 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 	}
 }
 
-func (h *Handoff) prefer(ctx context.Context, kp []KubeletPod, available, mustInclude []string, size int64) ([]string, containerKey, error) {
+// prefer chooses for Prefer. avail and forced are kubelet's free IDs and
+// the IDs it must include, by card (see available and byCard). The caller
+// holds h.mu.
+func (h *Handoff) prefer(ctx context.Context, kp []KubeletPod, avail, forced map[string][]string, mustInclude []string, size int64) ([]string, containerKey, error) {
 	listed := h.observe(ctx, kp)
 	h.steer = nil
-	forced, err := h.byCard(mustInclude)
-	if err != nil {
-		return nil, containerKey{}, err
-	}
-	avail := map[string][]string{}
-	for _, id := range available {
-		uuid, _, err := ParseDeviceID(id)
-		if err != nil || slices.Contains(forced[uuid], id) {
-			continue
-		}
-		if _, ok := h.cards[uuid]; ok {
-			avail[uuid] = append(avail[uuid], id)
-		}
-	}
-	for _, g := range avail {
-		sort.Slice(g, func(i, j int) bool { return unitNumber(g[i]) < unitNumber(g[j]) })
-	}
 	var cands []candidate
 	if len(mustInclude) > 0 {
 		// IDs kubelet must include are an init container's, reused by
