@@ -55,22 +55,25 @@ func TestExamples(t *testing.T) {
 	for i := range pods {
 		byName[pods[i].Name] = &pods[i]
 	}
-	// wide asks 32 GiB over two distinct cards: 16 on each.
-	if p := byName["wide"]; p != nil {
-		a := allocation(t, p)
-		if d := a.Containers[0].Devices; len(d) != 2 || d[0].Index == d[1].Index || d[0].Units != 16 || d[1].Units != 16 {
-			t.Errorf("wide: devices %+v, want 16 GiB on each of two distinct cards", d)
+	example := func(name string) *corev1.Pod {
+		t.Helper()
+		p := byName[name]
+		if p == nil {
+			t.Fatalf("no running pod %q: manifests/examples/ must define it", name)
 		}
+		return p
+	}
+	// wide asks 32 GiB over two distinct cards: 16 on each.
+	if d := allocation(t, example("wide")).Containers[0].Devices; len(d) != 2 || d[0].Index == d[1].Index || d[0].Units != 16 || d[1].Units != 16 {
+		t.Errorf("wide: devices %+v, want 16 GiB on each of two distinct cards", d)
 	}
 	// pipeline: the init container and both app containers have a card each.
-	if p := byName["pipeline"]; p != nil {
-		var got []string
-		for _, ca := range allocation(t, p).Containers {
-			got = append(got, ca.Name)
-		}
-		if want := "fetch,train,serve"; strings.Join(got, ",") != want {
-			t.Errorf("pipeline: allocation covers containers %v, want %s", got, want)
-		}
+	var got []string
+	for _, ca := range allocation(t, example("pipeline")).Containers {
+		got = append(got, ca.Name)
+	}
+	if want := "fetch,train,serve"; strings.Join(got, ",") != want {
+		t.Errorf("pipeline: allocation covers containers %v, want %s", got, want)
 	}
 
 	const reason = "needs 96 GiB on one GPU; largest free GPU has"
