@@ -123,10 +123,13 @@ type podState struct {
 	unattributed int64
 	// deadline of an assumed allocation.
 	deadline time.Time
-	// annotated: an informer event showed this allocation on the pod. An
-	// assumed entry whose annotation later disappears (a failed bind
-	// removed it) is released; one not yet annotated (the patch is in
-	// flight) is not.
+	// annotated: an informer event showed this allocation on a pod not yet
+	// bound, which our Binding never shows (it sets the node and the
+	// annotations in one update): an older extender that annotated before
+	// binding, or another writer, did. Such an entry is released when the
+	// annotation disappears (its writer took it back). One never seen
+	// annotated is our own Assume, and a pending event without annotation
+	// only predates its Binding, so it is kept.
 	annotated bool
 }
 
@@ -369,15 +372,18 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 	nodeName := pod.NodeName
 	switch {
 	case nodeName == "" && alloc == nil:
-		// Pending and not placed, or our own Assume whose annotation patch
-		// has not come back yet (keep it), or whose annotation a failed
-		// bind removed (release it).
+		// Pending and not placed; or our own Assume, seen before its
+		// Binding (keep it: a failed Binding leaves no annotation, and
+		// Forget releases it); or an assumption seen annotated but unbound
+		// whose annotation its writer removed (release it).
 		if old != nil && old.state == StateAssumed && old.annotated {
 			c.remove(pod.UID)
 		}
 		return
 	case nodeName == "":
-		// Annotated but not bound: a bind in flight, or one that died.
+		// Annotated but not bound: an older extender's annotate-then-bind
+		// or another writer, in flight or dead: held as assumed until it is
+		// bound, its annotation goes, or its deadline passes.
 		if old != nil && old.node == alloc.Node {
 			old.annotated = true
 			return

@@ -80,7 +80,8 @@ func TestAssumeLifecycle(t *testing.T) {
 	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after retried Assume (-want +got):\n%s", diff)
 	}
-	// The annotation patch comes back through the informer: still assumed.
+	// An event with the allocation but no node yet (as an older extender's
+	// annotate-then-bind shows) keeps it assumed.
 	annotated := util.MakePod("p").GPUMem(6).Allocation(a).Obj()
 	c.UpsertPod(annotated)
 	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
@@ -348,8 +349,9 @@ func TestScoreRanksByPolicy(t *testing.T) {
 }
 
 // TestFailedBindAnnotationRemovedReleases follows a bind whose annotation
-// was written, whose Binding failed, and whose annotation was removed: the
-// informer events must leave nothing held, in either order against Forget.
+// was written before its Binding (an older extender's protocol), whose
+// Binding failed, and whose annotation was then removed: the informer
+// events must leave nothing held, in either order against Forget.
 func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
 	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
@@ -360,14 +362,14 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A stale pending event (before the patch) keeps the assumption.
+	// A stale pending event (from before the bind) keeps the assumption.
 	c.UpsertPod(util.MakePod("p").GPUMem(6).Obj())
 	if diff := cmp.Diff([]int64{6}, used(t, c, "n1")); diff != "" {
 		t.Fatalf("stale pending event released the assumption (-want +got):\n%s", diff)
 	}
 	c.Forget(pod.UID)
-	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Obj()) // the patch, seen late
-	c.UpsertPod(util.MakePod("p").GPUMem(6).Obj())               // the clean-up patch
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Obj()) // the annotation, seen late
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Obj())               // its removal
 	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after the failed bind's events (-want +got):\n%s", diff)
 	}

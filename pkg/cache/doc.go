@@ -21,11 +21,12 @@
 //
 // A restarted extender rebuilds the same state from the informers' initial
 // list: a pod with the allocation annotation and spec.nodeName is bound; one
-// with the annotation but no node yet is assumed with a fresh deadline (its
-// bind may still be under way or retried); pods that ask gpu-mem on a node
-// without our annotation (bound by another scheduler) are charged to the
-// card named by ALIYUN_COM_GPU_MEM_IDX when present, otherwise recorded as
-// unattributed and shown by Inspect.
+// with the annotation but no node yet (our Binding writes both at once, so
+// only an older extender or another writer leaves one) is assumed with a
+// fresh deadline (its bind may still be under way); pods that ask gpu-mem
+// on a node without our annotation (bound by another scheduler) are charged
+// to the card named by ALIYUN_COM_GPU_MEM_IDX when present, otherwise
+// recorded as unattributed and shown by Inspect.
 //
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node

@@ -27,7 +27,8 @@ type Config struct {
 	Listen string
 	// Policy is the default scoring policy.
 	Policy string
-	// QPS and Burst of the API client: every bind makes two or three calls.
+	// QPS and Burst of the API client: a bind makes one call (the Binding),
+	// more on a conflict or an informer miss.
 	QPS   float32
 	Burst int
 	// AssumeTTL bounds how long cards stay held for a bind that never completed.
