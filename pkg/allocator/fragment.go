@@ -103,11 +103,21 @@ type FragAware struct {
 	// fill[i] is the requests of single-card shape i a hole can expect;
 	// 0 for multi-card shapes. See Waste.
 	fill []float64
-	// small memoises Waste(h) for h < len(small), NaN until computed;
-	// large for the rest.
-	small []float64
-	large map[int64]float64
+	// grid is the step, in units, in which Waste counts holes and
+	// requests, exact when every request is a multiple of it; stepUnits[i]
+	// is single-card shape i in steps (see setGrid). memo[g] is the waste
+	// of a hole of g steps, NaN until computed; byUnit[h] memoises Waste(h)
+	// itself for small h (below unitMemo), the scorer's common case.
+	grid      int64
+	exact     bool
+	stepUnits []int64
+	memo      []float64
+	byUnit    []float64
 }
+
+// unitMemo bounds the hole sizes whose Waste is memoised by unit: every
+// hole of a 1000 milli-unit card, or of a card counted in GiB.
+const unitMemo = 4096
 
 // NewFragAware returns the policy for the given typical requests and the
 // cluster's holes (nil when unknown: each hole then expects the chance that
@@ -123,6 +133,7 @@ func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 			f.fill[i] = s.Weight
 		}
 	}
+	f.setGrid()
 	if holes == nil || mean <= 0 {
 		return f
 	}
@@ -143,50 +154,107 @@ func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 	return f
 }
 
-// wasteMemo bounds the hole sizes Waste memoises in a slice (the rest go
-// to a map): every hole of a 1000 milli-unit card, or of a card counted in
-// GiB, is below it.
-const wasteMemo = 2048
+// maxWasteSteps bounds the hole sizes, in grid steps, that Waste's
+// recursion visits per request.
+const maxWasteSteps = 4096
+
+// setGrid chooses the step in which Waste counts, and each single-card
+// request's size in steps. When the greatest common divisor of the
+// requests' sizes keeps the largest within maxWasteSteps steps (openb's
+// sizes are multiples of 10 milli-units; GiB requests are below 4096 GiB)
+// the step is that divisor and Waste is exact: the remainder of a hole below
+// one step is waste, as no sum of requests can use it. Otherwise (MiB sizes
+// that are not round numbers) the step is the largest request over
+// maxWasteSteps and holes and requests are rounded to the nearest step, so a
+// request that exactly fills a hole still does.
+func (f *FragAware) setGrid() {
+	var gcd, hi int64
+	for i, s := range f.shapes {
+		if f.fill[i] > 0 {
+			a, b := gcd, s.Units
+			for b != 0 {
+				a, b = b, a%b
+			}
+			gcd, hi = a, max(hi, s.Units)
+		}
+	}
+	f.grid, f.exact = max(1, gcd), true
+	if hi/f.grid > maxWasteSteps {
+		f.grid, f.exact = (hi+maxWasteSteps-1)/maxWasteSteps, false
+	}
+	f.stepUnits = make([]int64, len(f.shapes))
+	for i, s := range f.shapes {
+		if f.fill[i] > 0 {
+			f.stepUnits[i] = f.toSteps(s.Units)
+		}
+	}
+}
+
+// toSteps is units in grid steps: rounded down when the grid is exact,
+// to the nearest (at least 1) otherwise.
+func (f *FragAware) toSteps(units int64) int64 {
+	if f.exact {
+		return units / f.grid
+	}
+	return max(1, (units+f.grid/2)/f.grid)
+}
 
 // Waste is the units of a hole of h free units (on a partly used card)
-// that the typical requests are expected never to use (see FragAware).
+// that the typical requests are expected never to use (see FragAware),
+// counted in grid steps (see setGrid).
 func (f *FragAware) Waste(h int64) float64 {
 	if h <= 0 {
 		return 0
 	}
-	if h < wasteMemo {
-		if f.small == nil {
-			f.small = make([]float64, wasteMemo)
-			for i := range f.small {
-				f.small[i] = math.NaN()
-			}
-		}
-		if w := f.small[h]; !math.IsNaN(w) {
+	if h < unitMemo {
+		f.byUnit = grow(f.byUnit, h)
+		if w := f.byUnit[h]; !math.IsNaN(w) {
 			return w
 		}
-	} else if w, ok := f.large[h]; ok {
+	}
+	g := f.toSteps(h)
+	w := max(0, float64(h-g*f.grid)+float64(f.grid)*f.steps(g))
+	if h < unitMemo {
+		f.byUnit[h] = w
+	}
+	return w
+}
+
+// grow returns memo with room for index i, new entries NaN.
+func grow(memo []float64, i int64) []float64 {
+	if i < int64(len(memo)) {
+		return memo
+	}
+	old := len(memo)
+	memo = append(memo, make([]float64, max(i+1, int64(2*old), 64)-int64(old))...)
+	for j := old; j < len(memo); j++ {
+		memo[j] = math.NaN()
+	}
+	return memo
+}
+
+// steps is Waste for a hole of g steps, in steps, memoised.
+func (f *FragAware) steps(g int64) float64 {
+	if g <= 0 {
+		return 0
+	}
+	f.memo = grow(f.memo, g)
+	if w := f.memo[g]; !math.IsNaN(w) {
 		return w
 	}
 	var rate, sum float64
-	for i := range f.shapes {
-		if r := f.fill[i]; r > 0 && f.shapes[i].Units <= h {
+	for i, u := range f.stepUnits {
+		if r := f.fill[i]; r > 0 && u <= g {
 			rate += r
-			sum += r * f.Waste(h-f.shapes[i].Units)
+			sum += r * f.steps(g-u)
 		}
 	}
-	w := float64(h)
+	w := float64(g)
 	if rate > 0 {
 		p := min(1, rate)
-		w = (1-p)*float64(h) + p*sum/rate
+		w = (1-p)*float64(g) + p*sum/rate
 	}
-	if h < wasteMemo {
-		f.small[h] = w
-	} else {
-		if f.large == nil {
-			f.large = map[int64]float64{}
-		}
-		f.large[h] = w
-	}
+	f.memo[g] = w
 	return w
 }
 

@@ -385,3 +385,28 @@ func TestFragAwareDeltaF(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFragAwareWasteMiB is what the waste model costs one request in
+// a cluster counted in MiB (80 GiB cards) whose typical requests are not
+// round numbers: the extender builds a FragAware per request, so Waste's
+// memo starts empty each time.
+func BenchmarkFragAwareWasteMiB(b *testing.B) {
+	var typical []Shape
+	for i, u := range []int64{1000, 1500, 2200, 3001, 4096, 5120, 6100, 7000, 8192, 10240, 12000, 16384, 20000, 24576, 40960, 81920} {
+		typical = append(typical, Shape{Units: u, Cards: 1, Weight: float64(16 - i)})
+	}
+	holes := NewHoles()
+	for _, free := range []int64{81000, 80100, 79000, 77777, 70000, 65536, 50000, 40000} {
+		holes.Cards[free] = 10
+	}
+	holes.FreeUnits = 4000 * 81920
+	b.ReportAllocs()
+	var sink float64
+	for b.Loop() {
+		f := NewFragAware(typical, holes)
+		for free := range holes.Cards {
+			sink += f.Waste(free)
+		}
+	}
+	_ = sink
+}

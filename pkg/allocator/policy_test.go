@@ -67,11 +67,15 @@ func TestFragAwareWorkedExample(t *testing.T) {
 }
 
 // TestFragAwareWaste checks Waste by hand where holes are unknown (each
-// shape fills with its weight) and for units too many to memoise in a
-// slice.
+// shape fills with its weight), in MiB, and on the coarse grid that sizes
+// without a common divisor get.
 func TestFragAwareWaste(t *testing.T) {
 	half := NewFragAware([]Shape{{Units: 500, Cards: 1, Weight: 0.5}, {Units: 1000, Cards: 1, Weight: 0.5}}, nil)
 	mib := NewFragAware([]Shape{{Units: 4096, Cards: 1, Weight: 1}}, nil)
+	// Sizes with no common divisor but 1, the largest 81920: steps of 20
+	// units, holes and requests rounded to the nearest step. Each fills
+	// with chance 1 (fill = weight without holes).
+	coarse := NewFragAware([]Shape{{Units: 3001, Cards: 1, Weight: 1}, {Units: 81920, Cards: 1, Weight: 1}}, nil)
 	none := NewFragAware(nil, nil)
 	tests := []struct {
 		name string
@@ -85,6 +89,10 @@ func TestFragAwareWaste(t *testing.T) {
 		{"MiB: one 4096 and 904 left", mib, 5000, 904},
 		{"MiB: two 4096s", mib, 8192, 0},
 		{"no pod seen yet: all of it", none, 12, 12},
+		{"MiB, not round: an exact fit survives the rounding", coarse, 3001, 1},
+		{"MiB, not round: two of them", coarse, 6002, 2},
+		{"MiB, not round: a unit short rounds to a fit", coarse, 2999, 0},
+		{"MiB, not round: 12 units short does not", coarse, 2989, 2989},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
