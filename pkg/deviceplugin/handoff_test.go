@@ -37,12 +37,21 @@ type fakeKubelet struct {
 	mu   sync.Mutex
 	pods []KubeletPod
 	err  error
+	// lists counts List calls.
+	lists int
 }
 
 func (f *fakeKubelet) List(context.Context) ([]KubeletPod, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	return f.pods, f.err
+}
+
+func (f *fakeKubelet) listCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
 }
 
 func (f *fakeKubelet) set(pods ...KubeletPod) {
@@ -254,8 +263,13 @@ func TestHandoffInitReuse(t *testing.T) {
 	if first.Pod != p.UID || first.Container != "i0" {
 		t.Fatalf("assignment %+v, want p's init container", first)
 	}
-	// The app container must include the init container's IDs.
+	// The app container must include the init container's IDs, which
+	// name the pod: PodResources is not asked.
+	lists := ht.kubelet.listCalls()
 	second, ids := ht.admit(8, initIDs...)
+	if n := ht.kubelet.listCalls() - lists; n != 0 {
+		t.Errorf("PodResources listed %d times while admitting the reusing container, want 0", n)
+	}
 	if second.Pod != p.UID || second.Container != "c0" || cmp.Diff([]int{2}, cardIndexes(second.Shares)) != "" {
 		t.Fatalf("assignment %+v, want p's c0 on card 2", second)
 	}

@@ -174,7 +174,6 @@ func setKey(ids []string) string {
 // (which includes mustInclude) on the cards that the annotation of the
 // container kubelet is most likely admitting names. See the package doc.
 func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error) {
-	logger := klog.FromContext(ctx)
 	// Parse and group the IDs once, before locking.
 	forced, err := h.byCard(mustInclude)
 	if err != nil {
@@ -185,14 +184,24 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 		skip[id] = true
 	}
 	avail := h.available(available, skip)
+	if len(mustInclude) > 0 {
+		// IDs kubelet must include are an init container's, reused by the
+		// next container of the same pod: they name the pod, so
+		// PodResources need not be asked.
+		h.mu.Lock()
+		c, ok := h.reuser(mustInclude, int64(size))
+		if ok {
+			ids, err := h.prefer(ctx, []candidate{c}, avail, forced, int64(size), nil)
+			h.mu.Unlock()
+			return ids, err
+		}
+		h.mu.Unlock()
+	}
 	kp := h.listKubelet(ctx)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
-		ids, ck, err := h.prefer(ctx, kp, avail, forced, mustInclude, int64(size))
-		if err == nil {
-			h.steer = &steer{key: setKey(ids), ck: ck}
-			logger.V(4).Info("Preferred devices", "pod", h.refOf(ck.uid), "container", ck.name, "units", size, "cards", h.describeIDs(ids))
-		}
+		listed := h.observe(ctx, kp)
+		ids, err := h.prefer(ctx, h.candidates(int64(size), listed), avail, forced, int64(size), listed)
 		h.mu.Unlock()
 		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
 			continue
@@ -201,40 +210,35 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 	}
 }
 
-// prefer chooses for Prefer. avail and forced are kubelet's free IDs and
-// the IDs it must include, by card (see available and byCard). The caller
+// prefer chooses for Prefer among cands, the containers kubelet may be
+// admitting (listed: the pods PodResources lists), and records the choice
+// for the next Allocate. avail and forced are kubelet's free IDs and the
+// IDs it must include, by card (see available and byCard). The caller
 // holds h.mu.
-func (h *Handoff) prefer(ctx context.Context, kp []KubeletPod, avail, forced map[string][]string, mustInclude []string, size int64) ([]string, containerKey, error) {
-	listed := h.observe(ctx, kp)
+func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced map[string][]string, size int64, listed map[string]bool) ([]string, error) {
 	h.steer = nil
-	var cands []candidate
-	if len(mustInclude) > 0 {
-		// IDs kubelet must include are an init container's, reused by
-		// the next container of the same pod.
-		if c, ok := h.reuser(mustInclude, size); ok {
-			cands = []candidate{c}
-		}
-	}
-	if cands == nil {
-		cands = h.candidates(size, listed)
-	}
 	if len(cands) == 0 {
-		return nil, containerKey{}, h.noMatch(size, listed)
+		return nil, h.noMatch(size, listed)
 	}
 	// The first candidate whose annotated cards have room in kubelet's
 	// accounting; else the first, on other cards (repaired afterwards).
-	for _, c := range cands {
-		if ids := h.pick(c.container(), avail, forced, false); ids != nil {
-			return ids, c.key(), nil
+	c, ids := cands[0], []string(nil)
+	for _, cand := range cands {
+		if ids = h.pick(cand.container(), avail, forced, false); ids != nil {
+			c = cand
+			break
 		}
 	}
-	c := cands[0]
-	ids := h.pick(c.container(), avail, forced, true)
 	if ids == nil {
-		return nil, containerKey{}, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
+		ids = h.pick(c.container(), avail, forced, true)
+	}
+	if ids == nil {
+		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
 			ErrNoMatch, c.e.ref(), c.container().Name, c.container().Devices[0].Units, len(c.container().Devices), h.freeByCard(avail, forced))
 	}
-	return ids, c.key(), nil
+	h.steer = &steer{key: setKey(ids), ck: c.key()}
+	klog.FromContext(ctx).V(4).Info("Preferred devices", "pod", c.e.ref(), "container", c.container().Name, "units", size, "cards", h.describeIDs(ids))
+	return ids, nil
 }
 
 // reuser returns the next container of the pod whose init container holds

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -46,14 +45,18 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 		for cname, ids := range lp.Containers {
 			ck := containerKey{uid, cname}
 			g := h.grants[ck]
-			var mine []string
-			for _, id := range ids {
-				if uuid, _, err := ParseDeviceID(id); err == nil {
-					if _, ok := h.cards[uuid]; ok {
-						mine = append(mine, id)
-					}
-				}
+			sorted := slices.Sorted(slices.Values(ids))
+			if g != nil && len(sorted) > 0 && slices.Equal(g.ids, sorted) {
+				// Nothing changed (g.ids holds only valid IDs of h's
+				// cards): no need to parse them again.
+				g.confirmed = true
+				continue
 			}
+			mine := slices.DeleteFunc(sorted, func(id string) bool {
+				uuid, _, err := ParseDeviceID(id)
+				_, ok := h.cards[uuid]
+				return err != nil || !ok
+			})
 			if len(mine) == 0 {
 				if g != nil && !g.confirmed && g.ids != nil && now.Sub(g.at) < h.grace {
 					continue // Allocate just answered; kubelet records it after.
@@ -63,11 +66,6 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 					h.drop(ck)
 					h.notify(uid)
 				}
-				continue
-			}
-			sort.Strings(mine)
-			if g != nil && slices.Equal(g.ids, mine) {
-				g.confirmed = true
 				continue
 			}
 			groups, _ := h.byCard(mine)
