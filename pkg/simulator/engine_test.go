@@ -210,13 +210,21 @@ func TestRunCPUPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	first := true
 	for _, d := range res.Decisions {
-		// b has twice the CPU: LeastAllocated puts the first CPU pod there.
-		if d.Pod == "cpu1" || d.Pod == "cpu2" {
-			if d.Node == "" {
-				t.Errorf("%s failed; 24 cores were free", d.Pod)
-			}
+		if d.Pod != "cpu1" && d.Pod != "cpu2" {
+			continue
 		}
+		if d.Node == "" {
+			t.Errorf("%s failed; 24 cores were free", d.Pod)
+		}
+		// b has twice the CPU: LeastAllocated puts the first CPU pod
+		// there, wherever g went (b's free shares sum to at least 1.44,
+		// a's to at most 1.375).
+		if first && d.Node != "b" {
+			t.Errorf("first CPU pod %s on %q, want b", d.Pod, d.Node)
+		}
+		first = false
 	}
 	if res.Skipped != 0 {
 		t.Errorf("spread: %d skipped", res.Skipped)

@@ -205,35 +205,55 @@ func ParseSeeds(s string) ([]uint64, error) {
 }
 
 // LoadTrace reads the nodes and the pods of a trace, each in openb CSV or
-// Kubernetes YAML/JSON (told apart by the extension, else the content).
+// Kubernetes YAML/JSON (told apart by the extension, else the content). A
+// Kubernetes dump named by both (`--nodes cluster.yaml --pods
+// cluster.yaml`) is read and decoded once.
 func LoadTrace(nodesFile, podsFile string) (*Trace, error) {
+	var kube struct {
+		file  string
+		nodes []Node
+		pods  []Pod
+	}
+	read := func(file string) (csv io.Reader, err error) {
+		if file == kube.file {
+			return nil, nil
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		if isCSV(file, data) {
+			return bytes.NewReader(data), nil
+		}
+		kube.file = file
+		kube.nodes, kube.pods, err = ReadKubernetes(bytes.NewReader(data), file)
+		return nil, err
+	}
 	tr := &Trace{}
-	nodesData, err := os.ReadFile(nodesFile)
+	csv, err := read(nodesFile)
+	switch {
+	case err != nil:
+		return nil, err
+	case csv != nil:
+		tr.Nodes, err = ReadOpenbNodes(csv, nodesFile)
+	case len(kube.nodes) == 0:
+		err = &InputError{File: nodesFile, Err: errors.New("no Node objects")}
+	default:
+		tr.Nodes = kube.nodes
+	}
 	if err != nil {
 		return nil, err
 	}
-	if isCSV(nodesFile, nodesData) {
-		tr.Nodes, err = ReadOpenbNodes(bytes.NewReader(nodesData), nodesFile)
-	} else {
-		tr.Nodes, _, err = ReadKubernetes(bytes.NewReader(nodesData), nodesFile)
-		if err == nil && len(tr.Nodes) == 0 {
-			err = &InputError{File: nodesFile, Err: errors.New("no Node objects")}
-		}
-	}
-	if err != nil {
+	csv, err = read(podsFile)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	podsData, err := os.ReadFile(podsFile)
-	if err != nil {
-		return nil, err
-	}
-	if isCSV(podsFile, podsData) {
-		tr.Pods, err = ReadOpenbPods(bytes.NewReader(podsData), podsFile)
-	} else {
-		_, tr.Pods, err = ReadKubernetes(bytes.NewReader(podsData), podsFile)
-		if err == nil && len(tr.Pods) == 0 {
-			err = &InputError{File: podsFile, Err: errors.New("no Pod objects (finished pods are left out)")}
-		}
+	case csv != nil:
+		tr.Pods, err = ReadOpenbPods(csv, podsFile)
+	case len(kube.pods) == 0:
+		err = &InputError{File: podsFile, Err: errors.New("no Pod objects (finished pods are left out)")}
+	default:
+		tr.Pods = kube.pods
 	}
 	if err != nil {
 		return nil, err
