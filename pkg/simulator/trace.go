@@ -72,11 +72,7 @@ type Trace struct {
 func (t *Trace) Capacity() int64 {
 	var c int64
 	for i := range t.Nodes {
-		for _, card := range t.Nodes[i].Cards {
-			if card.Healthy {
-				c += card.Total
-			}
-		}
+		c += (&allocator.Node{Cards: t.Nodes[i].Cards}).Capacity()
 	}
 	return c
 }
