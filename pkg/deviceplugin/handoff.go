@@ -110,7 +110,7 @@ type grant struct {
 // and the container it chose them for. kubelet admits one container at a
 // time, so it is valid for the next Allocate only.
 type steer struct {
-	key string // sorted IDs joined by ","
+	ids []string // sorted
 	ck  containerKey
 }
 

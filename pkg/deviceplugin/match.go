@@ -164,12 +164,6 @@ func fitsShape(shares []gpushare.DeviceShare, c gpushare.ContainerAllocation) bo
 	return true
 }
 
-func setKey(ids []string) string {
-	s := slices.Clone(ids)
-	sort.Strings(s)
-	return strings.Join(s, ",")
-}
-
 // Prefer answers GetPreferredAllocation: size device IDs from available
 // (which includes mustInclude) on the cards that the annotation of the
 // container kubelet is most likely admitting names. See the package doc.
@@ -236,8 +230,10 @@ func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced m
 		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
 			ErrNoMatch, c.e.ref(), c.container().Name, c.container().Devices[0].Units, len(c.container().Devices), h.freeByCard(avail, forced))
 	}
-	h.steer = &steer{key: setKey(ids), ck: c.key()}
-	klog.FromContext(ctx).V(4).Info("Preferred devices", "pod", c.e.ref(), "container", c.container().Name, "units", size, "cards", h.describeIDs(ids))
+	h.steer = &steer{ids: slices.Sorted(slices.Values(ids)), ck: c.key()}
+	if v := klog.FromContext(ctx).V(4); v.Enabled() {
+		v.Info("Preferred devices", "pod", c.e.ref(), "container", c.container().Name, "units", size, "cards", h.describeIDs(ids))
+	}
 	return ids, nil
 }
 
@@ -428,10 +424,11 @@ func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, erro
 	if err != nil {
 		return nil, err
 	}
+	ids = slices.Sorted(slices.Values(ids))
 	// The usual case: the IDs are those GetPreferredAllocation just chose,
 	// for a container it chose with kubelet's view at hand.
 	h.mu.Lock()
-	if h.steer != nil && h.steer.key == setKey(ids) {
+	if h.steered(ids) {
 		a, err := h.allocate(ctx, nil, ids, groups)
 		h.mu.Unlock()
 		return a, err
@@ -449,17 +446,25 @@ func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, erro
 	}
 }
 
+// steered reports whether sorted ids are those the last Prefer chose. The
+// caller holds h.mu.
+func (h *Handoff) steered(ids []string) bool {
+	return h.steer != nil && slices.Equal(h.steer.ids, ids)
+}
+
+// allocate decides for Allocate: ids are kubelet's device IDs, sorted, and
+// groups the same by card. The caller holds h.mu.
 func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, groups map[string][]string) (*Assignment, error) {
 	logger := klog.FromContext(ctx)
 	listed := h.observe(ctx, kp)
 	size := int64(len(ids))
 	shares := h.sharesOf(groups)
-	st := h.steer
+	st, steered := h.steer, h.steered(ids)
 	h.steer = nil
 
 	var pick *candidate
 	how := ""
-	if st != nil && st.key == setKey(ids) {
+	if steered {
 		if e := h.pods[st.ck.uid]; e != nil {
 			if ci := h.next(e); ci >= 0 && e.alloc.Containers[ci].Name == st.ck.name {
 				pick, how = &candidate{e: e, ci: ci}, "steered"
@@ -507,9 +512,7 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 			h.correct(ctx, o, ck.uid)
 		}
 	}
-	sorted := slices.Clone(ids)
-	sort.Strings(sorted)
-	h.give(ck, &grant{ids: sorted, shares: shares, at: h.clock.Now()})
+	h.give(ck, &grant{ids: ids, shares: shares, at: h.clock.Now()})
 	h.stats.Allocations++
 	switch how {
 	case "steered":
@@ -530,7 +533,9 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 		}
 	}
 	a.PodUnits = h.repaired(pick.e).Total()
-	logger.V(4).Info("Allocated", "pod", pick.e.ref(), "container", c.Name, "cards", describeShares(shares), "how", how)
+	if v := logger.V(4); v.Enabled() {
+		v.Info("Allocated", "pod", pick.e.ref(), "container", c.Name, "cards", describeShares(shares), "how", how)
+	}
 	h.notify(ck.uid)
 	return a, nil
 }
