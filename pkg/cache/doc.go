@@ -30,10 +30,12 @@
 //
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node
-// update rebuilds its cards and re-applies its pods. Every such change also
-// takes the node out of the cluster's allocator.Holes (partly used cards
-// counted by free memory, which the default policy's waste model reads)
-// and puts it back, so the count never needs a scan of all nodes.
+// update that changes its inventory annotation, capacity or allocatable
+// rebuilds its cards and re-applies its pods (the Feeder drops the others,
+// such as heartbeats). Every such change also takes the node out of the
+// cluster's allocator.Holes (partly used cards counted by free memory,
+// which the default policy's waste model reads) and puts it back, so the
+// count never needs a scan of all nodes.
 //
 // Beside the cards, the cache keeps each node's allocatable CPU and memory
 // and the CPU and memory requested on it (PodRequests, as kube-scheduler's

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -83,17 +84,38 @@ func (f *Feeder) upsertPod(obj any) {
 	}
 }
 
+// setNode passes a node add or update on to the cache; old is nil for an
+// add. An update that leaves what the cache reads unchanged (a heartbeat,
+// a label or condition change; see sameNodeInputs) is dropped: SetNode
+// would rebuild the node's cards and re-charge its pods under the cache's
+// lock for nothing.
 func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
 		return
 	}
+	o, _ := old.(*corev1.Node)
+	if o != nil && sameNodeInputs(o, node) {
+		return
+	}
 	if err := f.cache.SetNode(node); err != nil {
-		// Log once per change of the annotation, not on every heartbeat.
-		if o, ok := old.(*corev1.Node); !ok || o.Annotations[gpushare.AnnotationInventory] != node.Annotations[gpushare.AnnotationInventory] {
+		// Log once per change of the annotation, not on every capacity change.
+		if o == nil || o.Annotations[gpushare.AnnotationInventory] != node.Annotations[gpushare.AnnotationInventory] {
 			logger.Error(err, "Falling back to node capacity", "node", klog.KObj(node))
 		}
 	}
+}
+
+// sameNodeInputs reports whether a and b, two versions of a node, agree on
+// all that Cache.SetNode reads: the inventory annotation (its presence
+// too), and the capacity and allocatable, compared as quantities ("1Gi"
+// equals "1024Mi").
+func sameNodeInputs(a, b *corev1.Node) bool {
+	av, aok := a.Annotations[gpushare.AnnotationInventory]
+	bv, bok := b.Annotations[gpushare.AnnotationInventory]
+	return a.Name == b.Name && aok == bok && av == bv &&
+		apiequality.Semantic.DeepEqual(a.Status.Capacity, b.Status.Capacity) &&
+		apiequality.Semantic.DeepEqual(a.Status.Allocatable, b.Status.Allocatable)
 }
 
 // Start starts the informers and the expiry loop; both stop with ctx.

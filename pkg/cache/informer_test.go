@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -159,4 +160,79 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	if info := NewPodInfo(util.MakePod("cpu").Container("x").Obj()); info.Demand != nil || info.LegacyIndex != -1 {
 		t.Errorf("NewPodInfo of a CPU pod = %+v", info)
 	}
+}
+
+func TestSameNodeInputs(t *testing.T) {
+	base := func() *corev1.Node { return util.MakeNode("n1").Cards("T4", 16, 16).Obj() }
+	tests := []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		{"heartbeat", func(n *corev1.Node) {
+			n.ResourceVersion = "43"
+			n.Labels = map[string]string{"zone": "b"}
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+		}, true},
+		{"same quantity spelled otherwise", func(n *corev1.Node) {
+			n.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("32768Mi")
+		}, true},
+		{"inventory changed", func(n *corev1.Node) {
+			n.Annotations = util.MakeNode("n1").Cards("T4", 16, 16).Unhealthy(1).Obj().Annotations
+		}, false},
+		{"inventory removed", func(n *corev1.Node) { n.Annotations = nil }, false},
+		{"inventory emptied", func(n *corev1.Node) { n.Annotations[gpushare.AnnotationInventory] = "" }, false},
+		{"allocatable CPU changed", func(n *corev1.Node) {
+			n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("7")
+		}, false},
+		{"gpu-mem capacity changed", func(n *corev1.Node) {
+			n.Status.Capacity[gpushare.ResourceGPUMem] = resource.MustParse("24")
+		}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			changed := base()
+			tc.change(changed)
+			// The informer compares stripped nodes.
+			if got := sameNodeInputs(stripNode(base()), stripNode(changed)); got != tc.want {
+				t.Errorf("sameNodeInputs = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFeederSkipsUnchangedNodeUpdate checks that a node update that
+// changes nothing the cache reads does not reach Cache.SetNode.
+func TestFeederSkipsUnchangedNodeUpdate(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(util.MakeNode("n1").Cards("T4", 16, 16).Obj())
+	c, _ := startFeeder(t, ctx, client)
+	// Mark the cache's n1 behind the informer's back: one card of 8. Any
+	// SetNode from an n1 event would put its two cards of 16 back.
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 8).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := util.MakeNode("n1").Cards("T4", 16, 16).Obj()
+	heartbeat.Labels = map[string]string{"zone": "b"}
+	heartbeat.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if _, err := client.CoreV1().Nodes().Update(ctx, heartbeat, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The node informer delivers events in order: once n2 is in the cache,
+	// the heartbeat before it has been handled.
+	if _, err := client.CoreV1().Nodes().Create(ctx, util.MakeNode("n2").Cards("T4", 16).Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n2 in the cache", func() bool { _, ok := c.Inspect("n2"); return ok })
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("the heartbeat rebuilt n1 (-want +got):\n%s", diff)
+	}
+
+	// A real change still goes through.
+	if _, err := client.CoreV1().Nodes().Update(ctx, util.MakeNode("n1").Cards("T4", 16, 16, 16).Obj(), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "n1 to get three cards", func() bool { return len(used(t, c, "n1")) == 3 })
 }
