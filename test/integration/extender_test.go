@@ -161,8 +161,8 @@ func (c *cluster) waitBound(t *testing.T, names []string, timeout time.Duration)
 
 // checkNoOvercommit reads every pod and node from the API (not from the
 // extender) and checks that each bound gpu-mem pod carries an allocation for
-// its node whose cards exist, are healthy at most as big as they are, and
-// are not over-committed. It returns the number of checked pods.
+// its node whose cards exist and are healthy, and that no card holds more
+// than its size. It returns the number of checked pods.
 func (c *cluster) checkNoOvercommit(t *testing.T) int {
 	t.Helper()
 	ctx := context.Background()
@@ -170,12 +170,14 @@ func (c *cluster) checkNoOvercommit(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	size := map[string]map[int]int64{} // node -> card index -> units
+	size := map[string]map[int]int64{} // node -> healthy card index -> units
 	for _, n := range nodes.Items {
 		size[n.Name] = map[int]int64{}
 		if inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory]); err == nil {
 			for _, d := range inv.Devices {
-				size[n.Name][d.Index] = d.Memory
+				if d.Healthy {
+					size[n.Name][d.Index] = d.Memory
+				}
 			}
 		} else {
 			mem := n.Status.Allocatable[gpushare.ResourceGPUMem]
@@ -217,14 +219,16 @@ func (c *cluster) checkNoOvercommit(t *testing.T) int {
 			used[a.Node] = map[int]int64{}
 		}
 		for idx, u := range a.PerCard() {
+			if _, ok := size[a.Node][idx]; !ok {
+				t.Errorf("pod %s holds %d units on card %d of node %s, which is unhealthy or does not exist", p.Name, u, idx, a.Node)
+			}
 			used[a.Node][idx] += u
 		}
 		checked++
 	}
 	for node, cards := range used {
 		for idx, u := range cards {
-			total, ok := size[node][idx]
-			if !ok || u > total {
+			if total, ok := size[node][idx]; ok && u > total {
 				t.Errorf("node %s card %d holds %d units of %d", node, idx, u, total)
 			}
 		}
