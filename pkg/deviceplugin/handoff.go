@@ -174,9 +174,10 @@ type HandoffConfig struct {
 // them. A pod waits while one of its containers has no grant; the first
 // such container, in kubelet's order, is the one the next calls are for.
 type Handoff struct {
+	// node, unit and cards never change; they are read without mu.
 	node     string
 	unit     string
-	cards    map[string]Card // UUID -> card; fixed, read without mu
+	cards    map[string]Card // UUID -> card
 	kubelet  KubeletPods
 	api      PodGetter
 	notify   func(types.UID)
@@ -252,16 +253,18 @@ var managedAnnotations = []string{gpushare.AnnotationAllocation, gpushare.Annota
 func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	demand, derr := gpushare.PodDemand(pod)
 	key := pod.Namespace + "/" + pod.Name
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if errors.Is(derr, gpushare.ErrNoGPUMem) || pod.Spec.NodeName != h.node || terminal {
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		h.deletePod(pod.UID)
 		if pod.Spec.NodeName == h.node && !terminal {
 			h.others[key] = true
 		}
 		return
 	}
+	// Read the annotations (the allocation is JSON) before locking:
+	// checkAllocation reads only fields that never change.
 	e := &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, annotations: map[string]string{}}
 	for _, k := range managedAnnotations {
 		if v, ok := pod.Annotations[k]; ok {
@@ -270,6 +273,8 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	}
 	e.assumeTime, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationAssumeTime], 10, 64)
 	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	old := h.pods[pod.UID]
 	h.pods[pod.UID] = e
 	h.byName[key] = pod.UID
@@ -288,6 +293,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 }
 
 // checkAllocation returns the pod's allocation, or why it cannot be used.
+// It reads only h.node and h.unit, so the caller need not hold h.mu.
 func (h *Handoff) checkAllocation(pod *corev1.Pod, demand gpushare.Demand, derr error) (*gpushare.Allocation, string) {
 	if derr != nil {
 		return nil, derr.Error()
