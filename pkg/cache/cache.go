@@ -613,31 +613,14 @@ func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, fa
 // them. The nodes left out are not failed (they fit; they are not the
 // best). Each node is fitted once, under one lock.
 func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
-	if pod.Demand == nil {
-		return nil, nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
-	}
 	failed = map[string]string{}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sc, err := c.newScorer(pod)
+	scores, fits, err := c.scoreNodes(pod, nodes, failed)
 	if err != nil {
 		return nil, nil, err
 	}
-	var fit []string
-	var raw []float64
-	var pl allocator.Placement // reused across nodes
-	for _, name := range nodes {
-		ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl)
-		if reason != "" {
-			failed[name] = reason
-			continue
-		}
-		fit = append(fit, name)
-		raw = append(raw, sc.score(ns, &pl))
-	}
-	for i, score := range allocator.NormalizeScores(raw) {
-		if score == allocator.MaxScore {
-			best = append(best, fit[i])
+	for i, name := range nodes {
+		if fits[i] && scores[i] == allocator.MaxScore {
+			best = append(best, name)
 		}
 	}
 	return best, failed, nil
@@ -649,33 +632,48 @@ func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed 
 // memory too (allocator.HostScorer) are given the node's free CPU and memory
 // and the pod's requests, on nodes that report their CPU.
 func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
+	scores, _, err := c.scoreNodes(pod, nodes, nil)
+	return scores, err
+}
+
+// scoreNodes fits pod's Demand on each of nodes with the pod's policy,
+// under one lock, and normalises the raw scores of the nodes where it fits
+// to 0..allocator.MaxScore. scores and fits are parallel to nodes; a node
+// where the demand does not fit scores 0 and, when failed is not nil, gets
+// its reason there.
+func (c *Cache) scoreNodes(pod *PodInfo, nodes []string, failed map[string]string) (scores []int64, fits []bool, err error) {
 	if pod.Demand == nil {
-		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
+		return nil, nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	sc, err := c.newScorer(pod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var fitRaw []float64
-	fits := make([]bool, len(nodes))
+	var raw []float64 // of the nodes that fit, in order
+	fits = make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
-		if ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl); reason == "" {
-			fitRaw = append(fitRaw, sc.score(ns, &pl))
-			fits[i] = true
+		ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl)
+		if reason != "" {
+			if failed != nil {
+				failed[name] = reason
+			}
+			continue
 		}
+		raw = append(raw, sc.score(ns, &pl))
+		fits[i] = true
 	}
-	norm := allocator.NormalizeScores(fitRaw)
-	out := make([]int64, len(nodes))
+	norm := allocator.NormalizeScores(raw)
+	scores = make([]int64, len(nodes))
 	for i, j := 0, 0; i < len(nodes); i++ {
 		if fits[i] {
-			out[i] = norm[j]
+			scores[i] = norm[j]
 			j++
 		}
 	}
-	return out, nil
+	return scores, fits, nil
 }
 
 // DefaultPolicy returns the configured default policy name.
