@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -291,31 +292,60 @@ func TestSchedulingThroughRealScheduler(t *testing.T) {
 		t.Errorf("checked %d bound pods, want %d", got, len(names))
 	}
 
-	// Restart the extender while pods keep arriving.
-	var wg sync.WaitGroup
+	// Restart the extender while pods keep arriving: 7 pods are created
+	// just before it stops, 7 while it is down, and 6 after it is back. It
+	// starts again only once kube-scheduler has tried, and failed, to
+	// schedule a pod created while it was down, so the outage is known to
+	// overlap scheduling.
 	var more []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := range 20 {
+	create := func(from, to int) {
+		for i := from; i < to; i++ {
 			p := util.MakePod(fmt.Sprintf("q%02d", i)).GPUMem(sizes[i%2]).Obj() // 2 or 4 GiB
-			if _, err := c.admin.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-				t.Error(err)
-				return
-			}
+			c.createPod(t, p)
 			more = append(more, p.Name)
-			time.Sleep(50 * time.Millisecond)
 		}
-	}()
-	time.Sleep(400 * time.Millisecond)
+	}
+	create(0, 7)
 	c.stop()
-	time.Sleep(500 * time.Millisecond)
+	create(7, 14)
+	var tried string
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if slices.Contains(more[7:], p.Name) && schedulingFailed(&p) {
+				tried = p.Name
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("kube-scheduler did not try any pod created while the extender was down (logs: %s)", c.cp.LogsDir())
+	}
+	t.Logf("extender down; kube-scheduler failed to schedule %s meanwhile", tried)
 	c.startExtender(t)
-	wg.Wait()
+	create(14, 20)
 	c.waitBound(t, append(names, more...), 90*time.Second)
 	if got := c.checkNoOvercommit(t); got != len(names)+len(more) {
 		t.Errorf("after restart: checked %d bound pods, want %d", got, len(names)+len(more))
 	}
+}
+
+// schedulingFailed reports whether kube-scheduler has tried pod and found
+// no node for it or failed with an error (an extender it could not reach).
+func schedulingFailed(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return true
+		}
+	}
+	return false
 }
 
 // TestExtenderRBACIsEnough checks that the manifests' ClusterRole lets the
