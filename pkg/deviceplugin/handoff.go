@@ -100,8 +100,6 @@ type grant struct {
 	// container. Unconfirmed grants come from Allocate (a decision that
 	// kubelet may have applied to another pod) or from an annotation.
 	confirmed bool
-	// restored: rebuilt from an annotation, never seen by this process.
-	restored bool
 	// at is when the grant was made.
 	at time.Time
 }
@@ -199,7 +197,7 @@ type Handoff struct {
 	owner map[string]containerKey
 	// steer: the last preference, valid for the next Allocate; nil if none.
 	steer *steer
-	// stats counts decisions, for tests and logs.
+	// stats counts decisions, for tests (Stats).
 	stats HandoffStats
 }
 
@@ -285,7 +283,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 		for _, c := range e.alloc.Containers {
 			ck := containerKey{pod.UID, c.Name}
 			if h.grants[ck] == nil {
-				h.grants[ck] = &grant{shares: c.Devices, restored: true}
+				h.grants[ck] = &grant{shares: c.Devices}
 			}
 		}
 	}
