@@ -114,16 +114,12 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]string, err
 	if err != nil {
 		return nil, err
 	}
-	// The Aliyun keys describe the first app container's first card (the
-	// first container at all for an init-only pod).
-	first := alloc.Containers[0]
-	for _, c := range alloc.Containers {
-		if !c.Init {
-			first = c
-			break
-		}
+	// The Aliyun keys describe the first app container's first card.
+	first, ok := alloc.FirstAppDevice()
+	if !ok {
+		return nil, fmt.Errorf("allocation on node %s names no card", alloc.Node)
 	}
-	idx := first.Devices[0].Index
+	idx := first.Index
 	devTotal, _ := b.cache.CardTotal(alloc.Node, idx)
 	return map[string]string{
 		gpushare.AnnotationAllocation: enc,

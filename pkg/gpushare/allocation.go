@@ -127,3 +127,25 @@ func (a *Allocation) Total() int64 {
 	}
 	return t
 }
+
+// FirstAppDevice returns the first card share of the first app container
+// (of the first container at all when the pod has only init containers):
+// the card the Aliyun annotations AnnotationIndex and AnnotationDevMem
+// describe. ok is false for an allocation without containers or devices.
+// Example: the Allocation example above gives card 1 (train's share).
+func (a *Allocation) FirstAppDevice() (d DeviceShare, ok bool) {
+	if len(a.Containers) == 0 {
+		return DeviceShare{}, false
+	}
+	first := a.Containers[0]
+	for _, c := range a.Containers {
+		if !c.Init {
+			first = c
+			break
+		}
+	}
+	if len(first.Devices) == 0 {
+		return DeviceShare{}, false
+	}
+	return first.Devices[0], true
+}
