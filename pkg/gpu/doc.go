@@ -1,7 +1,7 @@
 // Package gpu describes the host's NVIDIA GPUs through a small interface of
-// our own: each card's index, UUID, model, memory (MiB) and minor number,
-// its XID error events, and a health policy that turns critical XIDs into
-// unhealthy cards and brings them back when they recover. NVML (go-nvml)
-// implements it on real hardware; Fake implements it from a
-// --fake-gpus "2xTesla-T4:16GiB,1xA100-SXM4:80GiB" spec for demos and tests.
+// our own: each card's index, UUID, model and memory (MiB), its XID error
+// events, and a health policy that turns critical XIDs into unhealthy cards
+// and brings them back when they recover. NVML (go-nvml) implements it on
+// real hardware; Fake implements it from a --fake-gpus
+// "2xTesla-T4:16GiB,1xA100-SXM4:80GiB" spec for demos and tests.
 package gpu

@@ -43,7 +43,7 @@ func ParseFakeGPUs(spec, seed string) ([]Device, error) {
 		}
 		for i := 0; i < count; i++ {
 			idx := len(out)
-			out = append(out, Device{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem, Minor: idx})
+			out = append(out, Device{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem})
 		}
 	}
 	return out, nil

@@ -22,9 +22,9 @@ func TestParseFakeGPUs(t *testing.T) {
 			name: "issue example",
 			spec: "2xTesla-T4:16GiB,1xA100-SXM4:80GiB",
 			want: []Device{
-				{Index: 0, UUID: u(0), Model: "Tesla-T4", MemoryMiB: 16384, Minor: 0},
-				{Index: 1, UUID: u(1), Model: "Tesla-T4", MemoryMiB: 16384, Minor: 1},
-				{Index: 2, UUID: u(2), Model: "A100-SXM4", MemoryMiB: 81920, Minor: 2},
+				{Index: 0, UUID: u(0), Model: "Tesla-T4", MemoryMiB: 16384},
+				{Index: 1, UUID: u(1), Model: "Tesla-T4", MemoryMiB: 16384},
+				{Index: 2, UUID: u(2), Model: "A100-SXM4", MemoryMiB: 81920},
 			},
 		},
 		{name: "MiB", spec: "1xT4:15360MiB", want: []Device{{Index: 0, UUID: u(0), Model: "T4", MemoryMiB: 15360}}},

@@ -11,8 +11,6 @@ type Device struct {
 	Model string
 	// MemoryMiB is the card's total memory in MiB.
 	MemoryMiB int64
-	// Minor is the minor number of the card's /dev/nvidiaN node.
-	Minor int
 }
 
 // Event is an XID error reported by the driver.

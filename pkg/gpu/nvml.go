@@ -72,11 +72,7 @@ func describe(index int, d nvml.Device) (Device, error) {
 	if ret != nvml.SUCCESS {
 		return Device{}, fmt.Errorf("reading the memory of GPU %d: %w", index, ret)
 	}
-	minor, ret := d.GetMinorNumber()
-	if ret != nvml.SUCCESS {
-		return Device{}, fmt.Errorf("reading the minor number of GPU %d: %w", index, ret)
-	}
-	return Device{Index: index, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20), Minor: minor}, nil
+	return Device{Index: index, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20)}, nil
 }
 
 // Probe reports whether the card still answers: it looks the card up by
