@@ -420,16 +420,10 @@ func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string
 	if a := h.repaired(e); !sameAllocation(a, e.alloc) {
 		if enc, err := a.Encode(); err == nil {
 			want[gpushare.AnnotationAllocation] = enc
-			first := a.Containers[0]
-			for _, c := range a.Containers {
-				if !c.Init {
-					first = c
-					break
-				}
+			if d, ok := a.FirstAppDevice(); ok {
+				want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
+				want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
 			}
-			d := first.Devices[0]
-			want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
-			want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
 			want[gpushare.AnnotationPodMem] = strconv.FormatInt(a.Total(), 10)
 		}
 	}
