@@ -34,10 +34,9 @@ type Health struct {
 
 type cardHealth struct {
 	healthy bool
-	// lastXID is the last critical XID (0: none or a failed wait) and
-	// lastAt when it came; meaningful while unhealthy.
-	lastXID uint64
-	lastAt  time.Time
+	// lastAt is when the last critical XID (or failed wait) came;
+	// meaningful while unhealthy.
+	lastAt time.Time
 }
 
 // NewHealth returns every card in uuids healthy. window ≤ 0 means
@@ -70,7 +69,7 @@ func (h *Health) Observe(e Event) []string {
 		if c.healthy {
 			changed = append(changed, uuid)
 		}
-		c.healthy, c.lastXID, c.lastAt = false, e.XID, now
+		c.healthy, c.lastAt = false, now
 	}
 	if e.UUID == "" {
 		for u, c := range h.cards {
@@ -119,15 +118,4 @@ func (h *Health) Healthy(uuid string) bool {
 	defer h.mu.Unlock()
 	c, ok := h.cards[uuid]
 	return ok && c.healthy
-}
-
-// LastXID returns the last critical XID of an unhealthy card and when it came.
-func (h *Health) LastXID(uuid string) (xid uint64, at time.Time, unhealthy bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c, ok := h.cards[uuid]
-	if !ok || c.healthy {
-		return 0, time.Time{}, false
-	}
-	return c.lastXID, c.lastAt, true
 }

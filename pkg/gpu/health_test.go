@@ -94,16 +94,10 @@ func TestHealthTransitions(t *testing.T) {
 	}
 }
 
-func TestHealthLastXID(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0))
-	h := NewHealth([]string{"a"}, 0, clk)
-	if _, _, bad := h.LastXID("a"); bad {
+func TestHealthUnknownCard(t *testing.T) {
+	h := NewHealth([]string{"a"}, 0, nil)
+	if !h.Healthy("a") {
 		t.Fatal("new card reported unhealthy")
-	}
-	h.Observe(Event{UUID: "a", XID: 94})
-	xid, at, bad := h.LastXID("a")
-	if !bad || xid != 94 || !at.Equal(clk.Now()) {
-		t.Errorf("LastXID = %d, %v, %v; want 94, now, true", xid, at, bad)
 	}
 	if h.Healthy("unknown") {
 		t.Error("unknown card reported healthy")
