@@ -3,8 +3,8 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
 	"sync"
 	"time"
 
@@ -409,24 +409,12 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		} else {
 			ps.unattributed = pod.Demand.Total()
 		}
-		if old != nil && old.node == ps.node && old.alloc == nil && old.unattributed == ps.unattributed && mapsEqual(old.perCard, ps.perCard) {
+		if old != nil && old.node == ps.node && old.alloc == nil && old.unattributed == ps.unattributed && maps.Equal(old.perCard, ps.perCard) {
 			return
 		}
 		c.remove(pod.UID)
 		c.add(pod.UID, ps)
 	}
-}
-
-func mapsEqual(a, b map[int]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // DeletePod applies a pod delete from the informer.
@@ -684,16 +672,6 @@ func (c *Cache) Counts() (nodes, pods int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.nodes), len(c.pods)
-}
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // CardTotal returns the total units of card index idx on node.

@@ -3,6 +3,8 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -591,7 +593,7 @@ func TestFilterBest(t *testing.T) {
 		if diff := cmp.Diff(tc.wantBest, best); diff != "" {
 			t.Errorf("%s: best (-want +got):\n%s", tc.name, diff)
 		}
-		if diff := cmp.Diff(tc.wantFailed, sortedKeys(failed)); diff != "" {
+		if diff := cmp.Diff(tc.wantFailed, slices.Sorted(maps.Keys(failed))); diff != "" {
 			t.Errorf("%s: failed (-want +got):\n%s", tc.name, diff)
 		}
 	}

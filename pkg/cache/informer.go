@@ -166,19 +166,6 @@ func strip(obj any) (any, error) {
 	return obj, nil
 }
 
-func stripMeta(m *metav1.ObjectMeta, keep func(key string) bool) metav1.ObjectMeta {
-	out := metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion}
-	for k, v := range m.Annotations {
-		if keep(k) {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-		}
-	}
-	return out
-}
-
 // keptResource: the GPU resources, and CPU and memory for the host-aware score.
 func keptResource(r corev1.ResourceName) bool {
 	return r == gpushare.ResourceGPUMem || r == gpushare.ResourceGPUCount || r == corev1.ResourceCPU || r == corev1.ResourceMemory
@@ -197,9 +184,15 @@ func stripResources(rl corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
+// stripNode keeps a node's identity, its inventory annotation, and the
+// resources keptResource names.
 func stripNode(n *corev1.Node) *corev1.Node {
+	meta := metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}
+	if inv, ok := n.Annotations[gpushare.AnnotationInventory]; ok {
+		meta.Annotations = map[string]string{gpushare.AnnotationInventory: inv}
+	}
 	return &corev1.Node{
-		ObjectMeta: stripMeta(&n.ObjectMeta, func(k string) bool { return k == gpushare.AnnotationInventory }),
+		ObjectMeta: meta,
 		Status: corev1.NodeStatus{
 			Capacity:    stripResources(n.Status.Capacity),
 			Allocatable: stripResources(n.Status.Allocatable),

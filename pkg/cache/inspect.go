@@ -1,7 +1,9 @@
 package cache
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 )
@@ -48,7 +50,7 @@ type PodView struct {
 func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	names := sortedKeys(c.nodes)
+	names := slices.Sorted(maps.Keys(c.nodes))
 	if only != "" {
 		if _, found := c.nodes[only]; !found {
 			return nil, false
@@ -89,11 +91,8 @@ func (c *Cache) nodeView(ns *nodeState) NodeView {
 }
 
 func sortPods(p []PodView) {
-	sort.Slice(p, func(a, b int) bool {
-		if p[a].Namespace != p[b].Namespace {
-			return p[a].Namespace < p[b].Namespace
-		}
-		return p[a].Name < p[b].Name
+	slices.SortFunc(p, func(a, b PodView) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 }
 

@@ -1,7 +1,9 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -28,7 +30,7 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 			for _, d := range inv.Devices {
 				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy})
 			}
-			sortCards(cards)
+			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
 			return inv.Unit, cards, SourceInventory, nil
 		}
 		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
@@ -67,12 +69,4 @@ func quantity(node *corev1.Node, r corev1.ResourceName) int64 {
 		return q.Value()
 	}
 	return 0
-}
-
-func sortCards(cards []allocator.Card) {
-	for i := 1; i < len(cards); i++ {
-		for j := i; j > 0 && cards[j].Index < cards[j-1].Index; j-- {
-			cards[j], cards[j-1] = cards[j-1], cards[j]
-		}
-	}
 }
