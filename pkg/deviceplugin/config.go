@@ -52,7 +52,8 @@ type Config struct {
 	// HealthCheck watches XID events and marks cards unhealthy.
 	HealthCheck bool
 	// RecoveryWindow: how long an unhealthy card must go without a
-	// critical XID before it may come back (gpu.DefaultRecoveryWindow if 0).
+	// critical XID before it may come back (gpu.DefaultRecoveryWindow if
+	// not positive).
 	RecoveryWindow time.Duration
 	// KubeletDir holds device-plugins/ and pod-resources/.
 	KubeletDir string
@@ -111,6 +112,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VerifyPeriod <= 0 {
 		c.VerifyPeriod = DefaultVerifyPeriod
+	}
+	if c.RecoveryWindow <= 0 {
+		c.RecoveryWindow = gpu.DefaultRecoveryWindow
 	}
 	if c.Client == nil && (c.QPS <= 0 || c.Burst <= 0) {
 		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", c.QPS, c.Burst))

@@ -37,7 +37,8 @@ func TestConfigValidate(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.KubeletDir != DefaultKubeletDir || c.VerifyPeriod != DefaultVerifyPeriod || c.PodResourcesSocket() != "/var/lib/kubelet/pod-resources/kubelet.sock" {
+				if c.KubeletDir != DefaultKubeletDir || c.VerifyPeriod != DefaultVerifyPeriod || c.RecoveryWindow != gpu.DefaultRecoveryWindow ||
+					c.PodResourcesSocket() != "/var/lib/kubelet/pod-resources/kubelet.sock" {
 					t.Errorf("defaults not filled in: %+v", c)
 				}
 				return

@@ -264,7 +264,7 @@ func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
 }
 
 // healthLoop applies XID events and recovery checks to health and calls
-// apply after every change.
+// apply after every change. window is health's recovery window (> 0).
 func healthLoop(ctx context.Context, gpus GPUs, health *gpu.Health, window time.Duration, apply func()) {
 	logger := klog.FromContext(ctx)
 	events := make(chan gpu.Event)
@@ -273,9 +273,6 @@ func healthLoop(ctx context.Context, gpus GPUs, health *gpu.Health, window time.
 			logger.Error(err, "Watching XID events failed; card health is no longer watched")
 		}
 	}()
-	if window <= 0 {
-		window = gpu.DefaultRecoveryWindow
-	}
 	t := time.NewTicker(max(min(healthProbePeriod, window/2), 10*time.Millisecond))
 	defer t.Stop()
 	for {
@@ -283,14 +280,14 @@ func healthLoop(ctx context.Context, gpus GPUs, health *gpu.Health, window time.
 		case <-ctx.Done():
 			return
 		case e := <-events:
-			if !gpu.IsCritical(e.XID) && e.XID != 0 {
-				logger.V(4).Info("Ignoring an application XID", "uuid", e.UUID, "xid", e.XID)
+			changed := health.Observe(e)
+			if len(changed) == 0 {
+				// An application XID, or a card already unhealthy.
+				logger.V(4).Info("XID event changes no card's health", "uuid", e.UUID, "xid", e.XID)
 				continue
 			}
-			if changed := health.Observe(e); len(changed) > 0 {
-				logger.Info("GPUs marked unhealthy", "uuids", changed, "xid", e.XID, "recoveryWindow", window)
-				apply()
-			}
+			logger.Info("GPUs marked unhealthy", "uuids", changed, "xid", e.XID, "recoveryWindow", window)
+			apply()
 		case <-t.C:
 			if back := health.Recover(gpus.Probe); len(back) > 0 {
 				logger.Info("GPUs healthy again", "uuids", back)
