@@ -42,6 +42,19 @@ func checkHoles(t *testing.T, c *Cache) {
 	}
 }
 
+// node returns a copy of node name's cards, taken under the cache's lock.
+func (c *Cache) node(name string) (allocator.Node, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, ok := c.nodes[name]
+	if !ok {
+		return allocator.Node{}, false
+	}
+	n := ns.node
+	n.Cards = slices.Clone(ns.node.Cards)
+	return n, true
+}
+
 // used returns each card's Used on node name.
 func used(t *testing.T, c *Cache, name string) []int64 {
 	t.Helper()

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-
-	"github.com/gpushare/gpushare/pkg/allocator"
 )
 
 // NodeView is one node as GET /inspect shows it. Units are the node's Unit.
@@ -94,17 +92,4 @@ func sortPods(p []PodView) {
 	slices.SortFunc(p, func(a, b PodView) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
-}
-
-// node returns a copy of a node's cards, for tests and the simulator.
-func (c *Cache) node(name string) (allocator.Node, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ns, ok := c.nodes[name]
-	if !ok {
-		return allocator.Node{}, false
-	}
-	n := ns.node
-	n.Cards = append([]allocator.Card(nil), ns.node.Cards...)
-	return n, true
 }
