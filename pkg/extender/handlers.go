@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -123,10 +124,11 @@ func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
 		_, err := gpushare.PodDemand(args.Pod) // say why
 		return nil, nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
 	}
-	if info.Policy != "" {
-		if _, err := allocator.New(info.Policy, nil); err != nil {
-			return nil, nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
-		}
+	// The cache builds the policy; check only the name here, so the error
+	// names the pod and its annotation.
+	if info.Policy != "" && !slices.Contains(allocator.PolicyNames(), info.Policy) {
+		_, err := allocator.New(info.Policy, nil) // say why
+		return nil, nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
 	}
 	var names []string
 	switch {
