@@ -51,6 +51,8 @@ type KubeletPod struct {
 type KubeletPods interface {
 	// List returns kubelet's active pods: those admitted, and the one it is
 	// admitting (kubelet adds a pod to its pod manager before admission).
+	// It bounds its own wait: the handoff calls it while kubelet admits a
+	// container and from the verifier, without a deadline of its own.
 	List(ctx context.Context) ([]KubeletPod, error)
 }
 

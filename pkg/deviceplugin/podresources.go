@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -15,11 +16,19 @@ import (
 // ID per unit of every container on the node (MiB nodes have many).
 const maxPodResourcesBytes = 64 << 20
 
+// podResourcesTimeout bounds one PodResources List: a kubelet whose socket
+// accepts and never answers must not hold up GetPreferredAllocation,
+// Allocate or the verifier.
+const podResourcesTimeout = 2 * time.Second
+
 // PodResources reads kubelet's PodResources v1 API
 // (<kubelet-dir>/pod-resources/kubelet.sock). It connects on first use and
 // reconnects by itself when kubelet restarts.
 type PodResources struct {
 	Socket string
+
+	// timeout bounds each List; podResourcesTimeout when 0.
+	timeout time.Duration
 
 	mu     sync.Mutex
 	client podresourcesv1.PodResourcesListerClient // nil until first use
@@ -27,8 +36,15 @@ type PodResources struct {
 
 var _ KubeletPods = (*PodResources)(nil)
 
-// List returns kubelet's active pods with their aliyun.com/gpu-mem IDs.
+// List returns kubelet's active pods with their aliyun.com/gpu-mem IDs. It
+// gives up after 2 s (podResourcesTimeout).
 func (p *PodResources) List(ctx context.Context) ([]KubeletPod, error) {
+	timeout := p.timeout
+	if timeout <= 0 {
+		timeout = podResourcesTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	p.mu.Lock()
 	if p.client == nil {
 		conn, err := dial(p.Socket)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -17,8 +16,6 @@ func (h *Handoff) listKubelet(ctx context.Context) []KubeletPod {
 	if h.kubelet == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	kp, err := h.kubelet.List(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("PodResources unavailable; matching without kubelet's view", "err", err)
