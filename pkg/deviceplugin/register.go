@@ -53,7 +53,7 @@ func (e *Endpoint) Run(ctx context.Context) error {
 	if err := w.Add(e.Dir); err != nil {
 		return fmt.Errorf("watching %s: %w", e.Dir, err)
 	}
-	kubeletSock := filepath.Join(e.Dir, filepath.Base(pluginapi.KubeletSocket))
+	kubeletSock := e.kubeletSocket()
 	for {
 		stop, err := e.start(ctx)
 		var retry <-chan time.Time
@@ -147,9 +147,14 @@ func (e *Endpoint) prove(ctx context.Context, sock string) error {
 	return nil
 }
 
+// kubeletSocket is kubelet's registration socket, kubelet.sock in Dir.
+func (e *Endpoint) kubeletSocket() string {
+	return filepath.Join(e.Dir, filepath.Base(pluginapi.KubeletSocket))
+}
+
 // register tells kubelet about the plugin.
 func (e *Endpoint) register(ctx context.Context) error {
-	kubeletSock := filepath.Join(e.Dir, filepath.Base(pluginapi.KubeletSocket))
+	kubeletSock := e.kubeletSocket()
 	conn, err := dial(kubeletSock)
 	if err != nil {
 		return err
