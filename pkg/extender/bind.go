@@ -52,7 +52,9 @@ func NewBinder(c *cache.Cache, api PodAPI, pods PodCache, clk clock.PassiveClock
 }
 
 // Bind places the pod on node's cards, writes the annotations and creates
-// the Binding. It is idempotent for a pod already bound to node.
+// the Binding. It is idempotent for a pod already bound to node. It logs
+// with ctx's logger, which the caller has given the pod and node keys (the
+// bind handler does).
 func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
 	logger := klog.FromContext(ctx)
 	if namespace == "" || name == "" || node == "" {
@@ -64,7 +66,7 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	}
 	if pod.NodeName != "" {
 		if pod.NodeName == node {
-			logger.V(2).Info("Pod already bound to this node; nothing to do", "pod", klog.KObj(pod), "node", node)
+			logger.V(2).Info("Pod already bound to this node; nothing to do")
 			return nil
 		}
 		return fmt.Errorf("pod %s/%s is already bound to node %s, not %s: %w", namespace, name, pod.NodeName, node, cache.ErrBoundElsewhere)
@@ -81,14 +83,14 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	if err != nil {
 		return fmt.Errorf("placing pod %s/%s on node %s: %w", namespace, name, node, err)
 	}
-	logger.V(4).Info("Chose cards", "pod", klog.KObj(pod), "node", node, "allocation", alloc)
+	logger.V(4).Info("Chose cards", "allocation", alloc)
 
 	if err := b.bind(ctx, pod, node, alloc); err != nil {
 		b.cache.Forget(pod.UID)
 		return err
 	}
 	b.cache.FinishBinding(pod.UID)
-	logger.V(2).Info("Bound pod", "pod", klog.KObj(pod), "node", node, "units", alloc.Total(), "unit", alloc.Unit)
+	logger.V(2).Info("Bound pod", "units", alloc.Total(), "unit", alloc.Unit)
 	return nil
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -102,14 +101,23 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// observe records a verb's latency and logs its error once.
-func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, pod *corev1.Pod, err error) {
+// observe records a verb's latency and logs its error once, with ctx's
+// logger, which already names the verb and, once decoded, the pod.
+func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
-		klog.FromContext(ctx).Error(err, "Extender request failed", "verb", verb, "pod", klog.KObj(pod))
+		klog.FromContext(ctx).Error(err, "Extender request failed")
 	}
 	h.metrics.latency.WithLabelValues(verb, result).Observe(time.Since(start).Seconds())
+}
+
+// withPod returns ctx with its logger naming pod, if the request has one.
+func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
+	if pod == nil {
+		return ctx
+	}
+	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name)))
 }
 
 // podArgs validates the pod of a filter or prioritize request and returns
@@ -153,6 +161,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
+		ctx = withPod(ctx, args.Pod)
 		pod, names, err := podArgs(&args)
 		if err != nil {
 			return nil, err
@@ -164,15 +173,15 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		} else if fit, failed, err = h.cache.FilterBest(pod, names); err != nil {
 			return nil, err
 		}
-		klog.FromContext(ctx).V(4).Info("Filtered", "pod", klog.KObj(args.Pod), "fit", len(fit), "failed", len(failed))
+		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
 		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
 			for node, reason := range failed {
-				logger.Info("Node rejected", "pod", klog.KObj(args.Pod), "node", node, "reason", reason)
+				logger.Info("Node rejected", "node", node, "reason", reason)
 			}
 		}
 		return filterResult(&args, fit, failed), nil
 	}()
-	h.observe(ctx, "filter", start, args.Pod, err)
+	h.observe(ctx, "filter", start, err)
 	if err != nil {
 		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
@@ -214,6 +223,7 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 		if err := decode(w, r, &args); err != nil {
 			return nil, err
 		}
+		ctx = withPod(ctx, args.Pod)
 		pod, names, err := podArgs(&args)
 		if err != nil {
 			return nil, err
@@ -226,10 +236,10 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 		for i, n := range names {
 			out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
 		}
-		klog.FromContext(ctx).V(5).Info("Scored", "pod", klog.KObj(args.Pod), "scores", out)
+		klog.FromContext(ctx).V(5).Info("Scored", "scores", out)
 		return out, nil
 	}()
-	h.observe(ctx, "prioritize", start, args.Pod, err)
+	h.observe(ctx, "prioritize", start, err)
 	if err != nil {
 		// HostPriorityList has no error field: an error reply is the only
 		// way to say so, and the scheduler then ignores this extender's
@@ -252,7 +262,7 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node))
 		err = h.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)
 	}
-	h.observe(ctx, "bind", start, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: args.PodNamespace, Name: args.PodName}}, err)
+	h.observe(ctx, "bind", start, err)
 	res := &extenderv1.ExtenderBindingResult{}
 	if err != nil {
 		res.Error = err.Error()
