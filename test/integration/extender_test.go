@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -41,12 +40,7 @@ func startCluster(t *testing.T) *cluster {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := ln.Addr().String()
-	ln.Close()
+	listen := freeAddr(t)
 	cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix})
 	ctx := context.Background()
 	root, err := framework.RepoRoot()

@@ -129,39 +129,26 @@ func buildExtender(t *testing.T) string {
 
 // startExtender starts the extender binary with args, its log in the
 // test's temporary directory, and returns its PID and a function that
-// stops it.
+// kills it (its process group) and waits for it. Like the control plane it
+// is a framework.Proc: the kernel kills it if the test binary dies.
 func startExtender(t *testing.T, bin string, args ...string) (pid int, stop func()) {
 	t.Helper()
-	logFile, err := os.Create(filepath.Join(t.TempDir(), "extender.log"))
+	p, err := framework.StartProc("extender", bin, args, filepath.Join(t.TempDir(), "extender.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			logFile.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return cmd.Process.Pid, stop
+	t.Cleanup(p.Kill)
+	return p.PID(), p.Kill
 }
 
 // freeAddr returns a 127.0.0.1 address with a port free at the time.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := framework.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
 // noopSchedulerConfig calls an extender for filter and prioritize only

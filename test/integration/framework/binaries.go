@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -207,30 +206,11 @@ func build(ctx context.Context, root, dir string, s buildSpec) error {
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("building %s in %s: %w\n%s", s.name, cmd.Dir, err, lastLines(out.Bytes(), 30))
+		return fmt.Errorf("building %s in %s: %w\n%s", s.name, cmd.Dir, err, LastLines(out.String(), 30))
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, s.name)); err != nil {
 		return fmt.Errorf("installing %s: %w", s.name, err)
 	}
 	fmt.Fprintf(os.Stderr, "built %s in %s\n", s.name, time.Since(start).Round(time.Second))
 	return nil
-}
-
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "(no log)"
-		}
-		return fmt.Sprintf("(reading %s: %v)", path, err)
-	}
-	return lastLines(b, n)
 }

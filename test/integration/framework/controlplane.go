@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -79,7 +78,7 @@ type ControlPlane struct {
 	kubeconfigs  map[string]string
 
 	mu       sync.Mutex
-	procs    []*process // in start order
+	procs    []*Proc // in start order
 	stopOnce sync.Once
 }
 
@@ -377,8 +376,8 @@ func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
 	return path, nil
 }
 
-func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error) {
-	p, err := startProcess(name, bin, args, cp.logsDir)
+func (cp *ControlPlane) start(name, bin string, args ...string) (*Proc, error) {
+	p, err := StartProc(name, bin, args, filepath.Join(cp.logsDir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -390,16 +389,16 @@ func (cp *ControlPlane) start(name, bin string, args ...string) (*process, error
 
 // waitHealthy polls url until ok accepts a 200 response body, failing early
 // if p exits or ctx ends.
-func waitHealthy(ctx context.Context, p *process, timeout time.Duration, client *http.Client, url, token string, ok func(string) bool) error {
+func waitHealthy(ctx context.Context, p *Proc, timeout time.Duration, client *http.Client, url, token string, ok func(string) bool) error {
 	deadline := time.Now().Add(timeout)
 	last := "no response yet"
 	for {
-		if p.exited() {
-			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, p.exitError())
+		if p.Exited() {
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.Name, p.ExitError())
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, err)
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.Name, err)
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -412,15 +411,15 @@ func waitHealthy(ctx context.Context, p *process, timeout time.Duration, client 
 			if resp.StatusCode == http.StatusOK && ok(string(body)) {
 				return nil
 			}
-			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, lastLines(body, 20))
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, LastLines(string(body), 20))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("waiting for %s to become healthy: no success from %s within %s; last: %s; last lines of %s:\n%s",
-				p.name, url, timeout, last, p.logPath, tailFile(p.logPath, 40))
+				p.Name, url, timeout, last, p.LogPath, Tail(p.LogPath, 40))
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to become healthy: %w", p.name, ctx.Err())
+			return fmt.Errorf("waiting for %s to become healthy: %w", p.Name, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -435,7 +434,7 @@ func (cp *ControlPlane) Stop() {
 		procs := cp.procs
 		cp.mu.Unlock()
 		for i := len(procs) - 1; i >= 0; i-- {
-			procs[i].stop(stopGrace)
+			procs[i].Stop(stopGrace)
 		}
 	})
 }
@@ -466,7 +465,7 @@ func (cp *ControlPlane) PIDs() map[string]int {
 	defer cp.mu.Unlock()
 	out := make(map[string]int, len(cp.procs))
 	for _, p := range cp.procs {
-		out[p.name] = p.pid()
+		out[p.Name] = p.PID()
 	}
 	return out
 }
@@ -503,26 +502,6 @@ func (cp *ControlPlane) RESTConfig(user string) *rest.Config {
 // Client returns a clientset acting as user. It panics for an unknown user.
 func (cp *ControlPlane) Client(user string) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cp.RESTConfig(user))
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, 0, n)
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomToken() string {

@@ -3,40 +3,48 @@ package framework
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
 
-// process is one control-plane child.
-type process struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	logFile *os.File
-	done    chan struct{} // closed when the process has exited
-	err     error         // the Wait result, valid once done is closed
+// Proc is one child process of a test: in its own process group, so a stop
+// reaches whatever it forked, and on Linux killed by the kernel if the test
+// binary dies (Pdeathsig), so neither a failure nor `go test -timeout`
+// leaves it behind. The control plane, the e2e cluster and the tests that
+// run the extender binary all start their children with StartProc.
+type Proc struct {
+	Name    string   // e.g. "kube-apiserver", "extender", "t4-1/plugin"
+	Path    string   // the executable
+	Args    []string // without the executable
+	LogPath string   // stdout and stderr, appended
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited
+	err  error         // the Wait result, valid once done is closed
 }
 
-// startProcess starts bin with args, stdout and stderr going to logsDir/name.log.
-// The child outlives no context: only stop (or the death of this process) ends it.
-func startProcess(name, bin string, args []string, logsDir string) (*process, error) {
-	logPath := filepath.Join(logsDir, name+".log")
+// StartProc starts path with args, stdout and stderr appended to logPath.
+// The child outlives no context: only Stop, Kill or the death of this
+// process ends it.
+func StartProc(name, path string, args []string, logPath string) (*Proc, error) {
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("opening the %s log: %w", name, err)
+		return nil, fmt.Errorf("opening the log of %s: %w", name, err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout = lf
-	cmd.Stderr = lf
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, logFile: lf, done: make(chan struct{})}
+	p := &Proc{Name: name, Path: path, Args: args, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		_ = lf.Close()
@@ -45,9 +53,11 @@ func startProcess(name, bin string, args []string, logsDir string) (*process, er
 	return p, nil
 }
 
-func (p *process) pid() int { return p.cmd.Process.Pid }
+// PID is the process id, also its process group id (Setpgid).
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
-func (p *process) exited() bool {
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -56,26 +66,94 @@ func (p *process) exited() bool {
 	}
 }
 
-// exitError describes an exited process together with the end of its log.
-func (p *process) exitError() error {
-	return fmt.Errorf("%s exited: %w; last lines of %s:\n%s", p.name, p.err, p.logPath, tailFile(p.logPath, 40))
+// ExitError describes how the process ended, with the end of its log.
+func (p *Proc) ExitError() error {
+	return fmt.Errorf("%s exited: %w; last lines of %s:\n%s", p.Name, p.err, p.LogPath, Tail(p.LogPath, 40))
 }
 
-// stop sends SIGTERM to the process group, waits up to grace, then sends
-// SIGKILL, and returns once the process has exited.
-func (p *process) stop(grace time.Duration) {
-	if p.exited() {
+// Signal sends sig to the process alone.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	if p.Exited() {
+		return fmt.Errorf("signalling %s: %w", p.Name, os.ErrProcessDone)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// Stop sends SIGTERM to the process group, SIGKILL after grace, and
+// returns once the process has exited. Stopping an exited process is a no-op.
+func (p *Proc) Stop(grace time.Duration) {
+	if p.Exited() {
 		return
 	}
-	pgid := p.pid() // Setpgid makes the child lead a group with its own pid.
-	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+	if err := syscall.Kill(-p.PID(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 	}
+}
+
+// Kill sends SIGKILL to the process group (a crash) and returns once the
+// process has exited.
+func (p *Proc) Kill() {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// Tail returns the last n lines of the file at path, or a note saying why
+// it cannot.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "(no log)"
+		}
+		return fmt.Sprintf("(reading %s: %v)", path, err)
+	}
+	return LastLines(string(b), n)
+}
+
+// LastLines returns the last n lines of s, without a trailing newline.
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// FreeAddr returns a 127.0.0.1:PORT address whose port was free a moment ago.
+func FreeAddr() (string, error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// (all n are held open together, so they differ).
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }

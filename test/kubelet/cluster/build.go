@@ -74,7 +74,7 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			return Binaries{}, &BuildError{Target: filepath.Base(t.out), Dir: t.dir, Output: lastLines(out.String(), 30), Err: err}
+			return Binaries{}, &BuildError{Target: filepath.Base(t.out), Dir: t.dir, Output: framework.LastLines(out.String(), 30), Err: err}
 		}
 		fmt.Fprintf(progress, "built %s in %.1fs\n", relTo(root, t.out), time.Since(start).Seconds())
 	}
@@ -90,14 +90,6 @@ func gitVersion(ctx context.Context, root string) string {
 		return "dev"
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 func relTo(root, path string) string {

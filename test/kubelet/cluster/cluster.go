@@ -107,8 +107,8 @@ type Cluster struct {
 	logsDir            string
 
 	mu       sync.Mutex
-	extender *Proc   // nil while stopped
-	nodes    []*Node // in Config.Nodes order
+	extender *framework.Proc // nil while stopped
+	nodes    []*Node         // in Config.Nodes order
 }
 
 // Node is a simulated node: the node agent (kubelet's device manager) and
@@ -121,7 +121,7 @@ type Node struct {
 	Cards []gpu.Device
 	// Agent and Plugin are the running processes (nil while stopped);
 	// guarded by the cluster's mu.
-	Agent, Plugin *Proc
+	Agent, Plugin *framework.Proc
 }
 
 // TotalGiB is the node's GPU memory in GiB.
@@ -162,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	cfg.Dir = dir
 	if cfg.ExtenderAddr == "" {
-		if cfg.ExtenderAddr, err = freeAddr(); err != nil {
+		if cfg.ExtenderAddr, err = framework.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
@@ -301,7 +301,7 @@ func (c *Cluster) v() string { return "-v=" + strconv.Itoa(c.cfg.Verbosity) }
 
 // StartExtender starts the extender process and waits for /readyz.
 func (c *Cluster) StartExtender(ctx context.Context) error {
-	p, err := StartProc("extender", c.cfg.Bins.Extender, []string{
+	p, err := framework.StartProc("extender", c.cfg.Bins.Extender, []string{
 		"--kubeconfig=" + c.extenderKubeconfig, "--listen=" + c.cfg.ExtenderAddr, c.v(),
 	}, filepath.Join(c.logsDir, "extender.log"))
 	if err != nil {
@@ -338,7 +338,7 @@ func (c *Cluster) StopExtender(crash bool) {
 }
 
 func (c *Cluster) startAgent(ctx context.Context, n *Node) error {
-	p, err := StartProc(n.Spec.Name+"/agent", c.cfg.Bins.NodeAgent, []string{
+	p, err := framework.StartProc(n.Spec.Name+"/agent", c.cfg.Bins.NodeAgent, []string{
 		"--node-name=" + n.Spec.Name, "--kubeconfig=" + c.CP.AdminKubeconfig(), "--kubelet-dir=" + n.Dir,
 		"--address=" + n.Spec.Address, c.v(),
 	}, filepath.Join(c.logsDir, n.Spec.Name+"-agent.log"))
@@ -372,7 +372,7 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 	if c.cfg.VerifyPeriod > 0 {
 		args = append(args, "--verify-period="+c.cfg.VerifyPeriod.String())
 	}
-	p, err := StartProc(name+"/plugin", c.cfg.Bins.DevicePlugin, args, filepath.Join(c.logsDir, name+"-plugin.log"))
+	p, err := framework.StartProc(name+"/plugin", c.cfg.Bins.DevicePlugin, args, filepath.Join(c.logsDir, name+"-plugin.log"))
 	if err != nil {
 		return err
 	}
@@ -386,7 +386,7 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 func (c *Cluster) StopPlugin(name string) {
 	c.mu.Lock()
 	n := c.Node(name)
-	var p *Proc
+	var p *framework.Proc
 	if n != nil {
 		p, n.Plugin = n.Plugin, nil
 	}
@@ -449,7 +449,7 @@ func (c *Cluster) WaitNodeGPUs(ctx context.Context, name string, want int64, tim
 	if err != nil {
 		plugin := filepath.Join(c.logsDir, name+"-plugin.log")
 		return fmt.Errorf("node %s never advertised %d GiB (last: %s); agent log %s, plugin log %s:\n%s",
-			name, want, last, filepath.Join(c.logsDir, name+"-agent.log"), plugin, Tail(plugin, 15))
+			name, want, last, filepath.Join(c.logsDir, name+"-agent.log"), plugin, framework.Tail(plugin, 15))
 	}
 	return nil
 }
@@ -467,7 +467,7 @@ func (c *Cluster) Processes() []ProcInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []ProcInfo
-	add := func(p *Proc) {
+	add := func(p *framework.Proc) {
 		if p != nil && !p.Exited() {
 			out = append(out, ProcInfo{Name: p.Name, PID: p.PID(), Exe: p.Path})
 		}
@@ -495,7 +495,7 @@ func (c *Cluster) Exited() []error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []error
-	check := func(p *Proc) {
+	check := func(p *framework.Proc) {
 		if p != nil && p.Exited() {
 			out = append(out, p.ExitError())
 		}
@@ -512,7 +512,7 @@ func (c *Cluster) Exited() []error {
 // extender, then the control plane. It may be called more than once.
 func (c *Cluster) Stop() {
 	c.mu.Lock()
-	var procs []*Proc
+	var procs []*framework.Proc
 	for _, n := range c.nodes {
 		procs = append(procs, n.Plugin, n.Agent)
 		n.Plugin, n.Agent = nil, nil
@@ -541,7 +541,7 @@ func (c *Cluster) Stop() {
 func (c *Cluster) LogsDir() string { return c.logsDir }
 
 // waitFor polls ok until it holds, p exits, ctx ends or timeout passes.
-func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, ok func() bool) error {
+func waitFor(ctx context.Context, p *framework.Proc, timeout time.Duration, what string, ok func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if p.Exited() {
@@ -551,7 +551,7 @@ func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, o
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: not there after %s; last lines of %s:\n%s", what, timeout, p.LogPath, Tail(p.LogPath, 25))
+			return fmt.Errorf("waiting for %s: not there after %s; last lines of %s:\n%s", what, timeout, p.LogPath, framework.Tail(p.LogPath, 25))
 		}
 		select {
 		case <-ctx.Done():
@@ -559,15 +559,6 @@ func waitFor(ctx context.Context, p *Proc, timeout time.Duration, what string, o
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("finding a free port: %w", err)
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String(), nil
 }
 
 // PodsOnNode lists the pods bound to node in namespace ns ("" for all).

@@ -1,0 +1,62 @@
+package framework
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestLastLines(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		n    int
+		want string
+	}{
+		{name: "empty", in: "", n: 3, want: ""},
+		{name: "fewer lines than n", in: "a\nb\n", n: 3, want: "a\nb"},
+		{name: "exactly n", in: "a\nb\nc", n: 3, want: "a\nb\nc"},
+		{name: "more lines than n", in: "a\nb\nc\nd\n\n", n: 2, want: "c\nd"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := LastLines(tt.in, tt.n); got != tt.want {
+				t.Errorf("LastLines(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTailMissingFile(t *testing.T) {
+	if got := Tail(filepath.Join(t.TempDir(), "none.log"), 5); got != "(no log)" {
+		t.Errorf("Tail of a missing file = %q, want (no log)", got)
+	}
+}
+
+// TestProcStop starts a shell waiting on a forked child: Stop's SIGTERM to
+// the process group ends it (the grace period is an hour, so SIGKILL never
+// comes into play), and Stop and Kill on an exited process are no-ops.
+func TestProcStop(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	p, err := StartProc("sh", "/bin/sh", []string{"-c", "sleep 600 & wait"}, filepath.Join(t.TempDir(), "sh.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Exited() {
+		t.Fatalf("exited at once: %v", p.ExitError())
+	}
+	p.Stop(time.Hour)
+	if !p.Exited() {
+		t.Fatal("Stop returned before the process exited")
+	}
+	if err := p.Signal(syscall.SIGTERM); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("Signal after exit: %v, want os.ErrProcessDone", err)
+	}
+	p.Stop(time.Hour)
+	p.Kill()
+}
