@@ -79,6 +79,9 @@ type Cache struct {
 }
 
 type nodeState struct {
+	// seen: SetNode has this node. False for a placeholder: pods named the
+	// node before its own event came, or the node was deleted under them.
+	seen bool
 	// node holds the cards; each card's Used is the sum over pods of
 	// podState.perCard for its index.
 	node   allocator.Node
@@ -168,6 +171,7 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns := c.nodeState(node.Name)
+	ns.seen = true
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	c.holes.AddNode(&ns.node, -1)
 	ns.node = allocator.Node{Name: node.Name, Unit: unit, Cards: cards}
@@ -204,7 +208,7 @@ func (c *Cache) DeleteNode(name string) {
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
 	} else {
-		ns.node.Cards, ns.source, ns.invErr = nil, SourceNone, ""
+		ns.seen, ns.node.Cards, ns.source, ns.invErr = false, nil, SourceNone, ""
 		ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = false, 0, 0
 		ns.missing, ns.unattributed = 0, 0
 		for uid := range ns.pods {
@@ -431,7 +435,9 @@ func (c *Cache) DeletePod(uid types.UID) {
 // as assumed until FinishBinding, Forget or the deadline. It is idempotent:
 // for a pod that already holds an allocation on node it returns that
 // allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
-// bound to another node, ErrUnknownNode, or an *allocator.FitError.
+// bound to another node, ErrUnknownNode for a node the extender has not
+// seen, or an *allocator.FitError (one with filter's reason for a node
+// without GPUs).
 func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) {
 	if pod.Demand == nil {
 		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
@@ -449,9 +455,12 @@ func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) 
 		}
 		c.remove(uid) // a stale assumption for another node
 	}
-	ns, ok := c.nodes[node]
-	if !ok || ns.source == SourceNone && len(ns.node.Cards) == 0 && len(ns.pods) == 0 {
+	ns, reason, unknown := c.gpuNode(node)
+	switch {
+	case unknown:
 		return nil, fmt.Errorf("node %s: %w", node, ErrUnknownNode)
+	case ns == nil:
+		return nil, &allocator.FitError{Node: node, Reason: reason}
 	}
 	p, err := c.newPolicy(pod.Policy)
 	if err != nil {
@@ -526,18 +535,29 @@ func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	return allocator.New(name, c.workload.Typical())
 }
 
-// fitOn places demand on node name with policy p into pl; reason says why
-// it does not fit ("" when it does). The caller holds c.mu.
-func (c *Cache) fitOn(name string, demand gpushare.Demand, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
+// gpuNode returns name's state if the node has cards; otherwise nil and
+// why not, with unknown true for a node the extender has not seen (or only
+// as a placeholder). The caller holds c.mu.
+func (c *Cache) gpuNode(name string) (ns *nodeState, reason string, unknown bool) {
 	ns, ok := c.nodes[name]
 	switch {
-	case !ok:
-		return nil, "node unknown to the gpushare extender (not yet in its informer cache)"
+	case !ok || !ns.seen:
+		return nil, "node unknown to the gpushare extender (not yet in its informer cache)", true
 	case len(ns.node.Cards) == 0:
 		reason := "node reports no GPU memory (" + string(gpushare.ResourceGPUMem) + ")"
 		if ns.invErr != "" {
 			reason += "; " + ns.invErr
 		}
+		return nil, reason, false
+	}
+	return ns, "", false
+}
+
+// fitOn places demand on node name with policy p into pl; reason says why
+// it does not fit ("" when it does). The caller holds c.mu.
+func (c *Cache) fitOn(name string, demand gpushare.Demand, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
+	ns, reason, _ = c.gpuNode(name)
+	if ns == nil {
 		return nil, reason
 	}
 	// Feasibility does not depend on the policy: the search is complete.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,6 +173,25 @@ func TestAssumeReasons(t *testing.T) {
 	worst.Policy = "worstfit"
 	if _, err := c.Assume(worst, "n1"); err == nil {
 		t.Error("Assume with an unknown policy succeeded")
+	}
+
+	// A node the extender knows, without GPUs: the same reason as filter
+	// gives, not "unknown".
+	if err := c.SetNode(util.MakeNode("cpu").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	small := NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
+	_, err = c.Assume(small, "cpu")
+	if errors.Is(err, ErrUnknownNode) || !errors.As(err, &fe) || !strings.Contains(fe.Reason, "node reports no GPU memory") {
+		t.Errorf("Assume on a node without GPUs: err = %v, want a FitError saying it reports no GPU memory", err)
+	}
+	// A node only named by a bound pod (its own event not in yet) is unknown.
+	c.UpsertPod(util.MakePod("early").GPUMem(4).Node("later").Obj())
+	if _, err := c.Assume(small, "later"); !errors.Is(err, ErrUnknownNode) {
+		t.Errorf("Assume on a placeholder node: err = %v, want ErrUnknownNode", err)
+	}
+	if _, failed := c.Filter(small.Demand, []string{"later"}); !strings.Contains(failed["later"], "unknown") {
+		t.Errorf("Filter on a placeholder node: reason %q, want unknown", failed["later"])
 	}
 }
 
