@@ -560,7 +560,10 @@ func (c *Cache) fitOn(name string, demand gpushare.Demand, p allocator.Policy, p
 	if ns == nil {
 		return nil, reason
 	}
-	// Feasibility does not depend on the policy: the search is complete.
+	// Feasibility does not depend on the policy (Filter uses Binpack) as
+	// long as the search is exhaustive, which it is for pods of a few GPU
+	// containers; only a pod that exhausts allocator's search budget could
+	// be found to fit in one policy's card order and not in another's.
 	if err := allocator.FitInto(&ns.node, demand, p, pl); err != nil {
 		var fe *allocator.FitError
 		if errors.As(err, &fe) {
