@@ -177,11 +177,7 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	ns.node = allocator.Node{Name: node.Name, Unit: unit, Cards: cards}
 	ns.source = source
 	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = hostKnown, cpu, mem
-	if cpu < oldCPU && oldCPU == c.maxMilliCPU || ns.node.Capacity() < oldUnits && oldUnits == c.maxUnits {
-		c.rescanMax()
-	} else {
-		c.maxMilliCPU, c.maxUnits = max(c.maxMilliCPU, cpu), max(c.maxUnits, ns.node.Capacity())
-	}
+	c.updateMax(oldCPU, oldUnits, cpu, ns.node.Capacity())
 	ns.invErr = ""
 	if invErr != nil {
 		ns.invErr = invErr.Error()
@@ -205,6 +201,7 @@ func (c *Cache) DeleteNode(name string) {
 		return
 	}
 	c.holes.AddNode(&ns.node, -1) // a node without cards adds nothing back
+	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
 	} else {
@@ -215,7 +212,7 @@ func (c *Cache) DeleteNode(name string) {
 			ns.charge(c.pods[uid], 1) // all of it lands in missing
 		}
 	}
-	c.rescanMax()
+	c.updateMax(oldCPU, oldUnits, 0, 0)
 }
 
 // nodeState returns name's state, adding an empty placeholder (no cards,
@@ -228,6 +225,18 @@ func (c *Cache) nodeState(name string) *nodeState {
 		c.nodes[name] = ns
 	}
 	return ns
+}
+
+// updateMax keeps maxMilliCPU and maxUnits in step after one node's
+// allocatable CPU and GPU capacity went from oldCPU and oldUnits to cpu and
+// units: it scans every node only when the node held a maximum and shrank.
+// The caller holds c.mu.
+func (c *Cache) updateMax(oldCPU, oldUnits, cpu, units int64) {
+	if cpu < oldCPU && oldCPU == c.maxMilliCPU || units < oldUnits && oldUnits == c.maxUnits {
+		c.rescanMax()
+		return
+	}
+	c.maxMilliCPU, c.maxUnits = max(c.maxMilliCPU, cpu), max(c.maxUnits, units)
 }
 
 // rescanMax recomputes maxMilliCPU and maxUnits. The caller holds c.mu.

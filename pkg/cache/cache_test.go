@@ -631,3 +631,37 @@ func TestFilterBest(t *testing.T) {
 		}
 	}
 }
+
+// TestMaximaFollowNodeChanges checks the CPU and GPU maxima the host-aware
+// scores scale by, as nodes grow, shrink and go.
+func TestMaximaFollowNodeChanges(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	type maxima struct{ MilliCPU, Units int64 }
+	get := func() maxima {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return maxima{c.maxMilliCPU, c.maxUnits}
+	}
+	steps := []struct {
+		name string
+		do   func() error
+		want maxima
+	}{
+		{"add a", func() error { return c.SetNode(util.MakeNode("a").Host("16", "64Gi").Cards("A100", 80).Obj()) }, maxima{16000, 80}},
+		{"add b", func() error { return c.SetNode(util.MakeNode("b").Host("8", "32Gi").Cards("T4", 16).Obj()) }, maxima{16000, 80}},
+		{"add c", func() error { return c.SetNode(util.MakeNode("c").Host("4", "16Gi").Cards("T4", 16, 16).Obj()) }, maxima{16000, 80}},
+		{"delete b (no maximum)", func() error { c.DeleteNode("b"); return nil }, maxima{16000, 80}},
+		{"shrink a", func() error { return c.SetNode(util.MakeNode("a").Host("2", "64Gi").Cards("A100", 20).Obj()) }, maxima{4000, 32}},
+		{"grow c", func() error { return c.SetNode(util.MakeNode("c").Host("6", "16Gi").Cards("T4", 16, 16).Obj()) }, maxima{6000, 32}},
+		{"delete c (both maxima)", func() error { c.DeleteNode("c"); return nil }, maxima{2000, 20}},
+		{"delete a", func() error { c.DeleteNode("a"); return nil }, maxima{0, 0}},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if diff := cmp.Diff(s.want, get()); diff != "" {
+			t.Errorf("after %s, maxima (-want +got):\n%s", s.name, diff)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package cache
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 )
 
@@ -47,21 +46,32 @@ type PodView struct {
 // unknown), sorted by name, cards by index, pods by namespace/name.
 func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	names := slices.Sorted(maps.Keys(c.nodes))
 	if only != "" {
-		if _, found := c.nodes[only]; !found {
+		ns, found := c.nodes[only]
+		if !found {
+			c.mu.Unlock()
 			return nil, false
 		}
-		names = []string{only}
+		views = []NodeView{c.nodeView(ns)}
+	} else {
+		views = make([]NodeView, 0, len(c.nodes))
+		for _, ns := range c.nodes {
+			views = append(views, c.nodeView(ns))
+		}
 	}
-	views = make([]NodeView, 0, len(names))
-	for _, name := range names {
-		views = append(views, c.nodeView(c.nodes[name]))
+	c.mu.Unlock()
+	// The views share nothing with the cache: sort them without the lock.
+	slices.SortFunc(views, func(a, b NodeView) int { return cmp.Compare(a.Name, b.Name) })
+	for i := range views {
+		for j := range views[i].Cards {
+			sortPods(views[i].Cards[j].Pods)
+		}
+		sortPods(views[i].Unattributed)
 	}
 	return views, true
 }
 
+// nodeView copies ns into a view, its pods unsorted. The caller holds c.mu.
 func (c *Cache) nodeView(ns *nodeState) NodeView {
 	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, MissingUnits: ns.missing, Cards: []CardView{}}
 	for i := range ns.node.Cards {
@@ -81,10 +91,6 @@ func (c *Cache) nodeView(ns *nodeState) NodeView {
 			v.Unattributed = append(v.Unattributed, PodView{Namespace: ps.namespace, Name: ps.name, Units: ps.unattributed, State: ps.state})
 		}
 	}
-	for i := range v.Cards {
-		sortPods(v.Cards[i].Pods)
-	}
-	sortPods(v.Unattributed)
 	return v
 }
 
