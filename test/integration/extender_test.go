@@ -51,7 +51,7 @@ func startCluster(t *testing.T) *cluster {
 	if err := framework.Apply(ctx, admin, filepath.Join(root, "manifests", "extender", "rbac.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	kc, err := cp.ServiceAccountKubeconfig(ctx, "kube-system", "gpushare-scheduler-extender")
+	kc, err := cp.ServiceAccountKubeconfig(ctx, "kube-system", "gpushare-scheduler-extender", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -31,30 +32,56 @@ func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string) error 
 	return nil
 }
 
-// Apply creates the objects of a multi-document YAML file (ServiceAccount,
-// ClusterRole, ClusterRoleBinding, Namespace). It is for the project's own
-// manifests, so an unknown kind is an error.
-func Apply(ctx context.Context, client kubernetes.Interface, path string) error {
+// DecodeManifest reads a multi-document YAML (or JSON) file and decodes
+// each object with client-go's scheme, the items of a v1 List included, in
+// file order. Empty documents are skipped.
+func DecodeManifest(path string) ([]runtime.Object, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("reading manifest: %w", err)
+		return nil, fmt.Errorf("reading manifest: %w", err)
 	}
+	decode := scheme.Codecs.UniversalDeserializer().Decode
+	var objs []runtime.Object
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		var raw runtime.RawExtension
 		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return objs, nil
 			}
-			return fmt.Errorf("decoding %s: %w", path, err)
+			return nil, fmt.Errorf("decoding %s: %w", path, err)
 		}
 		if len(bytes.TrimSpace(raw.Raw)) == 0 {
 			continue
 		}
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		obj, _, err := decode(raw.Raw, nil, nil)
 		if err != nil {
-			return fmt.Errorf("decoding an object of %s: %w", path, err)
+			return nil, fmt.Errorf("decoding an object of %s: %w", path, err)
 		}
+		l, ok := obj.(*corev1.List)
+		if !ok {
+			objs = append(objs, obj)
+			continue
+		}
+		for _, item := range l.Items {
+			o, _, err := decode(item.Raw, nil, nil)
+			if err != nil {
+				return nil, fmt.Errorf("decoding a list item of %s: %w", path, err)
+			}
+			objs = append(objs, o)
+		}
+	}
+}
+
+// Apply creates the objects of a multi-document YAML file (ServiceAccount,
+// ClusterRole, ClusterRoleBinding, Namespace). It is for the project's own
+// manifests, so an unknown kind is an error.
+func Apply(ctx context.Context, client kubernetes.Interface, path string) error {
+	objs, err := DecodeManifest(path)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
@@ -71,13 +98,14 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 			return fmt.Errorf("creating %T from %s: %w", obj, path, err)
 		}
 	}
+	return nil
 }
 
 // ServiceAccountKubeconfig writes a kubeconfig that authenticates as the
 // service account namespace/name with a token from the TokenRequest API,
-// valid for an hour, and returns its path.
-func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
-	expiry := int64(3600)
+// valid for ttl (the API's minimum is 10 minutes), and returns its path.
+func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace, name string, ttl time.Duration) (string, error) {
+	expiry := int64(ttl / time.Second)
 	tr, err := cp.Client(AdminUser).CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
 	if err != nil {

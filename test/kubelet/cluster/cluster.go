@@ -14,13 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -221,10 +218,10 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if c.extenderKubeconfig, err = c.serviceAccountKubeconfig(ctx, extenderAccount); err != nil {
+	if c.extenderKubeconfig, err = c.CP.ServiceAccountKubeconfig(ctx, systemNamespace, extenderAccount, c.cfg.TokenTTL); err != nil {
 		return err
 	}
-	if c.pluginKubeconfig, err = c.serviceAccountKubeconfig(ctx, devicePluginAccount); err != nil {
+	if c.pluginKubeconfig, err = c.CP.ServiceAccountKubeconfig(ctx, systemNamespace, devicePluginAccount, c.cfg.TokenTTL); err != nil {
 		return err
 	}
 	if err := c.StartExtender(ctx); err != nil {
@@ -251,28 +248,6 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.progress("%d nodes up in %.1fs", len(c.nodes), time.Since(start).Seconds())
 	return nil
-}
-
-// serviceAccountKubeconfig writes a kubeconfig for kube-system/name with a
-// TokenRequest token valid for TokenTTL.
-func (c *Cluster) serviceAccountKubeconfig(ctx context.Context, name string) (string, error) {
-	exp := int64(c.cfg.TokenTTL.Seconds())
-	tr, err := c.Admin.CoreV1().ServiceAccounts(systemNamespace).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", systemNamespace, name, err)
-	}
-	user := "system:serviceaccount:" + systemNamespace + ":" + name
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["gpushare-demo"] = &clientcmdapi.Cluster{Server: c.CP.APIServerURL(), CertificateAuthority: c.CP.CACertFile()}
-	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
-	kc.Contexts["gpushare-demo"] = &clientcmdapi.Context{Cluster: "gpushare-demo", AuthInfo: user}
-	kc.CurrentContext = "gpushare-demo"
-	path := filepath.Join(c.cfg.Dir, "kubeconfig-"+name)
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return "", fmt.Errorf("writing the kubeconfig of %s: %w", name, err)
-	}
-	return path, nil
 }
 
 // AdminKubeconfig is the kubeconfig of the cluster admin.
