@@ -117,29 +117,36 @@ func TestBindConflicts(t *testing.T) {
 		onConflict func(*corev1.Pod)
 		wantErr    string
 		wantUsed   int64
+		// wantBinds: Binding attempts; giving up takes one and
+		// maxConflictRetries (5) retries.
+		wantBinds int
 	}{
 		{
 			name:      "gives up after retries",
 			conflicts: 100,
 			wantErr:   "binding pod default/p to node n1: Operation cannot be fulfilled",
+			wantBinds: 6,
 		},
 		{
 			name:       "bound elsewhere meanwhile",
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
 			wantErr:    "pod default/p was bound to node n2 meanwhile: pod already bound to another node",
+			wantBinds:  1,
 		},
 		{
 			name:       "re-created meanwhile",
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.UID = "other" },
 			wantErr:    "pod default/p was re-created while binding",
+			wantBinds:  1,
 		},
 		{
 			name:       "an earlier attempt bound it here",
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n1" },
 			wantUsed:   4,
+			wantBinds:  1,
 		},
 	}
 	for _, tc := range tests {
@@ -154,6 +161,14 @@ func TestBindConflicts(t *testing.T) {
 			}
 			if v, _ := c.Inspect("n1"); v[0].Used != tc.wantUsed {
 				t.Errorf("used = %d, want %d", v[0].Used, tc.wantUsed)
+			}
+			// Each refused Binding is followed by a re-read of the pod.
+			var want []string
+			for range tc.wantBinds {
+				want = append(want, "bind", "get")
+			}
+			if diff := cmp.Diff(want, api.calls[1:]); diff != "" { // after the first read
+				t.Errorf("API calls after the first read (-want +got):\n%s", diff)
 			}
 		})
 	}

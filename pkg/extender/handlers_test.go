@@ -195,6 +195,10 @@ func TestWireGolden(t *testing.T) {
 		{"prioritize-spread", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("small").GPUMem(4).Annotation(gpushare.AnnotationPolicy, "spread").Obj(), "mixed", "sick")
 		}, 200, false},
+		{"prioritize-malformed", "POST", "/gpushare-scheduler/prioritize", func(*testing.T) string { return `{"Pod": [` }, 400, false},
+		{"prioritize-no-gpu-mem", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("cpu").Container("x").Obj(), "mixed")
+		}, 400, false},
 		{"bind-unknown-node", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
 			return `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"ghost"}`
 		}, 200, false},
@@ -308,11 +312,12 @@ func TestHealthAndReady(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("unsynced /readyz = %d, want 503", rec.Code)
 	}
-	for _, verb := range []string{"filter", "bind"} {
+	// Prioritize's reply has no error field: it says so with HTTP 400.
+	for verb, wantCode := range map[string]int{"filter": 200, "bind": 200, "prioritize": 400} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("POST", Prefix+"/"+verb, strings.NewReader(extenderArgs(t, util.MakePod("p").GPUMem(1).Obj(), "mixed"))))
-		if rec.Code != 200 || !strings.Contains(rec.Body.String(), "informer caches not synced") {
-			t.Errorf("unsynced %s = %d %s", verb, rec.Code, rec.Body.String())
+		if rec.Code != wantCode || !strings.Contains(rec.Body.String(), "informer caches not synced") {
+			t.Errorf("unsynced %s = %d %s, want %d and the reason", verb, rec.Code, rec.Body.String(), wantCode)
 		}
 	}
 }
