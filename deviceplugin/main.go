@@ -59,7 +59,6 @@ func run(cfg deviceplugin.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg.Restart = signals.Hangups(ctx)
-	ctx = klog.NewContext(ctx, klog.Background())
 	defer klog.Flush()
 	if err := deviceplugin.Run(ctx, cfg); err != nil {
 		klog.Background().Error(err, "Device plugin failed")
