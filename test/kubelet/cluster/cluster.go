@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
@@ -173,7 +175,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("node %s: %w", s.Name, err)
 		}
 		n := &Node{Spec: s, Dir: filepath.Join(dir, "nodes", s.Name), Cards: cards}
-		if sock := filepath.Join(n.Dir, "device-plugins", "gpushare-gpu-mem.sock"); len(sock) > maxSocketPath {
+		if sock := filepath.Join(n.Dir, "device-plugins", deviceplugin.SocketName); len(sock) > maxSocketPath {
 			return nil, fmt.Errorf("the socket path %s is %d bytes, more than Linux's %d: use a shorter directory than %s", sock, len(sock), maxSocketPath, dir)
 		}
 		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
@@ -323,7 +325,7 @@ func (c *Cluster) startAgent(ctx context.Context, n *Node) error {
 	c.mu.Lock()
 	n.Agent = p
 	c.mu.Unlock()
-	sock := filepath.Join(n.Dir, "device-plugins", "kubelet.sock")
+	sock := filepath.Join(n.Dir, "device-plugins", filepath.Base(pluginapi.KubeletSocket))
 	return waitFor(ctx, p, 60*time.Second, "kubelet.sock of node "+n.Spec.Name, func() bool {
 		_, err := os.Stat(sock)
 		return err == nil
