@@ -214,7 +214,7 @@ func TestFGDScoreHost(t *testing.T) {
 	}
 	// The extender builds fgd with New from the learned shapes: their
 	// mean CPU must reach the CPU test.
-	learned, err := New(NameFGD, []Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 7999.5}})
+	learned, err := New(NameFGD, []Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 7999.5}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,19 +38,19 @@ func PolicyNames() []string {
 }
 
 // New returns the named policy. FragAware uses typical, the cluster's
-// typical requests (see Workload.Typical), without the cluster's holes
-// (callers that track them use NewFragAware); FGD takes them as its target
+// typical requests (see Workload.Typical), and holes, its partly used cards
+// (nil when unknown; see NewFragAware); FGD takes them as its target
 // workload (the simulator builds it with NewFGD from the whole trace
 // instead, as the study does); other policies ignore it. Random draws from
 // a generator seeded by the clock (the simulator seeds it with NewRandom).
-func New(name string, typical []Shape) (Policy, error) {
+func New(name string, typical []Shape, holes *Holes) (Policy, error) {
 	switch name {
 	case NameBinpack:
 		return Binpack{}, nil
 	case NameSpread:
 		return Spread{}, nil
 	case NameFragAware:
-		return NewFragAware(typical, nil), nil
+		return NewFragAware(typical, holes), nil
 	case NameBestFit:
 		return BestFit{}, nil
 	case NameRandom:

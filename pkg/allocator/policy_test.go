@@ -180,12 +180,12 @@ func TestWorkloadTypical(t *testing.T) {
 
 func TestNewPolicy(t *testing.T) {
 	for _, name := range PolicyNames() {
-		p, err := New(name, nil)
+		p, err := New(name, nil, nil)
 		if err != nil || p.Name() != name {
 			t.Errorf("New(%q) = %v, %v", name, p, err)
 		}
 	}
-	if _, err := New("worstfit", nil); err == nil || err.Error() != `unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread` {
+	if _, err := New("worstfit", nil, nil); err == nil || err.Error() != `unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread` {
 		t.Errorf("New(worstfit) error = %v", err)
 	}
 }

@@ -141,7 +141,7 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Policy == "" {
 		cfg.Policy = allocator.DefaultPolicy
 	}
-	if _, err := allocator.New(cfg.Policy, nil); err != nil {
+	if _, err := allocator.New(cfg.Policy, nil, nil); err != nil {
 		return nil, err
 	}
 	if cfg.AssumeTTL <= 0 {
@@ -538,10 +538,7 @@ func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	if name == "" {
 		name = c.policy
 	}
-	if name == allocator.NameFragAware {
-		return allocator.NewFragAware(c.workload.Typical(), c.holes), nil
-	}
-	return allocator.New(name, c.workload.Typical())
+	return allocator.New(name, c.workload.Typical(), c.holes)
 }
 
 // gpuNode returns name's state if the node has cards; otherwise nil and

@@ -135,7 +135,7 @@ func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
 	// The cache builds the policy; check only the name here, so the error
 	// names the pod and its annotation.
 	if info.Policy != "" && !slices.Contains(allocator.PolicyNames(), info.Policy) {
-		_, err := allocator.New(info.Policy, nil) // say why
+		_, err := allocator.New(info.Policy, nil, nil) // say why
 		return nil, nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
 	}
 	var names []string

@@ -40,7 +40,7 @@ type Config struct {
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
-	if _, err := allocator.New(c.Policy, nil); err != nil {
+	if _, err := allocator.New(c.Policy, nil, nil); err != nil {
 		return fmt.Errorf("--policy: %w", err)
 	}
 	if c.QPS <= 0 || c.Burst <= 0 {

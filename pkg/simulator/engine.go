@@ -158,7 +158,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 		return nil, err
 	}
 	if !slices.Contains(allocator.PolicyNames(), opts.Policy) {
-		_, err := allocator.New(opts.Policy, nil)
+		_, err := allocator.New(opts.Policy, nil, nil)
 		return nil, err
 	}
 	if opts.Inflate == 0 {
@@ -186,7 +186,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	case allocator.NameRandom:
 		r.policy = allocator.NewRandom(rand.New(rand.NewPCG(opts.Seed, 3)))
 	default:
-		if r.policy, err = allocator.New(opts.Policy, nil); err != nil {
+		if r.policy, err = allocator.New(opts.Policy, nil, nil); err != nil {
 			return nil, err
 		}
 	}
