@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
 	"strings"
 
@@ -32,8 +31,6 @@ type Env struct {
 	// NewClient builds the API client from the kubeconfig flags; nil for a
 	// clientset from getter.ToRESTConfig().
 	NewClient func(getter genericclioptions.RESTClientGetter) (kubernetes.Interface, error)
-	// HTTPClient reads --from-extender; nil for one with DefaultExtenderTimeout.
-	HTTPClient *http.Client
 }
 
 const long = `Show how the GPU memory (aliyun.com/gpu-mem) of every card is allocated.
@@ -105,10 +102,7 @@ func NewCommand(env Env) *cobra.Command {
 				cfg.Namespace = *flags.Namespace
 			}
 			if fromExtender != "" {
-				if _, err := parseExtenderURL(fromExtender, ""); err != nil {
-					return err
-				}
-				cfg.Source = ExtenderSource{URL: fromExtender, Client: env.HTTPClient}
+				cfg.Source = ExtenderSource{URL: fromExtender}
 			} else {
 				newClient := env.NewClient
 				if newClient == nil {

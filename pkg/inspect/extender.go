@@ -19,8 +19,8 @@ const inspectPath = "/gpushare-scheduler/inspect"
 // maxExtenderBody bounds the extender's answer we read.
 const maxExtenderBody = 64 << 20
 
-// DefaultExtenderTimeout bounds one request to the extender.
-const DefaultExtenderTimeout = 30 * time.Second
+// extenderTimeout bounds one request to the extender.
+const extenderTimeout = 30 * time.Second
 
 // ExtenderSource reads the extender's GET /gpushare-scheduler/inspect[/NODE].
 // The extender knows no node addresses and no pending pods.
@@ -28,8 +28,6 @@ type ExtenderSource struct {
 	// URL of the extender, e.g. http://gpushare-scheduler-extender.kube-system:39999;
 	// the inspect path is appended unless it is already there.
 	URL string
-	// Client, default one with DefaultExtenderTimeout.
-	Client *http.Client
 }
 
 var _ Source = ExtenderSource{}
@@ -64,10 +62,7 @@ func (s ExtenderSource) Report(ctx context.Context, q Query) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := s.Client
-	if client == nil {
-		client = &http.Client{Timeout: DefaultExtenderTimeout}
-	}
+	client := &http.Client{Timeout: extenderTimeout}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, http.NoBody)
 	if err != nil {
 		return nil, fmt.Errorf("reading the extender: %w", err)
@@ -87,7 +82,7 @@ func (s ExtenderSource) Report(ctx context.Context, q Query) (*Report, error) {
 			Error string `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("node %q %w", q.Node, ErrNotFound)
+			return nil, fmt.Errorf("node %q %w", q.Node, errNotFound)
 		}
 	}
 	if resp.StatusCode != http.StatusOK {

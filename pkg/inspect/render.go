@@ -40,8 +40,9 @@ type View struct {
 // unattributedWhy explains pods whose card is unknown.
 const unattributedWhy = "not scheduled through the extender: no " + gpushare.AnnotationAllocation + " or " + gpushare.AnnotationIndex + " annotation"
 
-// Write prints r to w as v says.
-func Write(w io.Writer, r *Report, v View) error {
+// write prints r to w as v says; v.Output is one Config.Validate accepts
+// (the table for anything else).
+func write(w io.Writer, r *Report, v View) error {
 	switch v.Output {
 	case OutputJSON:
 		b, err := json.MarshalIndent(r, "", "  ")
@@ -57,9 +58,6 @@ func Write(w io.Writer, r *Report, v View) error {
 		}
 		_, err = w.Write(b)
 		return err
-	case OutputTable, OutputWide:
-	default:
-		return fmt.Errorf("unknown output format %q; want one of %s", v.Output, strings.Join(Outputs, ", "))
 	}
 	var buf bytes.Buffer
 	if v.Details {

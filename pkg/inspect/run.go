@@ -64,5 +64,5 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		fmt.Fprintf(cfg.ErrOut, "No GPU-sharing nodes found: no %s report %s.\n", what, gpushare.ResourceGPUMem)
 	}
-	return Write(cfg.Out, r, cfg.View)
+	return write(cfg.Out, r, cfg.View)
 }

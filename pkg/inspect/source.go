@@ -15,9 +15,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// ErrNotFound is wrapped by the error for a node name that does not exist:
+// errNotFound is wrapped by the error for a node name that does not exist:
 // `node "x" not found`.
-var ErrNotFound = errors.New("not found")
+var errNotFound = errors.New("not found")
 
 // Query says which nodes to report.
 type Query struct {
@@ -101,7 +101,7 @@ func (s APISource) Report(ctx context.Context, q Query) (*Report, error) {
 	if q.Node != "" {
 		n, err := s.API.GetNode(ctx, q.Node)
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("node %q %w", q.Node, ErrNotFound)
+			return nil, fmt.Errorf("node %q %w", q.Node, errNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("getting node %q: %w", q.Node, explainAPI(err))
