@@ -10,4 +10,8 @@
 // test packages, are serialised by a file lock in that directory. Build them
 // ahead of time with `go run ./test/cmd/controlplane build`, and set
 // GPUSHARE_SKIP_BUILD=1 to make a missing binary an error instead of a build.
+//
+// Every child process, the control plane's and those of the tests (the
+// extender binary, test/kubelet's simulated nodes), is a Proc: its own
+// process group, killed with the test binary on Linux.
 package framework
