@@ -63,6 +63,9 @@ func ParseAllocation(s string) (*Allocation, error) {
 
 // Validate checks that the allocation names a node and only positive shares
 // on non-negative card indexes, each card at most once per container.
+//
+// A share holds at most MaxShareUnits, so that PerCard and Total cannot
+// overflow: an annotation (256 KiB at most) holds fewer than 2¹⁸ shares.
 func (a *Allocation) Validate() error {
 	if a.Node == "" {
 		return fmt.Errorf("%w: allocation names no node", ErrInvalid)
@@ -76,7 +79,7 @@ func (a *Allocation) Validate() error {
 		}
 		seen := map[int]bool{}
 		for _, d := range c.Devices {
-			if d.Index < 0 || d.Units <= 0 {
+			if d.Index < 0 || d.Units <= 0 || d.Units > MaxShareUnits {
 				return fmt.Errorf("%w: container %q has share %d units on card %d", ErrInvalid, c.Name, d.Units, d.Index)
 			}
 			if seen[d.Index] {
@@ -87,6 +90,10 @@ func (a *Allocation) Validate() error {
 	}
 	return nil
 }
+
+// MaxShareUnits bounds one share of an allocation: 2⁴⁰ units, an exbibyte
+// in MiB, more than any card holds.
+const MaxShareUnits = 1 << 40
 
 // Encode returns the annotation value.
 func (a *Allocation) Encode() (string, error) {

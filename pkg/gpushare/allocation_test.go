@@ -44,3 +44,17 @@ func TestFirstAppDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateBoundsShares: a share over MaxShareUnits is refused, so no
+// sum of shares can wrap.
+func TestValidateBoundsShares(t *testing.T) {
+	for _, tc := range []struct {
+		units   int64
+		wantErr bool
+	}{{MaxShareUnits, false}, {MaxShareUnits + 1, true}, {1<<63 - 1, true}} {
+		a := &Allocation{Node: "n", Containers: []ContainerAllocation{{Name: "c", Devices: []DeviceShare{{Index: 0, Units: tc.units}}}}}
+		if err := a.Validate(); (err != nil) != tc.wantErr {
+			t.Errorf("Validate with a share of %d units: %v, want error %v", tc.units, err, tc.wantErr)
+		}
+	}
+}

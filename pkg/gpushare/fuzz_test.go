@@ -16,6 +16,8 @@ func FuzzParseAllocation(f *testing.F) {
 	f.Add(`{"node":"","containers":null}`)
 	f.Add(`[]`)
 	f.Add(`{"node":"n","containers":[{"name":"c","devices":[{"index":-1,"units":9223372036854775807}]}]}`)
+	// Two shares on one card whose sum wraps int64.
+	f.Add(`{"node":"n","containers":[{"name":"a","devices":[{"index":0,"units":9223372036854775807}]},{"name":"b","devices":[{"index":0,"units":1}]}]}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		a, err := ParseAllocation(s)
 		if err != nil {
