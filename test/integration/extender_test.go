@@ -309,7 +309,7 @@ func TestSchedulingThroughRealScheduler(t *testing.T) {
 			return false, nil
 		}
 		for _, p := range pods.Items {
-			if slices.Contains(more[7:], p.Name) && schedulingFailed(&p) {
+			if slices.Contains(more[7:], p.Name) && util.SchedulingFailed(&p) {
 				tried = p.Name
 				return true, nil
 			}
@@ -326,20 +326,6 @@ func TestSchedulingThroughRealScheduler(t *testing.T) {
 	if got := c.checkNoOvercommit(t); got != len(names)+len(more) {
 		t.Errorf("after restart: checked %d bound pods, want %d", got, len(names)+len(more))
 	}
-}
-
-// schedulingFailed reports whether kube-scheduler has tried pod and found
-// no node for it or failed with an error (an extender it could not reach).
-func schedulingFailed(pod *corev1.Pod) bool {
-	if pod.Spec.NodeName != "" {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return true
-		}
-	}
-	return false
 }
 
 // TestExtenderRBACIsEnough checks that the manifests' ClusterRole lets the

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
+	"github.com/gpushare/gpushare/test/util"
 )
 
 // TestExamples applies manifests/examples/ as a user would and follows
@@ -208,7 +209,7 @@ func TestExtenderRestartMidBurst(t *testing.T) {
 	var tried string
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		for _, p := range n.list() {
-			if late[p.Name] && schedulingFailed(&p) {
+			if late[p.Name] && util.SchedulingFailed(&p) {
 				tried = p.Name
 				return true, nil
 			}
@@ -229,20 +230,6 @@ func TestExtenderRestartMidBurst(t *testing.T) {
 	}
 	t.Logf("extender killed %.1fs into a burst of %d pods (%d of the first %d bound), down %.1fs (pod %s failed to schedule meanwhile); all %d running after %.1fs; %d containers checked, problems %d; annotations repaired: %d",
 		crashed.Seconds(), count, atKill, before, down.Seconds(), tried, len(got), time.Since(begin).Seconds(), containers, problems, n.repairs())
-}
-
-// schedulingFailed reports whether kube-scheduler has tried pod and found
-// no node for it or failed with an error (an extender it could not reach).
-func schedulingFailed(pod *corev1.Pod) bool {
-	if pod.Spec.NodeName != "" {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			return true
-		}
-	}
-	return false
 }
 
 // TestDevicePluginRestart stops a node's device plugin (kubelet marks its
