@@ -75,7 +75,7 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
-		s := &search{node: n, policy: p, slices: slices, frees: frees, pl: pl, budget: searchBudget}
+		s := &search{node: n, policy: p, demand: d, slices: slices, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
 		if !s.place(0) {
 			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free cards (" + freeList(n, frees0(n)) + ")"
 			if s.budget <= 0 {
@@ -84,8 +84,26 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 			return &FitError{Node: n.Name, Reason: reason}
 		}
 	}
-	placeInits(n, d, p, pl)
+	if !placeInits(n, d, p, pl) {
+		// Only a pod whose plain init containers follow sidecars gets
+		// here: the search checks them at every complete placement.
+		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, frees0(n)) + ")"}
+	}
 	return nil
+}
+
+// sidecarsBeforeInit reports whether a plain init container of d follows a
+// sidecar (a non-init container before it; see gpushare.Demand.Total): its
+// cards then depend on where the sidecars went.
+func sidecarsBeforeInit(d gpushare.Demand) bool {
+	seenSidecar := false
+	for _, c := range d {
+		if c.Init && seenSidecar {
+			return true
+		}
+		seenSidecar = seenSidecar || !c.Init
+	}
+	return false
 }
 
 // reset sizes pl for containers containers on cards cards, zeroed, keeping
@@ -162,19 +180,26 @@ func precheck(n *Node, d gpushare.Demand, frees []int64) error {
 	return nil
 }
 
-// search is one depth-first placement of app-container slices.
+// search is one depth-first placement of the slices of the non-init
+// containers (app containers and sidecars).
 type search struct {
 	node   *Node
 	policy Policy
+	demand gpushare.Demand
 	slices []slice
 	frees  []int64 // card position -> free units left by the slices placed so far
 	pl     *Placement
 	budget int // placements left to examine
+	// sidecars: a plain init container follows a sidecar, so a complete
+	// placement holds only if the init containers fit beside the sidecars
+	// (initsFit), and cards of equal free memory are no longer
+	// interchangeable (the sidecars on them differ).
+	sidecars bool
 }
 
 func (s *search) place(k int) bool {
 	if k == len(s.slices) {
-		return true
+		return !s.sidecars || initsFit(s.node, s.demand, s.pl)
 	}
 	s.budget--
 	if s.budget <= 0 {
@@ -200,7 +225,7 @@ func (s *search) place(k int) bool {
 	for _, c := range cands {
 		// Cards with equal free memory are interchangeable for what is
 		// left of the search: if one failed, the other fails too.
-		if containsInt64(triedFree, s.frees[c.pos]) {
+		if !s.sidecars && containsInt64(triedFree, s.frees[c.pos]) {
 			continue
 		}
 		triedFree = append(triedFree, s.frees[c.pos])
@@ -220,14 +245,20 @@ func (s *search) place(k int) bool {
 	return false
 }
 
-// placeInits puts each init container on the cards that need the least
-// extra reservation: an init container that fits within what the pod's app
-// containers already hold on a card costs nothing there. Init containers run
-// alone, so each only needs its own Units free on each of its cards, which
-// precheck established.
-func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) {
+// placeInits puts each plain init container on the cards that need the
+// least extra reservation: an init container that fits within what the pod
+// already holds on a card costs nothing there. An init container runs
+// before the app containers but beside the sidecars declared before it
+// (gpushare.Demand.Total), so on each of its cards it needs its Units plus
+// those sidecars' there. It reports false when some init container finds
+// too few such cards, which precheck rules out for pods without sidecars.
+func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
+	side := make([]int64, len(n.Cards)) // card position -> sidecar units so far
 	for i, c := range d {
 		if !c.Init {
+			for _, pos := range pl.Cards[i] {
+				side[pos] += c.Units
+			}
 			continue
 		}
 		type cand struct {
@@ -237,11 +268,16 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) {
 		}
 		var cands []cand
 		for pos := range n.Cards {
+			need := side[pos] + c.Units
 			free := n.Cards[pos].Free()
-			if free < c.Units {
+			if free < need {
 				continue
 			}
-			cands = append(cands, cand{pos: pos, extra: max(0, c.Units-pl.Reserved[pos]), key: p.CardKey(&n.Cards[pos], free-pl.Reserved[pos], max(0, c.Units-pl.Reserved[pos]))})
+			extra := max(0, need-pl.Reserved[pos])
+			cands = append(cands, cand{pos: pos, extra: extra, key: p.CardKey(&n.Cards[pos], free-pl.Reserved[pos], extra)})
+		}
+		if len(cands) < c.Cards {
+			return false
 		}
 		sort.SliceStable(cands, func(a, b int) bool {
 			if cands[a].extra != cands[b].extra {
@@ -251,9 +287,36 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) {
 		})
 		for _, cd := range cands[:c.Cards] {
 			pl.Cards[i] = append(pl.Cards[i], cd.pos)
-			pl.Reserved[cd.pos] = max(pl.Reserved[cd.pos], c.Units)
+			pl.Reserved[cd.pos] = max(pl.Reserved[cd.pos], side[cd.pos]+c.Units)
 		}
 	}
+	return true
+}
+
+// initsFit reports whether every plain init container of d finds its
+// number of cards with room for its Units plus the sidecars declared before
+// it there, given where pl put the non-init containers. Init containers run
+// one at a time, so each is checked on its own.
+func initsFit(n *Node, d gpushare.Demand, pl *Placement) bool {
+	side := make([]int64, len(n.Cards))
+	for i, c := range d {
+		if !c.Init {
+			for _, pos := range pl.Cards[i] {
+				side[pos] += c.Units
+			}
+			continue
+		}
+		room := 0
+		for pos := range n.Cards {
+			if n.Cards[pos].Free() >= side[pos]+c.Units {
+				room++
+			}
+		}
+		if room < c.Cards {
+			return false
+		}
+	}
+	return true
 }
 
 // Allocation turns a placement into the pod annotation's form.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/quick"
@@ -167,10 +168,13 @@ func TestPlacementReservesMaxOfInitAndApps(t *testing.T) {
 	}
 }
 
-// checkPlacement verifies the placement's invariants against the node.
+// checkPlacement verifies the placement's invariants against the node: on
+// each card the pod reserves the larger of its non-init containers' sum and,
+// for each plain init container there, that one plus the sidecars declared
+// before it there (gpushare.Demand.Total's rule), and that fits the card.
 func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
 	t.Helper()
-	app := make([]int64, len(n.Cards))
+	running := make([]int64, len(n.Cards))
 	initMax := make([]int64, len(n.Cards))
 	for i, c := range d {
 		if len(pl.Cards[i]) != c.Cards {
@@ -183,14 +187,14 @@ func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
 			}
 			seen[pos] = true
 			if c.Init {
-				initMax[pos] = max(initMax[pos], c.Units)
+				initMax[pos] = max(initMax[pos], running[pos]+c.Units)
 			} else {
-				app[pos] += c.Units
+				running[pos] += c.Units
 			}
 		}
 	}
 	for pos := range n.Cards {
-		want := max(app[pos], initMax[pos])
+		want := max(running[pos], initMax[pos])
 		if pl.Reserved[pos] != want {
 			t.Fatalf("card %d reserved %d, want %d", pos, pl.Reserved[pos], want)
 		}
@@ -201,49 +205,48 @@ func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
 }
 
 // bruteForceFits reports whether any placement of d on n exists, by trying
-// every assignment of app slices to cards.
+// every assignment of every container's cards (init containers included)
+// and checking each card's reservation by gpushare.Demand.Total's rule.
 func bruteForceFits(n *Node, d gpushare.Demand) bool {
-	for _, c := range d {
-		if !c.Init {
-			continue
-		}
-		fitting := 0
-		for i := range n.Cards {
-			if n.Cards[i].Free() >= c.Units {
-				fitting++
-			}
-		}
-		if fitting < c.Cards {
-			return false
-		}
-	}
-	var slices []slice
+	type slot struct{ container int }
+	var slots []slot
 	for i, c := range d {
-		if !c.Init {
-			for range c.Cards {
-				slices = append(slices, slice{container: i, units: c.Units})
-			}
+		for range c.Cards {
+			slots = append(slots, slot{container: i})
 		}
 	}
-	assign := make([]int, len(slices))
+	assign := make([]int, len(slots))
+	fits := func() bool {
+		cards := make([][]int, len(d))
+		for j, s := range slots {
+			if slices.Contains(cards[s.container], assign[j]) {
+				return false // a container uses a card once
+			}
+			cards[s.container] = append(cards[s.container], assign[j])
+		}
+		running := make([]int64, len(n.Cards))
+		hold := make([]int64, len(n.Cards))
+		for i, c := range d {
+			for _, pos := range cards[i] {
+				if c.Init {
+					hold[pos] = max(hold[pos], running[pos]+c.Units)
+				} else {
+					running[pos] += c.Units
+					hold[pos] = max(hold[pos], running[pos])
+				}
+			}
+		}
+		for pos := range n.Cards {
+			if hold[pos] > n.Cards[pos].Free() {
+				return false
+			}
+		}
+		return true
+	}
 	var try func(k int) bool
 	try = func(k int) bool {
-		if k == len(slices) {
-			used := make([]int64, len(n.Cards))
-			for j, s := range slices {
-				used[assign[j]] += s.units
-				for m := 0; m < j; m++ {
-					if slices[m].container == s.container && assign[m] == assign[j] {
-						return false
-					}
-				}
-			}
-			for i := range n.Cards {
-				if used[i] > n.Cards[i].Free() {
-					return false
-				}
-			}
-			return true
+		if k == len(slots) {
+			return fits()
 		}
 		for c := range n.Cards {
 			assign[k] = c

@@ -60,7 +60,9 @@ type Placement struct {
 	// (not card indexes) of each container's cards.
 	Cards [][]int
 	// Reserved holds, parallel to Node.Cards, the units the pod holds on
-	// each card: max(app containers' sum, largest init container).
+	// each card: the larger of its non-init containers' sum there and, for
+	// each plain init container there, that one plus the sidecars declared
+	// before it there (gpushare.Allocation.PerCard).
 	Reserved []int64
 }
 

@@ -104,26 +104,30 @@ func (a *Allocation) Encode() (string, error) {
 	return string(b), nil
 }
 
-// PerCard returns the units the pod holds on each card index (init
-// containers run before app containers, so a card holds the larger of the
-// app containers' sum and the largest init container on it). Example: init 8
-// on card 1, app 4 on card 1 and 4 on card 3 → {1: 8, 3: 4}.
+// PerCard returns the units the pod holds on each card index, by
+// Demand.Total's rule applied card by card: a card holds the larger of what
+// the non-init containers (app containers and sidecars) take there and, for
+// each plain init container on it, what that one takes plus the sidecars
+// declared before it there. Containers are in spec order, init containers
+// first, so a non-init container before an init container is a sidecar.
+// Examples: init 8 on card 1, app 4 on card 1 and 4 on card 3 → {1: 8, 3: 4};
+// sidecar 4, then init 8, then app 2, all on card 0 → {0: 12}.
 func (a *Allocation) PerCard() map[int]int64 {
-	app := map[int]int64{}
+	running := map[int]int64{} // non-init units so far
 	initMax := map[int]int64{}
 	for _, c := range a.Containers {
 		for _, d := range c.Devices {
 			if c.Init {
-				initMax[d.Index] = max(initMax[d.Index], d.Units)
+				initMax[d.Index] = max(initMax[d.Index], running[d.Index]+d.Units)
 			} else {
-				app[d.Index] += d.Units
+				running[d.Index] += d.Units
 			}
 		}
 	}
 	for idx, u := range initMax {
-		app[idx] = max(app[idx], u)
+		running[idx] = max(running[idx], u)
 	}
-	return app
+	return running
 }
 
 // Total returns the sum of PerCard: the units the pod holds on its node.

@@ -30,20 +30,29 @@ func (c ContainerDemand) Total() int64 { return c.Units * int64(c.Cards) }
 type Demand []ContainerDemand
 
 // Total returns the units a pod needs on a node under the rule the
-// allocator implements: app containers (and restartable init containers)
-// run together, so their demands add; each init container runs alone before
-// them. The pod needs max(largest init container, sum of app containers).
-// Example: init 8, apps 4 and 6 → max(8, 10) = 10.
+// allocator implements, which is kubelet's: app containers and restartable
+// init containers (sidecars) run together, so their demands add; each plain
+// init container runs before the app containers, beside the sidecars
+// declared before it (kubelet keeps sidecar devices out of the pool that
+// later containers reuse). The pod needs the larger of the sum of all
+// non-init containers and, over the plain init containers, the sidecars
+// before one plus that one.
+// Examples: init 8, apps 4 and 6 → max(8, 10) = 10; sidecar 2, then init 8,
+// then app 3 → max(2+3, 2+8) = 10.
+//
+// A Demand lists the init containers (sidecars among them, Init false) in
+// spec order before the app containers, so every non-init entry before an
+// init entry is a sidecar declared before it.
 func (d Demand) Total() int64 {
-	var app, initMax int64
+	var running, initMax int64 // running: non-init units so far
 	for _, c := range d {
 		if c.Init {
-			initMax = max(initMax, c.Total())
+			initMax = max(initMax, running+c.Total())
 		} else {
-			app += c.Total()
+			running += c.Total()
 		}
 	}
-	return max(app, initMax)
+	return max(running, initMax)
 }
 
 // MaxPerCard returns the largest Units any single container needs on one card.

@@ -59,6 +59,20 @@ func TestPodDemand(t *testing.T) {
 			wantTotal: 9,
 		},
 		{
+			// kubelet keeps a sidecar's devices out of the pool later
+			// containers reuse, so a plain init container after it runs
+			// beside it: max(side + prep, side + app) = max(2+8, 2+3).
+			name: "sidecar before a plain init container",
+			init: []corev1.Container{sidecar, container("prep", mem("8"), nil)},
+			apps: []corev1.Container{container("a", mem("3"), nil)},
+			want: Demand{
+				{Name: "side", Units: 2, Cards: 1},
+				{Name: "prep", Init: true, Units: 8, Cards: 1},
+				{Name: "a", Units: 3, Cards: 1},
+			},
+			wantTotal: 10,
+		},
+		{
 			name:      "multi-card",
 			apps:      []corev1.Container{container("c", map[corev1.ResourceName]string{ResourceGPUMem: "32", ResourceGPUCount: "2"}, nil)},
 			want:      Demand{{Name: "c", Units: 16, Cards: 2}},
@@ -117,5 +131,41 @@ func TestAllocationPerCard(t *testing.T) {
 	}
 	if a.Total() != 12 {
 		t.Errorf("Total() = %d, want 12", a.Total())
+	}
+}
+
+// TestAllocationPerCardSidecars: a plain init container runs beside the
+// sidecars declared before it, on their cards, as kubelet keeps sidecar
+// devices out of the reuse pool; sidecars declared after it do not count.
+func TestAllocationPerCardSidecars(t *testing.T) {
+	share := func(idx int, units int64) []DeviceShare { return []DeviceShare{{Index: idx, Units: units}} }
+	tests := []struct {
+		name       string
+		containers []ContainerAllocation
+		want       map[int]int64
+	}{
+		{"sidecar then init on one card", []ContainerAllocation{
+			{Name: "side", Devices: share(0, 4)},
+			{Name: "prep", Init: true, Devices: share(0, 8)},
+			{Name: "app", Devices: share(0, 2)},
+		}, map[int]int64{0: 12}},
+		{"init then sidecar", []ContainerAllocation{
+			{Name: "prep", Init: true, Devices: share(0, 8)},
+			{Name: "side", Devices: share(0, 4)},
+			{Name: "app", Devices: share(0, 2)},
+		}, map[int]int64{0: 8}},
+		{"sidecar on another card", []ContainerAllocation{
+			{Name: "side", Devices: share(1, 4)},
+			{Name: "prep", Init: true, Devices: share(0, 8)},
+			{Name: "app", Devices: share(0, 2)},
+		}, map[int]int64{0: 8, 1: 4}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &Allocation{Node: "n", Containers: tc.containers}
+			if diff := cmp.Diff(tc.want, a.PerCard()); diff != "" {
+				t.Errorf("PerCard (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
