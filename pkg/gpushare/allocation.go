@@ -61,14 +61,18 @@ func ParseAllocation(s string) (*Allocation, error) {
 	return &a, nil
 }
 
-// Validate checks that the allocation names a node and only positive shares
-// on non-negative card indexes, each card at most once per container.
+// Validate checks that the allocation names a node and a unit (UnitGiB or
+// UnitMiB), and only positive shares on non-negative card indexes, each card
+// at most once per container.
 //
 // A share holds at most MaxShareUnits, so that PerCard and Total cannot
 // overflow: an annotation (256 KiB at most) holds fewer than 2¹⁸ shares.
 func (a *Allocation) Validate() error {
 	if a.Node == "" {
 		return fmt.Errorf("%w: allocation names no node", ErrInvalid)
+	}
+	if a.Unit != UnitGiB && a.Unit != UnitMiB {
+		return fmt.Errorf("%w: allocation unit %q, want %q or %q", ErrInvalid, a.Unit, UnitGiB, UnitMiB)
 	}
 	for _, c := range a.Containers {
 		if c.Name == "" {
@@ -159,4 +163,68 @@ func (a *Allocation) FirstAppDevice() (d DeviceShare, ok bool) {
 		return DeviceShare{}, false
 	}
 	return first.Devices[0], true
+}
+
+// CheckDemand reports whether the allocation gives each container of d
+// exactly what it asks: the same containers in the same order (Init alike),
+// Cards shares each of Units. Both must be in the same unit.
+func (a *Allocation) CheckDemand(d Demand) error {
+	if len(a.Containers) != len(d) {
+		return fmt.Errorf("allocation names %d containers; the pod has %d asking %s", len(a.Containers), len(d), ResourceGPUMem)
+	}
+	for i, c := range a.Containers {
+		want := d[i]
+		if c.Name != want.Name || c.Init != want.Init {
+			return fmt.Errorf("allocation's container %d is %s; the pod's is %s", i, describeContainer(c.Name, c.Init), describeContainer(want.Name, want.Init))
+		}
+		if len(c.Devices) != want.Cards {
+			return fmt.Errorf("allocation gives container %s %d cards; it asks %d", c.Name, len(c.Devices), want.Cards)
+		}
+		for _, sh := range c.Devices {
+			if sh.Units != want.Units {
+				return fmt.Errorf("allocation gives container %s %d %s on card %d; it asks %d", c.Name, sh.Units, a.Unit, sh.Index, want.Units)
+			}
+		}
+	}
+	return nil
+}
+
+func describeContainer(name string, init bool) string {
+	if init {
+		return "init container " + name
+	}
+	return "container " + name
+}
+
+// InUnit returns the allocation with every share in unit: the allocation
+// itself when it is in unit already, else a copy. GiB to MiB multiplies by
+// 1024; MiB to GiB divides, rounding up, so a share never shrinks
+// (1500 MiB is 2 GiB).
+func (a *Allocation) InUnit(unit string) (*Allocation, error) {
+	if a.Unit == unit {
+		return a, nil
+	}
+	var conv func(int64) int64
+	switch {
+	case a.Unit == UnitGiB && unit == UnitMiB:
+		conv = func(u int64) int64 { return u * 1024 }
+	case a.Unit == UnitMiB && unit == UnitGiB:
+		conv = func(u int64) int64 { return (u + 1023) / 1024 }
+	default:
+		return nil, fmt.Errorf("%w: cannot convert an allocation in %q to %q", ErrInvalid, a.Unit, unit)
+	}
+	out := *a
+	out.Unit = unit
+	out.Containers = make([]ContainerAllocation, len(a.Containers))
+	for i, c := range a.Containers {
+		c.Devices = append([]DeviceShare(nil), c.Devices...)
+		for j := range c.Devices {
+			c.Devices[j].Units = conv(c.Devices[j].Units)
+		}
+		out.Containers[i] = c
+	}
+	if err := out.Validate(); err != nil {
+		return nil, fmt.Errorf("converting the allocation to %s: %w", unit, err)
+	}
+	return &out, nil
 }
