@@ -43,8 +43,19 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 	podInf := factory.Core().V1().Pods().Informer()
 	f.pods = podInf.GetIndexer()
 	podReg, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { f.upsertPod(obj) },
-		UpdateFunc: func(_, obj any) { f.upsertPod(obj) },
+		AddFunc: func(obj any) { f.upsertPod(obj) },
+		UpdateFunc: func(old, obj any) {
+			// A relist after a watch gap delivers a pod deleted and
+			// re-created under the same name as one update from the old
+			// UID to the new, with no delete: the old pod's cards, CPU
+			// and memory must go with it.
+			if o, ok := old.(*PodInfo); ok {
+				if n, ok := obj.(*PodInfo); ok && o.UID != n.UID {
+					c.DeletePod(o.UID)
+				}
+			}
+			f.upsertPod(obj)
+		},
 		DeleteFunc: func(obj any) {
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -124,6 +135,10 @@ func (f *Feeder) Start(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for _, e := range f.cache.Expire() {
+			if e.Bound {
+				logger.Info("Released the allocation of a pod bound by the extender that the informer never showed (deleted before its watch event?)", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node)
+				continue
+			}
 			logger.Info("Released an assumed allocation whose bind never completed", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node)
 		}
 	}, expiryPeriod)

@@ -1,0 +1,50 @@
+package util
+
+import (
+	"net/http"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// WatchGap stands between a fake clientset and the informers watching one
+// resource: changes made through the clientset reach no informer until
+// Expire ends every open watch with "410 Gone: too old resource version",
+// as kube-apiserver ends a watch whose client fell too far behind. The
+// reflector then lists again and the informer reconciles the list with its
+// store, which is the path a real watch gap takes: a pod deleted and
+// re-created under the same name arrives as one update, old UID to new.
+type WatchGap struct {
+	mu       sync.Mutex
+	watchers []*watch.RaceFreeFakeWatcher
+}
+
+// NewWatchGap installs a WatchGap on client's watches of resource (e.g.
+// "pods"). Call it before any informer starts.
+func NewWatchGap(client *fake.Clientset, resource string) *WatchGap {
+	g := &WatchGap{}
+	client.PrependWatchReactor(resource, func(k8stesting.Action) (bool, watch.Interface, error) {
+		w := watch.NewRaceFreeFake()
+		g.mu.Lock()
+		g.watchers = append(g.watchers, w)
+		g.mu.Unlock()
+		return true, w, nil
+	})
+	return g
+}
+
+// Expire ends every watch opened so far with 410 Gone.
+func (g *WatchGap) Expire() {
+	g.mu.Lock()
+	ws := g.watchers
+	g.watchers = nil
+	g.mu.Unlock()
+	gone := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"}
+	for _, w := range ws {
+		w.Error(runtime.Object(gone))
+	}
+}
