@@ -3,7 +3,6 @@ package cache
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"reflect"
 	"sync"
 	"time"
@@ -31,6 +30,7 @@ const (
 var (
 	ErrUnknownNode    = errors.New("node unknown to the extender")
 	ErrBoundElsewhere = errors.New("pod already bound to another node")
+	ErrBindInFlight   = errors.New("an earlier bind of the pod has not ended")
 )
 
 // DefaultAssumeTTL is how long an assumed allocation survives without its
@@ -46,6 +46,10 @@ type Config struct {
 	AssumeTTL time.Duration
 	// Clock, default the real clock.
 	Clock clock.PassiveClock
+	// OnIgnored, when set, is called (without the cache's lock) each time a
+	// pod's allocation annotation starts being ignored or is ignored for
+	// another reason: the extender logs it.
+	OnIgnored func(IgnoredView)
 }
 
 // Cache is the extender's allocation state. All methods are safe for
@@ -72,10 +76,16 @@ type Cache struct {
 	// capacity among the nodes (the bestfit and fgd host scores scale by
 	// them).
 	maxMilliCPU, maxUnits int64
+	// pendingIgnored: pod UID -> a pending pod carrying an allocation
+	// annotation, which holds nothing (only our own Assume holds cards for
+	// a pending pod); kept to show in Inspect. Entries leave when the pod
+	// is bound, loses the annotation, or is deleted.
+	pendingIgnored map[types.UID]ignoredPod
 
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable
 	clock     clock.PassiveClock
+	onIgnored func(IgnoredView) // immutable; called without c.mu
 }
 
 type nodeState struct {
@@ -118,22 +128,46 @@ type podState struct {
 	namespace, name string
 	node            string
 	state           State
-	// alloc is nil for a pod we did not place (legacy or unattributed).
+	// ours: this extender chose alloc (Assume). Otherwise the entry is
+	// the informer's view of a bound pod, and resolve decides from claim,
+	// demand and legacyIndex what it is charged, again whenever its node's
+	// cards change.
+	ours bool
+	// alloc is the allocation charged: ours, or the pod's annotation once
+	// resolve accepted it (in the node's unit); nil for a pod charged by
+	// its Aliyun index or unattributed.
 	alloc *gpushare.Allocation
+	// claim is a bound pod's allocation annotation as parsed (nil when
+	// absent or unparsable, claimErr then says why it did not parse),
+	// demand its request, legacyIndex its ALIYUN_COM_GPU_MEM_IDX (-1 when
+	// absent). Unset for our own entries.
+	claim       *gpushare.Allocation
+	claimErr    string
+	demand      gpushare.Demand
+	legacyIndex int
+	// ignored says why claim is not charged ("" when it is, or there is
+	// none); the pod is then charged by its request, as if unannotated.
+	ignored string
 	// perCard: card index -> units held.
 	perCard map[int]int64
 	// unattributed: units held on the node on unknown cards.
 	unattributed int64
-	// deadline of an assumed allocation.
+	// deadline: an assumed allocation is released when it passes, and so
+	// is a bound one the informer never confirmed (see confirmed).
 	deadline time.Time
-	// annotated: an informer event showed this allocation on a pod not yet
-	// bound, which our Binding never shows (it sets the node and the
-	// annotations in one update): an older extender that annotated before
-	// binding, or another writer, did. Such an entry is released when the
-	// annotation disappears (its writer took it back). One never seen
-	// annotated is our own Assume, and a pending event without annotation
-	// only predates its Binding, so it is kept.
-	annotated bool
+	// confirmed: the informer showed the pod bound to node. Our Binding may
+	// be made for a pod the informer never delivers (created, bound through
+	// the API fallback and deleted within one watch gap): such an entry
+	// keeps its deadline until confirmed, so it cannot be charged forever.
+	confirmed bool
+}
+
+// ignoredPod is a pending pod whose allocation annotation is ignored.
+type ignoredPod struct {
+	namespace, name string
+	// node the annotation names.
+	node   string
+	reason string
 }
 
 // New returns an empty cache.
@@ -151,15 +185,17 @@ func New(cfg Config) (*Cache, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Cache{
-		nodes:     map[string]*nodeState{},
-		pods:      map[types.UID]*podState{},
-		workload:  allocator.NewWorkload(),
-		observed:  map[types.UID]struct{}{},
-		hosts:     map[types.UID]hostUse{},
-		holes:     allocator.NewHoles(),
-		policy:    cfg.Policy,
-		assumeTTL: cfg.AssumeTTL,
-		clock:     cfg.Clock,
+		nodes:          map[string]*nodeState{},
+		pods:           map[types.UID]*podState{},
+		workload:       allocator.NewWorkload(),
+		observed:       map[types.UID]struct{}{},
+		hosts:          map[types.UID]hostUse{},
+		holes:          allocator.NewHoles(),
+		pendingIgnored: map[types.UID]ignoredPod{},
+		policy:         cfg.Policy,
+		assumeTTL:      cfg.AssumeTTL,
+		clock:          cfg.Clock,
+		onIgnored:      cfg.OnIgnored,
 	}, nil
 }
 
@@ -169,12 +205,20 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	unit, cards, source, invErr := nodeCards(node)
 	cpu, mem, hostKnown := NodeAllocatable(node)
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	ns := c.nodeState(node.Name)
+	newly := c.setNode(node.Name, unit, cards, source, invErr, cpu, mem, hostKnown)
+	c.mu.Unlock()
+	c.report(newly)
+	return invErr
+}
+
+// setNode applies SetNode under c.mu and returns the pods whose allocation
+// annotation the node's new cards make it ignore.
+func (c *Cache) setNode(name, unit string, cards []allocator.Card, source string, invErr error, cpu, mem int64, hostKnown bool) []IgnoredView {
+	ns := c.nodeState(name)
 	ns.seen = true
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	c.holes.AddNode(&ns.node, -1)
-	ns.node = allocator.Node{Name: node.Name, Unit: unit, Cards: cards}
+	ns.node = allocator.Node{Name: name, Unit: unit, Cards: cards}
 	ns.source = source
 	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = hostKnown, cpu, mem
 	c.updateMax(oldCPU, oldUnits, cpu, ns.node.Capacity())
@@ -183,11 +227,31 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 		ns.invErr = invErr.Error()
 	}
 	ns.missing, ns.unattributed = 0, 0
+	var newly []IgnoredView
 	for uid := range ns.pods {
-		ns.charge(c.pods[uid], 1)
+		ps := c.pods[uid]
+		if !ps.ours {
+			was := ps.ignored
+			ns.resolve(ps)
+			if ps.ignored != "" && ps.ignored != was {
+				newly = append(newly, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: ps.ignored})
+			}
+		}
+		ns.charge(ps, 1)
 	}
 	c.holes.AddNode(&ns.node, 1)
-	return invErr
+	return newly
+}
+
+// report passes newly ignored annotations to Config.OnIgnored. The caller
+// does not hold c.mu.
+func (c *Cache) report(newly []IgnoredView) {
+	if c.onIgnored == nil {
+		return
+	}
+	for _, v := range newly {
+		c.onIgnored(v)
+	}
 }
 
 // DeleteNode forgets a node's cards and CPU. Pods still on it stay known
@@ -324,11 +388,15 @@ func (ns *nodeState) position(idx int) int {
 	return -1
 }
 
-// add records ps under uid and charges its node. The caller holds c.mu and
-// has removed any previous entry for uid.
+// add records ps under uid and charges its node, resolving first what an
+// entry that is not ours is charged. The caller holds c.mu and has removed
+// any previous entry for uid.
 func (c *Cache) add(uid types.UID, ps *podState) {
 	c.pods[uid] = ps
 	ns := c.nodeState(ps.node)
+	if !ps.ours {
+		ns.resolve(ps)
+	}
 	ns.pods[uid] = struct{}{}
 	c.holes.AddNode(&ns.node, -1)
 	ns.charge(ps, 1)
@@ -360,16 +428,37 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
 // UpsertPodInfo applies a pod add or update from the informer.
 func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	c.syncHost(pod)
+	now := c.ignoredReason(pod.UID)
+	c.mu.Unlock()
+	if now != "" && now != was {
+		c.report([]IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}})
+	}
 }
 
-// upsertGPU applies a pod event to the pod's allocation. The caller holds c.mu.
+// ignoredReason says why uid's allocation annotation is ignored, "" if it
+// is not. The caller holds c.mu.
+func (c *Cache) ignoredReason(uid types.UID) string {
+	if ps, ok := c.pods[uid]; ok {
+		return ps.ignored
+	}
+	return c.pendingIgnored[uid].reason
+}
+
+// upsertGPU applies a pod event to the pod's allocation. The caller holds
+// c.mu.
+//
+// Only two kinds of allocation are charged: those this extender chose
+// (Assume), and those a bound pod's annotation carries that resolve finds
+// to fit the pod's request and the node's cards. Anyone who can create a
+// pod can write the annotation; our Binding writes it together with the
+// node, so a pending pod's annotation is never ours and holds nothing.
 func (c *Cache) upsertGPU(pod *PodInfo) {
 	if pod.Demand == nil {
 		// No gpu-mem (or an invalid request, which no node admits).
-		c.remove(pod.UID)
+		c.forgetPod(pod.UID)
 		return
 	}
 	if _, seen := c.observed[pod.UID]; !seen {
@@ -377,64 +466,136 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 	}
 	if pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
-		c.remove(pod.UID)
+		c.forgetPod(pod.UID)
 		return
 	}
-	alloc := pod.Allocation
 	old := c.pods[pod.UID]
-	nodeName := pod.NodeName
-	switch {
-	case nodeName == "" && alloc == nil:
-		// Pending and not placed; or our own Assume, seen before its
-		// Binding (keep it: a failed Binding leaves no annotation, and
-		// Forget releases it); or an assumption seen annotated but unbound
-		// whose annotation its writer removed (release it).
-		if old != nil && old.state == StateAssumed && old.annotated {
-			c.remove(pod.UID)
+	if pod.NodeName == "" {
+		// Pending: only our own Assume holds cards for it (a pending event
+		// without annotation predates its Binding; a failed Binding is
+		// released by Forget). An annotation here is someone else's.
+		if pod.Allocation != nil || pod.AllocationErr != "" {
+			node := ""
+			if pod.Allocation != nil {
+				node = pod.Allocation.Node
+			}
+			c.pendingIgnored[pod.UID] = ignoredPod{namespace: pod.Namespace, name: pod.Name, node: node,
+				reason: fmt.Sprintf("pod is not bound yet but carries %s, which only the extender's bind writes (together with the node); it holds nothing", gpushare.AnnotationAllocation)}
+		} else {
+			delete(c.pendingIgnored, pod.UID)
+		}
+		if old != nil && !old.ours {
+			c.remove(pod.UID) // cannot happen: pods are not unbound
 		}
 		return
-	case nodeName == "":
-		// Annotated but not bound: an older extender's annotate-then-bind
-		// or another writer, in flight or dead: held as assumed until it is
-		// bound, its annotation goes, or its deadline passes.
-		if old != nil && old.node == alloc.Node {
-			old.annotated = true
-			return
-		}
-		c.remove(pod.UID)
-		c.add(pod.UID, &podState{namespace: pod.Namespace, name: pod.Name, node: alloc.Node, state: StateAssumed,
-			alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL), annotated: true})
-	case alloc != nil && alloc.Node == nodeName:
-		// The same allocation (our bind's annotation coming back): confirm
-		// it. A different one (the device plugin repaired it to the cards
-		// kubelet actually gave): re-charge.
-		if old != nil && old.node == nodeName && old.alloc != nil && reflect.DeepEqual(old.alloc, alloc) {
-			old.state = StateBound
-			return
-		}
-		c.remove(pod.UID)
-		c.add(pod.UID, &podState{namespace: pod.Namespace, name: pod.Name, node: nodeName, state: StateBound, alloc: alloc, perCard: alloc.PerCard()})
-	default:
-		// Bound without (a matching) allocation: placed by someone else.
-		ps := &podState{namespace: pod.Namespace, name: pod.Name, node: nodeName, state: StateBound}
-		if pod.LegacyIndex >= 0 {
-			ps.perCard = map[int]int64{pod.LegacyIndex: pod.Demand.Total()}
-		} else {
-			ps.unattributed = pod.Demand.Total()
-		}
-		if old != nil && old.node == ps.node && old.alloc == nil && old.unattributed == ps.unattributed && maps.Equal(old.perCard, ps.perCard) {
-			return
-		}
-		c.remove(pod.UID)
-		c.add(pod.UID, ps)
 	}
+	delete(c.pendingIgnored, pod.UID)
+	if old != nil && old.ours && old.node == pod.NodeName && pod.Allocation != nil && reflect.DeepEqual(old.alloc, pod.Allocation) {
+		// Our bind's annotation coming back: confirmed.
+		old.state, old.confirmed, old.deadline = StateBound, true, time.Time{}
+		return
+	}
+	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
+		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: pod.LegacyIndex}
+	if old != nil && !old.ours && old.sameInputs(ps) {
+		return // a status update: nothing the charge depends on changed
+	}
+	// Placed by us and changed since (the device plugin repaired it to the
+	// cards kubelet gave), or placed by someone else: re-charged as resolve
+	// says.
+	c.remove(pod.UID)
+	c.add(pod.UID, ps)
+}
+
+// sameInputs reports whether ps and o, two entries of one bound pod, would
+// resolve alike.
+func (ps *podState) sameInputs(o *podState) bool {
+	return ps.node == o.node && ps.claimErr == o.claimErr && ps.legacyIndex == o.legacyIndex &&
+		ps.demand.Total() == o.demand.Total() && reflect.DeepEqual(ps.claim, o.claim)
+}
+
+// resolve decides what ps, the informer's view of a bound pod on ns, is
+// charged: its allocation annotation when accept takes it, else its request
+// on the card its Aliyun index names, else its request unattributed. The
+// caller holds the cache's lock.
+func (ns *nodeState) resolve(ps *podState) {
+	ps.alloc, ps.perCard, ps.unattributed, ps.ignored = nil, nil, 0, ""
+	if ps.claim != nil || ps.claimErr != "" {
+		a, reason := ns.accept(ps)
+		if reason == "" {
+			ps.alloc, ps.perCard = a, a.PerCard()
+			return
+		}
+		ps.ignored = reason
+	}
+	if ps.legacyIndex >= 0 {
+		ps.perCard = map[int]int64{ps.legacyIndex: ps.demand.Total()}
+	} else {
+		ps.unattributed = ps.demand.Total()
+	}
+}
+
+// accept returns ps's allocation annotation in the node's unit if it fits
+// the pod's request and the node's cards, else why not. Until the node's
+// own event arrives, its cards and unit are unknown and only the request is
+// checked; SetNode resolves again.
+func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
+	if ps.claimErr != "" {
+		return nil, ps.claimErr
+	}
+	a := ps.claim
+	if a.Node != ps.node {
+		return nil, fmt.Sprintf("allocation names node %s; the pod runs on %s", a.Node, ps.node)
+	}
+	if ns.seen && a.Unit != ns.node.Unit {
+		conv, err := a.InUnit(ns.node.Unit)
+		if err != nil {
+			return nil, err.Error()
+		}
+		if err := conv.CheckDemand(ps.demand); err != nil {
+			return nil, fmt.Sprintf("allocation in %s does not fit the pod's request once converted to node %s's %s: %v", a.Unit, ns.node.Name, ns.node.Unit, err)
+		}
+		a = conv
+	} else if err := a.CheckDemand(ps.demand); err != nil {
+		return nil, err.Error()
+	}
+	if !ns.seen {
+		return a, ""
+	}
+	// A card index the node does not report is charged to its missing
+	// units, as for a node that lost a card under running pods: not to a
+	// card either way.
+	for _, c := range a.Containers {
+		for _, d := range c.Devices {
+			pos := ns.position(d.Index)
+			if pos < 0 {
+				continue
+			}
+			if uuid := ns.node.Cards[pos].UUID; d.UUID != "" && uuid != "" && d.UUID != uuid {
+				return nil, fmt.Sprintf("allocation names card %d as %s; node %s's card %d is %s", d.Index, d.UUID, ns.node.Name, d.Index, uuid)
+			}
+		}
+	}
+	for idx, u := range a.PerCard() {
+		if pos := ns.position(idx); pos >= 0 && u > ns.node.Cards[pos].Total {
+			return nil, fmt.Sprintf("allocation holds %d %s on card %d, which has %d %s", u, a.Unit, idx, ns.node.Cards[pos].Total, a.Unit)
+		}
+	}
+	return a, ""
+}
+
+// forgetPod drops everything uid holds on cards and what is known of its
+// annotation. The caller holds c.mu.
+func (c *Cache) forgetPod(uid types.UID) {
+	c.remove(uid)
+	delete(c.pendingIgnored, uid)
 }
 
 // DeletePod applies a pod delete from the informer.
 func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.remove(uid)
+	c.forgetPod(uid)
 	c.dropHost(uid)
 	delete(c.observed, uid)
 }
@@ -444,9 +605,10 @@ func (c *Cache) DeletePod(uid types.UID) {
 // as assumed until FinishBinding, Forget or the deadline. It is idempotent:
 // for a pod that already holds an allocation on node it returns that
 // allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
-// bound to another node, ErrUnknownNode for a node the extender has not
-// seen, or an *allocator.FitError (one with filter's reason for a node
-// without GPUs).
+// bound to another node, ErrBindInFlight for a pod whose bind to another
+// node has not ended (or ended with an unknown outcome), ErrUnknownNode for
+// a node the extender has not seen, or an *allocator.FitError (one with
+// filter's reason for a node without GPUs).
 func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) {
 	if pod.Demand == nil {
 		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
@@ -461,8 +623,13 @@ func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) 
 			return ps.alloc, nil
 		case ps.state == StateBound:
 			return nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
+		default:
+			// Our own assumption for another node: its Binding may still
+			// be made (the scheduler gave up waiting, or its answer was
+			// lost). Releasing it now could hand its cards out twice.
+			return nil, fmt.Errorf("pod %s/%s: a bind to node %s has not ended or its outcome is unknown; its cards stay held until the API shows the pod or %s passes: %w",
+				pod.GetNamespace(), pod.GetName(), ps.node, ps.deadline.Sub(c.clock.Now()).Round(time.Second), ErrBindInFlight)
 		}
-		c.remove(uid) // a stale assumption for another node
 	}
 	ns, reason, unknown := c.gpuNode(node)
 	switch {
@@ -480,7 +647,7 @@ func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) 
 		return nil, err
 	}
 	alloc := allocator.Allocation(&ns.node, demand, pl)
-	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed,
+	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed, ours: true,
 		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, hostUse{node: node, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
@@ -488,13 +655,18 @@ func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) 
 	return alloc, nil
 }
 
-// FinishBinding marks uid's assumed allocation bound: it no longer expires.
+// FinishBinding marks uid's assumed allocation bound (its Binding was
+// made). Until the informer shows the pod bound it keeps a deadline: a pod
+// the informer never delivers is released then.
 func (c *Cache) FinishBinding(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ps, ok := c.pods[uid]; ok {
 		ps.state = StateBound
 		ps.deadline = time.Time{}
+		if !ps.confirmed {
+			ps.deadline = c.clock.Now().Add(c.assumeTTL)
+		}
 		if h, ok := c.hosts[uid]; ok && h.assumed {
 			h.assumed = false
 			c.hosts[uid] = h
@@ -502,7 +674,8 @@ func (c *Cache) FinishBinding(uid types.UID) {
 	}
 }
 
-// Forget releases uid's allocation if it is still only assumed.
+// Forget releases uid's allocation if it is still only assumed: its bind
+// failed and no Binding was made.
 func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -511,22 +684,29 @@ func (c *Cache) Forget(uid types.UID) {
 	}
 }
 
-// Expired names a released assumption.
+// Expired names a released allocation.
 type Expired struct {
 	Namespace, Name, Node string
+	// Bound: its Binding was made but the informer never showed the pod
+	// (it was deleted before the watch delivered it); otherwise the bind
+	// never completed.
+	Bound bool
 }
 
-// Expire releases assumed allocations whose deadline has passed and returns them.
+// Expire releases assumed allocations whose deadline has passed, and bound
+// ones the informer has not confirmed by theirs, and returns them.
 func (c *Cache) Expire() []Expired {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Expired
 	for uid, ps := range c.pods {
-		if ps.state == StateAssumed && now.After(ps.deadline) {
-			out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node})
-			c.remove(uid)
+		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {
+			continue
 		}
+		out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node, Bound: ps.state == StateBound})
+		c.remove(uid)
+		c.dropHost(uid)
 	}
 	return out
 }

@@ -96,17 +96,19 @@ func TestAssumeLifecycle(t *testing.T) {
 	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after retried Assume (-want +got):\n%s", diff)
 	}
-	// An event with the allocation but no node yet (as an older extender's
-	// annotate-then-bind shows) keeps it assumed.
+	// A pending event, annotated by someone else meanwhile, keeps our
+	// assumption (and does not add the annotation's).
 	annotated := util.MakePod("p").GPUMem(6).Allocation(a).Obj()
 	c.UpsertPod(annotated)
 	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after annotation event (-want +got):\n%s", diff)
 	}
+	// Bound, and the informer shows it: it no longer expires.
 	c.FinishBinding(pod.UID)
+	c.UpsertPod(util.MakePod("p").GPUMem(6).Allocation(a).Node("n1").Obj())
 	clk.Step(time.Hour)
 	if got := c.Expire(); len(got) != 0 {
-		t.Errorf("Expire() after FinishBinding = %v, want none", got)
+		t.Errorf("Expire() after FinishBinding and the bound event = %v, want none", got)
 	}
 	// Bound elsewhere: clear error.
 	if _, err := c.Assume(NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
@@ -217,9 +219,11 @@ func TestUpsertPodStates(t *testing.T) {
 			want: []int64{0, 4},
 		},
 		{
-			name: "annotated but unbound (bind in flight when the extender restarted)",
+			// Our Binding writes the node and the annotation at once: this
+			// annotation is someone else's (see TestAllocationAnnotationTrust).
+			name: "annotated but unbound holds nothing",
 			pods: []*corev1.Pod{util.MakePod("p").GPUMem(4).Allocation(alloc).Obj()},
-			want: []int64{0, 4},
+			want: []int64{0, 0},
 		},
 		{
 			name: "legacy pod with Aliyun's index annotation",
@@ -506,10 +510,12 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		{"its pending event keeps the assumption", func() { c.UpsertPod(gpu.Obj()) }, [2]int64{2500, 5120}},
 		{"forgotten", func() { c.Forget(gpu.Obj().UID) }, [2]int64{500, 1024}},
 		{"assumed again, then bound", func() {
-			if _, err := c.Assume(NewPodInfo(gpu.Obj()), "n1"); err != nil {
+			a, err := c.Assume(NewPodInfo(gpu.Obj()), "n1")
+			if err != nil {
 				t.Fatal(err)
 			}
 			c.FinishBinding(gpu.Obj().UID)
+			c.UpsertPod(gpu.Allocation(a).Node("n1").Obj())
 		}, [2]int64{2500, 5120}},
 		{"a bound pod does not expire", func() { clk.Step(time.Hour); c.Expire() }, [2]int64{2500, 5120}},
 		{"assumed and expired", func() {
@@ -663,5 +669,254 @@ func TestMaximaFollowNodeChanges(t *testing.T) {
 		if diff := cmp.Diff(s.want, get()); diff != "" {
 			t.Errorf("after %s, maxima (-want +got):\n%s", s.name, diff)
 		}
+	}
+}
+
+// TestAllocationAnnotationTrust: an allocation annotation is charged only
+// when this extender chose it or a bound pod carries it and it fits the
+// pod's request and the node's cards (converted to the node's unit);
+// otherwise the pod is charged by its request as if it had none, and
+// Inspect says what was ignored and why.
+func TestAllocationAnnotationTrust(t *testing.T) {
+	share := func(idx int, uuid string, units int64) []gpushare.DeviceShare {
+		return []gpushare.DeviceShare{{Index: idx, UUID: uuid, Units: units}}
+	}
+	alloc := func(node, unit string, containers ...gpushare.ContainerAllocation) *gpushare.Allocation {
+		return &gpushare.Allocation{Node: node, Unit: unit, Containers: containers}
+	}
+	c0 := func(d []gpushare.DeviceShare) gpushare.ContainerAllocation {
+		return gpushare.ContainerAllocation{Name: "c0", Devices: d}
+	}
+	tests := []struct {
+		name             string
+		pod              *corev1.Pod
+		want             []int64
+		wantUnattributed int64
+		wantMissing      int64
+		wantIgnored      string // substring of the reason; "" for none
+	}{
+		{
+			name: "bound, fits request and card",
+			pod:  util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(1, "GPU-n1-1", 4)))).Node("n1").Obj(),
+			want: []int64{0, 4},
+		},
+		{
+			name:        "pending pod carrying an annotation (copied YAML) holds nothing",
+			pod:         util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(0, "GPU-n1-0", 16)))).Obj(),
+			want:        []int64{0, 0},
+			wantIgnored: "not bound",
+		},
+		{
+			name:             "bound, more units than the pod asks",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(0, "GPU-n1-0", 16)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "asks 4",
+		},
+		{
+			// As for a node that lost a card under running pods: on no
+			// card, shown as missing.
+			name:        "bound, names a card the node lacks",
+			pod:         util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(7, "", 4)))).Node("n1").Obj(),
+			want:        []int64{0, 0},
+			wantMissing: 4,
+		},
+		{
+			name:             "bound, names a card by another UUID",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(1, "GPU-elsewhere", 4)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "GPU-elsewhere",
+		},
+		{
+			name:             "bound, more than the card holds",
+			pod:              util.MakePod("p").GPUMem(40).Allocation(alloc("n1", "GiB", c0(share(0, "GPU-n1-0", 40)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 40,
+			wantIgnored:      "16",
+		},
+		{
+			name:             "bound, allocation for another node",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n2", "GiB", c0(share(1, "", 4)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "n2",
+		},
+		{
+			name:             "bound, containers differ from the spec",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", gpushare.ContainerAllocation{Name: "other", Devices: share(1, "", 4)})).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "other",
+		},
+		{
+			name: "bound, in MiB on a GiB node: converted",
+			pod:  util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "MiB", c0(share(1, "GPU-n1-1", 4096)))).Node("n1").Obj(),
+			want: []int64{0, 4},
+		},
+		{
+			name:             "bound, in MiB on a GiB node, not the request once converted",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "MiB", c0(share(1, "GPU-n1-1", 4)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "MiB",
+		},
+		{
+			name:             "bound, in an unknown unit",
+			pod:              util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "TiB", c0(share(1, "GPU-n1-1", 4)))).Node("n1").Obj(),
+			want:             []int64{0, 0},
+			wantUnattributed: 4,
+			wantIgnored:      "TiB",
+		},
+		{
+			name:        "ignored allocation, Aliyun's index: charged there",
+			pod:         util.MakePod("p").GPUMem(4).Allocation(alloc("n1", "GiB", c0(share(0, "", 9)))).Annotation(gpushare.AnnotationIndex, "1").Node("n1").Obj(),
+			want:        []int64{0, 4},
+			wantIgnored: "asks 4",
+		},
+	}
+	for _, tc := range tests {
+		for _, nodeFirst := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/node first %v", tc.name, nodeFirst), func(t *testing.T) {
+				c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+				node := util.MakeNode("n1").Cards("T4", 16, 16).Obj()
+				if nodeFirst {
+					if err := c.SetNode(node); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.UpsertPod(tc.pod)
+				if !nodeFirst {
+					if err := c.SetNode(node); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if diff := cmp.Diff(tc.want, used(t, c, "n1")); diff != "" {
+					t.Errorf("Used (-want +got):\n%s", diff)
+				}
+				views, _ := c.Inspect("n1")
+				var un int64
+				for _, p := range views[0].Unattributed {
+					un += p.Units
+				}
+				if un != tc.wantUnattributed {
+					t.Errorf("unattributed = %d, want %d", un, tc.wantUnattributed)
+				}
+				if views[0].MissingUnits != tc.wantMissing {
+					t.Errorf("missing = %d, want %d", views[0].MissingUnits, tc.wantMissing)
+				}
+				var reasons []string
+				for _, ig := range views[0].Ignored {
+					reasons = append(reasons, ig.Reason)
+				}
+				switch {
+				case tc.wantIgnored == "" && len(reasons) > 0:
+					t.Errorf("ignored %q, want nothing ignored", reasons)
+				case tc.wantIgnored != "" && (len(reasons) != 1 || !strings.Contains(reasons[0], tc.wantIgnored)):
+					t.Errorf("ignored %q, want one reason containing %q", reasons, tc.wantIgnored)
+				}
+			})
+		}
+	}
+}
+
+// TestAssumeIgnoresAPendingPodsAnnotation: bind chooses cards for a pod
+// that arrived carrying an allocation annotation; it does not return or
+// hold the annotation's.
+func TestAssumeIgnoresAPendingPodsAnnotation(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(0, 0)))
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	bogus := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 16}}}}}
+	pod := util.MakePod("p").GPUMem(4).Allocation(bogus).Obj()
+	c.UpsertPod(pod)
+	a, err := c.Assume(NewPodInfo(pod), "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Total(); got != 4 {
+		t.Errorf("Assume returned an allocation of %d units, want the pod's 4", got)
+	}
+	if diff := cmp.Diff(int64(4), sum(used(t, c, "n1"))); diff != "" {
+		t.Errorf("units held (-want +got):\n%s", diff)
+	}
+}
+
+func sum(s []int64) int64 {
+	var t int64
+	for _, v := range s {
+		t += v
+	}
+	return t
+}
+
+// TestBoundButNeverSeenExpires: a pod created, bound (our Binding, made
+// after reading the pod from the API) and deleted within one watch gap is
+// never delivered by the informer, so no delete comes either; its cards,
+// CPU and memory are released at its deadline. One the informer confirms
+// stays.
+func TestBoundButNeverSeenExpires(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Host("32", "64Gi").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	ghost := util.MakePod("ghost").GPUMem(6).Requests("2", "2Gi").Obj()
+	seen := util.MakePod("seen").GPUMem(4).Requests("1", "1Gi").Obj()
+	for _, p := range []*corev1.Pod{ghost, seen} {
+		a, err := c.Assume(NewPodInfo(p), "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.FinishBinding(p.UID)
+		if p == seen {
+			c.UpsertPod(util.MakePod("seen").GPUMem(4).Requests("1", "1Gi").Allocation(a).Node("n1").Obj())
+		}
+	}
+	clk.Step(DefaultAssumeTTL - time.Second)
+	if got := c.Expire(); len(got) != 0 {
+		t.Fatalf("Expire() before the deadline = %v", got)
+	}
+	clk.Step(2 * time.Second)
+	if diff := cmp.Diff([]Expired{{Namespace: "default", Name: "ghost", Node: "n1", Bound: true}}, c.Expire()); diff != "" {
+		t.Errorf("Expire() (-want +got):\n%s", diff)
+	}
+	if got := sum(used(t, c, "n1")); got != 4 {
+		t.Errorf("%d units held after expiry, want the confirmed pod's 4", got)
+	}
+	if diff := cmp.Diff([2]int64{1000, 1024}, hostUsed(t, c, "n1")); diff != "" {
+		t.Errorf("CPU and memory held [millicores, MiB] (-want +got):\n%s", diff)
+	}
+}
+
+// TestAssumeKeepsABindInFlight: while a bind to one node has not ended (or
+// ended with an unknown outcome, see extender.Binder), a bind of the same
+// pod to another node must not release its cards: that Binding may still
+// be made.
+func TestAssumeKeepsABindInFlight(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	for _, n := range []string{"n1", "n2"} {
+		if err := c.SetNode(util.MakeNode(n).Cards("T4", 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
+	if _, err := c.Assume(pod, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Assume(pod, "n2"); !errors.Is(err, ErrBindInFlight) {
+		t.Fatalf("Assume on n2 during a bind to n1: %v, want ErrBindInFlight", err)
+	}
+	if diff := cmp.Diff([]int64{6}, used(t, c, "n1")); diff != "" {
+		t.Errorf("n1 (-want +got):\n%s", diff)
+	}
+	c.Forget(pod.UID) // that bind failed: no Binding
+	if _, err := c.Assume(pod, "n2"); err != nil {
+		t.Fatalf("Assume on n2 after the bind to n1 failed: %v", err)
+	}
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("n1 after moving (-want +got):\n%s", diff)
 	}
 }

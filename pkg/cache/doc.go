@@ -6,27 +6,39 @@
 // HTTP handlers only call its methods. A pod's allocation moves through
 // these states (keyed by pod UID):
 //
-//	               Assume (bind chose cards)
-//	(absent) ───────────────────────────────► assumed ──Forget (bind failed)──► (absent)
-//	   │                                        │  │
-//	   │                                        │  └──deadline passed, pod still
-//	   │                         FinishBinding  │     unbound (extender died
-//	   │                        (Binding made)  │     mid-bind) ──Expire──► (absent)
-//	   │                                        ▼
-//	   │   pod event: annotation + nodeName   bound ◄─┐
-//	   └──────────────────────────────────────────────┘ pod event confirms it
-//	                                            │
-//	         pod deleted, Succeeded or Failed   ▼
-//	                                         (absent)
+//	                Assume (bind chose cards)
+//	(absent) ────────────────────────────────► assumed ──Forget (no Binding made)──► (absent)
+//	   │                                         │  │
+//	   │                                         │  └──deadline passed, pod still unbound
+//	   │                          FinishBinding  │     (bind never completed, or its answer
+//	   │                         (Binding made)  │     was lost and the API never showed it)
+//	   │                                         ▼                  ──Expire──► (absent)
+//	   │                                  bound, unconfirmed ──deadline passed──► (absent)
+//	   │                                         │            (never delivered: created, bound
+//	   │           pod event shows it bound      │ pod event   and deleted in one watch gap)
+//	   └──────────────────────────────────► bound, confirmed ◄┘ shows it bound
+//	                                             │
+//	          pod deleted, Succeeded or Failed   ▼
+//	          (or re-created: a UID change)   (absent)
+//
+// While an assumption stands, Assume refuses the same pod on another node
+// (ErrBindInFlight): its Binding may still be made.
+//
+// What a bound pod is charged: only two kinds of allocation are trusted.
+// Ours (Assume) and a bound pod's gpushare.io/allocation annotation that
+// fits the pod's request container by container and the node's cards (the
+// card's UUID and size; an allocation in another unit is converted to the
+// node's). Anyone who can create a pod can write the annotation, and our
+// Binding writes it together with the node, so a pending pod's annotation
+// is never ours: it holds nothing. A bound pod whose annotation fails the
+// checks, or that has none (placed by another scheduler), is charged its
+// request on the card ALIYUN_COM_GPU_MEM_IDX names when present, otherwise
+// recorded as unattributed. Ignored annotations are reported through
+// Config.OnIgnored (the extender logs them) and listed by Inspect. A
+// bound pod is resolved again whenever its node's cards change.
 //
 // A restarted extender rebuilds the same state from the informers' initial
-// list: a pod with the allocation annotation and spec.nodeName is bound; one
-// with the annotation but no node yet (our Binding writes both at once, so
-// only an older extender or another writer leaves one) is assumed with a
-// fresh deadline (its bind may still be under way); pods that ask gpu-mem
-// on a node without our annotation (bound by another scheduler) are charged
-// to the card named by ALIYUN_COM_GPU_MEM_IDX when present, otherwise
-// recorded as unattributed and shown by Inspect.
+// list.
 //
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node

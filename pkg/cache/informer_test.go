@@ -66,18 +66,19 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1.FinishBinding(pod.UID)
-	// A second pod is mid-bind: annotated, not yet bound.
+	// A second pod carries an allocation annotation but no node: not our
+	// Binding's, which writes both at once, so it holds nothing.
 	mid := util.MakePod("q").GPUMem(3).Allocation(&gpushare.Allocation{Node: "n1", Unit: "GiB",
 		Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, Units: 3}}}}}).Obj()
 	if _, err := client.CoreV1().Pods("default").Create(ctx, mid, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both pods in the first cache", func() bool {
-		_, pods := c1.Counts()
-		return pods == 2
+	eventually(t, "the bound pod confirmed and the annotated one seen", func() bool {
+		v, _ := c1.Inspect("n1")
+		return len(v) == 1 && len(v[0].Ignored) == 1 && v[0].Cards[0].Pods[0].State == StateBound
 	})
 	want := used(t, c1, "n1")
-	if diff := cmp.Diff([]int64{6, 3}, want); diff != "" {
+	if diff := cmp.Diff([]int64{6, 0}, want); diff != "" {
 		t.Fatalf("first cache (-want +got):\n%s", diff)
 	}
 
@@ -86,12 +87,12 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 	if diff := cmp.Diff(want, used(t, c2, "n1")); diff != "" {
 		t.Errorf("rebuilt cache (-want +got):\n%s", diff)
 	}
-	// The retried bind of the mid-bind pod holds nothing twice.
+	// Binding the annotated pod chooses its cards and holds them once.
 	if _, err := c2.Assume(NewPodInfo(mid), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, used(t, c2, "n1")); diff != "" {
-		t.Errorf("after retried bind (-want +got):\n%s", diff)
+	if got := sum(used(t, c2, "n1")); got != 9 {
+		t.Errorf("after binding the annotated pod: %d units held, want 9", got)
 	}
 }
 
@@ -235,4 +236,42 @@ func TestFeederSkipsUnchangedNodeUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "n1 to get three cards", func() bool { return len(used(t, c, "n1")) == 3 })
+}
+
+// TestFeederPodRecreatedInWatchGap: a pod deleted and re-created under the
+// same name while the watch was down comes back from the relist as one
+// update from the old UID to the new, with no delete; the old pod's cards
+// and CPU must be released.
+func TestFeederPodRecreatedInWatchGap(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	allocOn := func(card int, units int64) *gpushare.Allocation {
+		return &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: card, Units: units}}}}}
+	}
+	client := fake.NewClientset(
+		util.MakeNode("n1").Host("32", "64Gi").Cards("T4", 16, 16).Obj(),
+		util.MakePod("p").UID("uid-old").GPUMem(6).Requests("4", "1Gi").Allocation(allocOn(0, 6)).Node("n1").Obj(),
+	)
+	gap := util.NewWatchGap(client, "pods")
+	c, _ := startFeeder(t, ctx, client)
+	if diff := cmp.Diff([]int64{6, 0}, used(t, c, "n1")); diff != "" {
+		t.Fatalf("before (-want +got):\n%s", diff)
+	}
+	pods := client.CoreV1().Pods("default")
+	if err := pods.Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := util.MakePod("p").UID("uid-new").GPUMem(4).Requests("1", "1Gi").Allocation(allocOn(1, 4)).Node("n1").Obj()
+	if _, err := pods.Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gap.Expire()
+	eventually(t, "the relist to replace the pod", func() bool {
+		return cmp.Equal([]int64{0, 4}, used(t, c, "n1"))
+	})
+	if diff := cmp.Diff([2]int64{1000, 1024}, hostUsed(t, c, "n1")); diff != "" {
+		t.Errorf("CPU and memory held [millicores, MiB] (-want +got):\n%s", diff)
+	}
 }

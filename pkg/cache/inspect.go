@@ -21,6 +21,18 @@ type NodeView struct {
 	Unattributed []PodView `json:"unattributed,omitempty"`
 	// MissingUnits are held on card indexes the node no longer reports.
 	MissingUnits int64 `json:"missingUnits,omitempty"`
+	// Ignored lists pods whose allocation annotation the extender does not
+	// charge (it did not choose it and it does not fit the pod's request
+	// or the node's cards): bound pods on this node, charged by their
+	// request instead, and pending pods whose annotation names this node.
+	Ignored []IgnoredView `json:"ignored,omitempty"`
+}
+
+// IgnoredView is a pod whose allocation annotation is ignored, and why.
+type IgnoredView struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
 }
 
 // CardView is one card.
@@ -46,17 +58,23 @@ type PodView struct {
 // unknown), sorted by name, cards by index, pods by namespace/name.
 func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 	c.mu.Lock()
+	pending := map[string][]IgnoredView{} // node -> pending pods naming it
+	for _, ip := range c.pendingIgnored {
+		if only == "" || ip.node == only {
+			pending[ip.node] = append(pending[ip.node], IgnoredView{Namespace: ip.namespace, Name: ip.name, Reason: ip.reason})
+		}
+	}
 	if only != "" {
 		ns, found := c.nodes[only]
 		if !found {
 			c.mu.Unlock()
 			return nil, false
 		}
-		views = []NodeView{c.nodeView(ns)}
+		views = []NodeView{c.nodeView(ns, pending[only])}
 	} else {
 		views = make([]NodeView, 0, len(c.nodes))
-		for _, ns := range c.nodes {
-			views = append(views, c.nodeView(ns))
+		for name, ns := range c.nodes {
+			views = append(views, c.nodeView(ns, pending[name]))
 		}
 	}
 	c.mu.Unlock()
@@ -67,13 +85,18 @@ func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 			sortPods(views[i].Cards[j].Pods)
 		}
 		sortPods(views[i].Unattributed)
+		slices.SortFunc(views[i].Ignored, func(a, b IgnoredView) int {
+			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+		})
 	}
 	return views, true
 }
 
-// nodeView copies ns into a view, its pods unsorted. The caller holds c.mu.
-func (c *Cache) nodeView(ns *nodeState) NodeView {
-	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, MissingUnits: ns.missing, Cards: []CardView{}}
+// nodeView copies ns into a view, its pods unsorted; pending are the
+// pending pods whose ignored annotation names the node. The caller holds
+// c.mu.
+func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
+	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, MissingUnits: ns.missing, Cards: []CardView{}, Ignored: pending}
 	for i := range ns.node.Cards {
 		card := &ns.node.Cards[i]
 		v.Total += card.Total
@@ -89,6 +112,9 @@ func (c *Cache) nodeView(ns *nodeState) NodeView {
 		}
 		if ps.unattributed > 0 {
 			v.Unattributed = append(v.Unattributed, PodView{Namespace: ps.namespace, Name: ps.name, Units: ps.unattributed, State: ps.state})
+		}
+		if ps.ignored != "" {
+			v.Ignored = append(v.Ignored, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: ps.ignored})
 		}
 	}
 	return v

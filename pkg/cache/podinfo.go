@@ -21,6 +21,9 @@ type PodInfo struct {
 	Demand gpushare.Demand
 	// Allocation is the parsed gpushare.io/allocation, nil when absent or invalid.
 	Allocation *gpushare.Allocation
+	// AllocationErr says why a gpushare.io/allocation annotation the pod
+	// carries did not parse; "" when it parsed or is absent.
+	AllocationErr string
 	// LegacyIndex is ALIYUN_COM_GPU_MEM_IDX, -1 when absent or invalid.
 	LegacyIndex int
 	// Policy is the gpushare.io/policy annotation.
@@ -45,6 +48,8 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {
 		if a, err := gpushare.ParseAllocation(s); err == nil {
 			info.Allocation = a
+		} else {
+			info.AllocationErr = err.Error()
 		}
 	}
 	info.LegacyIndex = -1

@@ -88,7 +88,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(cache.Config{Policy: cfg.Policy, AssumeTTL: cfg.AssumeTTL})
+	c, err := cache.New(cache.Config{Policy: cfg.Policy, AssumeTTL: cfg.AssumeTTL, OnIgnored: func(v cache.IgnoredView) {
+		logger.Info("Ignoring a pod's allocation annotation; charging the pod by its request", "pod", klog.KRef(v.Namespace, v.Name), "reason", v.Reason)
+	}})
 	if err != nil {
 		return err
 	}

@@ -84,13 +84,14 @@ func nodeC() *corev1.Node {
 	return withLabel(withIP(util.MakeNode("gpu-c").Capacity(32, 2).Obj(), "10.0.0.3"), "pool", "b")
 }
 
-// podsC: a bound pod of team-a and one the extender is binding (annotated,
-// no node yet: assumed).
+// podsC: a bound pod of team-a, and a pending one created from YAML copied
+// off a running pod, allocation annotation included: ignored, it holds
+// nothing.
 func podsC() []runtime.Object {
 	return []runtime.Object{
 		util.MakePod("notebook").Namespace("team-a").UID("uid-team-a-notebook").GPUMem(4).Node("gpu-c").Allocation(alloc("gpu-c",
 			container("c0", false, share(1, "", 4)))).Obj(),
-		util.MakePod("binding").GPUMem(6).Allocation(alloc("gpu-c", container("c0", false, share(0, "", 6)))).Obj(),
+		util.MakePod("copied").GPUMem(6).Allocation(alloc("gpu-c", container("c0", false, share(0, "", 6)))).Obj(),
 	}
 }
 

@@ -38,7 +38,10 @@ type View struct {
 }
 
 // unattributedWhy explains pods whose card is unknown.
-const unattributedWhy = "not scheduled through the extender: no " + gpushare.AnnotationAllocation + " or " + gpushare.AnnotationIndex + " annotation"
+const unattributedWhy = "not scheduled through the extender: no " + gpushare.AnnotationIndex + " annotation and no usable " + gpushare.AnnotationAllocation
+
+// ignoredWhat introduces a pod whose allocation annotation is ignored.
+const ignoredWhat = "its " + gpushare.AnnotationAllocation + " annotation is ignored"
 
 // write prints r to w as v says; v.Output is one Config.Validate accepts
 // (the table for anything else).
@@ -264,6 +267,9 @@ func summaryNotes(r *Report) []string {
 		if n.MissingUnits > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %s held on cards the node no longer reports, not counted above", n.Name, units(n.MissingUnits, n.Unit)))
 		}
+		for _, ig := range n.Ignored {
+			notes = append(notes, fmt.Sprintf("%s: pod %s/%s: %s: %s", n.Name, ig.Namespace, ig.Name, ignoredWhat, ig.Reason))
+		}
 	}
 	return notes
 }
@@ -419,6 +425,12 @@ func writeDetails(w io.Writer, r *Report, v View) {
 		}
 		if n.MissingUnits > 0 {
 			fmt.Fprintf(w, "Held on cards the node no longer reports, not counted above: %s\n", units(n.MissingUnits, n.Unit))
+		}
+		if len(n.Ignored) > 0 {
+			fmt.Fprintln(w, "Pods whose "+gpushare.AnnotationAllocation+" annotation is ignored:")
+			for _, ig := range n.Ignored {
+				fmt.Fprintf(w, "  %s/%s: %s\n", ig.Namespace, ig.Name, ig.Reason)
+			}
 		}
 		fmt.Fprintln(w, strings.Repeat("-", 80))
 	}

@@ -48,6 +48,19 @@ type Node struct {
 	// MissingUnits are held on card indexes the node no longer reports (not
 	// in Allocated).
 	MissingUnits int64 `json:"missingUnits,omitempty"`
+	// Ignored lists pods whose gpushare.io/allocation annotation is not
+	// charged, with why: it does not fit the pod's request or the node's
+	// cards, or the pod is not bound (only the extender's bind writes it,
+	// together with the node). A bound one is charged by its request
+	// instead (on ALIYUN_COM_GPU_MEM_IDX's card, else unattributed).
+	Ignored []IgnoredAnnotation `json:"ignored,omitempty"`
+}
+
+// IgnoredAnnotation is a pod whose allocation annotation is ignored.
+type IgnoredAnnotation struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Reason    string `json:"reason"`
 }
 
 // Card is one GPU.
@@ -107,6 +120,9 @@ func newNode(v *cache.NodeView, address string) Node {
 	if len(v.Unattributed) > 0 {
 		n.Unattributed = shares(v.Unattributed)
 	}
+	for _, ig := range v.Ignored {
+		n.Ignored = append(n.Ignored, IgnoredAnnotation{Namespace: ig.Namespace, Name: ig.Name, Reason: ig.Reason})
+	}
 	return n
 }
 
@@ -121,7 +137,7 @@ func shares(pods []cache.PodView) []PodShare {
 // interesting reports whether a node belongs in a listing of all nodes: it
 // has cards, or something to explain. A node asked for by name is always shown.
 func (n *Node) interesting() bool {
-	return len(n.Cards) > 0 || len(n.Unattributed) > 0 || n.MissingUnits > 0 || n.InventoryError != ""
+	return len(n.Cards) > 0 || len(n.Unattributed) > 0 || n.MissingUnits > 0 || n.InventoryError != "" || len(n.Ignored) > 0
 }
 
 // newReport builds a report from the cache's views. With only == "" nodes
@@ -200,6 +216,15 @@ func (r *Report) onlyNamespace(ns string) {
 		}
 		if n.Unattributed = keep(n.Unattributed); len(n.Unattributed) == 0 {
 			n.Unattributed = nil
+		}
+		ignored := n.Ignored[:0]
+		for _, ig := range n.Ignored {
+			if ig.Namespace == ns {
+				ignored = append(ignored, ig)
+			}
+		}
+		if n.Ignored = ignored; len(n.Ignored) == 0 {
+			n.Ignored = nil
 		}
 	}
 	pending := r.Pending[:0]

@@ -142,14 +142,14 @@ func (s APISource) Report(ctx context.Context, q Query) (*Report, error) {
 		}
 		node := pod.Spec.NodeName
 		if node == "" {
-			node = allocatedNode(pod)
-		}
-		switch {
-		case node == "":
 			if p, ok := pendingPod(pod); ok && q.Node == "" {
 				pending = append(pending, p)
 			}
-		case shown[node]:
+			// A pending pod holds nothing; one carrying an allocation
+			// annotation is shown as ignored on the node it names.
+			node = allocatedNode(pod)
+		}
+		if shown[node] {
 			// UpsertPod charges any node it names; only feed pods on
 			// the nodes shown, so no others appear.
 			c.UpsertPod(pod)
@@ -160,7 +160,7 @@ func (s APISource) Report(ctx context.Context, q Query) (*Report, error) {
 }
 
 // allocatedNode returns the node a pod's valid allocation annotation names,
-// or "" (a pod the extender is binding has it before spec.nodeName).
+// or "".
 func allocatedNode(pod *corev1.Pod) string {
 	s, ok := pod.Annotations[gpushare.AnnotationAllocation]
 	if !ok {
