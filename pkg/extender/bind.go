@@ -2,8 +2,11 @@ package extender
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +38,35 @@ type PodCache interface {
 // maxConflictRetries bounds the re-read-and-bind attempts of one bind.
 const maxConflictRetries = 5
 
+// BindTimeout bounds one bind: reading the pod, its Bindings and re-reads.
+// It is the bind's own deadline, not kube-scheduler's request's: the
+// scheduler gives up waiting at its extender httpTimeout, and a bind cut
+// off there could be left between the API server's commit and the cache.
+const BindTimeout = 30 * time.Second
+
+// readBackTimeout bounds each read of the pod after an ambiguous answer,
+// and readBackAttempts how many are made before the outcome is given up as
+// unknown.
+const (
+	readBackTimeout  = 5 * time.Second
+	readBackAttempts = 3
+)
+
+// outcome is what a bind attempt left in the API.
+type outcome int
+
+const (
+	// notBound: no Binding of ours exists (refused, or the pod is gone or
+	// bound elsewhere): the cards are released.
+	notBound outcome = iota
+	// bound: the pod is bound to the node.
+	bound
+	// unknown: a Binding may have been made and the pod could not be read
+	// back: the cards stay held until the informer shows the pod or the
+	// assumption expires.
+	unknown
+)
+
 // Binder chooses cards, records them on the pod and binds it.
 type Binder struct {
 	cache *cache.Cache
@@ -52,14 +84,17 @@ func NewBinder(c *cache.Cache, api PodAPI, pods PodCache, clk clock.PassiveClock
 }
 
 // Bind places the pod on node's cards, writes the annotations and creates
-// the Binding. It is idempotent for a pod already bound to node. It logs
-// with ctx's logger, which the caller has given the pod and node keys (the
-// bind handler does).
+// the Binding. It is idempotent for a pod already bound to node. It runs
+// under its own deadline (BindTimeout), whatever ctx's, and logs with ctx's
+// logger, which the caller has given the pod and node keys (the bind
+// handler does).
 func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
 	logger := klog.FromContext(ctx)
 	if namespace == "" || name == "" || node == "" {
 		return fmt.Errorf("bind request needs PodNamespace, PodName and Node; got %q, %q, %q", namespace, name, node)
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BindTimeout)
+	defer cancel()
 	pod, err := b.pod(ctx, namespace, name, uid)
 	if err != nil {
 		return err
@@ -85,13 +120,18 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	}
 	logger.V(4).Info("Chose cards", "allocation", alloc)
 
-	if err := b.bind(ctx, pod, node, alloc); err != nil {
+	out, err := b.bind(ctx, pod, node, alloc)
+	switch out {
+	case bound:
+		b.cache.FinishBinding(pod.UID)
+		logger.V(2).Info("Bound pod", "units", alloc.Total(), "unit", alloc.Unit)
+	case notBound:
 		b.cache.Forget(pod.UID)
-		return err
+	case unknown:
+		// Keep the assumption: releasing the cards of a Binding that may
+		// exist would let another pod take them.
 	}
-	b.cache.FinishBinding(pod.UID)
-	logger.V(2).Info("Bound pod", "units", alloc.Total(), "unit", alloc.Unit)
-	return nil
+	return err
 }
 
 // pod returns the pod from the informer cache, or from the API when the
@@ -136,36 +176,95 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]string, err
 // bind creates the Binding that carries the allocation annotations, so
 // the API server sets the node and the annotations in one update: no
 // reader ever sees a pod annotated but unbound, and a bind costs one write.
-// On a conflict it re-reads the pod: already on node (a retry after a
-// timeout that hid success) is success; on another node, or re-created, is
-// an error; otherwise it tries again.
-func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, alloc *gpushare.Allocation) error {
+//
+// A 4xx answer refuses the Binding. A conflict is answered by re-reading
+// the pod: already on node (a retry after a timeout that hid success) is
+// success; on another node, or re-created, is an error; otherwise it tries
+// again. A server error (5xx) was answered, so the request is over: the pod
+// is read back the same way, and shows the Binding if it was made. No
+// answer at all, or a timeout, leaves the request possibly still running
+// in the API server: the Binding may yet be made, so only a read back that
+// shows the pod bound (or gone, or bound elsewhere) settles it. When the
+// pod cannot be read, or every try ends with the pod still unbound while
+// such a request may be running, the outcome is unknown.
+func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, alloc *gpushare.Allocation) (outcome, error) {
 	ann, err := b.annotations(alloc)
 	if err != nil {
-		return err
+		return notBound, err
 	}
+	inFlight := false // an earlier Binding request may still be running
 	for attempt := 0; ; attempt++ {
 		err = b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
 		if err == nil {
-			return nil
+			return bound, nil
 		}
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
-		}
-		fresh, gerr := b.api.GetPod(ctx, pod.Namespace, pod.Name)
+		bindErr := fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
+		mayExist := inFlight // a Binding of ours may exist now
 		switch {
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+		case unanswered(err):
+			inFlight, mayExist = true, true
+		case serverError(err):
+			mayExist = true
+		case !inFlight:
+			return notBound, bindErr // refused, and nothing earlier is running
+		}
+		fresh, gerr := b.readBack(ctx, pod.Namespace, pod.Name)
+		switch {
+		case apierrors.IsNotFound(gerr):
+			return notBound, fmt.Errorf("%w; pod %s/%s was deleted", bindErr, pod.Namespace, pod.Name)
+		case gerr != nil && mayExist:
+			return unknown, fmt.Errorf("%w; reading the pod back: %w; its cards stay held until the API shows the pod or the assumption expires", bindErr, gerr)
 		case gerr != nil:
-			return fmt.Errorf("re-reading pod %s/%s after a binding conflict: %w", pod.Namespace, pod.Name, gerr)
+			return notBound, fmt.Errorf("re-reading pod %s/%s after a binding conflict: %w", pod.Namespace, pod.Name, gerr)
 		case fresh.UID != pod.UID:
-			return fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name)
+			return notBound, fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name)
 		case fresh.Spec.NodeName == node:
-			return nil
+			return bound, nil
 		case fresh.Spec.NodeName != "":
-			return fmt.Errorf("pod %s/%s was bound to node %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, cache.ErrBoundElsewhere)
+			return notBound, fmt.Errorf("pod %s/%s was bound to node %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, cache.ErrBoundElsewhere)
+		case attempt == maxConflictRetries && inFlight:
+			return unknown, fmt.Errorf("%w; the pod still shows no node, but an earlier Binding request may yet be applied; its cards stay held until the API shows the pod or the assumption expires", bindErr)
 		case attempt == maxConflictRetries:
-			return fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
+			return notBound, bindErr
 		}
 	}
+}
+
+// unanswered reports whether err leaves the request possibly still running
+// in the API server: no answer at all (a connection lost, a client
+// deadline) or a timeout answer (408, 504, or a Timeout or ServerTimeout
+// reason), sent while the request may go on.
+func unanswered(err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return true
+	}
+	s := st.Status()
+	return s.Code == 0 || s.Code == http.StatusRequestTimeout || s.Code == http.StatusGatewayTimeout ||
+		s.Reason == metav1.StatusReasonTimeout || s.Reason == metav1.StatusReasonServerTimeout
+}
+
+// serverError reports whether err is a 5xx answer.
+func serverError(err error) bool {
+	var st apierrors.APIStatus
+	return errors.As(err, &st) && st.Status().Code >= http.StatusInternalServerError
+}
+
+// readBack reads the pod from the API, trying readBackAttempts times, each
+// bounded by readBackTimeout even if ctx's deadline has passed.
+func (b *Binder) readBack(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	var err error
+	for range readBackAttempts {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+		var p *corev1.Pod
+		p, err = b.api.GetPod(rctx, namespace, name)
+		cancel()
+		if err == nil || apierrors.IsNotFound(err) {
+			return p, err
+		}
+	}
+	return nil, err
 }
 
 // ClientPodAPI implements PodAPI with a clientset.

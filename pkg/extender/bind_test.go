@@ -28,20 +28,52 @@ type fakeAPI struct {
 	conflicts int
 	// onConflict, if set, changes the pod when a conflict is returned.
 	onConflict func(*corev1.Pod)
-	// bindErr, if set, is returned by every Bind.
-	bindErr error
+	// bindErrs are returned by the first Binds, one each; an entry of
+	// lostAnswer makes the Binding and then answers a timeout, as when the
+	// answer is lost after the API server committed it.
+	bindErrs []error
+	// getErrs are returned by the GETs after the first, one each.
+	getErrs []error
 	calls   []string // verbs in order, for assertions
 }
 
-func (f *fakeAPI) GetPod(_ context.Context, _, _ string) (*corev1.Pod, error) {
+// lostAnswer in fakeAPI.bindErrs: the Binding is made, its answer lost.
+var lostAnswer = errors.New("lost answer")
+
+func (f *fakeAPI) GetPod(ctx context.Context, _, _ string) (*corev1.Pod, error) {
 	f.calls = append(f.calls, "get")
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(f.calls) > 1 && len(f.getErrs) > 0 {
+		err := f.getErrs[0]
+		f.getErrs = f.getErrs[1:]
+		if err != nil {
+			return nil, err
+		}
+	}
 	return f.pod.DeepCopy(), nil
 }
 
-func (f *fakeAPI) Bind(_ context.Context, _, name string, uid types.UID, node string, ann map[string]string) error {
+func (f *fakeAPI) Bind(ctx context.Context, ns, name string, uid types.UID, node string, ann map[string]string) error {
 	f.calls = append(f.calls, "bind")
-	if f.bindErr != nil {
-		return f.bindErr
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(f.bindErrs) > 0 {
+		err := f.bindErrs[0]
+		f.bindErrs = f.bindErrs[1:]
+		if err == lostAnswer {
+			f.bindErrs = nil
+			if err := f.Bind(ctx, ns, name, uid, node, ann); err != nil {
+				return err
+			}
+			f.calls = f.calls[:len(f.calls)-1]
+			return apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if f.conflicts > 0 || uid != f.pod.UID || f.pod.Spec.NodeName != "" {
 		f.conflicts--
@@ -181,5 +213,104 @@ func TestBindRefusesReplacedPod(t *testing.T) {
 	err := b.Bind(ctx, "default", "p", "old-uid", "n1")
 	if err == nil || !strings.Contains(err.Error(), "deleted and re-created") {
 		t.Errorf("Bind() error = %v, want the UID mismatch explained", err)
+	}
+}
+
+// TestBindAmbiguousAnswers: an error that does not say the Binding was
+// refused (a timeout, a server error, no answer) may follow a Binding the
+// API server made. The binder then reads the pod back, and releases the
+// cards only when the Binding is known not to exist; while it cannot know,
+// they stay held (until the informer shows the pod or the assumption
+// expires), so no other pod gets them.
+func TestBindAmbiguousAnswers(t *testing.T) {
+	unavailable := apierrors.NewServiceUnavailable("etcd leader changed")
+	tests := []struct {
+		name      string
+		bindErrs  []error
+		getErrs   []error
+		wantErr   string
+		wantUsed  int64
+		wantCalls []string // after the first read
+	}{
+		{
+			name:      "answer lost, Binding made: read back, bound",
+			bindErrs:  []error{lostAnswer},
+			wantUsed:  4,
+			wantCalls: []string{"bind", "get"},
+		},
+		{
+			name:      "answer lost and the read back fails: cards stay held",
+			bindErrs:  []error{lostAnswer},
+			getErrs:   []error{unavailable, unavailable, unavailable},
+			wantErr:   "stay held",
+			wantUsed:  4,
+			wantCalls: []string{"bind", "get", "get", "get"},
+		},
+		{
+			name:      "server error, not made: read back, bound again",
+			bindErrs:  []error{unavailable},
+			wantUsed:  4,
+			wantCalls: []string{"bind", "get", "bind"},
+		},
+		{
+			name:      "refused: released at once",
+			bindErrs:  []error{apierrors.NewForbidden(corev1.Resource("pods/binding"), "p", errors.New("no"))},
+			wantErr:   "forbidden",
+			wantUsed:  0,
+			wantCalls: []string{"bind"},
+		},
+		{
+			name:      "pod deleted: released",
+			bindErrs:  []error{apierrors.NewNotFound(corev1.Resource("pods"), "p")},
+			wantErr:   "not found",
+			wantUsed:  0,
+			wantCalls: []string{"bind"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			pod := util.MakePod("p").GPUMem(4).Obj()
+			api := &fakeAPI{pod: pod, bindErrs: tc.bindErrs, getErrs: tc.getErrs}
+			b, c := newBinderFixture(t, api)
+			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Bind() error = %v, want %q", err, tc.wantErr)
+			}
+			if v, _ := c.Inspect("n1"); v[0].Used != tc.wantUsed {
+				t.Errorf("used = %d, want %d", v[0].Used, tc.wantUsed)
+			}
+			if diff := cmp.Diff(tc.wantCalls, api.calls[1:]); diff != "" {
+				t.Errorf("API calls after the first read (-want +got):\n%s", diff)
+			}
+			if tc.wantUsed > 0 {
+				// The held card goes to no other pod.
+				other := cache.NewPodInfo(util.MakePod("q").GPUMem(16).Obj())
+				if _, err := c.Assume(other, "n1"); err == nil {
+					t.Error("another pod was given the card the bind may hold")
+				}
+			}
+		})
+	}
+}
+
+// TestBindOutlivesTheSchedulersRequest: kube-scheduler cancels its bind
+// request at its httpTimeout; the bind goes on under its own deadline
+// rather than stopping between the API server's commit and the cache.
+func TestBindOutlivesTheSchedulersRequest(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	pod := util.MakePod("p").GPUMem(4).Obj()
+	api := &fakeAPI{pod: pod}
+	b, c := newBinderFixture(t, api)
+	if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
+		t.Fatalf("Bind with the request's context cancelled: %v", err)
+	}
+	if api.pod.Spec.NodeName != "n1" {
+		t.Errorf("pod not bound")
+	}
+	if v, _ := c.Inspect("n1"); v[0].Used != 4 {
+		t.Errorf("used = %d, want 4", v[0].Used)
 	}
 }

@@ -24,7 +24,11 @@
 // Bind: the cache chooses the cards and holds them as assumed (under its
 // lock, no API call); the binder then creates the pod's Binding carrying the
 // allocation annotations, which the API server applies together with
-// spec.nodeName in one update guarded by the pod's UID. On a conflict it
-// re-reads the pod. On failure it releases the cards. A retried bind of a
+// spec.nodeName in one update guarded by the pod's UID, under the bind's own
+// deadline (BindTimeout), not the scheduler's request's. On a conflict it
+// re-reads the pod. A refusal releases the cards; an answer that may hide a
+// Binding the API server made (none at all, a timeout, a 5xx) makes it read
+// the pod back, and the cards stay held while the outcome is unknown (see
+// Binder.bind). A retried bind of a
 // pod already bound to that node succeeds without holding anything twice.
 package extender
