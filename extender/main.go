@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,35 +28,48 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ExitOnError)
-	cfg := extender.Config{}
-	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
-	fs.StringVar(&cfg.Listen, "listen", ":39999", "HTTP listen address for the extender API, /healthz, /readyz, /version and /metrics")
-	fs.StringVar(&cfg.Policy, "policy", allocator.DefaultPolicy, fmt.Sprintf("default scoring policy, one of %v; a pod may override it with the annotation gpushare.io/policy", allocator.PolicyNames()))
-	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")
-	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
-	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed")
-	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
-	showVersion := fs.Bool("version", false, "print the version and exit")
-	klog.InitFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n       %s simulate --help\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. The simulate subcommand replays a trace with each\npolicy to help choose one. Flags:\n", fs.Name(), fs.Name())
-		fs.PrintDefaults()
-	}
-	_ = fs.Parse(os.Args[1:])
-	if *showVersion {
+	cfg, showVersion, err := parseFlags(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return
+	case err != nil:
+		os.Exit(2)
+	case showVersion:
 		fmt.Println(version.Version)
 		return
 	}
-	cfg.QPS = float32(*qps)
-	cfg.FilterAll = !*filterBest
-
 	if err := run(cfg); err != nil {
 		klog.Background().Error(err, "Extender failed")
 		klog.Flush()
 		os.Exit(1)
 	}
 	klog.Flush()
+}
+
+// parseFlags reads the command line (without the program name) into a
+// Config; usage and errors go to out.
+func parseFlags(args []string, out io.Writer) (cfg extender.Config, showVersion bool, err error) {
+	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
+	fs.StringVar(&cfg.Listen, "listen", extender.DefaultListen, "HTTP listen address for the extender API, /healthz, /readyz, /version and /metrics; loopback by default (kube-scheduler beside the extender): anyone who reaches it can bind pending GPU pods and read every GPU pod through inspect")
+	fs.StringVar(&cfg.Policy, "policy", allocator.DefaultPolicy, fmt.Sprintf("default scoring policy, one of %v; a pod may override it with the annotation gpushare.io/policy", allocator.PolicyNames()))
+	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")
+	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
+	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed (or whose outcome is unknown), and for a Binding the informer never shows")
+	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
+	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
+	klog.InitFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n       %s simulate --help\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. The simulate subcommand replays a trace with each\npolicy to help choose one. Flags:\n", fs.Name(), fs.Name())
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	cfg.QPS = float32(*qps)
+	cfg.FilterAll = !*filterBest
+	return cfg, showVersion, nil
 }
 
 // run serves until SIGINT or SIGTERM.

@@ -25,10 +25,27 @@ import (
 // the scheduler configuration).
 const Prefix = "/gpushare-scheduler"
 
-// MaxBodyBytes caps a request body. A filter request for 5,000 node names
-// with a large pod is well under 1 MiB; whole Nodes (nodeCacheCapable:
-// false) need more.
-const MaxBodyBytes = 32 << 20
+// MaxBodyBytes caps a request body at what the largest request of a
+// scheduler with nodeCacheCapable: true needs for 5,000 nodes: 5,000 node
+// names of at most 253 characters (1.3 MB as JSON) and a pod of at most
+// 1.5 MiB (etcd's limit), under 3 MiB. Whole Nodes (nodeCacheCapable:
+// false) for thousands of nodes do not fit: the shipped configuration sets
+// nodeCacheCapable.
+const MaxBodyBytes = 4 << 20
+
+// DefaultMaxInFlight bounds the verb requests (filter, prioritize, bind)
+// served at once. kube-scheduler sends filter and prioritize one pod at a
+// time and binds in parallel, each bind a few API round trips; more than
+// this at once is a flood. maxInspectInFlight bounds inspect requests,
+// which walk every node.
+const (
+	DefaultMaxInFlight = 64
+	maxInspectInFlight = 4
+)
+
+// slotWait is how long a request waits for a free slot before it is
+// answered 503 with Retry-After.
+const slotWait = time.Second
 
 // Handlers serves the extender API.
 type Handlers struct {
@@ -37,6 +54,13 @@ type Handlers struct {
 	// default), filter passes only the nodes prioritize would rate highest
 	// (Cache.FilterBest). Set before serving.
 	FilterAll bool
+	// MaxInFlight bounds the verb requests served at once; 0 means
+	// DefaultMaxInFlight. Set before Router.
+	MaxInFlight int
+
+	// verbSlots and inspectSlots hold one token per request being served
+	// (made by Router).
+	verbSlots, inspectSlots chan struct{}
 
 	cache   *cache.Cache
 	binder  *Binder
@@ -53,12 +77,17 @@ func NewHandlers(logger klog.Logger, c *cache.Cache, b *Binder, ready func() boo
 
 // Router returns the routes.
 func (h *Handlers) Router() http.Handler {
+	if h.MaxInFlight <= 0 {
+		h.MaxInFlight = DefaultMaxInFlight
+	}
+	h.verbSlots = make(chan struct{}, h.MaxInFlight)
+	h.inspectSlots = make(chan struct{}, maxInspectInFlight)
 	r := httprouter.New()
-	r.POST(Prefix+"/filter", h.filter)
-	r.POST(Prefix+"/prioritize", h.prioritize)
-	r.POST(Prefix+"/bind", h.bind)
-	r.GET(Prefix+"/inspect", h.inspect)
-	r.GET(Prefix+"/inspect/:node", h.inspect)
+	r.POST(Prefix+"/filter", h.limit(h.verbSlots, "filter", h.filter))
+	r.POST(Prefix+"/prioritize", h.limit(h.verbSlots, "prioritize", h.prioritize))
+	r.POST(Prefix+"/bind", h.limit(h.verbSlots, "bind", h.bind))
+	r.GET(Prefix+"/inspect", h.limit(h.inspectSlots, "inspect", h.inspect))
+	r.GET(Prefix+"/inspect/:node", h.limit(h.inspectSlots, "inspect", h.inspect))
 	r.GET("/healthz", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) { _, _ = w.Write([]byte("ok")) })
 	r.GET("/readyz", h.readyz)
 	r.GET("/version", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
@@ -67,6 +96,32 @@ func (h *Handlers) Router() http.Handler {
 	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(h.metrics.registry, promhttp.HandlerOpts{}))
 	return r
 }
+
+// limit serves next while it holds a token of slots; when none frees up
+// within slotWait it answers 503 with Retry-After. kube-scheduler takes any
+// answer but 200 as a failed call and retries the pod later.
+func (h *Handlers) limit(slots chan struct{}, route string, next httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		t := time.NewTimer(slotWait)
+		defer t.Stop()
+		select {
+		case slots <- struct{}{}:
+		case <-t.C:
+			h.metrics.rejected.WithLabelValues(route).Inc()
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": fmt.Sprintf("gpushare extender is serving %d %s requests at once; retry later", cap(slots), route)})
+			return
+		case <-r.Context().Done():
+			return
+		}
+		defer func() { <-slots }()
+		next(w, r, ps)
+	}
+}
+
+// inFlight returns the verb requests being served.
+func (h *Handlers) inFlight() int { return len(h.verbSlots) }
 
 func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	if !h.ready() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -324,9 +325,93 @@ func TestHealthAndReady(t *testing.T) {
 
 func TestOversizedBody(t *testing.T) {
 	f := newFixture(t)
+	// Just over the cap: refused with the reason, before decoding it all.
 	big := `{"Pod":{"metadata":{"name":"` + strings.Repeat("x", MaxBodyBytes) + `"}}}`
 	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", big)
-	if status != 200 || !strings.Contains(got, "request body is over") {
+	if status != 200 || !strings.Contains(got, "request body is over 4194304 bytes") {
 		t.Errorf("oversized filter = %d %s", status, got)
+	}
+}
+
+// TestLargestFilterRequestFits: the cap holds the largest request a
+// scheduler with nodeCacheCapable sends for 5,000 nodes: 5,000 names of the
+// longest kind (253 characters) and a pod as large as etcd stores (1.5 MiB).
+func TestLargestFilterRequestFits(t *testing.T) {
+	f := newFixture(t)
+	pod := util.MakePod("big").GPUMem(4).Annotation("bulk", strings.Repeat("y", 3<<19)).Obj()
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = fmt.Sprintf("%0253d", i)
+	}
+	names[0] = "mixed"
+	body := extenderArgs(t, pod, names...)
+	if len(body) > MaxBodyBytes {
+		t.Fatalf("a %d-byte request is over the %d-byte cap", len(body), MaxBodyBytes)
+	}
+	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", body)
+	if status != 200 || strings.Contains(got, `"Error"`) && !strings.Contains(got, `"Error": ""`) {
+		t.Errorf("largest filter request = %d %.300s", status, got)
+	}
+}
+
+// blockingBinds makes the fixture's Bindings wait until release is closed.
+func blockingBinds(f *fixture, release <-chan struct{}) {
+	f.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			<-release
+		}
+		return false, nil, nil
+	})
+}
+
+// TestInFlightBound: past MaxInFlight verb requests at once, more wait only
+// briefly, then get 503 with Retry-After (kube-scheduler retries the pod),
+// so a flood cannot grow goroutines and memory without bound.
+func TestInFlightBound(t *testing.T) {
+	var pods []runtime.Object
+	for i := range 3 {
+		pods = append(pods, util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(1).Obj())
+	}
+	f := newFixture(t, pods...)
+	f.h.MaxInFlight = 2
+	release := make(chan struct{})
+	blockingBinds(f, release)
+	srv := httptest.NewServer(f.h.Router())
+	defer srv.Close()
+	bind := func(i int) (*http.Response, error) {
+		body := fmt.Sprintf(`{"PodName":"p%d","PodNamespace":"default","PodUID":"uid-p%d","Node":"mixed"}`, i, i)
+		client := &http.Client{Timeout: 5 * time.Second}
+		return client.Post(srv.URL+"/gpushare-scheduler/bind", "application/json", strings.NewReader(body))
+	}
+	done := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			resp, err := bind(i)
+			if err == nil {
+				resp.Body.Close()
+				done <- resp.StatusCode
+				return
+			}
+			done <- 0
+		}()
+	}
+	// Wait until both hold their slot.
+	deadline := time.Now().Add(5 * time.Second)
+	for f.h.inFlight() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := bind(2)
+	if err != nil {
+		t.Fatalf("third bind: %v (it should be refused at once, not wait for a slot)", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("third bind: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(release)
+	for range 2 {
+		if code := <-done; code != http.StatusOK {
+			t.Errorf("a bind holding a slot answered %d", code)
+		}
 	}
 }

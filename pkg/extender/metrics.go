@@ -11,6 +11,9 @@ type metrics struct {
 	// latency: verb (filter, prioritize, bind) and result (ok, error) ->
 	// handler seconds.
 	latency *prometheus.HistogramVec
+	// rejected: route -> requests answered 503 because too many were
+	// being served.
+	rejected *prometheus.CounterVec
 }
 
 func newMetrics(nodesAndPods func() (int, int)) *metrics {
@@ -23,8 +26,14 @@ func newMetrics(nodesAndPods func() (int, int)) *metrics {
 			Help:      "Time to answer a scheduler extender request, by verb and result.",
 			Buckets:   prometheus.ExponentialBuckets(0.0001, 2, 16), // 100µs .. ~3.3s
 		}, []string{"verb", "result"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "gpushare",
+			Subsystem: "extender",
+			Name:      "requests_rejected_total",
+			Help:      "Requests answered 503 because too many were being served at once, by route.",
+		}, []string{"route"}),
 	}
-	m.registry.MustRegister(m.latency,
+	m.registry.MustRegister(m.latency, m.rejected,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

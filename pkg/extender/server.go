@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,11 +20,17 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 )
 
+// DefaultListen is the default listen address: loopback, for a
+// kube-scheduler on the same host (a static pod, or the sidecar topology).
+// The verbs can bind any pending GPU pod and inspect shows every GPU pod,
+// so exposing them beyond the host is the operator's explicit choice.
+const DefaultListen = "127.0.0.1:39999"
+
 // Config is the extender's configuration, as set by its flags.
 type Config struct {
 	// Kubeconfig path; empty for in-cluster configuration.
 	Kubeconfig string
-	// Listen is the HTTP listen address, e.g. ":39999".
+	// Listen is the HTTP listen address, e.g. "127.0.0.1:39999".
 	Listen string
 	// Policy is the default scoring policy.
 	Policy string
@@ -36,7 +43,20 @@ type Config struct {
 	// FilterAll: filter passes every node that fits, not only the
 	// best-scoring ones (see Handlers.FilterAll); --filter-best=false.
 	FilterAll bool
+	// Timeouts of the HTTP server; zero fields take DefaultTimeouts'.
+	Timeouts Timeouts
 }
+
+// Timeouts bound how long a client may take over a request and hold an
+// idle connection (net/http.Server's fields of the same names).
+type Timeouts struct {
+	ReadHeader, Read, Write, Idle time.Duration
+}
+
+// DefaultTimeouts: a whole request (4 MiB at most) is read within 30 s; an
+// answer is written within the bind's deadline and a margin; an idle
+// keep-alive connection is closed after two minutes.
+var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: BindTimeout + 15*time.Second, Idle: 2 * time.Minute}
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
@@ -76,6 +96,20 @@ func enableStreamingLists() {
 	}
 }
 
+// newServer returns an HTTP server of handler with the timeouts t (zero
+// fields from DefaultTimeouts), whose requests' contexts derive from ctx.
+func newServer(ctx context.Context, handler http.Handler, t Timeouts) *http.Server {
+	def := DefaultTimeouts
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cmp.Or(t.ReadHeader, def.ReadHeader),
+		ReadTimeout:       cmp.Or(t.Read, def.Read),
+		WriteTimeout:      cmp.Or(t.Write, def.Write),
+		IdleTimeout:       cmp.Or(t.Idle, def.Idle),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+}
+
 // Run serves the extender until ctx ends. It listens at once (so liveness
 // probes pass) and reports ready on /readyz once the informers have synced.
 func Run(ctx context.Context, cfg Config) error {
@@ -106,7 +140,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s (is another extender running?): %w", cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: h.Router(), ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	srv := newServer(ctx, h.Router(), cfg.Timeouts)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("Serving the scheduler extender", "address", ln.Addr().String(), "policy", cfg.Policy, "filterBest", !cfg.FilterAll)

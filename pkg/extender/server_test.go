@@ -1,0 +1,102 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+)
+
+// TestServerCutsOffStalledClients: a client that sends a request's headers
+// and then stalls in its body, or holds an idle connection, is cut off at
+// the server's timeouts instead of holding a connection and a goroutine
+// for as long as it likes.
+func TestServerCutsOffStalledClients(t *testing.T) {
+	// Run turns on client-go's streaming lists for the whole process unless
+	// this is set; the fake clientsets of later tests cannot serve them.
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	// The API server is nowhere: the informers never sync, the server
+	// serves regardless.
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Kubeconfig: kc, Listen: addr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
+			Timeouts: Timeouts{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond, Write: time.Second, Idle: 300 * time.Millisecond}})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("extender not serving: %v", err)
+		}
+	}
+	for _, tc := range []struct{ name, send string }{
+		{"stalled body", "POST /gpushare-scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"Pod\":"},
+		{"idle keep-alive connection", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write([]byte(tc.send)); err != nil {
+				t.Fatal(err)
+			}
+			// Read whatever the server answers until it closes the
+			// connection; it must within a few of its timeouts.
+			if err := conn.SetReadDeadline(time.Now().Add(3 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			var got strings.Builder
+			buf := make([]byte, 4096)
+			for {
+				n, err := conn.Read(buf)
+				got.Write(buf[:n])
+				var ne net.Error
+				switch {
+				case err == nil:
+					continue
+				case errors.As(err, &ne) && ne.Timeout():
+					t.Fatalf("connection still open after 3 s (read so far: %q)", got.String())
+				}
+				return // closed by the server
+			}
+		})
+	}
+}
