@@ -453,3 +453,25 @@ func TestHandoffAvailableAndByCard(t *testing.T) {
 		t.Errorf("byCard mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// TestHandoffReusedCardFull: kubelet must include an init container's IDs
+// on a card it has no other free units of (the init container was placed
+// there against its annotation). No answer fits the app container on one
+// card; Prefer says so instead of slicing past the free list.
+func TestHandoffReusedCardFull(t *testing.T) {
+	ht := newHandoffTest(t)
+	ht.kubelet.err = errors.New("PodResources down")
+	ht.take(unitsOn("GPU-1", 0, 16)) // card 1 full in kubelet's accounting
+	ht.take(unitsOn("GPU-0", 0, 12)) // card 0: 4 units free
+	p := ht.pod(util.MakePod("p").InitGPUMem(4).GPUMem(8), map[string][]int{"i0": {1}, "c0": {1}}, 1)
+	first, initIDs := ht.admit(4)
+	if first.Pod != p.UID || first.Container != "i0" || cmp.Diff([]int{0}, cardIndexes(first.Shares)) != "" {
+		t.Fatalf("assignment %+v, want p's init container relocated to card 0", first)
+	}
+	_, err := ht.h.Prefer(ht.ctx, append(ht.available(), initIDs...), initIDs, 8)
+	want := "pod default/p container c0 needs 8 units on each of 1 cards; kubelet must include 4 units of card 0 " +
+		"(reused from the pod's init containers) and has 0 more free there"
+	if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Prefer error = %v, want %v containing %q", err, ErrNoMatch, want)
+	}
+}

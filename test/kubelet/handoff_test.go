@@ -574,3 +574,40 @@ func (e *env) waitAllocatable(n int64) {
 		}
 	}
 }
+
+// TestReusedCardFull: kubelet must hand an init container's IDs on to the
+// app container, on a card it has no other free units of (the init
+// container went there because its annotated card was full in kubelet's
+// accounting). The app container cannot have its units on one card:
+// admission fails with a message saying why, and the plugin goes on
+// serving the next pod.
+func TestReusedCardFull(t *testing.T) {
+	e := start(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
+	at := time.Now()
+	for _, p := range []struct {
+		name  string
+		units int64
+		card  int
+	}{{"fill-0", 12, 0}, {"fill-1", 16, 1}} {
+		pod := e.bind(util.MakePod(p.name).GPUMem(p.units), map[string][]int{"c0": {p.card}}, at)
+		if _, err := e.host.Admit(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The extender and kubelet disagree: the extender thinks card 1 has room.
+	p := e.bind(util.MakePod("p").InitGPUMem(4).GPUMem(8), map[string][]int{"i0": {1}, "c0": {1}}, at)
+	_, err := e.host.Admit(p)
+	want := "pod default/p container c0 needs 8 units on each of 1 cards; kubelet must include 4 units of card 0 (reused from the pod's init containers) and has 0 more free there"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Admit error = %v, want one containing %q", err, want)
+	}
+	t.Logf("kubelet reports: %v", err)
+	next := e.bind(util.MakePod("next").GPUMem(8), map[string][]int{"c0": {2}}, at)
+	res, err := e.host.Admit(next)
+	if err != nil {
+		t.Fatalf("admitting a pod after the failed one: %v", err)
+	}
+	if got := res["c0"].Env[deviceplugin.EnvVisibleDevices]; got != e.card(2).UUID {
+		t.Errorf("%s = %q, want card 2 (%s)", deviceplugin.EnvVisibleDevices, got, e.card(2).UUID)
+	}
+}
