@@ -475,3 +475,51 @@ func TestHandoffReusedCardFull(t *testing.T) {
 		t.Fatalf("Prefer error = %v, want %v containing %q", err, ErrNoMatch, want)
 	}
 }
+
+// silentAPI is an API server that never answers a read.
+type silentAPI struct{}
+
+func (silentAPI) GetPod(ctx context.Context, _, _ string) (*corev1.Pod, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestHandoffBoundsAPIReads: kubelet admits a pod the informer has not
+// delivered and the API server does not answer the plugin's read of it.
+// kubelet calls without a deadline, so the plugin bounds the read itself
+// and says in the admission error which read failed.
+func TestHandoffBoundsAPIReads(t *testing.T) {
+	tests := []struct {
+		name string
+		call func(ctx context.Context, h *Handoff) error
+	}{
+		{name: "GetPreferredAllocation", call: func(ctx context.Context, h *Handoff) error {
+			_, err := h.Prefer(ctx, unitsOn("GPU-0", 0, 16), nil, 4)
+			return err
+		}},
+		{name: "Allocate", call: func(ctx context.Context, h *Handoff) error {
+			_, err := h.Allocate(ctx, unitsOn("GPU-0", 0, 4))
+			return err
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			kubelet := &fakeKubelet{}
+			kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
+			h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: silentAPI{}})
+			done := make(chan error, 1)
+			go func() { done <- tc.call(ctx, h) }()
+			select {
+			case err := <-done:
+				want := "reading pod default/p from the API server: context deadline exceeded"
+				if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), want) {
+					t.Errorf("error = %v, want %v containing %q", err, ErrNoMatch, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("still waiting on the API server after 30 s")
+			}
+		})
+	}
+}

@@ -191,16 +191,21 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 		}
 		h.mu.Unlock()
 	}
-	kp := h.listKubelet(ctx)
+	kp, lerr := h.listKubelet(ctx)
+	failed := nonNil(lerr)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
 		listed := h.observe(ctx, kp)
 		ids, err := h.prefer(ctx, h.candidates(int64(size), listed), avail, forced, int64(size), listed)
 		h.mu.Unlock()
-		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
-			continue
+		if errors.Is(err, ErrNoMatch) && attempt == 0 {
+			fetched, ferr := h.fetchMissing(ctx, kp)
+			failed = append(failed, ferr...)
+			if fetched {
+				continue
+			}
 		}
-		return ids, err
+		return ids, withFailures(err, failed)
 	}
 }
 
@@ -460,15 +465,20 @@ func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, erro
 		return a, err
 	}
 	h.mu.Unlock()
-	kp := h.listKubelet(ctx)
+	kp, lerr := h.listKubelet(ctx)
+	failed := nonNil(lerr)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
 		a, err := h.allocate(ctx, kp, ids, groups)
 		h.mu.Unlock()
-		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
-			continue
+		if errors.Is(err, ErrNoMatch) && attempt == 0 {
+			fetched, ferr := h.fetchMissing(ctx, kp)
+			failed = append(failed, ferr...)
+			if fetched {
+				continue
+			}
 		}
-		return a, err
+		return a, withFailures(err, failed)
 	}
 }
 
