@@ -86,18 +86,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return obj, nil
 		}))
 	podInformer := factory.Core().V1().Pods().Informer()
-	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsert(h, obj) },
-		UpdateFunc: func(_, obj any) { upsert(h, obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
-				h.DeletePod(pod.Namespace, pod.Name, pod.UID)
-			}
-		},
-	}); err != nil {
+	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
 	factory.Start(ctx.Done())
@@ -163,9 +152,36 @@ func Run(ctx context.Context, cfg Config) error {
 	return ep.Run(ctx)
 }
 
-func upsert(h *Handoff, obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		h.UpsertPod(pod)
+// podHandler feeds the informer's pod events to h. An update whose UID
+// differs from the old object's is a delete and an add: a pod deleted and
+// re-created under the same name while the watch was down comes back from
+// the relist as one update from the old pod to the new one, and the old
+// pod's grants and waiting containers must go with it.
+func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
+	del := func(obj any) {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.DeletePod(pod.Namespace, pod.Name, pod.UID)
+		}
+	}
+	add := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.UpsertPod(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: add,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, okOld := oldObj.(*corev1.Pod)
+			n, okNew := newObj.(*corev1.Pod)
+			if okOld && okNew && o.UID != n.UID {
+				del(o)
+			}
+			add(newObj)
+		},
+		DeleteFunc: del,
 	}
 }
 
