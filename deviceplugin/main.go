@@ -25,7 +25,8 @@ func main() {
 	cfg := deviceplugin.Config{}
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default: $NODE_NAME)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
-	fs.StringVar(&cfg.Unit, "memory-unit", gpushare.UnitGiB, fmt.Sprintf("unit of %s: %s or %s (MiB only where the ListAndWatch message fits kubelet's 4 MiB limit; the plugin refuses to start otherwise)",
+	fs.StringVar(&cfg.Unit, "memory-unit", gpushare.UnitGiB, fmt.Sprintf("unit of %s: %s or %s (MiB only where the ListAndWatch message fits kubelet's 4 MiB limit; the plugin refuses to start otherwise, "+
+		"and refuses a unit other than the one the node was published in while kubelet lists containers holding its devices)",
 		gpushare.ResourceGPUMem, gpushare.UnitGiB, gpushare.UnitMiB))
 	fs.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", deviceplugin.StrategyEnvvar, fmt.Sprintf("how containers get their cards: %s (NVIDIA_VISIBLE_DEVICES=<UUID>) or %s (CDI annotation nvidia.com/gpu=<UUID>)",
 		deviceplugin.StrategyEnvvar, deviceplugin.StrategyCDIAnnotations))

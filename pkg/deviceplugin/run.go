@@ -26,7 +26,8 @@ const verifyDebounce = 300 * time.Millisecond
 
 // Run serves the device plugin until ctx ends: it discovers the cards,
 // refuses a unit whose ListAndWatch message would not fit kubelet's limit,
-// publishes the node inventory, watches this node's pods, serves and
+// or that differs from the unit the node was published in while kubelet
+// lists devices held (CheckUnitChange), publishes the node inventory, watches this node's pods, serves and
 // registers the plugin (again after kubelet restarts), watches card health
 // and verifies kubelet's allocations against the pod annotations.
 func Run(ctx context.Context, cfg Config) error {
@@ -68,9 +69,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
 
+	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
 	ann := newAnnotator(api)
 	h := NewHandoff(HandoffConfig{
-		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: &PodResources{Socket: cfg.PodResourcesSocket()},
+		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
 		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
 	})
 	ann.handoff = h
@@ -89,10 +91,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
+	// The informers stop when Run returns, also on an early error.
+	ctx, stopInformers := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	defer stopInformers()
 	if !toolscache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
 		return fmt.Errorf("syncing the pods of node %s: %w", cfg.NodeName, ctx.Err())
+	}
+	if err := CheckUnitChange(ctx, api, kubelet, cfg.NodeName, cfg.Unit); err != nil {
+		return err
 	}
 
 	verifyNow := make(chan struct{}, 1)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ const (
 type env struct {
 	t       *testing.T
 	ctx     context.Context
+	dir     string // kubelet's root directory
+	setup   setup
 	host    *devicehost.Host
 	client  *fake.Clientset
 	gpus    *gpu.Fake
@@ -48,8 +51,31 @@ type setup struct {
 
 func start(t *testing.T, s setup) *env {
 	t.Helper()
+	e := newEnv(t, s)
+	p := e.runPlugin(gpushare.UnitGiB)
+	select {
+	case e.handoff = <-p.ready:
+	case err := <-p.done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, e.totalUnits()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newEnv starts kubelet's device manager and its PodResources server on a
+// directory of its own, with a fake API holding the node and fake cards.
+func newEnv(t *testing.T, s setup) *env {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
 	dir := t.TempDir()
 	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
 		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
@@ -58,36 +84,45 @@ func start(t *testing.T, s setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(host.Stop)
 	devs, err := gpu.ParseFakeGPUs(s.fakeGPUs, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
-	ready := make(chan *deviceplugin.Handoff, 1)
-	done := make(chan error, 1)
+	return &env{t: t, ctx: ctx, dir: dir, setup: s, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
+}
+
+// plugin is one run of the device plugin.
+type plugin struct {
+	// ready delivers the handoff once the plugin serves.
+	ready chan *deviceplugin.Handoff
+	// done delivers what Run returned.
+	done chan error
+	// stop ends the run and returns what Run returned.
+	stop func() error
+}
+
+// runPlugin starts the device plugin in unit on e's kubelet.
+func (e *env) runPlugin(unit string) *plugin {
+	ctx, cancel := context.WithCancel(e.ctx)
+	p := &plugin{ready: make(chan *deviceplugin.Handoff, 1), done: make(chan error, 1)}
 	go func() {
-		done <- deviceplugin.Run(ctx, deviceplugin.Config{
-			NodeName: nodeName, Unit: gpushare.UnitGiB, DeviceListStrategy: deviceplugin.StrategyEnvvar,
-			HealthCheck: true, RecoveryWindow: s.recovery, KubeletDir: dir, VerifyPeriod: 200 * time.Millisecond,
-			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { ready <- h },
+		p.done <- deviceplugin.Run(ctx, deviceplugin.Config{
+			NodeName: nodeName, Unit: unit, DeviceListStrategy: deviceplugin.StrategyEnvvar,
+			HealthCheck: true, RecoveryWindow: e.setup.recovery, KubeletDir: e.dir, VerifyPeriod: 200 * time.Millisecond,
+			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { p.ready <- h },
 		})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		host.Stop()
-	})
-	select {
-	case e.handoff = <-ready:
-	case err := <-done:
-		t.Fatalf("Run ended before serving: %v", err)
+	var once sync.Once
+	var err error
+	p.stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-p.done
+		})
+		return err
 	}
-	if err := host.WaitForResource(e.deadline(10*time.Second), resource, e.totalUnits()); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return p
 }
 
 func (e *env) deadline(d time.Duration) context.Context {
@@ -610,4 +645,75 @@ func TestReusedCardFull(t *testing.T) {
 	if got := res["c0"].Env[deviceplugin.EnvVisibleDevices]; got != e.card(2).UUID {
 		t.Errorf("%s = %q, want card 2 (%s)", deviceplugin.EnvVisibleDevices, got, e.card(2).UUID)
 	}
+}
+
+// TestUnitChangeWhileDevicesHeld: the plugin restarted with another
+// --memory-unit while kubelet lists containers holding devices named in the
+// old one (UUID::3 would mean the fourth MiB, not the fourth GiB). It must
+// refuse to start, naming both units, the pods and the way out; once the
+// pods are gone it starts in the new unit.
+func TestUnitChangeWhileDevicesHeld(t *testing.T) {
+	e := newEnv(t, setup{fakeGPUs: "1xTesla-T4:16GiB"})
+	gib := e.runPlugin(gpushare.UnitGiB)
+	select {
+	case <-gib.ready:
+	case err := <-gib.done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, 16); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i := 0; i < 2; i++ {
+		p := e.bind(util.MakePod(fmt.Sprintf("gib-%d", i)).GPUMem(4), map[string][]int{"c0": {0}}, time.Now())
+		if _, err := e.host.Admit(p); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	e.waitNode(func(n *corev1.Node) bool {
+		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
+		return err == nil && inv.Unit == gpushare.UnitGiB
+	})
+	if err := gib.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	mib := e.runPlugin(gpushare.UnitMiB)
+	select {
+	case err := <-mib.done:
+		for _, want := range []string{"--memory-unit MiB", "published in GiB", "default/gib-0", "default/gib-1", "drain", "--memory-unit GiB"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Run error = %v, want one containing %q", err, want)
+			}
+		}
+		t.Logf("Run refuses: %v", err)
+	case <-mib.ready:
+		_ = mib.stop()
+		t.Fatal("the plugin started in MiB while kubelet lists pods holding GiB devices")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run neither served nor failed within 30 s")
+	}
+
+	for _, p := range pods {
+		e.host.Remove(p.UID)
+	}
+	mib = e.runPlugin(gpushare.UnitMiB)
+	defer func() {
+		if err := mib.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-mib.ready:
+	case err := <-mib.done:
+		t.Fatalf("Run on an idle node: %v", err)
+	}
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, 16384); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNode(func(n *corev1.Node) bool {
+		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
+		return err == nil && inv.Unit == gpushare.UnitMiB
+	})
 }
