@@ -47,6 +47,8 @@ type setup struct {
 	fakeGPUs       string
 	listAfterAdmit bool
 	recovery       time.Duration
+	// strategy is --device-list-strategy; envvar when empty.
+	strategy string
 }
 
 func start(t *testing.T, s setup) *env {
@@ -104,11 +106,15 @@ type plugin struct {
 
 // runPlugin starts the device plugin in unit on e's kubelet.
 func (e *env) runPlugin(unit string) *plugin {
+	strategy := e.setup.strategy
+	if strategy == "" {
+		strategy = deviceplugin.StrategyEnvvar
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	p := &plugin{ready: make(chan *deviceplugin.Handoff, 1), done: make(chan error, 1)}
 	go func() {
 		p.done <- deviceplugin.Run(ctx, deviceplugin.Config{
-			NodeName: nodeName, Unit: unit, DeviceListStrategy: deviceplugin.StrategyEnvvar,
+			NodeName: nodeName, Unit: unit, DeviceListStrategy: strategy,
 			HealthCheck: true, RecoveryWindow: e.setup.recovery, KubeletDir: e.dir, VerifyPeriod: 200 * time.Millisecond,
 			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { p.ready <- h },
 		})
@@ -716,4 +722,54 @@ func TestUnitChangeWhileDevicesHeld(t *testing.T) {
 		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
 		return err == nil && inv.Unit == gpushare.UnitMiB
 	})
+}
+
+// TestDeviceListStrategies: what kubelet hands the container runtime for
+// one container on two cards, with each --device-list-strategy. With
+// volume-mounts and cdi-cri the runtime learns the cards from the mounts
+// or the CDI device names, which an image or pod setting
+// NVIDIA_VISIBLE_DEVICES=all cannot widen once the NVIDIA container
+// toolkit ignores that variable (see the README).
+func TestDeviceListStrategies(t *testing.T) {
+	type runtimeView struct {
+		VisibleDevices string
+		Mounts         []devicehost.Mount
+		CDIDevices     []string
+		Annotations    map[string]string
+	}
+	tests := []struct {
+		strategy string
+		want     func(uuids []string) runtimeView
+	}{
+		{strategy: "envvar", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: u[0] + "," + u[1], Annotations: map[string]string{}}
+		}},
+		{strategy: "cdi-annotations", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "void", Annotations: map[string]string{"cdi.k8s.io/gpushare_gpu-mem": "nvidia.com/gpu=" + u[0] + ",nvidia.com/gpu=" + u[1]}}
+		}},
+		{strategy: "volume-mounts", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "/var/run/nvidia-container-devices", Annotations: map[string]string{}, Mounts: []devicehost.Mount{
+				{ContainerPath: "/var/run/nvidia-container-devices/" + u[0], HostPath: "/dev/null", ReadOnly: true},
+				{ContainerPath: "/var/run/nvidia-container-devices/" + u[1], HostPath: "/dev/null", ReadOnly: true},
+			}}
+		}},
+		{strategy: "cdi-cri", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "void", Annotations: map[string]string{}, CDIDevices: []string{"nvidia.com/gpu=" + u[0], "nvidia.com/gpu=" + u[1]}}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.strategy, func(t *testing.T) {
+			e := start(t, setup{fakeGPUs: "2xTesla-T4:16GiB", strategy: tc.strategy})
+			pod := e.bind(util.MakePod("two-cards").GPUMemCards(8, 2), map[string][]int{"c0": {0, 1}}, time.Now())
+			res, err := e.host.Admit(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res["c0"]
+			got := runtimeView{VisibleDevices: r.Env[deviceplugin.EnvVisibleDevices], Mounts: r.Mounts, CDIDevices: r.CDIDevices, Annotations: r.Annotations}
+			if diff := cmp.Diff(tc.want([]string{e.card(0).UUID, e.card(1).UUID}), got); diff != "" {
+				t.Errorf("what kubelet hands the runtime (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
