@@ -25,10 +25,13 @@ func main() {
 	cfg := deviceplugin.Config{}
 	fs.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node (default: $NODE_NAME)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
-	fs.StringVar(&cfg.Unit, "memory-unit", gpushare.UnitGiB, fmt.Sprintf("unit of %s: %s or %s (MiB only where the ListAndWatch message fits kubelet's 4 MiB limit; the plugin refuses to start otherwise)",
+	fs.StringVar(&cfg.Unit, "memory-unit", gpushare.UnitGiB, fmt.Sprintf("unit of %s: %s or %s (MiB only where the ListAndWatch message fits kubelet's 4 MiB limit; the plugin refuses to start otherwise, "+
+		"and refuses a unit other than the one the node was published in while kubelet lists containers holding its devices)",
 		gpushare.ResourceGPUMem, gpushare.UnitGiB, gpushare.UnitMiB))
-	fs.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", deviceplugin.StrategyEnvvar, fmt.Sprintf("how containers get their cards: %s (NVIDIA_VISIBLE_DEVICES=<UUID>) or %s (CDI annotation nvidia.com/gpu=<UUID>)",
-		deviceplugin.StrategyEnvvar, deviceplugin.StrategyCDIAnnotations))
+	fs.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", deviceplugin.StrategyEnvvar, fmt.Sprintf("how containers get their cards: %s (NVIDIA_VISIBLE_DEVICES=<UUID>), "+
+		"%s (/dev/null mounted at /var/run/nvidia-container-devices/<UUID>), %s (CDI annotation nvidia.com/gpu=<UUID>) or %s (CDI device nvidia.com/gpu=<UUID> in the CRI request); "+
+		"the last three keep working when the NVIDIA container toolkit ignores NVIDIA_VISIBLE_DEVICES of unprivileged containers (see the README)",
+		deviceplugin.StrategyEnvvar, deviceplugin.StrategyVolumeMounts, deviceplugin.StrategyCDIAnnotations, deviceplugin.StrategyCDICRI))
 	fs.BoolVar(&cfg.HealthCheck, "health-check", true, "watch NVML XID events and report cards with critical XIDs unhealthy until they recover")
 	fs.DurationVar(&cfg.RecoveryWindow, "recovery-window", gpu.DefaultRecoveryWindow, "an unhealthy card comes back after this long without a critical XID, if NVML still answers for it")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet's root directory, holding device-plugins/ and pod-resources/")

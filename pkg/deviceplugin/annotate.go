@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,7 +49,7 @@ func (a *annotator) step(ctx context.Context) bool {
 		return true
 	}
 	logger := klog.FromContext(ctx)
-	err := a.api.PatchPodAnnotations(ctx, ns, name, set)
+	err := a.api.PatchPodAnnotations(ctx, ns, name, uid, set)
 	switch {
 	case err == nil:
 		a.queue.Forget(uid)
@@ -60,9 +61,29 @@ func (a *annotator) step(ctx context.Context) bool {
 		logger.V(4).Info("Patched pod annotations", "pod", klog.KRef(ns, name), "keys", keys)
 	case apierrors.IsNotFound(err):
 		a.queue.Forget(uid)
+	case uidChanged(err):
+		// The pod was deleted and its name taken by another pod; the
+		// informer's update (a delete and an add) follows.
+		a.queue.Forget(uid)
+		logger.V(2).Info("Pod re-created under the same name; its old annotations are not written", "pod", klog.KRef(ns, name), "uid", uid)
 	default:
 		logger.Error(err, "Patching pod annotations; retrying", "pod", klog.KRef(ns, name))
 		a.queue.AddRateLimited(uid)
 	}
 	return true
+}
+
+// uidChanged reports whether kube-apiserver refused a patch because its
+// metadata.uid is not the stored pod's: the name belongs to another pod.
+func uidChanged(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }

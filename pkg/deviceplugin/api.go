@@ -16,8 +16,10 @@ import (
 // PodAPI is the part of the pod API the plugin uses.
 type PodAPI interface {
 	PodGetter
-	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations.
-	PatchPodAnnotations(ctx context.Context, namespace, name string, set map[string]*string) error
+	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations of
+	// the pod namespace/name whose UID is uid. It fails, and changes
+	// nothing, when that name now belongs to another pod.
+	PatchPodAnnotations(ctx context.Context, namespace, name string, uid types.UID, set map[string]*string) error
 }
 
 // NodeAPI is the part of the node API the plugin uses.
@@ -43,8 +45,11 @@ func (a ClientAPI) GetPod(ctx context.Context, namespace, name string) (*corev1.
 	return a.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 }
 
-func (a ClientAPI) PatchPodAnnotations(ctx context.Context, namespace, name string, set map[string]*string) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": set}})
+// PatchPodAnnotations sends a merge patch that also sets metadata.uid:
+// kube-apiserver refuses to change a pod's UID, so a patch meant for a pod
+// that was deleted cannot land on a successor of the same name.
+func (a ClientAPI) PatchPodAnnotations(ctx context.Context, namespace, name string, uid types.UID, set map[string]*string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid, "annotations": set}})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -47,7 +49,7 @@ type Config struct {
 	Kubeconfig string
 	// Unit of aliyun.com/gpu-mem: gpushare.UnitGiB or gpushare.UnitMiB.
 	Unit string
-	// DeviceListStrategy: StrategyEnvvar or StrategyCDIAnnotations.
+	// DeviceListStrategy: one of Strategies.
 	DeviceListStrategy string
 	// HealthCheck watches XID events and marks cards unhealthy.
 	HealthCheck bool
@@ -98,8 +100,8 @@ func (c *Config) Validate() error {
 	if c.Unit != gpushare.UnitGiB && c.Unit != gpushare.UnitMiB {
 		errs = append(errs, fmt.Errorf("--memory-unit %q: want %s or %s", c.Unit, gpushare.UnitGiB, gpushare.UnitMiB))
 	}
-	if c.DeviceListStrategy != StrategyEnvvar && c.DeviceListStrategy != StrategyCDIAnnotations {
-		errs = append(errs, fmt.Errorf("--device-list-strategy %q: want %s or %s", c.DeviceListStrategy, StrategyEnvvar, StrategyCDIAnnotations))
+	if !slices.Contains(Strategies, c.DeviceListStrategy) {
+		errs = append(errs, fmt.Errorf("--device-list-strategy %q: want one of %s", c.DeviceListStrategy, strings.Join(Strategies, ", ")))
 	}
 	if c.FakeControl != "" && c.FakeGPUs == "" && c.GPUs == nil {
 		errs = append(errs, errors.New("--fake-control needs --fake-gpus: it drives fake cards only"))

@@ -23,7 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "defaults", mutate: func(*Config) {}},
 		{name: "no node", mutate: func(c *Config) { c.NodeName = "" }, wantErr: "--node-name (or NODE_NAME) is required"},
 		{name: "bad unit", mutate: func(c *Config) { c.Unit = "GB" }, wantErr: `--memory-unit "GB": want GiB or MiB`},
-		{name: "bad strategy", mutate: func(c *Config) { c.DeviceListStrategy = "volume-mounts" }, wantErr: "want envvar or cdi-annotations"},
+		{name: "bad strategy", mutate: func(c *Config) { c.DeviceListStrategy = "volume" }, wantErr: `--device-list-strategy "volume": want one of envvar, volume-mounts, cdi-annotations, cdi-cri`},
 		{name: "relative kubelet dir", mutate: func(c *Config) { c.KubeletDir = "var/lib/kubelet" }, wantErr: "must be absolute"},
 		{name: "no QPS", mutate: func(c *Config) { c.QPS = 0 }, wantErr: "must be positive"},
 		{name: "fake control without fake GPUs", mutate: func(c *Config) { c.FakeControl = "/tmp/control" }, wantErr: "--fake-control needs --fake-gpus"},

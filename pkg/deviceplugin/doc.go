@@ -73,9 +73,20 @@
 // When no container waits for the size kubelet asks, both calls fail with
 // FailedPrecondition and a message naming the node, the size, the pods that
 // wait and why other pods cannot be matched (no allocation annotation,
-// allocation for another node or unit, spec and annotation disagree);
-// kubelet reports it as the pod's admission failure. A pod never starts
-// with a fake device name.
+// allocation for another node or unit, spec and annotation disagree), and
+// the reads that failed on the way; kubelet reports it as the pod's
+// admission failure. A pod never starts with a fake device name.
+//
+// Bounds and failures: kubelet makes both calls without a deadline, so
+// every read made while it waits is bounded (PodResources List 2 s, each
+// API server GET of a pod the informer lacks 3 s). A panic in any RPC
+// becomes codes.Internal for that call, logged once with the stack; the
+// server serves on. The informer handler treats an update that changes a
+// pod's UID (a pod re-created under its name while the watch was down,
+// delivered by the relist as one update) as a delete and an add, and
+// every annotation patch carries the pod's UID, which kube-apiserver
+// refuses to change, so a patch meant for a deleted pod fails instead of
+// landing on its successor.
 //
 // Init containers: kubelet hands a non-restartable init container's IDs on
 // to the following containers of the same pod before anything else, so
@@ -84,26 +95,52 @@
 // the pod reserved on that card (the larger of its largest init container
 // and its app containers there). The extender places init containers on
 // their app containers' cards when it can, which avoids it. If reused IDs
-// and kubelet's free IDs cannot form a container's shape, Allocate fails.
+// and kubelet's free IDs cannot form a container's shape (the init
+// container's card has no other free units), GetPreferredAllocation or
+// Allocate fails, naming the card.
 //
 // Restarts: a kubelet restart re-creates kubelet.sock and wipes plugin
 // sockets; the plugin serves and registers again (also on SIGHUP), and its
 // grants carry over. A restarted plugin rebuilds grants from PodResources
 // and trusts ASSIGNED=true annotations until kubelet lists such a pod
-// without devices.
+// without devices. It refuses to start in a unit other than the one the
+// node's inventory was published in while PodResources lists containers
+// holding devices: their IDs were handed out in the old unit
+// (CheckUnitChange).
 //
 // # Container environment
 //
-//	NVIDIA_VISIBLE_DEVICES            the cards' UUIDs, comma-separated ("void"
-//	                                  with --device-list-strategy cdi-annotations,
-//	                                  which sets cdi.k8s.io/gpushare_gpu-mem to
-//	                                  nvidia.com/gpu=<UUID>,... instead)
+//	NVIDIA_VISIBLE_DEVICES            the cards' UUIDs, comma-separated, with
+//	                                  --device-list-strategy envvar (below)
 //	ALIYUN_COM_GPU_MEM_IDX            the cards' indexes, comma-separated
 //	ALIYUN_COM_GPU_MEM_CONTAINER      the container's units (all its cards)
 //	ALIYUN_COM_GPU_MEM_POD            the pod's units (Allocation.Total)
 //	ALIYUN_COM_GPU_MEM_DEV            the first card's memory in units
 //	CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  "0=8G" (GiB) or "0=8192M" (MiB), one entry
 //	                                  per visible card
+//
+// The device list strategy says how the runtime learns the cards:
+//
+//	envvar           NVIDIA_VISIBLE_DEVICES=<UUID>,...
+//	volume-mounts    /dev/null mounted read-only at
+//	                 /var/run/nvidia-container-devices/<UUID> per card;
+//	                 NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices
+//	cdi-annotations  annotation cdi.k8s.io/gpushare_gpu-mem=nvidia.com/gpu=<UUID>,...;
+//	                 NVIDIA_VISIBLE_DEVICES=void
+//	cdi-cri          CDI devices nvidia.com/gpu=<UUID> in the response, which
+//	                 kubelet passes in the CRI request; NVIDIA_VISIBLE_DEVICES=void
+//
+// A pod's own env wins over the plugin's, so with envvar a pod that sets
+// NVIDIA_VISIBLE_DEVICES=all sees every GPU. The NVIDIA container toolkit
+// stops that with accept-nvidia-visible-devices-envvar-when-unprivileged =
+// false and reads the cards from the mounts with
+// accept-nvidia-visible-devices-as-volume-mounts = true; volume-mounts,
+// cdi-cri and cdi-annotations keep working under those settings. envvar stays the default: it
+// is the only strategy that works on a stock toolkit, and the others fail
+// on nodes not set up for them (toolkit settings, CDI spec, CDI-enabled
+// runtime). None of them limits memory; a later change adds the plugin's
+// own CDI spec for that and may revisit the default. The README has the
+// hardened setup and its sources.
 //
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is enforced only when the node runs an
 // NVIDIA MPS control daemon that the container's CUDA clients connect to.

@@ -20,6 +20,12 @@ import (
 // on the node waits: kubelet reports it as the pod's admission failure.
 var ErrNoMatch = errors.New("no waiting pod matches")
 
+// apiTimeout bounds each API server read the handoff makes while
+// kubelet waits for GetPreferredAllocation or Allocate: kubelet calls both
+// without a deadline, so an API server that does not answer would hold
+// the pod's admission (and kubelet's admission of every later pod) forever.
+const apiTimeout = 3 * time.Second
+
 // DefaultGrace is how long a grant made by Allocate stands before the
 // absence of its devices in PodResources may revoke it (kubelet records
 // the devices only after Allocate returns).

@@ -453,3 +453,73 @@ func TestHandoffAvailableAndByCard(t *testing.T) {
 		t.Errorf("byCard mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// TestHandoffReusedCardFull: kubelet must include an init container's IDs
+// on a card it has no other free units of (the init container was placed
+// there against its annotation). No answer fits the app container on one
+// card; Prefer says so instead of slicing past the free list.
+func TestHandoffReusedCardFull(t *testing.T) {
+	ht := newHandoffTest(t)
+	ht.kubelet.err = errors.New("PodResources down")
+	ht.take(unitsOn("GPU-1", 0, 16)) // card 1 full in kubelet's accounting
+	ht.take(unitsOn("GPU-0", 0, 12)) // card 0: 4 units free
+	p := ht.pod(util.MakePod("p").InitGPUMem(4).GPUMem(8), map[string][]int{"i0": {1}, "c0": {1}}, 1)
+	first, initIDs := ht.admit(4)
+	if first.Pod != p.UID || first.Container != "i0" || cmp.Diff([]int{0}, cardIndexes(first.Shares)) != "" {
+		t.Fatalf("assignment %+v, want p's init container relocated to card 0", first)
+	}
+	_, err := ht.h.Prefer(ht.ctx, append(ht.available(), initIDs...), initIDs, 8)
+	want := "pod default/p container c0 needs 8 units on each of 1 cards; kubelet must include 4 units of card 0 " +
+		"(reused from the pod's init containers) and has 0 more free there"
+	if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Prefer error = %v, want %v containing %q", err, ErrNoMatch, want)
+	}
+}
+
+// silentAPI is an API server that never answers a read.
+type silentAPI struct{}
+
+func (silentAPI) GetPod(ctx context.Context, _, _ string) (*corev1.Pod, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestHandoffBoundsAPIReads: kubelet admits a pod the informer has not
+// delivered and the API server does not answer the plugin's read of it.
+// kubelet calls without a deadline, so the plugin bounds the read itself
+// and says in the admission error which read failed.
+func TestHandoffBoundsAPIReads(t *testing.T) {
+	tests := []struct {
+		name string
+		call func(ctx context.Context, h *Handoff) error
+	}{
+		{name: "GetPreferredAllocation", call: func(ctx context.Context, h *Handoff) error {
+			_, err := h.Prefer(ctx, unitsOn("GPU-0", 0, 16), nil, 4)
+			return err
+		}},
+		{name: "Allocate", call: func(ctx context.Context, h *Handoff) error {
+			_, err := h.Allocate(ctx, unitsOn("GPU-0", 0, 4))
+			return err
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, ctx := ktesting.NewTestContext(t)
+			kubelet := &fakeKubelet{}
+			kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
+			h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: silentAPI{}})
+			done := make(chan error, 1)
+			go func() { done <- tc.call(ctx, h) }()
+			select {
+			case err := <-done:
+				want := "reading pod default/p from the API server: context deadline exceeded"
+				if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), want) {
+					t.Errorf("error = %v, want %v containing %q", err, ErrNoMatch, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("still waiting on the API server after 30 s")
+			}
+		})
+	}
+}

@@ -191,16 +191,21 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 		}
 		h.mu.Unlock()
 	}
-	kp := h.listKubelet(ctx)
+	kp, lerr := h.listKubelet(ctx)
+	failed := nonNil(lerr)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
 		listed := h.observe(ctx, kp)
 		ids, err := h.prefer(ctx, h.candidates(int64(size), listed), avail, forced, int64(size), listed)
 		h.mu.Unlock()
-		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
-			continue
+		if errors.Is(err, ErrNoMatch) && attempt == 0 {
+			fetched, ferr := h.fetchMissing(ctx, kp)
+			failed = append(failed, ferr...)
+			if fetched {
+				continue
+			}
 		}
-		return ids, err
+		return ids, withFailures(err, failed)
 	}
 }
 
@@ -227,8 +232,13 @@ func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced m
 		ids = h.pick(c.container(), avail, forced, true)
 	}
 	if ids == nil {
+		ca := c.container()
+		if short := h.reusedShort(ca, avail, forced); short != "" {
+			return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards; %s",
+				ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), short)
+		}
 		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
-			ErrNoMatch, c.e.ref(), c.container().Name, c.container().Devices[0].Units, len(c.container().Devices), h.freeByCard(avail, forced))
+			ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), h.freeByCard(avail, forced))
 	}
 	h.steer = &steer{ids: slices.Sorted(slices.Values(ids)), ck: c.key()}
 	if v := klog.FromContext(ctx).V(4); v.Enabled() {
@@ -267,13 +277,15 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 	k, u := len(c.Devices), c.Devices[0].Units
 	var chosen []string
 	has := func(uuid string) bool { return slices.Contains(chosen, uuid) }
+	room := func(uuid string) bool { return int64(len(avail[uuid])+len(forced[uuid])) >= u }
 	for _, uuid := range h.sortedUUIDs(forced) {
-		if int64(len(forced[uuid])) > u {
+		// Every forced card is in the answer, so it must hold u units:
+		// its forced IDs plus free ones (see reusedShort).
+		if int64(len(forced[uuid])) > u || !room(uuid) {
 			return nil
 		}
 		chosen = append(chosen, uuid)
 	}
-	room := func(uuid string) bool { return int64(len(avail[uuid])+len(forced[uuid])) >= u }
 	for _, d := range c.Devices {
 		if len(chosen) == k {
 			break
@@ -327,6 +339,25 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 		ids = append(ids, avail[uuid][:need]...)
 	}
 	return ids
+}
+
+// reusedShort explains why the IDs kubelet must include (an init
+// container's, which kubelet reuses) cannot be part of an answer for c:
+// a card of them has fewer than c's units free and forced together, or
+// they span more cards than c asks. "" when neither holds.
+func (h *Handoff) reusedShort(c gpushare.ContainerAllocation, avail, forced map[string][]string) string {
+	u := c.Devices[0].Units
+	uuids := h.sortedUUIDs(forced)
+	if len(uuids) > len(c.Devices) {
+		return fmt.Sprintf("kubelet must include units of %d cards (reused from the pod's init containers)", len(uuids))
+	}
+	for _, uuid := range uuids {
+		if int64(len(forced[uuid])+len(avail[uuid])) < u {
+			return fmt.Sprintf("kubelet must include %d units of card %d (reused from the pod's init containers) and has %d more free there",
+				len(forced[uuid]), h.cards[uuid].Index, len(avail[uuid]))
+		}
+	}
+	return ""
 }
 
 func (h *Handoff) uuidOfIndex(index int) string {
@@ -434,15 +465,20 @@ func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, erro
 		return a, err
 	}
 	h.mu.Unlock()
-	kp := h.listKubelet(ctx)
+	kp, lerr := h.listKubelet(ctx)
+	failed := nonNil(lerr)
 	for attempt := 0; ; attempt++ {
 		h.mu.Lock()
 		a, err := h.allocate(ctx, kp, ids, groups)
 		h.mu.Unlock()
-		if errors.Is(err, ErrNoMatch) && attempt == 0 && h.fetchMissing(ctx, kp) {
-			continue
+		if errors.Is(err, ErrNoMatch) && attempt == 0 {
+			fetched, ferr := h.fetchMissing(ctx, kp)
+			failed = append(failed, ferr...)
+			if fetched {
+				continue
+			}
 		}
-		return a, err
+		return a, withFailures(err, failed)
 	}
 }
 

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -98,7 +102,7 @@ func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return func() {}, fmt.Errorf("listening on %s: %w", sock, err)
 	}
-	gs := grpc.NewServer()
+	gs := newGRPCServer(klog.FromContext(ctx))
 	pluginapi.RegisterDevicePluginServer(gs, e.Server)
 	done := make(chan struct{})
 	go func() {
@@ -121,6 +125,45 @@ func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
 		return func() {}, err
 	}
 	return stop, nil
+}
+
+// newGRPCServer returns the plugin's gRPC server. A panic in a handler
+// becomes a codes.Internal error for that call, logged once with its
+// stack, and the server goes on serving: kubelet then fails one pod's
+// admission with the message instead of losing the plugin.
+func newGRPCServer(logger klog.Logger) *grpc.Server {
+	return grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary(logger)), grpc.ChainStreamInterceptor(recoverStream(logger)))
+}
+
+func recoverUnary(logger klog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = recovered(logger, info.FullMethod, r)
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(logger klog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = recovered(logger, info.FullMethod, r)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+// recovered logs a panic in method (a full gRPC method name) with the
+// stack and returns the error its caller gets. It runs in the deferred
+// call, so the stack still holds the frames that panicked.
+func recovered(logger klog.Logger, method string, r any) error {
+	err := fmt.Errorf("%s panicked: %v", path.Base(method), r)
+	logger.Error(err, "Recovered from a panic in a gRPC handler; serving on", "method", method, "stack", string(debug.Stack()))
+	return status.Error(codes.Internal, err.Error()+" (a bug in gpushare-device-plugin; its log has the stack)")
 }
 
 func dial(sock string) (*grpc.ClientConn, error) {

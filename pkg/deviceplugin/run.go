@@ -26,7 +26,8 @@ const verifyDebounce = 300 * time.Millisecond
 
 // Run serves the device plugin until ctx ends: it discovers the cards,
 // refuses a unit whose ListAndWatch message would not fit kubelet's limit,
-// publishes the node inventory, watches this node's pods, serves and
+// or that differs from the unit the node was published in while kubelet
+// lists devices held (CheckUnitChange), publishes the node inventory, watches this node's pods, serves and
 // registers the plugin (again after kubelet restarts), watches card health
 // and verifies kubelet's allocations against the pod annotations.
 func Run(ctx context.Context, cfg Config) error {
@@ -68,9 +69,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
 
+	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
 	ann := newAnnotator(api)
 	h := NewHandoff(HandoffConfig{
-		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: &PodResources{Socket: cfg.PodResourcesSocket()},
+		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
 		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
 	})
 	ann.handoff = h
@@ -86,24 +88,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return obj, nil
 		}))
 	podInformer := factory.Core().V1().Pods().Informer()
-	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { upsert(h, obj) },
-		UpdateFunc: func(_, obj any) { upsert(h, obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
-				h.DeletePod(pod.Namespace, pod.Name, pod.UID)
-			}
-		},
-	}); err != nil {
+	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
+	// The informers stop when Run returns, also on an early error.
+	ctx, stopInformers := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	defer stopInformers()
 	if !toolscache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
 		return fmt.Errorf("syncing the pods of node %s: %w", cfg.NodeName, ctx.Err())
+	}
+	if err := CheckUnitChange(ctx, api, kubelet, cfg.NodeName, cfg.Unit); err != nil {
+		return err
 	}
 
 	verifyNow := make(chan struct{}, 1)
@@ -163,9 +160,36 @@ func Run(ctx context.Context, cfg Config) error {
 	return ep.Run(ctx)
 }
 
-func upsert(h *Handoff, obj any) {
-	if pod, ok := obj.(*corev1.Pod); ok {
-		h.UpsertPod(pod)
+// podHandler feeds the informer's pod events to h. An update whose UID
+// differs from the old object's is a delete and an add: a pod deleted and
+// re-created under the same name while the watch was down comes back from
+// the relist as one update from the old pod to the new one, and the old
+// pod's grants and waiting containers must go with it.
+func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
+	del := func(obj any) {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.DeletePod(pod.Namespace, pod.Name, pod.UID)
+		}
+	}
+	add := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.UpsertPod(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: add,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, okOld := oldObj.(*corev1.Pod)
+			n, okNew := newObj.(*corev1.Pod)
+			if okOld && okNew && o.UID != n.UID {
+				del(o)
+			}
+			add(newObj)
+		},
+		DeleteFunc: del,
 	}
 }
 

@@ -16,18 +16,36 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// Device list strategies: how a container is given its cards.
+// Device list strategies: how a container is given its cards. The NVIDIA
+// container toolkit's hook reads NVIDIA_VISIBLE_DEVICES, which an image or
+// a pod's env can set to "all"; volume-mounts and cdi-cri name the cards
+// where a container cannot, once the toolkit ignores that variable for
+// unprivileged containers (see the package doc).
 const (
 	// StrategyEnvvar sets NVIDIA_VISIBLE_DEVICES=<UUIDs> for the NVIDIA
 	// container runtime.
 	StrategyEnvvar = "envvar"
+	// StrategyVolumeMounts mounts /dev/null at
+	// /var/run/nvidia-container-devices/<UUID> for each card, which the
+	// toolkit reads with accept-nvidia-visible-devices-as-volume-mounts =
+	// true, and sets NVIDIA_VISIBLE_DEVICES to that directory, which names
+	// no card (as NVIDIA's own device plugin does).
+	StrategyVolumeMounts = "volume-mounts"
 	// StrategyCDIAnnotations sets the CDI annotation
 	// cdi.k8s.io/gpushare_gpu-mem=nvidia.com/gpu=<UUID>,... for a runtime
 	// with CDI and a spec that names devices by UUID
 	// (nvidia-ctk cdi generate --device-name-strategy=uuid), and
 	// NVIDIA_VISIBLE_DEVICES=void so images that set "all" get nothing more.
 	StrategyCDIAnnotations = "cdi-annotations"
+	// StrategyCDICRI puts nvidia.com/gpu=<UUID> in the response's CDI
+	// devices, which kubelet passes to the runtime in the CRI request
+	// (containerd 1.7+ and CRI-O with CDI enabled; the same CDI spec as
+	// above), and sets NVIDIA_VISIBLE_DEVICES=void.
+	StrategyCDICRI = "cdi-cri"
 )
+
+// Strategies are the device list strategies, the default first.
+var Strategies = []string{StrategyEnvvar, StrategyVolumeMounts, StrategyCDIAnnotations, StrategyCDICRI}
 
 // Container environment set by Allocate.
 const (
@@ -39,6 +57,16 @@ const (
 	EnvMPSLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	// cdiAnnotation is the CDI annotation key for StrategyCDIAnnotations.
 	cdiAnnotation = "cdi.k8s.io/gpushare_gpu-mem"
+	// cdiKind is the CDI kind of the cards in the spec that
+	// nvidia-ctk cdi generate writes; a card is cdiKind=<UUID>.
+	cdiKind = "nvidia.com/gpu"
+	// volumeMountsRoot is where StrategyVolumeMounts mounts one /dev/null
+	// per card, named by its UUID: the NVIDIA container toolkit's
+	// device-list-as-volume-mounts directory.
+	volumeMountsRoot = "/var/run/nvidia-container-devices"
+	// visibleNone is the NVIDIA_VISIBLE_DEVICES value that gives a
+	// container no card through the toolkit.
+	visibleNone = "void"
 )
 
 // Handoffer is what the gRPC server needs from the handoff.
@@ -166,8 +194,8 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	return resp, nil
 }
 
-// containerResponse builds the environment (and, with
-// StrategyCDIAnnotations, the CDI annotation) for an assignment.
+// containerResponse builds the environment and, by the device list
+// strategy, the mounts, CDI annotation or CDI devices for an assignment.
 func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateResponse {
 	var uuids, idx, limits []string
 	var total int64
@@ -190,13 +218,24 @@ func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateRe
 		EnvVisibleDevices:         strings.Join(uuids, ","),
 	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: env}
-	if s.strategy == StrategyCDIAnnotations {
-		env[EnvVisibleDevices] = "void"
-		var names []string
+	var cdiNames []string
+	for _, u := range uuids {
+		cdiNames = append(cdiNames, cdiKind+"="+u)
+	}
+	switch s.strategy {
+	case StrategyVolumeMounts:
+		env[EnvVisibleDevices] = volumeMountsRoot
 		for _, u := range uuids {
-			names = append(names, "nvidia.com/gpu="+u)
+			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: volumeMountsRoot + "/" + u, HostPath: "/dev/null", ReadOnly: true})
 		}
-		r.Annotations = map[string]string{cdiAnnotation: strings.Join(names, ",")}
+	case StrategyCDIAnnotations:
+		env[EnvVisibleDevices] = visibleNone
+		r.Annotations = map[string]string{cdiAnnotation: strings.Join(cdiNames, ",")}
+	case StrategyCDICRI:
+		env[EnvVisibleDevices] = visibleNone
+		for _, n := range cdiNames {
+			r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: n})
+		}
 	}
 	return r
 }

@@ -2,7 +2,9 @@ package deviceplugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
 )
 
 func TestContainerResponse(t *testing.T) {
@@ -128,5 +131,45 @@ func TestServerErrorsNameTheCause(t *testing.T) {
 	opts, _ := s.GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
 	if !opts.GetPreferredAllocationAvailable || opts.PreStartRequired {
 		t.Errorf("options %+v, want GetPreferredAllocationAvailable only", opts)
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// assignments is a Handoffer whose Allocate answers by the first device ID.
+type assignments map[string]*Assignment
+
+func (assignments) Prefer(context.Context, []string, []string, int) ([]string, error) {
+	return nil, nil
+}
+func (a assignments) Allocate(_ context.Context, ids []string) (*Assignment, error) {
+	return a[ids[0]], nil
+}
+
+// TestAllocateResponseGolden: the whole Allocate response, as kubelet
+// receives it, for every device list strategy: one request for two
+// containers, one on card 2 and one on cards 0 and 1.
+func TestAllocateResponseGolden(t *testing.T) {
+	h := assignments{
+		"GPU-2::0": {Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 16},
+		"GPU-0::0": {Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4}, {Index: 1, UUID: "GPU-1", Units: 4}}, PodUnits: 16},
+	}
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: unitsOn("GPU-2", 0, 8)},
+		{DevicesIds: append(unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 4)...)},
+	}}
+	for _, strategy := range Strategies {
+		t.Run(strategy, func(t *testing.T) {
+			s := NewServer(testLogger(t), h, testCards, gpushare.UnitGiB, strategy, nil)
+			resp, err := s.Allocate(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := json.MarshalIndent(resp, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			util.Golden(t, "allocate-"+strategy+".json", string(b)+"\n", *update)
+		})
 	}
 }

@@ -1,9 +1,13 @@
 package deviceplugin
 
 import (
+	"context"
 	"fmt"
+	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
+	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
@@ -97,4 +101,61 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// maxNamedPods is how many pods an error names before it counts the rest.
+const maxNamedPods = 10
+
+// CheckUnitChange refuses to start in unit when the node's published
+// inventory (gpushare.io/devices) is in another unit and kubelet's
+// PodResources lists containers holding aliyun.com/gpu-mem IDs: those IDs
+// were handed out in the old unit, and read in the new one they would
+// mean other amounts ("UUID::3" is the fourth GiB, or the fourth MiB), so
+// kubelet's accounting of the cards would no longer hold. A change on an
+// idle node, or a node never published, is allowed; the first is logged.
+func CheckUnitChange(ctx context.Context, api NodeAPI, kubelet KubeletPods, nodeName, unit string) error {
+	node, err := api.GetNode(ctx, nodeName)
+	if err != nil {
+		return fmt.Errorf("reading node %s to compare its published unit: %w", nodeName, err)
+	}
+	s, ok := node.Annotations[gpushare.AnnotationInventory]
+	if !ok {
+		return nil
+	}
+	logger := klog.FromContext(ctx)
+	inv, err := gpushare.ParseInventory(s)
+	if err != nil {
+		logger.Info("The node's published inventory is unreadable; its unit cannot be compared, and it will be replaced", "err", err)
+		return nil
+	}
+	if inv.Unit == unit {
+		return nil
+	}
+	pods, err := kubelet.List(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: --memory-unit %s, but its devices were published in %s, and whether containers still hold %s devices cannot be told: %w; "+
+			"start the plugin when kubelet's PodResources answers, or with --memory-unit %s", nodeName, unit, inv.Unit, inv.Unit, err, inv.Unit)
+	}
+	var holding []string
+	for _, p := range pods {
+		for _, ids := range p.Containers {
+			if len(ids) > 0 {
+				holding = append(holding, p.Namespace+"/"+p.Name)
+				break
+			}
+		}
+	}
+	if len(holding) == 0 {
+		logger.Info("Memory unit changed on a node where no container holds devices", "from", inv.Unit, "to", unit)
+		return nil
+	}
+	sort.Strings(holding)
+	named := strings.Join(holding[:min(len(holding), maxNamedPods)], ", ")
+	if len(holding) > maxNamedPods {
+		named += fmt.Sprintf(" and %d more", len(holding)-maxNamedPods)
+	}
+	return fmt.Errorf("node %s: --memory-unit %s, but its devices were published in %s and kubelet lists %d pod(s) holding %s devices in %s: %s; "+
+		"read in %s, their device IDs would name other amounts and kubelet's accounting of the cards would be wrong. "+
+		"Drain the GPU pods from the node (kubectl drain %s, or delete them) and start the plugin again, or start it with --memory-unit %s",
+		nodeName, unit, inv.Unit, len(holding), gpushare.ResourceGPUMem, inv.Unit, named, unit, nodeName, inv.Unit)
 }

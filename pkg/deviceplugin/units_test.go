@@ -1,14 +1,20 @@
 package deviceplugin
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
 )
 
 func TestUnits(t *testing.T) {
@@ -109,5 +115,60 @@ func TestCardsOf(t *testing.T) {
 	}
 	if _, err := CardsOf("n", nil, gpushare.UnitGiB); err == nil || !strings.Contains(err.Error(), "no GPUs found on node n") {
 		t.Errorf("CardsOf without cards: error %v", err)
+	}
+}
+
+func TestCheckUnitChange(t *testing.T) {
+	gib := util.MakeNode("n1").Cards("Tesla-T4", 16).Obj() // inventory in GiB
+	junk := util.MakeNode("n1").Obj()
+	junk.Annotations = map[string]string{gpushare.AnnotationInventory: "junk"}
+	holding := func(names ...string) []KubeletPod {
+		var out []KubeletPod
+		for _, n := range names {
+			out = append(out, KubeletPod{Namespace: "default", Name: n, Containers: map[string][]string{"c0": {"GPU-0::0"}, "log": nil}})
+		}
+		return out
+	}
+	many := make([]string, 12)
+	for i := range many {
+		many[i] = fmt.Sprintf("p%02d", i)
+	}
+	tests := []struct {
+		name    string
+		node    *corev1.Node
+		unit    string
+		kubelet *fakeKubelet
+		wantErr []string // substrings; none: no error
+	}{
+		{name: "never published", node: util.MakeNode("n1").Obj(), unit: gpushare.UnitMiB, kubelet: &fakeKubelet{pods: holding("a")}},
+		{name: "unreadable inventory, replaced", node: junk, unit: gpushare.UnitMiB,
+			kubelet: &fakeKubelet{pods: holding("a")}},
+		{name: "same unit", node: gib, unit: gpushare.UnitGiB, kubelet: &fakeKubelet{pods: holding("a")}},
+		{name: "changed on an idle node", node: gib, unit: gpushare.UnitMiB,
+			kubelet: &fakeKubelet{pods: []KubeletPod{{Namespace: "default", Name: "cpu", Containers: map[string][]string{"c0": nil}}}}},
+		{name: "changed while pods hold devices", node: gib, unit: gpushare.UnitMiB, kubelet: &fakeKubelet{pods: holding("b", "a")},
+			wantErr: []string{"node n1: --memory-unit MiB, but its devices were published in GiB and kubelet lists 2 pod(s) holding aliyun.com/gpu-mem devices in GiB: default/a, default/b;",
+				"Drain the GPU pods from the node (kubectl drain n1, or delete them) and start the plugin again, or start it with --memory-unit GiB"}},
+		{name: "many pods named up to a limit", node: gib, unit: gpushare.UnitMiB, kubelet: &fakeKubelet{pods: holding(many...)},
+			wantErr: []string{"12 pod(s)", "default/p09 and 2 more;"}},
+		{name: "changed and PodResources down", node: gib, unit: gpushare.UnitMiB, kubelet: &fakeKubelet{err: errors.New("connection refused")},
+			wantErr: []string{"whether containers still hold GiB devices cannot be told: connection refused", "or with --memory-unit GiB"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			err := CheckUnitChange(ctx, ClientAPI{Client: fake.NewClientset(tc.node)}, tc.kubelet, "n1", tc.unit)
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			for _, want := range tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("error = %v, want one containing %q", err, want)
+				}
+			}
+		})
 	}
 }

@@ -5,23 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
 // listKubelet asks PodResources, without h.mu held. An error disables the
-// hint for this call only.
-func (h *Handoff) listKubelet(ctx context.Context) []KubeletPod {
+// hint for this call only; it is returned to go in the call's error if
+// the match then fails.
+func (h *Handoff) listKubelet(ctx context.Context) ([]KubeletPod, error) {
 	if h.kubelet == nil {
-		return nil
+		return nil, nil
 	}
 	kp, err := h.kubelet.List(ctx)
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("PodResources unavailable; matching without kubelet's view", "err", err)
-		return nil
+		return nil, fmt.Errorf("listing kubelet's pod resources: %w", err)
 	}
-	return kp
+	return kp, nil
 }
 
 // observe applies kubelet's view: IDs kubelet holds for a container are
@@ -137,9 +140,12 @@ func (h *Handoff) isInit(ck containerKey) bool {
 
 // fetchMissing reads from the API the pods kubelet lists that the informer
 // has not delivered, so a pod admitted right after its bind still matches.
-func (h *Handoff) fetchMissing(ctx context.Context, kp []KubeletPod) bool {
+// It reports whether it read any, and the reads that failed. kubelet
+// waits on the answer without a deadline, so each read gives up after
+// apiTimeout.
+func (h *Handoff) fetchMissing(ctx context.Context, kp []KubeletPod) (fetched bool, failed []error) {
 	if h.api == nil {
-		return false
+		return false, nil
 	}
 	h.mu.Lock()
 	var missing [][2]string
@@ -151,14 +157,41 @@ func (h *Handoff) fetchMissing(ctx context.Context, kp []KubeletPod) bool {
 	}
 	h.mu.Unlock()
 	for _, m := range missing {
-		pod, err := h.api.GetPod(ctx, m[0], m[1])
+		pod, err := h.getPod(ctx, m[0], m[1])
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Could not read a pod kubelet lists", "pod", m[0]+"/"+m[1], "err", err)
+			failed = append(failed, err)
 			continue
 		}
 		h.UpsertPod(pod)
+		fetched = true
 	}
-	return len(missing) > 0
+	return fetched, failed
+}
+
+// getPod reads a pod from the API server within apiTimeout.
+func (h *Handoff) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	pod, err := h.api.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("reading pod %s/%s from the API server: %w", namespace, name, err)
+	}
+	return pod, nil
+}
+
+// withFailures adds to a failed match the reads that failed on the way,
+// which may be why nothing matched; kubelet shows the message as the
+// pod's admission error.
+func withFailures(err error, failed []error) error {
+	if err == nil || len(failed) == 0 {
+		return err
+	}
+	msgs := make([]string, len(failed))
+	for i, f := range failed {
+		msgs[i] = f.Error()
+	}
+	return fmt.Errorf("%w; %s", err, strings.Join(msgs, "; "))
 }
 
 // Verify reads kubelet's PodResources and corrects the grants by it; the
@@ -176,4 +209,12 @@ func (h *Handoff) Verify(ctx context.Context) (int, error) {
 	defer h.mu.Unlock()
 	h.observe(ctx, kp)
 	return len(kp), nil
+}
+
+// nonNil returns err as a one-element list, or nil.
+func nonNil(err error) []error {
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +34,8 @@ const (
 type env struct {
 	t       *testing.T
 	ctx     context.Context
+	dir     string // kubelet's root directory
+	setup   setup
 	host    *devicehost.Host
 	client  *fake.Clientset
 	gpus    *gpu.Fake
@@ -44,12 +47,37 @@ type setup struct {
 	fakeGPUs       string
 	listAfterAdmit bool
 	recovery       time.Duration
+	// strategy is --device-list-strategy; envvar when empty.
+	strategy string
 }
 
 func start(t *testing.T, s setup) *env {
 	t.Helper()
+	e := newEnv(t, s)
+	p := e.runPlugin(gpushare.UnitGiB)
+	select {
+	case e.handoff = <-p.ready:
+	case err := <-p.done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := p.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, e.totalUnits()); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newEnv starts kubelet's device manager and its PodResources server on a
+// directory of its own, with a fake API holding the node and fake cards.
+func newEnv(t *testing.T, s setup) *env {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
 	dir := t.TempDir()
 	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
 		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
@@ -58,36 +86,49 @@ func start(t *testing.T, s setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(host.Stop)
 	devs, err := gpu.ParseFakeGPUs(s.fakeGPUs, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
-	ready := make(chan *deviceplugin.Handoff, 1)
-	done := make(chan error, 1)
+	return &env{t: t, ctx: ctx, dir: dir, setup: s, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
+}
+
+// plugin is one run of the device plugin.
+type plugin struct {
+	// ready delivers the handoff once the plugin serves.
+	ready chan *deviceplugin.Handoff
+	// done delivers what Run returned.
+	done chan error
+	// stop ends the run and returns what Run returned.
+	stop func() error
+}
+
+// runPlugin starts the device plugin in unit on e's kubelet.
+func (e *env) runPlugin(unit string) *plugin {
+	strategy := e.setup.strategy
+	if strategy == "" {
+		strategy = deviceplugin.StrategyEnvvar
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	p := &plugin{ready: make(chan *deviceplugin.Handoff, 1), done: make(chan error, 1)}
 	go func() {
-		done <- deviceplugin.Run(ctx, deviceplugin.Config{
-			NodeName: nodeName, Unit: gpushare.UnitGiB, DeviceListStrategy: deviceplugin.StrategyEnvvar,
-			HealthCheck: true, RecoveryWindow: s.recovery, KubeletDir: dir, VerifyPeriod: 200 * time.Millisecond,
-			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { ready <- h },
+		p.done <- deviceplugin.Run(ctx, deviceplugin.Config{
+			NodeName: nodeName, Unit: unit, DeviceListStrategy: strategy,
+			HealthCheck: true, RecoveryWindow: e.setup.recovery, KubeletDir: e.dir, VerifyPeriod: 200 * time.Millisecond,
+			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { p.ready <- h },
 		})
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		host.Stop()
-	})
-	select {
-	case e.handoff = <-ready:
-	case err := <-done:
-		t.Fatalf("Run ended before serving: %v", err)
+	var once sync.Once
+	var err error
+	p.stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-p.done
+		})
+		return err
 	}
-	if err := host.WaitForResource(e.deadline(10*time.Second), resource, e.totalUnits()); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return p
 }
 
 func (e *env) deadline(d time.Duration) context.Context {
@@ -572,5 +613,163 @@ func (e *env) waitAllocatable(n int64) {
 			e.t.Fatalf("allocatable %s is %d, want %d", resource, a, n)
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestReusedCardFull: kubelet must hand an init container's IDs on to the
+// app container, on a card it has no other free units of (the init
+// container went there because its annotated card was full in kubelet's
+// accounting). The app container cannot have its units on one card:
+// admission fails with a message saying why, and the plugin goes on
+// serving the next pod.
+func TestReusedCardFull(t *testing.T) {
+	e := start(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
+	at := time.Now()
+	for _, p := range []struct {
+		name  string
+		units int64
+		card  int
+	}{{"fill-0", 12, 0}, {"fill-1", 16, 1}} {
+		pod := e.bind(util.MakePod(p.name).GPUMem(p.units), map[string][]int{"c0": {p.card}}, at)
+		if _, err := e.host.Admit(pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The extender and kubelet disagree: the extender thinks card 1 has room.
+	p := e.bind(util.MakePod("p").InitGPUMem(4).GPUMem(8), map[string][]int{"i0": {1}, "c0": {1}}, at)
+	_, err := e.host.Admit(p)
+	want := "pod default/p container c0 needs 8 units on each of 1 cards; kubelet must include 4 units of card 0 (reused from the pod's init containers) and has 0 more free there"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Admit error = %v, want one containing %q", err, want)
+	}
+	t.Logf("kubelet reports: %v", err)
+	next := e.bind(util.MakePod("next").GPUMem(8), map[string][]int{"c0": {2}}, at)
+	res, err := e.host.Admit(next)
+	if err != nil {
+		t.Fatalf("admitting a pod after the failed one: %v", err)
+	}
+	if got := res["c0"].Env[deviceplugin.EnvVisibleDevices]; got != e.card(2).UUID {
+		t.Errorf("%s = %q, want card 2 (%s)", deviceplugin.EnvVisibleDevices, got, e.card(2).UUID)
+	}
+}
+
+// TestUnitChangeWhileDevicesHeld: the plugin restarted with another
+// --memory-unit while kubelet lists containers holding devices named in the
+// old one (UUID::3 would mean the fourth MiB, not the fourth GiB). It must
+// refuse to start, naming both units, the pods and the way out; once the
+// pods are gone it starts in the new unit.
+func TestUnitChangeWhileDevicesHeld(t *testing.T) {
+	e := newEnv(t, setup{fakeGPUs: "1xTesla-T4:16GiB"})
+	gib := e.runPlugin(gpushare.UnitGiB)
+	select {
+	case <-gib.ready:
+	case err := <-gib.done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, 16); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*corev1.Pod
+	for i := 0; i < 2; i++ {
+		p := e.bind(util.MakePod(fmt.Sprintf("gib-%d", i)).GPUMem(4), map[string][]int{"c0": {0}}, time.Now())
+		if _, err := e.host.Admit(p); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	e.waitNode(func(n *corev1.Node) bool {
+		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
+		return err == nil && inv.Unit == gpushare.UnitGiB
+	})
+	if err := gib.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	mib := e.runPlugin(gpushare.UnitMiB)
+	select {
+	case err := <-mib.done:
+		for _, want := range []string{"--memory-unit MiB", "published in GiB", "default/gib-0", "default/gib-1", "drain", "--memory-unit GiB"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Run error = %v, want one containing %q", err, want)
+			}
+		}
+		t.Logf("Run refuses: %v", err)
+	case <-mib.ready:
+		_ = mib.stop()
+		t.Fatal("the plugin started in MiB while kubelet lists pods holding GiB devices")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run neither served nor failed within 30 s")
+	}
+
+	for _, p := range pods {
+		e.host.Remove(p.UID)
+	}
+	mib = e.runPlugin(gpushare.UnitMiB)
+	defer func() {
+		if err := mib.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-mib.ready:
+	case err := <-mib.done:
+		t.Fatalf("Run on an idle node: %v", err)
+	}
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, 16384); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNode(func(n *corev1.Node) bool {
+		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
+		return err == nil && inv.Unit == gpushare.UnitMiB
+	})
+}
+
+// TestDeviceListStrategies: what kubelet hands the container runtime for
+// one container on two cards, with each --device-list-strategy. With
+// volume-mounts and cdi-cri the runtime learns the cards from the mounts
+// or the CDI device names, which an image or pod setting
+// NVIDIA_VISIBLE_DEVICES=all cannot widen once the NVIDIA container
+// toolkit ignores that variable (see the README).
+func TestDeviceListStrategies(t *testing.T) {
+	type runtimeView struct {
+		VisibleDevices string
+		Mounts         []devicehost.Mount
+		CDIDevices     []string
+		Annotations    map[string]string
+	}
+	tests := []struct {
+		strategy string
+		want     func(uuids []string) runtimeView
+	}{
+		{strategy: "envvar", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: u[0] + "," + u[1], Annotations: map[string]string{}}
+		}},
+		{strategy: "cdi-annotations", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "void", Annotations: map[string]string{"cdi.k8s.io/gpushare_gpu-mem": "nvidia.com/gpu=" + u[0] + ",nvidia.com/gpu=" + u[1]}}
+		}},
+		{strategy: "volume-mounts", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "/var/run/nvidia-container-devices", Annotations: map[string]string{}, Mounts: []devicehost.Mount{
+				{ContainerPath: "/var/run/nvidia-container-devices/" + u[0], HostPath: "/dev/null", ReadOnly: true},
+				{ContainerPath: "/var/run/nvidia-container-devices/" + u[1], HostPath: "/dev/null", ReadOnly: true},
+			}}
+		}},
+		{strategy: "cdi-cri", want: func(u []string) runtimeView {
+			return runtimeView{VisibleDevices: "void", Annotations: map[string]string{}, CDIDevices: []string{"nvidia.com/gpu=" + u[0], "nvidia.com/gpu=" + u[1]}}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.strategy, func(t *testing.T) {
+			e := start(t, setup{fakeGPUs: "2xTesla-T4:16GiB", strategy: tc.strategy})
+			pod := e.bind(util.MakePod("two-cards").GPUMemCards(8, 2), map[string][]int{"c0": {0, 1}}, time.Now())
+			res, err := e.host.Admit(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := res["c0"]
+			got := runtimeView{VisibleDevices: r.Env[deviceplugin.EnvVisibleDevices], Mounts: r.Mounts, CDIDevices: r.CDIDevices, Annotations: r.Annotations}
+			if diff := cmp.Diff(tc.want([]string{e.card(0).UUID, e.card(1).UUID}), got); diff != "" {
+				t.Errorf("what kubelet hands the runtime (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -80,8 +80,20 @@ type Result struct {
 	Env map[string]string
 	// Annotations are the container annotations from the device plugins.
 	Annotations map[string]string
+	// Mounts are the mounts the device plugins asked for, in the order
+	// kubelet hands them to the runtime.
+	Mounts []Mount
+	// CDIDevices are the fully qualified CDI device names kubelet passes
+	// to the runtime (CRI ContainerConfig.CDIDevices).
+	CDIDevices []string
 	// Devices: resource name -> device IDs.
 	Devices map[string][]string
+}
+
+// Mount is a bind mount a device plugin asked kubelet for.
+type Mount struct {
+	ContainerPath, HostPath string
+	ReadOnly                bool
 }
 
 // Start creates kubelet's device manager with its registration socket at
@@ -216,6 +228,12 @@ func (h *Host) Admit(pod *corev1.Pod) (map[string]Result, error) {
 		}
 		for _, a := range opts.Annotations {
 			r.Annotations[a.Name] = a.Value
+		}
+		for _, mt := range opts.Mounts {
+			r.Mounts = append(r.Mounts, Mount{ContainerPath: mt.ContainerPath, HostPath: mt.HostPath, ReadOnly: mt.ReadOnly})
+		}
+		for _, d := range opts.CDIDevices {
+			r.CDIDevices = append(r.CDIDevices, d.Name)
 		}
 		for res, devs := range m.GetDevices(string(pod.UID), c.Name) {
 			for id := range devs {
