@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,14 +42,11 @@ func startCluster(t *testing.T) *cluster {
 	listen := freeAddr(t)
 	cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix})
 	ctx := context.Background()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	admin := cp.Client(framework.AdminUser)
-	if err := framework.Apply(ctx, admin, filepath.Join(root, "manifests", "extender", "rbac.yaml")); err != nil {
-		t.Fatal(err)
-	}
+	// The shipped admission policies too, enforced before the extender
+	// binds anything: its Bindings must pass them.
+	applyManifests(t, admin, "manifests/extender/rbac.yaml", annotationsPolicyFile, nodeScopePolicyFile)
+	waitAnnotationsPolicy(t, admin)
 	kc, err := cp.ServiceAccountKubeconfig(ctx, "kube-system", "gpushare-scheduler-extender", time.Hour)
 	if err != nil {
 		t.Fatal(err)

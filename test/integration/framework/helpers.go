@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -74,8 +75,10 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 }
 
 // Apply creates the objects of a multi-document YAML file (ServiceAccount,
-// ClusterRole, ClusterRoleBinding, Namespace). It is for the project's own
-// manifests, so an unknown kind is an error.
+// ClusterRole, ClusterRoleBinding, Namespace, ValidatingAdmissionPolicy and
+// its Binding). It is for the project's own manifests, so an unknown kind
+// is an error. kube-apiserver enforces a new admission policy a moment
+// after it is created, not at once: tests that need it wait for a refusal.
 func Apply(ctx context.Context, client kubernetes.Interface, path string) error {
 	objs, err := DecodeManifest(path)
 	if err != nil {
@@ -91,6 +94,10 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, o, metav1.CreateOptions{})
 		default:
 			return fmt.Errorf("%s: Apply does not handle %T", path, obj)
 		}
@@ -104,14 +111,34 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 // ServiceAccountKubeconfig writes a kubeconfig that authenticates as the
 // service account namespace/name with a token from the TokenRequest API,
 // valid for ttl (the API's minimum is 10 minutes), and returns its path.
+// The token is bound to no object, so it carries no node claim.
 func (cp *ControlPlane) ServiceAccountKubeconfig(ctx context.Context, namespace, name string, ttl time.Duration) (string, error) {
+	return cp.serviceAccountKubeconfig(ctx, namespace, name, nil, ttl, "kubeconfig-sa-"+namespace+"-"+name)
+}
+
+// PodServiceAccountKubeconfig is ServiceAccountKubeconfig with the token
+// bound to pod namespace/podName, which must exist and run as the service
+// account, as kubelet's projected tokens are: kube-apiserver embeds the
+// pod's spec.nodeName, and requests made with the token carry it as the
+// user's extra "authentication.kubernetes.io/node-name" (an unbound pod
+// gives none). The token stops working when the pod is deleted.
+func (cp *ControlPlane) PodServiceAccountKubeconfig(ctx context.Context, namespace, name, podName string, ttl time.Duration) (string, error) {
+	pod, err := cp.Client(AdminUser).CoreV1().Pods(namespace).Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading pod %s/%s to bind a token to: %w", namespace, podName, err)
+	}
+	ref := &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	return cp.serviceAccountKubeconfig(ctx, namespace, name, ref, ttl, "kubeconfig-sa-"+namespace+"-"+name+"-pod-"+podName)
+}
+
+func (cp *ControlPlane) serviceAccountKubeconfig(ctx context.Context, namespace, name string, bound *authenticationv1.BoundObjectReference, ttl time.Duration, file string) (string, error) {
 	expiry := int64(ttl / time.Second)
 	tr, err := cp.Client(AdminUser).CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry, BoundObjectRef: bound}}, metav1.CreateOptions{})
 	if err != nil {
 		return "", fmt.Errorf("requesting a token for service account %s/%s: %w", namespace, name, err)
 	}
-	path := filepath.Join(cp.dir, "kubeconfig-sa-"+namespace+"-"+name)
+	path := filepath.Join(cp.dir, file)
 	if err := cp.writeKubeconfig(path, "system:serviceaccount:"+namespace+":"+name, tr.Status.Token); err != nil {
 		return "", err
 	}

@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -31,6 +32,9 @@ const (
 	systemNamespace     = "kube-system"
 	extenderAccount     = "gpushare-scheduler-extender"
 	devicePluginAccount = "gpushare-device-plugin"
+	// pluginPodPrefix+NODE is the pod each node's device plugin token is
+	// bound to, in systemNamespace: the DaemonSet's pod in a real cluster.
+	pluginPodPrefix = "gpushare-device-plugin-"
 	// extenderPrefix is where the extender serves its verbs (extender.Prefix).
 	extenderPrefix = "/gpushare-scheduler"
 	// maxSocketPath is the longest unix socket path Linux accepts.
@@ -94,15 +98,29 @@ type Config struct {
 	Progress io.Writer
 }
 
+// manifests are the objects Start applies, relative to the repository
+// root: the components' RBAC and the admission policies that narrow it.
+var manifests = []string{
+	"manifests/extender/rbac.yaml",
+	"manifests/deviceplugin/rbac.yaml",
+	"manifests/admission/annotations-policy.yaml",
+	"manifests/deviceplugin/admission-policy.yaml",
+}
+
+// The policies of manifests, by name.
+const (
+	annotationsPolicy = "gpushare-annotations"
+	nodeScopePolicy   = "gpushare-device-plugin-node-scope"
+)
+
 // Cluster is a running control plane, extender and simulated nodes.
 type Cluster struct {
 	cfg   Config
 	CP    *framework.ControlPlane
 	Admin kubernetes.Interface
-	// extenderKubeconfig and pluginKubeconfig authenticate as the
-	// components' service accounts, with the manifests' RBAC.
+	// extenderKubeconfig authenticates as the extender's service account,
+	// with the manifests' RBAC.
 	extenderKubeconfig string
-	pluginKubeconfig   string
 	logsDir            string
 
 	mu       sync.Mutex
@@ -121,6 +139,10 @@ type Node struct {
 	// Agent and Plugin are the running processes (nil while stopped);
 	// guarded by the cluster's mu.
 	Agent, Plugin *framework.Proc
+	// pluginKubeconfig authenticates as the device plugin's service
+	// account with a token bound to the node's plugin pod, so that it
+	// carries the node claim the node-scope policy requires.
+	pluginKubeconfig string
 }
 
 // TotalGiB is the node's GPU memory in GiB.
@@ -143,11 +165,12 @@ func CheckPort(addr string) error {
 
 // Start starts the control plane with the scheduler configured from
 // config/kube-scheduler-config.yaml to call the extender, applies the
-// extender's and the device plugin's RBAC manifests, starts the extender as
-// its service account, then every node: its agent, then its device plugin
-// (as the plugin's service account, --fake-gpus, --kubelet-dir the node's
-// directory), and waits until every node advertises all its GPU memory. On
-// an error everything started is stopped.
+// extender's and the device plugin's RBAC manifests and the admission
+// policies, starts the extender as its service account, then every node:
+// its agent, then its device plugin (as the plugin's service account with a
+// token bound to a pod on the node, as a DaemonSet pod's, --fake-gpus,
+// --kubelet-dir the node's directory), and waits until every node
+// advertises all its GPU memory. On an error everything started is stopped.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
@@ -215,17 +238,23 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range []string{"extender", "deviceplugin"} {
-		if err := framework.Apply(ctx, c.Admin, filepath.Join(root, "manifests", m, "rbac.yaml")); err != nil {
+	for _, m := range manifests {
+		if err := framework.Apply(ctx, c.Admin, filepath.Join(root, m)); err != nil {
 			return err
 		}
 	}
 	if c.extenderKubeconfig, err = c.CP.ServiceAccountKubeconfig(ctx, systemNamespace, extenderAccount, c.cfg.TokenTTL); err != nil {
 		return err
 	}
-	if c.pluginKubeconfig, err = c.CP.ServiceAccountKubeconfig(ctx, systemNamespace, devicePluginAccount, c.cfg.TokenTTL); err != nil {
+	for _, n := range c.nodes {
+		if n.pluginKubeconfig, err = c.pluginToken(ctx, n.Spec.Name); err != nil {
+			return err
+		}
+	}
+	if err := c.waitPolicies(ctx); err != nil {
 		return err
 	}
+	c.progress("admission policies %s and %s enforced", annotationsPolicy, nodeScopePolicy)
 	if err := c.StartExtender(ctx); err != nil {
 		return err
 	}
@@ -340,7 +369,7 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 		return fmt.Errorf("no node %s", name)
 	}
 	args := []string{
-		"--node-name=" + name, "--kubeconfig=" + c.pluginKubeconfig, "--fake-gpus=" + n.Spec.FakeGPUs,
+		"--node-name=" + name, "--kubeconfig=" + n.pluginKubeconfig, "--fake-gpus=" + n.Spec.FakeGPUs,
 		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), c.v(),
 	}
 	if c.cfg.RecoveryWindow > 0 {
@@ -357,6 +386,58 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 	n.Plugin = p
 	c.mu.Unlock()
 	return nil
+}
+
+// pluginToken creates node's plugin pod (the DaemonSet's, in a real
+// cluster: the plugin's service account, spec.nodeName node, no resources;
+// node's agent runs it like any pod) and returns a kubeconfig with a token
+// bound to it. kube-apiserver puts the pod's node in the token, which the
+// node-scope policy requires.
+func (c *Cluster) pluginToken(ctx context.Context, node string) (string, error) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pluginPodPrefix + node, Namespace: systemNamespace,
+			Labels: map[string]string{"app.kubernetes.io/name": devicePluginAccount},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: devicePluginAccount,
+			NodeName:           node,
+			Containers:         []corev1.Container{{Name: "device-plugin", Image: "gpushare-device-plugin:dev"}},
+		},
+	}
+	if _, err := c.Admin.CoreV1().Pods(systemNamespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("creating the device plugin pod of node %s: %w", node, err)
+	}
+	return c.CP.PodServiceAccountKubeconfig(ctx, systemNamespace, devicePluginAccount, pod.Name, c.cfg.TokenTTL)
+}
+
+// waitPolicies waits until kube-apiserver enforces both admission
+// policies (it does a moment after they are created), each probed with a
+// dry-run request it must refuse: a pod created with an allocation
+// annotation, and a label patched onto a plugin pod by its own plugin.
+func (c *Cluster) waitPolicies(ctx context.Context) error {
+	dryRun := []string{metav1.DryRunAll}
+	err := framework.WaitPolicyEnforced(ctx, annotationsPolicy, 30*time.Second, func(ctx context.Context) error {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe", Annotations: map[string]string{gpushare.AnnotationAllocation: "{}"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		_, err := c.Admin.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+	if err != nil || len(c.nodes) == 0 {
+		return err
+	}
+	n := c.nodes[0]
+	plugin, err := deviceplugin.NewClient(n.pluginKubeconfig, 5, 10)
+	if err != nil {
+		return err
+	}
+	return framework.WaitPolicyEnforced(ctx, nodeScopePolicy, 30*time.Second, func(ctx context.Context) error {
+		_, err := plugin.CoreV1().Pods(systemNamespace).Patch(ctx, pluginPodPrefix+n.Spec.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"probe":"x"}}}`), metav1.PatchOptions{DryRun: dryRun})
+		return err
+	})
 }
 
 // StopPlugin stops the device plugin of node name (SIGTERM).

@@ -2,7 +2,9 @@
 // demo` and the end-to-end tests: a real etcd, kube-apiserver and
 // kube-scheduler (framework), the extender process as its service account,
 // and simulated GPU nodes, each a node agent (kubelet's own device manager)
-// plus our real device plugin process with --fake-gpus. Every process is a
+// plus our real device plugin process with --fake-gpus, as its service
+// account with a token bound to a pod on its node (as a DaemonSet pod's),
+// under the RBAC and admission policies of manifests/. Every process is a
 // child in its own process group that dies with its parent; Stop ends them
 // all. Rows and CheckCards compare what the extender chose with what each
 // container got.
