@@ -267,7 +267,9 @@ func TestFeederPodRecreatedInWatchGap(t *testing.T) {
 	if _, err := pods.Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	gap.Expire()
+	if !gap.Expire() {
+		t.Fatal("the informer opened no watch")
+	}
 	eventually(t, "the relist to replace the pod", func() bool {
 		return cmp.Equal([]int64{0, 4}, used(t, c, "n1"))
 	})

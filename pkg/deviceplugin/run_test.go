@@ -7,10 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
@@ -45,14 +42,8 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 	}
 	old := boundPod(util.MakePod("p").UID("uid-old").GPUMem(4).GPUMem(4), devs, map[string]int{"c0": 0, "c1": 0})
 	client := fake.NewClientset(util.MakeNode("n1").Obj(), old)
-	// Every pod watch is a fake the test drives; the tracker's own events
-	// never reach the informer.
-	watches := make(chan *watch.RaceFreeFakeWatcher, 4)
-	client.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
-		w := watch.NewRaceFreeFake()
-		watches <- w
-		return true, w, nil
-	})
+	// The tracker's own events never reach the informer: only a relist.
+	gap := util.NewWatchGap(client, "pods")
 	ready := make(chan *Handoff, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -71,7 +62,6 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run ended before serving: %v", err)
 	}
-	w := <-watches
 
 	// kubelet admits the old pod's first container.
 	if a, err := h.Allocate(ctx, unitsOn(devs[0].UUID, 0, 4)); err != nil || a.Pod != "uid-old" || a.Container != "c0" {
@@ -89,7 +79,9 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 	if err := pods.Add(recreated); err != nil {
 		t.Fatal(err)
 	}
-	w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+	if !gap.Expire() {
+		t.Fatal("the informer opened no watch")
+	}
 	waitFor(t, "the relist to deliver the new pod", func() bool { ns, _, _ := h.Desired("uid-new"); return ns != "" })
 
 	if _, _, ok := h.Grant("uid-old", "c0"); ok {

@@ -3,6 +3,7 @@ package util
 import (
 	"net/http"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,14 +38,28 @@ func NewWatchGap(client *fake.Clientset, resource string) *WatchGap {
 	return g
 }
 
-// Expire ends every watch opened so far with 410 Gone.
-func (g *WatchGap) Expire() {
-	g.mu.Lock()
-	ws := g.watchers
-	g.watchers = nil
-	g.mu.Unlock()
+// Expire ends every open watch with 410 Gone. An informer may report
+// synced before it opens its watch, so Expire first waits (up to 10 s) for
+// one to be open; it returns false if none opened.
+func (g *WatchGap) Expire() bool {
+	var ws []*watch.RaceFreeFakeWatcher
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		g.mu.Lock()
+		ws = g.watchers
+		if len(ws) > 0 {
+			g.watchers = nil
+		}
+		g.mu.Unlock()
+		if len(ws) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 	gone := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"}
 	for _, w := range ws {
 		w.Error(runtime.Object(gone))
 	}
+	return true
 }
