@@ -318,19 +318,8 @@ func (h *Handoff) checkAllocation(pod *corev1.Pod, demand gpushare.Demand, derr 
 	if a.Unit != h.unit {
 		return nil, fmt.Sprintf("its allocation is in %s, node %s reports %s", a.Unit, h.node, h.unit)
 	}
-	if len(a.Containers) != len(demand) {
-		return nil, fmt.Sprintf("its allocation names %d containers, its spec has %d asking %s", len(a.Containers), len(demand), gpushare.ResourceGPUMem)
-	}
-	for i, c := range a.Containers {
-		d := demand[i]
-		if c.Name != d.Name || c.Init != d.Init || len(c.Devices) != d.Cards {
-			return nil, fmt.Sprintf("its allocation's container %d (%s) does not match its spec (%s, %d cards)", i, c.Name, d.Name, d.Cards)
-		}
-		for _, sh := range c.Devices {
-			if sh.Units != d.Units {
-				return nil, fmt.Sprintf("its allocation gives container %s %d units on card %d, its spec asks %d", c.Name, sh.Units, sh.Index, d.Units)
-			}
-		}
+	if err := a.CheckDemand(demand); err != nil {
+		return nil, "its " + err.Error()
 	}
 	return a, ""
 }
