@@ -76,7 +76,13 @@ func TestPodResourcesList(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &PodResources{Socket: servePodResources(t, &fakePodResources{resp: tc.resp}), timeout: 100 * time.Millisecond}
+			// A short deadline only where kubelet never answers: under
+			// -race on a loaded machine an answer can take longer.
+			timeout := 10 * time.Second
+			if tc.wantCode == codes.DeadlineExceeded {
+				timeout = 100 * time.Millisecond
+			}
+			p := &PodResources{Socket: servePodResources(t, &fakePodResources{resp: tc.resp}), timeout: timeout}
 			got, err := p.List(context.Background()) // no deadline of the caller's
 			if status.Code(err) != tc.wantCode {
 				t.Fatalf("List error = %v, want code %v", err, tc.wantCode)
