@@ -291,13 +291,13 @@ func TestDevicePluginNodeScope(t *testing.T) {
 	runCases(t, []admissionCase{
 		// The plugin's own writes, through its own client code (not dry runs).
 		{name: "node-a pod: the handoff's annotations", do: func(ctx context.Context) error {
-			return api.PatchPodAnnotations(ctx, "default", "on-a", map[string]*string{
+			return api.PatchPodAnnotations(ctx, "default", "on-a", onA.UID, map[string]*string{
 				gpushare.AnnotationAllocation: &alloc, gpushare.AnnotationAssigned: ptr("true"),
 				gpushare.AnnotationIndex: ptr("1"), gpushare.AnnotationDevMem: ptr("16"), gpushare.AnnotationPodMem: ptr("4"),
 			})
 		}},
 		{name: "node-a pod: remove an annotation", do: func(ctx context.Context) error {
-			return api.PatchPodAnnotations(ctx, "default", "on-a", map[string]*string{gpushare.AnnotationIndex: nil})
+			return api.PatchPodAnnotations(ctx, "default", "on-a", onA.UID, map[string]*string{gpushare.AnnotationIndex: nil})
 		}},
 		{name: "node-a pod: annotations with a uid precondition", do: patchPod(a, "on-a",
 			`{"metadata":{"uid":"`+string(onA.UID)+`","annotations":{"ALIYUN_COM_GPU_MEM_ASSIGNED":"false"}}}`)},
