@@ -175,29 +175,9 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
-		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
-		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles()}
-	switch opts.Policy {
-	case allocator.NameFragAware:
-		// Rebuilt per pod from what it has seen, as the extender does.
-	case allocator.NameFGD:
-		r.policy = allocator.NewFGD(r.tasks)
-	case allocator.NameRandom:
-		r.policy = allocator.NewRandom(rand.New(rand.NewPCG(opts.Seed, 3)))
-	default:
-		if r.policy, err = allocator.New(opts.Policy, nil, nil); err != nil {
-			return nil, err
-		}
-	}
-	r.nodes = make([]nodeState, len(tr.Nodes))
-	for i := range tr.Nodes {
-		n := &tr.Nodes[i]
-		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
-			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
-		r.holes.AddNode(&r.nodes[i].alloc, 1)
-		r.maxCPU = max(r.maxCPU, n.MilliCPU)
-		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
+	r, err := newReplay(tr, opts)
+	if err != nil {
+		return nil, err
 	}
 
 	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
@@ -237,6 +217,37 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// newReplay returns the state of a replay of tr before the first pod;
+// opts are checked and completed by Run.
+func newReplay(tr *Trace, opts Options) (*replay, error) {
+	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
+		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
+		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles()}
+	switch opts.Policy {
+	case allocator.NameFragAware:
+		// Rebuilt per pod from what it has seen, as the extender does.
+	case allocator.NameFGD:
+		r.policy = allocator.NewFGD(r.tasks)
+	case allocator.NameRandom:
+		r.policy = allocator.NewRandom(rand.New(rand.NewPCG(opts.Seed, 3)))
+	default:
+		var err error
+		if r.policy, err = allocator.New(opts.Policy, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	r.nodes = make([]nodeState, len(tr.Nodes))
+	for i := range tr.Nodes {
+		n := &tr.Nodes[i]
+		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
+			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
+		r.holes.AddNode(&r.nodes[i].alloc, 1)
+		r.maxCPU = max(r.maxCPU, n.MilliCPU)
+		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
+	}
+	return r, nil
 }
 
 // Arrivals returns the submission order of tr's pods for seed: indexes of
