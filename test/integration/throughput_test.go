@@ -19,9 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -30,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -103,7 +106,7 @@ func TestSchedulingThroughput(t *testing.T) {
 
 		if configs["noop"] {
 			// A no-op extender with the same verbs but bind: the protocol's floor.
-			noop := noopExtender(t)
+			noop := noopExtender(t, nil)
 			floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.apply(t, noopCfg)})
 			floor = runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
 			floorCP.Stop()
@@ -136,6 +139,7 @@ func TestSchedulingThroughput(t *testing.T) {
 				h.quantile("bind", 0.5), h.quantile("bind", 0.99))
 		}
 		name := fmt.Sprintf("nodes=%d/pods=%d", nodes, pods)
+		logName := fmt.Sprintf("nodes=%d pods=%d, percentageOfNodesToScore %s", nodes, pods, set.name)
 		if set.name != "shipped" {
 			name += "/percentage=" + set.name
 		}
@@ -168,8 +172,99 @@ func TestSchedulingThroughput(t *testing.T) {
 				cols = append(cols, fmt.Sprintf("%.2f filter-all-ratio", with/base))
 			}
 		}
-		t.Logf("%s, percentageOfNodesToScore %s: %s", strings.ReplaceAll(name, "/", " "), set.name, strings.Join(logs, "; "))
+		t.Logf("%s: %s", logName, strings.Join(logs, "; "))
 		fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+	}
+}
+
+// TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
+// hands the extender's filter on 150 nodes that all fit, against
+// simulator.NodesToFind: with the shipped percentageOfNodesToScore (the
+// adaptive default: 100 of them, as the simulator replays by default) and
+// with 100 (every node).
+func TestSchedulerSamplesAsSimulated(t *testing.T) {
+	const nodes, pods = 150, 3
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shippedData, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shipped struct {
+		Percentage *int32 `json:"percentageOfNodesToScore"`
+	}
+	if err := yaml.Unmarshal(shippedData, &shipped); err != nil {
+		t.Fatal(err)
+	}
+	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
+	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The shipped value goes on the no-op extender's configuration (that
+	// extender does not bind).
+	asShipped, shippedValue := percentageSetting{name: "unset"}, int32(0)
+	if shipped.Percentage != nil {
+		asShipped = percentageSetting{name: strconv.Itoa(int(*shipped.Percentage)), value: shipped.Percentage}
+		shippedValue = *shipped.Percentage
+	}
+	for _, tc := range []struct {
+		name string
+		set  percentageSetting
+		want int
+	}{
+		{"shipped", asShipped, simulator.NodesToFind(shippedValue, nodes)},
+		{"every node", percentageSetting{name: "100", value: ptr.To[int32](100)}, nodes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []int
+			url := noopExtender(t, func(names []string) {
+				mu.Lock()
+				got = append(got, len(names))
+				mu.Unlock()
+			})
+			cp := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: tc.set.apply(t, noopCfg)})
+			c := cp.Client(framework.AdminUser)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			parallel(t, nodes, func(i int) error {
+				return createNode(ctx, c, util.MakeNode(fmt.Sprintf("node-%03d", i)).Cards("V100", 32, 32).Obj())
+			})
+			time.Sleep(2 * time.Second) // the scheduler's cache sees every node
+			for i := range pods {
+				p := util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(4).Obj()
+				p.UID = ""
+				if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, p := range list.Items {
+					if p.Spec.NodeName == "" {
+						return false, nil
+					}
+				}
+				return len(list.Items) == pods, nil
+			})
+			if err != nil {
+				t.Fatalf("waiting for %d pods to bind: %v", pods, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := make([]int, pods)
+			for i := range want {
+				want[i] = tc.want
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("nodes in each filter call (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 
@@ -322,7 +417,8 @@ extenders:
 
 // noopExtender serves filter (every node passes) and prioritize (every
 // node scores 5) without looking at anything, and returns its URL prefix.
-func noopExtender(t *testing.T) string {
+// record, when not nil, gets the node names of every filter call.
+func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -332,6 +428,9 @@ func noopExtender(t *testing.T) string {
 	mux.HandleFunc("/noop/filter", func(w http.ResponseWriter, r *http.Request) {
 		var a extenderv1.ExtenderArgs
 		_ = json.NewDecoder(r.Body).Decode(&a)
+		if record != nil && a.NodeNames != nil {
+			record(*a.NodeNames)
+		}
 		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderFilterResult{NodeNames: a.NodeNames, FailedNodes: map[string]string{}})
 	})
 	mux.HandleFunc("/noop/prioritize", func(w http.ResponseWriter, r *http.Request) {
