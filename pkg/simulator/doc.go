@@ -22,6 +22,14 @@
 //     with the highest score wins; ties are broken by a generator seeded
 //     from the seed, so a run is reproducible. A pod that fits nowhere is
 //     failed and skipped. Nothing departs.
+//   - kube-scheduler's node sampling is replayed (percentageOfNodesToScore,
+//     default DefaultPercentageOfNodesToScore, what we ship): a node must
+//     first pass kube-scheduler's own filters (CPU, memory, gpu_spec, total
+//     free GPU memory), and above 100 nodes a scheduling cycle stops at
+//     NodesToFind of those, walked from a start index that rotates as
+//     kube-scheduler's does; the policy chooses among them only. A pod
+//     whose cards fit on none of them takes another cycle at once, until
+//     every node was examined (see replay.submit).
 //   - Pods that ask no GPU memory are skipped by default (CPUPodsSkip): the
 //     extender does not place them. CPUPodsSpread places them by CPU and memory
 //     alone, as kube-scheduler's default LeastAllocated scoring would.

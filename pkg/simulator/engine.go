@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/gpushare/gpushare/pkg/allocator"
 )
 
@@ -52,6 +54,10 @@ type Options struct {
 	GPUOnly bool
 	// Record keeps every decision in Result.Decisions.
 	Record bool
+	// PercentageOfNodesToScore is the kube-scheduler setting the replay
+	// follows, 0 to 100 (0: kube-scheduler's adaptive default; see
+	// NodesToFind); nil for DefaultPercentageOfNodesToScore, what we ship.
+	PercentageOfNodesToScore *int32
 }
 
 // Decision is where one pod went.
@@ -63,6 +69,10 @@ type Decision struct {
 	Cards [][]int
 	// Candidates is the number of nodes where the pod fit.
 	Candidates int
+	// Cycles is the number of scheduling cycles the pod took: more than 1
+	// when the extender found no card for it on a whole sample of nodes
+	// (see Result.Retried).
+	Cycles int
 }
 
 // Result is one replay's outcome.
@@ -85,6 +95,15 @@ type Result struct {
 	// FragAt: mark of Marks -> fragmentation in percent of capacity once
 	// arrival first reaches it (see Fragmentation).
 	FragAt map[int]float64
+	// Percentage is the percentageOfNodesToScore replayed; NodesToFind
+	// how many of the Nodes kube-scheduler samples for it (all of them
+	// when 100).
+	Percentage         int32
+	Nodes, NodesToFind int
+	// Retried counts the GPU pods that took more than one scheduling
+	// cycle because the extender rejected every node of a sample, and
+	// ExtraCycles the cycles beyond the first they took.
+	Retried, ExtraCycles int
 	// Seconds of wall time the replay took.
 	Seconds float64
 	// Decisions, in submission order, when Options.Record.
@@ -149,6 +168,8 @@ type replay struct {
 	// holes summarises the cards for fragaware, as the extender's cache
 	// does.
 	holes *allocator.Holes
+	// sched samples the nodes as kube-scheduler does.
+	sched sampler
 }
 
 // Run replays tr with the study's methodology (see the package doc).
@@ -171,37 +192,24 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsSkip, CPUPodsSpread)
 	}
+	if opts.PercentageOfNodesToScore == nil {
+		opts.PercentageOfNodesToScore = ptr.To(DefaultPercentageOfNodesToScore)
+	}
+	if p := *opts.PercentageOfNodesToScore; p < 0 || p > 100 {
+		return nil, fmt.Errorf("percentageOfNodesToScore %d: want 0 (kube-scheduler's adaptive default) to 100", p)
+	}
 	order, err := Arrivals(tr, opts.Seed, opts.Inflate)
 	if err != nil {
 		return nil, err
 	}
-	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
-		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
-		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles()}
-	switch opts.Policy {
-	case allocator.NameFragAware:
-		// Rebuilt per pod from what it has seen, as the extender does.
-	case allocator.NameFGD:
-		r.policy = allocator.NewFGD(r.tasks)
-	case allocator.NameRandom:
-		r.policy = allocator.NewRandom(rand.New(rand.NewPCG(opts.Seed, 3)))
-	default:
-		if r.policy, err = allocator.New(opts.Policy, nil, nil); err != nil {
-			return nil, err
-		}
-	}
-	r.nodes = make([]nodeState, len(tr.Nodes))
-	for i := range tr.Nodes {
-		n := &tr.Nodes[i]
-		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
-			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
-		r.holes.AddNode(&r.nodes[i].alloc, 1)
-		r.maxCPU = max(r.maxCPU, n.MilliCPU)
-		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
+	r, err := newReplay(tr, opts)
+	if err != nil {
+		return nil, err
 	}
 
 	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
-		Failed: map[Kind]int{}, FragAt: map[int]float64{}}
+		Failed: map[Kind]int{}, FragAt: map[int]float64{},
+		Percentage: *opts.PercentageOfNodesToScore, Nodes: len(r.nodes), NodesToFind: r.sched.toFind}
 	mark := 0
 	for k, idx := range order {
 		if k%256 == 0 && ctx.Err() != nil {
@@ -215,6 +223,10 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 		d := r.submit(pod)
 		if d.Node == "" {
 			res.Failed[pod.Kind]++
+		}
+		if d.Cycles > 1 {
+			res.Retried++
+			res.ExtraCycles += d.Cycles - 1
 		}
 		if opts.Record {
 			d.Pod = pod.Name
@@ -237,6 +249,42 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// newReplay returns the state of a replay of tr before the first pod;
+// opts are checked and completed by Run.
+func newReplay(tr *Trace, opts Options) (*replay, error) {
+	percentage := DefaultPercentageOfNodesToScore
+	if opts.PercentageOfNodesToScore != nil {
+		percentage = *opts.PercentageOfNodesToScore
+	}
+	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
+		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
+		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles(),
+		sched: newSampler(tr.Nodes, percentage)}
+	switch opts.Policy {
+	case allocator.NameFragAware:
+		// Rebuilt per pod from what it has seen, as the extender does.
+	case allocator.NameFGD:
+		r.policy = allocator.NewFGD(r.tasks)
+	case allocator.NameRandom:
+		r.policy = allocator.NewRandom(rand.New(rand.NewPCG(opts.Seed, 3)))
+	default:
+		var err error
+		if r.policy, err = allocator.New(opts.Policy, nil, nil); err != nil {
+			return nil, err
+		}
+	}
+	r.nodes = make([]nodeState, len(tr.Nodes))
+	for i := range tr.Nodes {
+		n := &tr.Nodes[i]
+		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
+			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
+		r.holes.AddNode(&r.nodes[i].alloc, 1)
+		r.maxCPU = max(r.maxCPU, n.MilliCPU)
+		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
+	}
+	return r, nil
 }
 
 // Arrivals returns the submission order of tr's pods for seed: indexes of
@@ -264,7 +312,17 @@ func Arrivals(tr *Trace, seed uint64, inflate float64) ([]int, error) {
 	return order, nil
 }
 
-// submit places pod on the best node, or fails it, and returns the decision.
+// submit places pod as kube-scheduler and the extender would, or fails it,
+// and returns the decision. Each scheduling cycle samples the nodes (see
+// sampler): those whose CPU, memory and total GPU memory fit, as
+// kube-scheduler's own filters see them; the policy then chooses among
+// them (the extender's filter with --filter-best). When no card fits the
+// pod on any node of the sample, kube-scheduler finds the pod
+// unschedulable and tries it again later with the next sample;
+// here it is tried again at once, before the next pod arrives, until it is
+// placed or every node was examined. (kube-scheduler waits at least 1 s,
+// its initial backoff, while other pods may take the room; the replay
+// does not model time.)
 func (r *replay) submit(pod *Pod) Decision {
 	if pod.Demand == nil {
 		return r.submitCPU(pod)
@@ -275,15 +333,37 @@ func (r *replay) submit(pod *Pod) Decision {
 		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 		policy = allocator.NewFragAware(r.work.Typical(), r.holes)
 	}
+	schedulerFits := func(i int) bool {
+		ns := &r.nodes[i]
+		return ns.admits(pod) && ns.alloc.FreeTotal() >= pod.Units()
+	}
+	var d Decision
+	for examined := 0; examined < len(r.nodes); {
+		d.Cycles++
+		sample, n := r.sched.cycle(schedulerFits)
+		examined += n
+		best := r.choose(pod, policy, sample, &d)
+		if best >= 0 {
+			r.place(pod, best, &d)
+			return d
+		}
+	}
+	return d
+}
+
+// choose returns the node of sample (indexes of r.nodes) that policy rates
+// highest where the pod's cards fit, its placement in r.best, or -1; it
+// sets d.Candidates.
+func (r *replay) choose(pod *Pod, policy allocator.Policy, sample []int, d *Decision) int {
 	hs, hostAware := policy.(allocator.HostScorer)
 	hostAware = hostAware && !r.opts.GPUOnly
 	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: r.maxCPU, MaxUnits: r.maxGPU}
 
 	best, ties, candidates := -1, 0, 0
 	var bestScore float64
-	for i := range r.nodes {
+	for _, i := range sample {
 		ns := &r.nodes[i]
-		if !ns.admits(pod) || !mayFit(&ns.alloc, pod) {
+		if !mayFit(&ns.alloc, pod) {
 			continue
 		}
 		if err := allocator.FitInto(&ns.alloc, pod.Demand, policy, r.cur); err != nil {
@@ -310,10 +390,12 @@ func (r *replay) submit(pod *Pod) Decision {
 			}
 		}
 	}
-	d := Decision{Candidates: candidates}
-	if best < 0 {
-		return d
-	}
+	d.Candidates = candidates
+	return best
+}
+
+// place holds r.best's cards on node best for pod and records it in d.
+func (r *replay) place(pod *Pod, best int, d *Decision) {
 	ns := &r.nodes[best]
 	r.holes.AddNode(&ns.alloc, -1)
 	for i, u := range r.best.Reserved {
@@ -330,20 +412,18 @@ func (r *replay) submit(pod *Pod) Decision {
 			d.Cards[c] = append(d.Cards[c], ns.alloc.Cards[pos].Index)
 		}
 	}
-	return d
 }
 
 // submitCPU places a pod that asks no GPU memory as kube-scheduler's
-// default NodeResourcesFit scoring (LeastAllocated) would: on the node left
-// with the largest free share of CPU and memory, summed.
+// default NodeResourcesFit scoring (LeastAllocated) would: on the node of
+// its sample left with the largest free share of CPU and memory, summed.
+// The extender does not see such a pod, so one cycle decides.
 func (r *replay) submitCPU(pod *Pod) Decision {
+	sample, _ := r.sched.cycle(func(i int) bool { return r.nodes[i].admits(pod) })
 	best, ties := -1, 0
 	var bestScore float64
-	for i := range r.nodes {
+	for _, i := range sample {
 		ns := &r.nodes[i]
-		if !ns.admits(pod) {
-			continue
-		}
 		s := share(ns.cpuFree-pod.MilliCPU, ns.spec.MilliCPU) + share(ns.memFree-pod.MemoryMiB, ns.spec.MemoryMiB)
 		switch {
 		case best < 0 || s > bestScore:
@@ -356,11 +436,11 @@ func (r *replay) submitCPU(pod *Pod) Decision {
 		}
 	}
 	if best < 0 {
-		return Decision{}
+		return Decision{Cycles: 1}
 	}
 	r.nodes[best].cpuFree -= pod.MilliCPU
 	r.nodes[best].memFree -= pod.MemoryMiB
-	return Decision{Node: r.nodes[best].spec.Name}
+	return Decision{Node: r.nodes[best].spec.Name, Cycles: 1}
 }
 
 func share(free, total int64) float64 {

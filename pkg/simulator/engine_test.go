@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 )
@@ -245,6 +246,7 @@ func TestRunErrors(t *testing.T) {
 		{"unknown policy", tr, Options{Policy: "worstfit"}, `unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread`},
 		{"no GPU", tinyTrace(t, "a,8000,8192,0,\n", "g,1000,1024,1,1000,\n"), Options{Policy: "binpack"}, "the 1 nodes have no healthy GPU: nothing to allocate"},
 		{"no GPU pod", tinyTrace(t, "a,8000,8192,1,T4\n", "c,1000,1024,0,0,\n"), Options{Policy: "binpack"}, "none of the 1 pods asks GPU memory"},
+		{"percentage out of range", tr, Options{Policy: "binpack", PercentageOfNodesToScore: ptr.To[int32](-1)}, "percentageOfNodesToScore -1: want 0 (kube-scheduler's adaptive default) to 100"},
 		{"mixed units", &Trace{Nodes: []Node{{Name: "a", Unit: "GiB", Cards: []allocator.Card{{Total: 16, Healthy: true}}}, {Name: "b", Unit: "MiB", Cards: []allocator.Card{{Total: 16384, Healthy: true}}}}, Pods: tr.Pods},
 			Options{Policy: "binpack"}, "node b counts GPU memory in MiB but node a in GiB; the simulator needs one unit"},
 	}

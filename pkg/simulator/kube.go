@@ -123,7 +123,7 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 		return Node{}, fmt.Errorf("node %s: not in the cache after SetNode", node.Name)
 	}
 	v := views[0]
-	n := Node{Name: node.Name, Unit: v.Unit}
+	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels)}
 	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
 		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy})
@@ -132,6 +132,25 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// ZoneKey returns the key kube-scheduler's node tree files a node under:
+// its region and zone labels (the deprecated failure-domain.beta ones
+// first), "" when it has neither (k8s.io/component-helpers
+// node/topology.GetZoneKey).
+func ZoneKey(labels map[string]string) string {
+	zone, ok := labels[corev1.LabelFailureDomainBetaZone]
+	if !ok {
+		zone = labels[corev1.LabelTopologyZone]
+	}
+	region, ok := labels[corev1.LabelFailureDomainBetaRegion]
+	if !ok {
+		region = labels[corev1.LabelTopologyRegion]
+	}
+	if region == "" && zone == "" {
+		return ""
+	}
+	return region + ":\x00:" + zone
 }
 
 // kubePod turns pod into a Pod.

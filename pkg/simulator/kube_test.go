@@ -62,9 +62,11 @@ func TestReadKubernetes(t *testing.T) {
 	initPod := util.MakePod("prep").InitGPUMem(8).GPUMem(4).Obj()
 	initPod.Spec.InitContainers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("6")
 	withCPU(initPod, "2", "1Gi")
+	zoned := util.MakeNode("cap").Capacity(64, 2).Obj()
+	zoned.Labels = map[string]string{corev1.LabelTopologyZone: "z1"}
 	input := kubeList(t,
 		util.MakeNode("inv").Cards("Tesla T4", 16, 16).Unhealthy(1).Obj(),
-		util.MakeNode("cap").Capacity(64, 2).Obj(),
+		zoned,
 		util.MakeNode("cpu-only").Obj(),
 		withCPU(util.MakePod("train").GPUMem(12).Obj(), "4", "8Gi"),
 		withCPU(util.MakePod("web").Container("web").Obj(), "500m", "256Mi"),
@@ -81,7 +83,7 @@ func TestReadKubernetes(t *testing.T) {
 			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true},
 			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false}}},
 		{Name: "cap", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, Total: 32, Healthy: true}, {Index: 1, Total: 32, Healthy: true}}},
+			{Index: 0, Total: 32, Healthy: true}, {Index: 1, Total: 32, Healthy: true}}, Zone: ":\x00:z1"},
 		{Name: "cpu-only", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB"},
 	}
 	if diff := cmp.Diff(wantNodes, nodes); diff != "" {

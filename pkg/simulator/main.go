@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/utils/ptr"
+
 	"github.com/gpushare/gpushare/pkg/allocator"
 )
 
@@ -37,6 +39,8 @@ type Config struct {
 	CPUPods  CPUPods
 	// GPUOnly: see Options.GPUOnly.
 	GPUOnly bool
+	// PercentageOfNodesToScore: see Options.PercentageOfNodesToScore.
+	PercentageOfNodesToScore *int32
 	// Parallel replays at once.
 	Parallel int
 	// Progress, when not nil, gets one line per finished replay.
@@ -52,6 +56,12 @@ demand passes 130% of the GPU capacity, submitted one by one, a pod that fits
 nowhere failed, nothing departs. It runs the extender's own allocator and
 scoring code. Prints the allocated share of GPU capacity when the arrived
 demand is 90, 100, 110, 120 and 130% of it.
+
+It also replays kube-scheduler's node sampling: above 100 nodes and with
+--percentage-of-nodes-to-score below 100, each scheduling cycle hands the
+policy only the first nodes, from a rotating start, that pass kube-scheduler's
+own filters (CPU, memory, total GPU memory); the default, 100, is what
+config/kube-scheduler-config.yaml ships.
 
 Inputs: openb CSV (alibaba/clusterdata cluster-trace-gpu-v2023: a card is
 1000 units, a sharing task asks gpu_milli of them, num_gpu > 1 whole cards),
@@ -98,6 +108,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(CPUPodsSkip), "pods that ask no GPU memory: skip (not replayed; the extender does not place them) or spread (placed by CPU and memory as kube-scheduler's LeastAllocated would)")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
+	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is what config/kube-scheduler-config.yaml ships")
 	fs.IntVar(&cfg.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	verbose := fs.Bool("v", false, "print a line to stderr as each replay finishes")
 	fs.Usage = func() {
@@ -139,6 +150,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.CPUPods != CPUPodsSkip && cfg.CPUPods != CPUPodsSpread {
 		return nil, fmt.Errorf("--cpu-pods %q: want skip or spread", *cpuPods)
 	}
+	if *percentage < 0 || *percentage > 100 {
+		return nil, fmt.Errorf("--percentage-of-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100", *percentage)
+	}
+	cfg.PercentageOfNodesToScore = ptr.To(int32(*percentage))
 	if cfg.Parallel < 1 {
 		return nil, fmt.Errorf("--parallel %d: want at least 1", cfg.Parallel)
 	}
@@ -331,7 +346,8 @@ func RunAll(ctx context.Context, tr *Trace, cfg *Config) ([]Summary, error) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly})
+				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly,
+					PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err

@@ -5,14 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -75,15 +78,52 @@ func TestGoldenTable(t *testing.T) {
 	}
 }
 
+// TestGoldenSampled checks the report of a replay that kube-scheduler
+// samples: the slice's nodes and pods three times over (183 nodes), with
+// the adaptive percentageOfNodesToScore (100 of 183 nodes per cycle).
+func TestGoldenSampled(t *testing.T) {
+	tr, err := LoadTrace(sliceNodes, slicePods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := &Trace{}
+	for k := range 3 {
+		for _, n := range tr.Nodes {
+			n.Name = fmt.Sprintf("%s-%d", n.Name, k)
+			n.Cards = slices.Clone(n.Cards)
+			big.Nodes = append(big.Nodes, n)
+		}
+		for _, p := range tr.Pods {
+			p.Name = fmt.Sprintf("%s-%d", p.Name, k)
+			big.Pods = append(big.Pods, p)
+		}
+	}
+	sums, err := RunAll(context.Background(), big, &Config{Policies: DefaultPolicies, Seeds: []uint64{1, 2, 3}, Inflate: DefaultInflate,
+		CPUPods: CPUPodsSkip, Parallel: 2, PercentageOfNodesToScore: ptr.To[int32](0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range sums {
+		sums[i].Seconds = 0
+	}
+	var b bytes.Buffer
+	if err := Write(&b, FormatTable, sums); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "golden/openb-slice-x3-sampled.table.txt", b.Bytes())
+}
+
 // TestJSONShape checks the --format json contract: one array, one object
 // per policy, keys in this order, alloc_at keyed "90".."130".
 func TestJSONShape(t *testing.T) {
-	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612, Seconds: 11.8}}
+	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612,
+		Retried: 3.25, Percentage: 0, Nodes: 1213, NodesToFind: 497, Seconds: 11.8}}
 	var b bytes.Buffer
 	if err := Write(&b, FormatJSON, sums); err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,"seconds":11.8}]` + "\n"
+	want := `[{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,` +
+		`"retried_pods":3.3,"percentage_of_nodes_to_score":0,"nodes":1213,"nodes_to_find":497,"seconds":11.8}]` + "\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("json (-want +got):\n%s", diff)
 	}
@@ -142,10 +182,12 @@ func TestMainCommand(t *testing.T) {
 			wantStderr: `^simulate: --policy: unknown policy "worstfit"; want one of bestfit, binpack, fgd, fragaware, random, spread\n`},
 		{name: "bad format", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--format", "xml"}, wantCode: 2, wantStderr: `--format "xml": want table, json or csv`},
 		{name: "bad plot name", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--plot", "out.pdf"}, wantCode: 2, wantStderr: `--plot out.pdf: the file name must end in .svg or .png`},
+		{name: "bad percentage", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--percentage-of-nodes-to-score", "101"}, wantCode: 2,
+			wantStderr: `--percentage-of-nodes-to-score 101: want 0 \(kube-scheduler's adaptive default\) to 100`},
 		{name: "missing file", args: []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", slicePods}, wantCode: 1, wantStderr: `^simulate: open .*none.csv: no such file or directory\n$`},
 		{name: "bad file names line and column", args: []string{"--nodes", bad, "--pods", slicePods}, wantCode: 1, wantStderr: `bad.csv:2:10: memory_mib is "x"; want a whole number\n$`},
 		{name: "json", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "binpack,fragaware", "--seeds", "1-2", "--format", "json"}, wantCode: 0,
-			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
+			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"retried_pods":0,"percentage_of_nodes_to_score":0,"nodes":61,"nodes_to_find":61,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,11 @@ type Summary struct {
 	FailedByKind map[Kind]float64
 	// FragAt: mark -> mean fragmentation, percent of capacity.
 	FragAt map[int]float64
+	// Percentage, Nodes and NodesToFind: kube-scheduler's sampling
+	// replayed (see Result); Retried and ExtraCycles are means per seed.
+	Percentage           int32
+	Nodes, NodesToFind   int
+	Retried, ExtraCycles float64
 	// Seconds is the mean wall time of one replay.
 	Seconds float64
 }
@@ -43,7 +48,10 @@ func Summarize(policy string, results []*Result) Summary {
 	}
 	n := float64(len(results))
 	curveLen := math.MaxInt
+	s.Percentage, s.Nodes, s.NodesToFind = results[0].Percentage, results[0].Nodes, results[0].NodesToFind
 	for _, r := range results {
+		s.Retried += float64(r.Retried) / n
+		s.ExtraCycles += float64(r.ExtraCycles) / n
 		s.Seeds = append(s.Seeds, r.Seed)
 		s.Pods += float64(r.Pods) / n
 		s.Skipped += float64(r.Skipped) / n
@@ -137,7 +145,12 @@ func writeTable(w io.Writer, sums []Summary) error {
 		if sums[0].Skipped > 0 {
 			fmt.Fprintf(&buf, ", of which %s CPU-only pods not replayed", num(sums[0].Skipped))
 		}
-		fmt.Fprint(&buf, "):\n\n")
+		fmt.Fprint(&buf, ")")
+		if sampled(sums) {
+			fmt.Fprintf(&buf, ";\nkube-scheduler's percentageOfNodesToScore %s: each cycle ends at the first %d of the %d nodes\nthat pass its own filters, and the policy chooses among those",
+				percentage(sums[0].Percentage), sums[0].NodesToFind, sums[0].Nodes)
+		}
+		fmt.Fprint(&buf, ":\n\n")
 	}
 	width := len("policy")
 	for _, s := range sums {
@@ -165,30 +178,60 @@ func writeTable(w io.Writer, sums []Summary) error {
 	for _, k := range Kinds {
 		fmt.Fprintf(tw, "%s\t", k)
 	}
-	fmt.Fprint(tw, "frag 100%\tfrag 130%\t\n")
+	fmt.Fprint(tw, "frag 100%\tfrag 130%\t")
+	if sampled(sums) {
+		fmt.Fprint(tw, "retried pods\textra cycles\t")
+	}
+	fmt.Fprint(tw, "\n")
 	for _, s := range sums {
 		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
 		for _, k := range Kinds {
 			fmt.Fprintf(tw, "%s\t", num(s.FailedByKind[k]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t\n", pct(s.FragAt[100]), pct(s.FragAt[130]))
+		fmt.Fprintf(tw, "%s\t%s\t", pct(s.FragAt[100]), pct(s.FragAt[130]))
+		if sampled(sums) {
+			fmt.Fprintf(tw, "%s\t%s\t", num(s.Retried), num(s.ExtraCycles))
+		}
+		fmt.Fprint(tw, "\n")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if sampled(sums) {
+		fmt.Fprint(&buf, "\nRetried pods took more than one scheduling cycle: the policy found no card for them on a whole\nsample (kube-scheduler retries such a pod after a backoff of 1 s or more; the replay at once).\n")
 	}
 	_, err := w.Write(buf.Bytes())
 	return err
 }
 
+// sampled tells whether kube-scheduler passes the policy fewer nodes than
+// the cluster has.
+func sampled(sums []Summary) bool {
+	return len(sums) > 0 && sums[0].NodesToFind < sums[0].Nodes
+}
+
+// percentage names a percentageOfNodesToScore: "0 (adaptive)", "50".
+func percentage(p int32) string {
+	if p == 0 {
+		return "0 (adaptive)"
+	}
+	return strconv.Itoa(int(p))
+}
+
 // jsonSummary is the --format json shape, one per policy:
 //
-//	{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,...},"failed_pods":612,"seconds":11.8}
+//	{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,...},"failed_pods":612,
+//	 "retried_pods":0,"percentage_of_nodes_to_score":100,"nodes":1213,"nodes_to_find":1213,"seconds":11.8}
 type jsonSummary struct {
-	Policy     string   `json:"policy"`
-	Seeds      []uint64 `json:"seeds"`
-	AllocAt    allocAt  `json:"alloc_at"`
-	FailedPods float64  `json:"failed_pods"`
-	Seconds    float64  `json:"seconds"`
+	Policy      string   `json:"policy"`
+	Seeds       []uint64 `json:"seeds"`
+	AllocAt     allocAt  `json:"alloc_at"`
+	FailedPods  float64  `json:"failed_pods"`
+	RetriedPods float64  `json:"retried_pods"`
+	Percentage  int32    `json:"percentage_of_nodes_to_score"`
+	Nodes       int      `json:"nodes"`
+	NodesToFind int      `json:"nodes_to_find"`
+	Seconds     float64  `json:"seconds"`
 }
 
 // allocAt marshals as an object keyed by mark in Marks order ("90" first),
@@ -218,7 +261,8 @@ func writeJSON(w io.Writer, sums []Summary) error {
 	out := make([]jsonSummary, len(sums))
 	for i, s := range sums {
 		out[i] = jsonSummary{Policy: s.Policy, Seeds: s.Seeds, AllocAt: allocAt(s.AllocAt),
-			FailedPods: math.Round(s.FailedPods*10) / 10, Seconds: math.Round(s.Seconds*10) / 10}
+			FailedPods: math.Round(s.FailedPods*10) / 10, RetriedPods: math.Round(s.Retried*10) / 10,
+			Percentage: s.Percentage, Nodes: s.Nodes, NodesToFind: s.NodesToFind, Seconds: math.Round(s.Seconds*10) / 10}
 		if out[i].Seeds == nil {
 			out[i].Seeds = []uint64{}
 		}
@@ -241,7 +285,7 @@ func writeCSV(w io.Writer, sums []Summary) error {
 	for _, k := range Kinds {
 		header = append(header, "failed_"+strings.ReplaceAll(string(k), "-", "_"))
 	}
-	header = append(header, "frag_100", "frag_130", "pods", "seconds")
+	header = append(header, "frag_100", "frag_130", "pods", "seconds", "retried_pods", "extra_cycles", "percentage_of_nodes_to_score", "nodes", "nodes_to_find")
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -254,7 +298,8 @@ func writeCSV(w io.Writer, sums []Summary) error {
 		for _, k := range Kinds {
 			row = append(row, num(s.FailedByKind[k]))
 		}
-		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64))
+		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
+			num(s.Retried), num(s.ExtraCycles), strconv.Itoa(int(s.Percentage)), strconv.Itoa(s.Nodes), strconv.Itoa(s.NodesToFind))
 		if err := cw.Write(row); err != nil {
 			return err
 		}

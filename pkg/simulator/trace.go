@@ -19,6 +19,10 @@ type Node struct {
 	Unit string
 	// Cards with Used 0, ordered by index.
 	Cards []allocator.Card
+	// Zone is the node's region and zone as kube-scheduler's node tree
+	// keys them ("" for none; see ZoneKey); it orders the nodes that
+	// kube-scheduler samples.
+	Zone string
 }
 
 // Kind sorts pods for the failed-pod counts.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,15 +19,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -41,16 +47,36 @@ import (
 // plane, all in one test; the extender's filter, prioritize and bind
 // latencies come from its metrics. A measurement: it runs only with
 // GPUSHARE_BENCH=1 (make bench).
+//
+// Environment, to measure other shapes (defaults: what make bench runs):
+//
+//	GPUSHARE_BENCH_NODES        nodes (1000)
+//	GPUSHARE_BENCH_PODS         pods (2000)
+//	GPUSHARE_BENCH_PERCENTAGES  kube-scheduler's percentageOfNodesToScore, comma-separated,
+//	                            each measured on its own: "shipped" (the configurations as
+//	                            they are), "unset" (the key removed: kube-scheduler's adaptive
+//	                            default) or 0..100 ("shipped")
+//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, comma-separated (all)
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
 	}
-	const nodes, pods = 1000, 2000
+	nodes, pods := envInt(t, "GPUSHARE_BENCH_NODES", 1000), envInt(t, "GPUSHARE_BENCH_PODS", 2000)
+	settings := percentageSettings(t, os.Getenv("GPUSHARE_BENCH_PERCENTAGES"))
+	configs := benchConfigs(t, os.Getenv("GPUSHARE_BENCH_CONFIGS"))
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := buildExtender(t)
+	shipped := filepath.Join(root, "config", "kube-scheduler-config.yaml")
+	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
+	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var bin string
+	if configs["extender"] || configs["filter-all"] {
+		bin = buildExtender(t)
+	}
 	gpuNode := func(name string) *corev1.Node {
 		return util.MakeNode(name).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
 	}
@@ -58,59 +84,283 @@ func TestSchedulingThroughput(t *testing.T) {
 		return util.MakePod(fmt.Sprintf("p%05d", i)).GPUMem(int64(2 + 2*(i%4))).Obj()
 	}
 
-	// Without the extender: whole cards, the scheduler's own resource fit.
-	plain := framework.StartT(t, framework.Options{Scheduler: true})
-	base := runThroughput(t, plain.Client(framework.AdminUser), nodes, pods, func(name string) *corev1.Node {
-		n := util.MakeNode(name).Obj()
-		for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
-			rl["nvidia.com/gpu"] = resource.MustParse("8")
+	for _, set := range settings {
+		var base, floor, best, with float64
+		var bestHist, hist histograms
+		if configs["plain"] {
+			// Without the extender: whole cards, the scheduler's own resource fit.
+			plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.apply(t, shipped)})
+			base = runThroughput(t, plain.Client(framework.AdminUser), nodes, pods, func(name string) *corev1.Node {
+				n := util.MakeNode(name).Obj()
+				for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+					rl["nvidia.com/gpu"] = resource.MustParse("8")
+				}
+				return n
+			}, func(i int) *corev1.Pod {
+				p := util.MakePod(fmt.Sprintf("p%05d", i)).Container("c").Obj()
+				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+				return p
+			})
+			plain.Stop()
 		}
-		return n
-	}, func(i int) *corev1.Pod {
-		p := util.MakePod(fmt.Sprintf("p%05d", i)).Container("c").Obj()
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-		return p
-	})
-	plain.Stop()
 
-	// A no-op extender with the same verbs but bind: the protocol's floor.
-	noop := noopExtender(t)
-	cfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
-	if err := os.WriteFile(cfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+		if configs["noop"] {
+			// A no-op extender with the same verbs but bind: the protocol's floor.
+			noop := noopExtender(t, nil)
+			floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.apply(t, noopCfg)})
+			floor = runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
+			floorCP.Stop()
+		}
+
+		// The extender through the shipped scheduler configuration, as shipped
+		// and with --filter-best=false.
+		withExtender := func(args ...string) (float64, histograms) {
+			listen := freeAddr(t)
+			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: set.apply(t, shipped)})
+			defer cp.Stop()
+			_, stop := startExtender(t, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
+				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
+			defer stop()
+			waitReady(t, listen)
+			rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
+			return rate, scrape(t, listen)
+		}
+		if configs["extender"] {
+			best, bestHist = withExtender() // --filter-best is the default
+		}
+		if configs["filter-all"] {
+			with, hist = withExtender("--filter-best=false")
+		}
+
+		latencies := func(h histograms) string {
+			return fmt.Sprintf("filter p50 %s p99 %s, prioritize p50 %s p99 %s (%.0f calls), bind p50 %s p99 %s",
+				h.quantile("filter", 0.5), h.quantile("filter", 0.99),
+				h.quantile("prioritize", 0.5), h.quantile("prioritize", 0.99), h.count("prioritize"),
+				h.quantile("bind", 0.5), h.quantile("bind", 0.99))
+		}
+		name := fmt.Sprintf("nodes=%d/pods=%d", nodes, pods)
+		logName := fmt.Sprintf("nodes=%d pods=%d, percentageOfNodesToScore %s", nodes, pods, set.name)
+		if set.name != "shipped" {
+			name += "/percentage=" + set.name
+		}
+		var logs, cols []string
+		ratio := func(v float64) string {
+			if base == 0 {
+				return "n/a"
+			}
+			return fmt.Sprintf("%.2f", v/base)
+		}
+		if configs["plain"] {
+			logs = append(logs, fmt.Sprintf("without extender %.1f pods/s", base))
+			cols = append(cols, fmt.Sprintf("%.1f plain-pods/s", base))
+		}
+		if configs["noop"] {
+			logs = append(logs, fmt.Sprintf("no-op extender %.1f pods/s (ratio %s)", floor, ratio(floor)))
+			cols = append(cols, fmt.Sprintf("%.1f noop-extender-pods/s", floor))
+		}
+		if configs["extender"] {
+			logs = append(logs, fmt.Sprintf("gpushare extender %.1f pods/s (ratio %s; %s)", best, ratio(best), latencies(bestHist)))
+			cols = append(cols, fmt.Sprintf("%.1f extender-pods/s", best))
+			if base > 0 {
+				cols = append(cols, fmt.Sprintf("%.2f ratio", best/base))
+			}
+		}
+		if configs["filter-all"] {
+			logs = append(logs, fmt.Sprintf("with --filter-best=false %.1f pods/s (ratio %s; %s)", with, ratio(with), latencies(hist)))
+			cols = append(cols, fmt.Sprintf("%.1f filter-all-pods/s", with))
+			if base > 0 {
+				cols = append(cols, fmt.Sprintf("%.2f filter-all-ratio", with/base))
+			}
+		}
+		t.Logf("%s: %s", logName, strings.Join(logs, "; "))
+		fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+	}
+}
+
+// TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
+// hands the extender's filter on 150 nodes that all fit, against
+// simulator.NodesToFind: with the shipped percentageOfNodesToScore (the
+// adaptive default: 100 of them, as the simulator replays by default) and
+// with 100 (every node).
+func TestSchedulerSamplesAsSimulated(t *testing.T) {
+	const nodes, pods = 150, 3
+	root, err := framework.RepoRoot()
+	if err != nil {
 		t.Fatal(err)
 	}
-	floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: cfg})
-	floor := runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
-	floorCP.Stop()
-
-	// The extender through the shipped scheduler configuration, as shipped
-	// and with --filter-best.
-	withExtender := func(args ...string) (float64, histograms) {
-		listen := freeAddr(t)
-		cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix,
-			SchedulerConfig: filepath.Join(root, "config", "kube-scheduler-config.yaml")})
-		defer cp.Stop()
-		_, stop := startExtender(t, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
-			"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
-		defer stop()
-		waitReady(t, listen)
-		rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
-		return rate, scrape(t, listen)
+	shippedData, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	best, bestHist := withExtender() // --filter-best is the default
-	with, hist := withExtender("--filter-best=false")
-
-	latencies := func(h histograms) string {
-		return fmt.Sprintf("filter p50 %s p99 %s, prioritize p50 %s p99 %s (%.0f calls), bind p50 %s p99 %s",
-			h.quantile("filter", 0.5), h.quantile("filter", 0.99),
-			h.quantile("prioritize", 0.5), h.quantile("prioritize", 0.99), h.count("prioritize"),
-			h.quantile("bind", 0.5), h.quantile("bind", 0.99))
+	var shipped struct {
+		Percentage *int32 `json:"percentageOfNodesToScore"`
 	}
-	t.Logf("nodes=%d pods=%d: without extender %.1f pods/s; no-op extender %.1f pods/s (ratio %.2f); "+
-		"gpushare extender %.1f pods/s (ratio %.2f; %s); with --filter-best=false %.1f pods/s (ratio %.2f; %s)",
-		nodes, pods, base, floor, floor/base, best, best/base, latencies(bestHist), with, with/base, latencies(hist))
-	fmt.Printf("BenchmarkSchedulingThroughput/nodes=%d/pods=%d\t1\t%.1f plain-pods/s\t%.1f noop-extender-pods/s\t%.1f extender-pods/s\t%.2f ratio\t%.1f filter-all-pods/s\t%.2f filter-all-ratio\n",
-		nodes, pods, base, floor, best, best/base, with, with/base)
+	if err := yaml.Unmarshal(shippedData, &shipped); err != nil {
+		t.Fatal(err)
+	}
+	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
+	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The shipped value goes on the no-op extender's configuration (that
+	// extender does not bind).
+	asShipped, shippedValue := percentageSetting{name: "unset"}, int32(0)
+	if shipped.Percentage != nil {
+		asShipped = percentageSetting{name: strconv.Itoa(int(*shipped.Percentage)), value: shipped.Percentage}
+		shippedValue = *shipped.Percentage
+	}
+	for _, tc := range []struct {
+		name string
+		set  percentageSetting
+		want int
+	}{
+		{"shipped", asShipped, simulator.NodesToFind(shippedValue, nodes)},
+		{"every node", percentageSetting{name: "100", value: ptr.To[int32](100)}, nodes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []int
+			url := noopExtender(t, func(names []string) {
+				mu.Lock()
+				got = append(got, len(names))
+				mu.Unlock()
+			})
+			cp := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: tc.set.apply(t, noopCfg)})
+			c := cp.Client(framework.AdminUser)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			parallel(t, nodes, func(i int) error {
+				return createNode(ctx, c, util.MakeNode(fmt.Sprintf("node-%03d", i)).Cards("V100", 32, 32).Obj())
+			})
+			time.Sleep(2 * time.Second) // the scheduler's cache sees every node
+			for i := range pods {
+				p := util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(4).Obj()
+				p.UID = ""
+				if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+				if err != nil {
+					return false, err
+				}
+				for _, p := range list.Items {
+					if p.Spec.NodeName == "" {
+						return false, nil
+					}
+				}
+				return len(list.Items) == pods, nil
+			})
+			if err != nil {
+				t.Fatalf("waiting for %d pods to bind: %v", pods, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := make([]int, pods)
+			for i := range want {
+				want[i] = tc.want
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("nodes in each filter call (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// percentageSetting is a percentageOfNodesToScore to measure.
+type percentageSetting struct {
+	// name: "shipped", "unset" or the number.
+	name string
+	// value is the number to set; nil with name "unset" removes the key,
+	// with "shipped" leaves the configuration as it is.
+	value *int32
+}
+
+// percentageSettings parses GPUSHARE_BENCH_PERCENTAGES ("" is "shipped").
+func percentageSettings(t *testing.T, list string) []percentageSetting {
+	t.Helper()
+	if list == "" {
+		list = "shipped"
+	}
+	var out []percentageSetting
+	for _, v := range strings.Split(list, ",") {
+		v = strings.TrimSpace(v)
+		switch v {
+		case "shipped", "unset":
+			out = append(out, percentageSetting{name: v})
+		default:
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 0 || n > 100 {
+				t.Fatalf("GPUSHARE_BENCH_PERCENTAGES: %q is not shipped, unset or 0..100", v)
+			}
+			out = append(out, percentageSetting{name: v, value: ptr.To(int32(n))})
+		}
+	}
+	return out
+}
+
+// apply returns a scheduler configuration file: src with the setting's
+// percentageOfNodesToScore, or src itself for "shipped".
+func (s percentageSetting) apply(t *testing.T, src string) string {
+	t.Helper()
+	if s.name == "shipped" {
+		return src
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("parsing %s: %v", src, err)
+	}
+	if s.value == nil {
+		delete(cfg, "percentageOfNodesToScore")
+	} else {
+		cfg["percentageOfNodesToScore"] = *s.value
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "percentage-"+s.name+"-"+filepath.Base(src))
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// benchConfigs parses GPUSHARE_BENCH_CONFIGS ("" is all of them).
+func benchConfigs(t *testing.T, list string) map[string]bool {
+	t.Helper()
+	all := []string{"plain", "noop", "extender", "filter-all"}
+	if list == "" {
+		list = strings.Join(all, ",")
+	}
+	out := map[string]bool{}
+	for _, c := range strings.Split(list, ",") {
+		c = strings.TrimSpace(c)
+		if !slices.Contains(all, c) {
+			t.Fatalf("GPUSHARE_BENCH_CONFIGS: %q is not one of %s", c, strings.Join(all, ", "))
+		}
+		out[c] = true
+	}
+	return out
+}
+
+// envInt reads a positive whole number from the environment, def when unset.
+func envInt(t *testing.T, key string, def int) int {
+	t.Helper()
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive whole number", key, v)
+	}
+	return n
 }
 
 // buildExtender builds the extender binary into a temporary directory.
@@ -167,7 +417,8 @@ extenders:
 
 // noopExtender serves filter (every node passes) and prioritize (every
 // node scores 5) without looking at anything, and returns its URL prefix.
-func noopExtender(t *testing.T) string {
+// record, when not nil, gets the node names of every filter call.
+func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -177,6 +428,9 @@ func noopExtender(t *testing.T) string {
 	mux.HandleFunc("/noop/filter", func(w http.ResponseWriter, r *http.Request) {
 		var a extenderv1.ExtenderArgs
 		_ = json.NewDecoder(r.Body).Decode(&a)
+		if record != nil && a.NodeNames != nil {
+			record(*a.NodeNames)
+		}
 		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderFilterResult{NodeNames: a.NodeNames, FailedNodes: map[string]string{}})
 	})
 	mux.HandleFunc("/noop/prioritize", func(w http.ResponseWriter, r *http.Request) {
@@ -223,7 +477,8 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 	parallel(t, nodes, func(i int) error {
 		return createNode(ctx, c, node(fmt.Sprintf("node-%04d", i)))
 	})
-	time.Sleep(2 * time.Second) // let the scheduler's and extender's caches see every node
+	// Let the scheduler's and extender's caches see every node.
+	time.Sleep(time.Duration(max(2000, 2*nodes)) * time.Millisecond)
 	// An informer counts the pods bound (it re-lists if its watch breaks).
 	var mu sync.Mutex
 	bound := map[string]bool{}
