@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/extender"
@@ -193,8 +194,6 @@ func createEvent(c kubernetes.Interface, host string) func(context.Context) erro
 	}
 }
 
-func ptr(s string) *string { return &s }
-
 // TestPodBoundTokenCarriesNode checks what the node-scope policy relies
 // on, on this kube-apiserver: a service-account token bound to a pod on a
 // node authenticates with the node in the user's extra; one bound to an
@@ -292,8 +291,8 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		// The plugin's own writes, through its own client code (not dry runs).
 		{name: "node-a pod: the handoff's annotations", do: func(ctx context.Context) error {
 			return api.PatchPodAnnotations(ctx, "default", "on-a", onA.UID, map[string]*string{
-				gpushare.AnnotationAllocation: &alloc, gpushare.AnnotationAssigned: ptr("true"),
-				gpushare.AnnotationIndex: ptr("1"), gpushare.AnnotationDevMem: ptr("16"), gpushare.AnnotationPodMem: ptr("4"),
+				gpushare.AnnotationAllocation: &alloc, gpushare.AnnotationAssigned: ptr.To("true"),
+				gpushare.AnnotationIndex: ptr.To("1"), gpushare.AnnotationDevMem: ptr.To("16"), gpushare.AnnotationPodMem: ptr.To("4"),
 			})
 		}},
 		{name: "node-a pod: remove an annotation", do: func(ctx context.Context) error {
