@@ -1,7 +1,10 @@
 package kubelet_test
 
 import (
+	"encoding/json"
+	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -12,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
@@ -184,6 +188,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 	// cards.
 	e.checkLegacyUntouched(legacy)
 	e.checkInspect(legacy, total)
+	e.checkMigratedFixture()
 
 	// 6. Restarts: the plugin, then kubelet, advertise the same devices.
 	if err := p.stop(); err != nil {
@@ -456,6 +461,60 @@ func (e *env) checkInspect(legacy []*legacyPod, total int64) {
 	}
 	if n.Used != total || n.Total != total || len(n.Ignored) != 0 {
 		e.t.Errorf("inspect shows %d/%d GiB allocated and %d ignored annotations, want %d/%d and none", n.Used, n.Total, len(n.Ignored), total, total)
+	}
+}
+
+// migratedFixture is where the node and pods of the migrated node are
+// kept for pkg/inspect's golden test (TestMigratedNode), which prints
+// them with kubectl inspect gpushare itself.
+var migratedFixture = filepath.Join("..", "..", "pkg", "inspect", "testdata", "migrated.json")
+
+var update = flag.Bool("update", false, "rewrite "+migratedFixture)
+
+// checkMigratedFixture compares the API's node and pods (bind times and
+// the fake API's bookkeeping aside, which differ on every run) with migratedFixture, or rewrites it with
+// -update, so the fixture pkg/inspect prints is this test's state.
+func (e *env) checkMigratedFixture() {
+	e.t.Helper()
+	node, err := e.client.CoreV1().Nodes().Get(e.ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	pods, err := e.client.CoreV1().Pods(metav1.NamespaceAll).List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	list := corev1.List{TypeMeta: metav1.TypeMeta{Kind: "List", APIVersion: "v1"}}
+	node.ResourceVersion, node.ManagedFields = "", nil
+	node.TypeMeta = metav1.TypeMeta{Kind: "Node", APIVersion: "v1"}
+	list.Items = append(list.Items, runtime.RawExtension{Object: node})
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		p.ResourceVersion, p.ManagedFields = "", nil
+		p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+		if _, ok := p.Annotations[gpushare.AnnotationAssumeTime]; ok {
+			p.Annotations[gpushare.AnnotationAssumeTime] = "1700000000000000000"
+		}
+		list.Items = append(list.Items, runtime.RawExtension{Object: p})
+	}
+	got, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	got = append(got, '\n')
+	if *update {
+		if err := os.WriteFile(migratedFixture, got, 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(migratedFixture)
+	if err != nil {
+		e.t.Fatalf("reading %s (run this test with -update to write it): %v", migratedFixture, err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		e.t.Errorf("%s differs from this test's node and pods (-file +test; run it with -update, then pkg/inspect's tests with -update):\n%s", migratedFixture, diff)
 	}
 }
 
