@@ -218,7 +218,7 @@ func (h *Handoff) checkLegacyUnit() error {
 func (h *Handoff) AdoptAtStart(ctx context.Context) error {
 	var err error
 	for i := 0; i < startupReads; i++ {
-		if _, err = h.Verify(ctx); err == nil {
+		if _, err = h.Verify(ctx); err == nil || i == startupReads-1 {
 			break
 		}
 		select {
