@@ -108,6 +108,55 @@
 // holding devices: their IDs were handed out in the old unit
 // (CheckUnitChange).
 //
+// # Pods of the previous device plugin
+//
+// A node switched from Aliyun's gpushare-device-plugin (same resource
+// name) keeps running the pods that plugin admitted, and kubelet keeps
+// their device IDs, "<UUID>-_-<n>", in its checkpoint. This plugin never
+// advertises those IDs, so kubelet would count them in use on no card and
+// hand every unit of every card out again: new containers on the memory
+// the old pods fill. Aliyun's plugin also ignored which IDs kubelet gave
+// (it ran a container on the card ALIYUN_COM_GPU_MEM_IDX names), so an
+// ID's UUID says nothing about the card.
+//
+// The plugin adopts them (legacy.go). A pod is legacy when kubelet's
+// PodResources lists device IDs for it that are not this plugin's; it is
+// never matched, granted (a grant restored from ASSIGNED=true, which
+// Aliyun's plugin wrote too, is dropped) or patched. Its IDs are
+// advertised, healthy, as units of the card its ALIYUN_COM_GPU_MEM_IDX
+// names (on a one-card node, that card, which Aliyun's plugin gave any
+// pod), in place of as many of that card's own IDs: a 16 GiB card under
+// 6 GiB of legacy pods is advertised as UUID::0 .. UUID::9 plus their 6
+// IDs. kubelet counts those 6 in use on that card and never hands them
+// out, and the node's allocatable stays the cards' 16 GiB, so kube-
+// scheduler and kubelet's admission, which subtract the legacy pods'
+// requests from it, count them once. (Reporting 6 of the card's own IDs
+// Unhealthy instead would keep kubelet's device accounting right but cut
+// allocatable to 10 while the requests still count the 6: the node would
+// look 6 GiB fuller than it is until the legacy pods end.) A legacy pod
+// whose index names no card of a multi-card node got no card from
+// Aliyun's plugin (NVIDIA_VISIBLE_DEVICES=no-gpu-has-…); its IDs are not
+// advertised. The inventory keeps every card's full size: the extender
+// charges legacy pods itself (by ALIYUN_COM_GPU_MEM_IDX), so nothing is
+// counted twice.
+//
+// The adopted IDs go when the pod does: the informer deletes it or shows
+// it finished, or PodResources lists it without them. The card's own IDs
+// then come back (ListAndWatch re-sends). A pod merely missing from a
+// PodResources answer (a kubelet restarting) keeps them. Until kubelet
+// has the new list, it may offer a freed legacy ID to
+// GetPreferredAllocation; the plugin never prefers one (at worst a
+// container goes to another card with room and the annotation is
+// repaired, as usual) and Allocate refuses one.
+//
+// Before it first registers, the plugin reads PodResources (three tries),
+// so the first list kubelet sees already holds the legacy IDs; it refuses
+// to start when kubelet does not answer and pods on the node may hold
+// devices (running, ASSIGNED=true, or without a usable allocation). It
+// also refuses a unit other than the one Aliyun's components ran with,
+// which ALIYUN_COM_GPU_MEM_DEV shows (a factor of ~1024 against the
+// card's units): the legacy pods' requests and IDs count that unit.
+//
 // # Container environment
 //
 //	NVIDIA_VISIBLE_DEVICES            the cards' UUIDs, comma-separated, with

@@ -90,6 +90,13 @@ type podEntry struct {
 	// assumeTime is ALIYUN_COM_GPU_MEM_ASSUME_TIME (unix ns, bind time); it
 	// orders otherwise equal candidates, oldest first.
 	assumeTime int64
+	// index is ALIYUN_COM_GPU_MEM_IDX, -1 when absent or invalid, and
+	// devMem ALIYUN_COM_GPU_MEM_DEV, 0 when absent: the card and its size
+	// as Aliyun's scheduler extender wrote them, for legacy pods.
+	index  int
+	devMem int64
+	// admitted: the pod runs (phase Running), so kubelet holds its devices.
+	admitted bool
 	// annotations holds the current values of the annotations the plugin
 	// writes, to patch only what differs.
 	annotations map[string]string
@@ -205,6 +212,13 @@ type Handoff struct {
 	owner map[string]containerKey
 	// steer: the last preference, valid for the next Allocate; nil if none.
 	steer *steer
+	// legacy: UID -> the device IDs of the previous device plugin that
+	// kubelet holds for that pod, sorted (see legacy.go). Such pods are
+	// never matched, granted or patched.
+	legacy map[types.UID][]string
+	// legacyChanged is signalled (buffered, never blocks) when legacy
+	// changes.
+	legacyChanged chan struct{}
 	// stats counts decisions, for tests (Stats).
 	stats HandoffStats
 }
@@ -228,6 +242,7 @@ func NewHandoff(cfg HandoffConfig) *Handoff {
 		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
 		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{}, others: map[string]bool{},
 		grants: map[containerKey]*grant{}, owner: map[string]containerKey{},
+		legacy: map[types.UID][]string{}, legacyChanged: make(chan struct{}, 1),
 	}
 	for _, c := range cfg.Cards {
 		h.cards[c.UUID] = c
@@ -278,6 +293,12 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 		}
 	}
 	e.assumeTime, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationAssumeTime], 10, 64)
+	e.index = -1
+	if idx, err := strconv.Atoi(pod.Annotations[gpushare.AnnotationIndex]); err == nil && idx >= 0 {
+		e.index = idx
+	}
+	e.devMem, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationDevMem], 10, 64)
+	e.admitted = pod.Status.Phase == corev1.PodRunning
 	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -285,7 +306,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	h.pods[pod.UID] = e
 	h.byName[key] = pod.UID
 	delete(h.others, key)
-	if old == nil && e.alloc != nil && e.annotations[gpushare.AnnotationAssigned] == "true" {
+	if old == nil && e.alloc != nil && e.annotations[gpushare.AnnotationAssigned] == "true" && h.legacy[pod.UID] == nil {
 		// Seen for the first time already assigned: this process restarted.
 		// Trust the annotation until kubelet says otherwise.
 		for _, c := range e.alloc.Containers {
@@ -346,6 +367,10 @@ func (h *Handoff) deletePod(uid types.UID) {
 	if h.byName[e.ref()] == uid {
 		delete(h.byName, e.ref())
 	}
+	if _, ok := h.legacy[uid]; ok {
+		delete(h.legacy, uid)
+		h.pokeLegacy()
+	}
 }
 
 // drop removes a grant. The caller holds h.mu.
@@ -373,9 +398,10 @@ func (h *Handoff) give(ck containerKey, g *grant) {
 
 // next returns the index in e.alloc.Containers of the first container
 // without a grant, in kubelet's allocation order (init containers, then
-// app containers, each in spec order), or -1.
+// app containers, each in spec order), or -1. A legacy pod waits for
+// nothing: kubelet admitted it through the previous plugin.
 func (h *Handoff) next(e *podEntry) int {
-	if e.alloc == nil {
+	if e.alloc == nil || h.legacy[e.uid] != nil {
 		return -1
 	}
 	for i, c := range e.alloc.Containers {
@@ -407,7 +433,7 @@ func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.pods[uid]
-	if e == nil || e.alloc == nil {
+	if e == nil || e.alloc == nil || h.legacy[uid] != nil {
 		return "", "", nil
 	}
 	want := map[string]string{gpushare.AnnotationAssigned: "false"}

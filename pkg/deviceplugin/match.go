@@ -412,6 +412,9 @@ func (h *Handoff) describeIDs(ids []string) string {
 func (h *Handoff) noMatch(size int64, listed map[string]bool) error {
 	var waiting, problems, listedProblems []string
 	for _, e := range h.pods {
+		if h.legacy[e.uid] != nil {
+			continue // admitted through the previous plugin
+		}
 		if e.problem != "" {
 			p := fmt.Sprintf("pod %s cannot be matched: %s", e.ref(), e.problem)
 			if listed[e.ref()] {

@@ -102,6 +102,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := CheckUnitChange(ctx, api, kubelet, cfg.NodeName, cfg.Unit); err != nil {
 		return err
 	}
+	// Devices kubelet holds for pods of the previous device plugin
+	// (Aliyun's) are known before the first registration (legacy.go).
+	if err := h.AdoptAtStart(ctx); err != nil {
+		return err
+	}
 
 	verifyNow := make(chan struct{}, 1)
 	publishNow := make(chan struct{}, 1)
@@ -112,6 +117,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	server := NewServer(logger, h, cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
+	adoption := h.Adoption()
+	server.SetAdopted(adoption.ByCard)
+	logAdoption(logger, cards, nil, adoption)
 	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
 
 	var wg sync.WaitGroup
@@ -128,6 +136,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun(func() { ann.run(ctx) })
 	goRun(func() { verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow) })
 	goRun(func() { publishLoop(ctx, pub, publishNow) })
+	goRun(func() { adoptLoop(ctx, h, server, cards, adoption) })
 	if cfg.HealthCheck {
 		var uuids []string
 		for _, c := range cards {
@@ -259,6 +268,23 @@ func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-cha
 			logger.Info("kubelet's PodResources answers again")
 			reported = false
 		}
+	}
+}
+
+// adoptLoop re-advertises the cards whenever the legacy pods or their
+// devices change (a legacy pod ended: its units are the card's own again).
+func adoptLoop(ctx context.Context, h *Handoff, server *Server, cards []Card, last Adoption) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.LegacyChanged():
+		}
+		now := h.Adoption()
+		server.SetAdopted(now.ByCard)
+		logAdoption(logger, cards, &last, now)
+		last = now
 	}
 }
 

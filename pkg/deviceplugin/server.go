@@ -89,6 +89,11 @@ type Server struct {
 	afterAllocate func()
 
 	mu sync.Mutex
+	// unhealthy: UUIDs of the cards reported Unhealthy.
+	unhealthy map[string]bool
+	// adopted: card UUID -> device IDs of the previous device plugin
+	// advertised as that card's units (Adoption.ByCard).
+	adopted map[string][]string
 	// devices is the current ListAndWatch list.
 	devices []*pluginapi.Device
 	// changed is closed and replaced whenever devices changes.
@@ -114,6 +119,28 @@ func NewServer(logger klog.Logger, h Handoffer, cards []Card, unit, strategy str
 // SetHealth re-advertises every unit, those of the cards in unhealthy
 // (UUIDs) as Unhealthy, and wakes the ListAndWatch streams.
 func (s *Server) SetHealth(unhealthy map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unhealthy = unhealthy
+	s.rebuild()
+}
+
+// SetAdopted re-advertises every card with the given device IDs of the
+// previous device plugin (card UUID -> IDs, see Adoption.ByCard) as its
+// units, in place of as many of its own, and wakes the ListAndWatch
+// streams. A card of 16 units with 6 adopted IDs is advertised as
+// UUID::0 .. UUID::9 and those 6; one with more adopted IDs than units as
+// those IDs alone.
+func (s *Server) SetAdopted(adopted map[string][]string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.adopted = adopted
+	s.rebuild()
+}
+
+// rebuild computes the device list and wakes the streams. The caller
+// holds s.mu.
+func (s *Server) rebuild() {
 	var cards []Card
 	for _, c := range s.cards {
 		cards = append(cards, c)
@@ -122,15 +149,17 @@ func (s *Server) SetHealth(unhealthy map[string]bool) {
 	var devs []*pluginapi.Device
 	for _, c := range cards {
 		health := pluginapi.Healthy
-		if unhealthy[c.UUID] {
+		if s.unhealthy[c.UUID] {
 			health = pluginapi.Unhealthy
 		}
-		for k := int64(0); k < c.Units; k++ {
+		adopted := s.adopted[c.UUID]
+		for k := int64(0); k < c.Units-int64(len(adopted)); k++ {
 			devs = append(devs, &pluginapi.Device{ID: DeviceID(c.UUID, k), Health: health})
 		}
+		for _, id := range adopted {
+			devs = append(devs, &pluginapi.Device{ID: id, Health: health})
+		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.devices = devs
 	close(s.changed)
 	s.changed = make(chan struct{})

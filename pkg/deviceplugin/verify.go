@@ -39,7 +39,7 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 		ref := lp.Namespace + "/" + lp.Name
 		listed[ref] = true
 		uid, ok := h.byName[ref]
-		if !ok {
+		if !ok || h.observeLegacy(ctx, uid, lp) {
 			continue
 		}
 		for cname, ids := range lp.Containers {

@@ -152,6 +152,17 @@ func (e *env) card(index int) gpu.Device { return e.cards[index] }
 // node, and creates the pod. at is the bind time.
 func (e *env) bind(w *util.PodWrapper, cards map[string][]int, at time.Time) *corev1.Pod {
 	e.t.Helper()
+	pod := e.bound(w, cards, at)
+	created, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return created
+}
+
+// bound is the pod bind creates.
+func (e *env) bound(w *util.PodWrapper, cards map[string][]int, at time.Time) *corev1.Pod {
+	e.t.Helper()
 	demand, err := gpushare.PodDemand(w.Obj())
 	if err != nil {
 		e.t.Fatal(err)
@@ -171,11 +182,7 @@ func (e *env) bind(w *util.PodWrapper, cards map[string][]int, at time.Time) *co
 		Annotation(gpushare.AnnotationDevMem, strconv.FormatInt(e.card(first).MemoryMiB/1024, 10)).
 		Annotation(gpushare.AnnotationAssigned, "false").
 		Annotation(gpushare.AnnotationAssumeTime, strconv.FormatInt(at.UnixNano(), 10)).Obj()
-	created, err := e.client.CoreV1().Pods(pod.Namespace).Create(e.ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return created
+	return pod
 }
 
 // admission is what kubelet gave one pod.

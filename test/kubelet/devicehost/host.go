@@ -263,6 +263,18 @@ func (h *Host) Remove(uid types.UID) {
 	}
 }
 
+// AllocatableDevices returns the healthy device IDs of resource the
+// registered plugin advertises (those kubelet may allocate or has
+// allocated), sorted.
+func (h *Host) AllocatableDevices(resource string) []string {
+	var ids []string
+	for id := range h.m.Load().GetAllocatableDevices()[resource] {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // Devices returns the device IDs of resource the device manager holds for
 // a container, sorted.
 func (h *Host) Devices(uid types.UID, container, resource string) []string {
