@@ -24,6 +24,15 @@ build: ## Build the binaries into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubectl-inspect-gpushare ./kubectl-inspect-gpushare
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-device-plugin ./deviceplugin
 
+# --- container images (issue 12) ---
+IMAGE_BUILDER ?= auto
+IMAGE_PREFIX  ?=
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+
+.PHONY: images
+images: ## Build the three images as NAME:VERSION: docker (with a daemon), podman or buildah with build/*.Dockerfile, else the Go-native builder into _output/images/ (IMAGE_BUILDER=auto|docker|podman|buildah|go, IMAGE_PREFIX=registry/org/).
+	$(GO) run ./hack/ocibuild --builder=$(IMAGE_BUILDER) --version=$(VERSION) --revision=$(REVISION) --prefix=$(IMAGE_PREFIX) --out=_output/images
+
 .PHONY: controlplane
 controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).
 	$(GO) run ./test/cmd/controlplane build

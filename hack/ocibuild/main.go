@@ -1,0 +1,47 @@
+// Command ocibuild builds gpushare's container images: with docker (when a
+// daemon answers), podman or buildah and build/*.Dockerfile, or, when none
+// is usable, with no daemon at all by compiling each binary and writing an
+// OCI image layout and archive under --out. `make images` runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gpushare/gpushare/pkg/imagebuild"
+)
+
+func main() {
+	fs := flag.NewFlagSet("ocibuild", flag.ExitOnError)
+	cfg := imagebuild.Config{Runner: imagebuild.ExecRunner{}, Stdout: os.Stdout, Stderr: os.Stderr}
+	builder := fs.String("builder", string(imagebuild.Auto), "auto (docker with a reachable daemon, else podman, else buildah, else go), docker, podman, buildah or go (the Go-native builder: no daemon, no registry)")
+	fs.StringVar(&cfg.Version, "version", "dev", "version stamped into the binaries, the image tag and the org.opencontainers.image.version label")
+	fs.StringVar(&cfg.Revision, "revision", "unknown", "commit for the org.opencontainers.image.revision label")
+	fs.StringVar(&cfg.Prefix, "prefix", "", `prefix of the image names, e.g. "ghcr.io/acme/"`)
+	fs.StringVar(&cfg.Out, "out", "_output/images", "where the Go-native builder writes NAME/ (OCI layout), NAME.tar (oci-archive) and bin/")
+	fs.StringVar(&cfg.Dir, "dir", ".", "the repository root: the build context and where go build runs")
+	fs.StringVar(&cfg.Go, "go", "go", "the go command")
+	images := fs.String("images", "", "comma-separated image names to build; empty: all three")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nBuilds gpushare-scheduler-extender, gpushare-device-plugin and kubectl-inspect-gpushare images. Flags:\n", fs.Name())
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	cfg.Builder = imagebuild.Builder(*builder)
+	if *images != "" {
+		cfg.Images = strings.Split(*images, ",")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := imagebuild.Run(ctx, cfg)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ocibuild:", err)
+		os.Exit(1)
+	}
+}
