@@ -56,6 +56,13 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, c := range cards {
 		logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", cfg.Unit)
 	}
+	metrics := NewMetrics(cards)
+	gpus = metrics.GPUs(gpus)
+	stopMetrics, err := metrics.Serve(ctx, cfg.MetricsListen)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	client := cfg.Client
 	if client == nil {
@@ -70,7 +77,7 @@ func Run(ctx context.Context, cfg Config) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
 
 	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
-	ann := newAnnotator(api)
+	ann := newAnnotator(metrics.PodAPI(api))
 	h := NewHandoff(HandoffConfig{
 		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
 		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
@@ -111,7 +118,7 @@ func Run(ctx context.Context, cfg Config) error {
 		default:
 		}
 	}
-	server := NewServer(logger, h, cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
+	server := NewServer(logger, metrics.Handoff(h), cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
 	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
 
 	var wg sync.WaitGroup
@@ -143,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			server.SetHealth(unhealthy)
 			pub.SetHealth(unhealthy)
+			metrics.SetHealth(unhealthy)
 			poke(publishNow)
 		}
 		goRun(func() { healthLoop(ctx, gpus, health, cfg.RecoveryWindow, apply) })
