@@ -3,6 +3,9 @@ package extender
 import (
 	"context"
 	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,6 +62,18 @@ func newPendingPods(client kubernetes.Interface) *pendingPods {
 
 // Start starts the watch; it stops with ctx.
 func (p *pendingPods) Start(ctx context.Context) { p.factory.Start(ctx.Done()) }
+
+// register adds the gauge gpushare_extender_pending_pods, read at scrape
+// time.
+func (p *pendingPods) register(reg prometheus.Registerer) error {
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "gpushare", Subsystem: "extender", Name: "pending_pods",
+		Help: "Pods without a node that ask aliyun.com/gpu-mem (not Succeeded or Failed), from a watch of unscheduled pods.",
+	}, func() float64 { return float64(p.Count()) })); err != nil {
+		return fmt.Errorf("registering the pending-pods gauge: %w", err)
+	}
+	return nil
+}
 
 // Count returns the pods without a node, not finished, that ask gpu-mem.
 func (p *pendingPods) Count() int {

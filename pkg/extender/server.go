@@ -204,11 +204,8 @@ func Run(ctx context.Context, cfg Config) error {
 	h.FilterAll = cfg.FilterAll
 	pending := newPendingPods(client)
 	reg := h.Registerer()
-	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "gpushare", Subsystem: "extender", Name: "pending_pods",
-		Help: "Pods without a node that ask aliyun.com/gpu-mem (not Succeeded or Failed), from a watch of unscheduled pods.",
-	}, func() float64 { return float64(pending.Count()) })); err != nil {
-		return fmt.Errorf("registering the pending-pods gauge: %w", err)
+	if err := pending.register(reg); err != nil {
+		return err
 	}
 	if err := files.register(reg); err != nil {
 		return err
