@@ -179,6 +179,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// Everything Run starts (informers, file watches) stops when it returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	logger := klog.FromContext(ctx)
 	files, err := loadTLS(cfg)
 	if err != nil {
@@ -265,8 +268,8 @@ func Run(ctx context.Context, cfg Config) error {
 	case runErr = <-serveErr:
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer stop()
 	for _, ep := range eps {
 		if err := ep.srv.Shutdown(shutdownCtx); err != nil {
 			runErr = cmp.Or(runErr, fmt.Errorf("shutting down the %s listener: %w", ep.name, err))
