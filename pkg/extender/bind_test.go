@@ -29,7 +29,7 @@ type fakeAPI struct {
 	// onConflict, if set, changes the pod when a conflict is returned.
 	onConflict func(*corev1.Pod)
 	// bindErrs are returned by the first Binds, one each; an entry of
-	// lostAnswer makes the Binding and then answers a timeout, as when the
+	// errLostAnswer makes the Binding and then answers a timeout, as when the
 	// answer is lost after the API server committed it.
 	bindErrs []error
 	// getErrs are returned by the GETs after the first, one each.
@@ -37,8 +37,8 @@ type fakeAPI struct {
 	calls   []string // verbs in order, for assertions
 }
 
-// lostAnswer in fakeAPI.bindErrs: the Binding is made, its answer lost.
-var lostAnswer = errors.New("lost answer")
+// errLostAnswer in fakeAPI.bindErrs: the Binding is made, its answer lost.
+var errLostAnswer = errors.New("lost answer")
 
 func (f *fakeAPI) GetPod(ctx context.Context, _, _ string) (*corev1.Pod, error) {
 	f.calls = append(f.calls, "get")
@@ -63,7 +63,7 @@ func (f *fakeAPI) Bind(ctx context.Context, ns, name string, uid types.UID, node
 	if len(f.bindErrs) > 0 {
 		err := f.bindErrs[0]
 		f.bindErrs = f.bindErrs[1:]
-		if err == lostAnswer {
+		if errors.Is(err, errLostAnswer) {
 			f.bindErrs = nil
 			if err := f.Bind(ctx, ns, name, uid, node, ann); err != nil {
 				return err
@@ -246,14 +246,14 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 	}{
 		{
 			name:      "answer lost, Binding made: read back, bound",
-			bindErrs:  []error{lostAnswer},
+			bindErrs:  []error{errLostAnswer},
 			wantRes:   BindBound,
 			wantUsed:  4,
 			wantCalls: []string{"bind", "get"},
 		},
 		{
 			name:      "answer lost and the read back fails: cards stay held",
-			bindErrs:  []error{lostAnswer},
+			bindErrs:  []error{errLostAnswer},
 			getErrs:   []error{unavailable, unavailable, unavailable},
 			wantErr:   "stay held",
 			wantRes:   BindUnknown,
