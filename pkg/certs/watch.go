@@ -70,11 +70,14 @@ func watch(ctx context.Context, period time.Duration, src source) {
 	loop(ctx, period, files, events, errs, reload)
 }
 
-// loop calls reload after events have been quiet for debounce, and when a
-// stat every period shows a file changed, until ctx ends.
+// loop calls reload at once, after events have been quiet for debounce,
+// and when a stat every period shows a file changed, until ctx ends.
 func loop(ctx context.Context, period time.Duration, files []string, events <-chan fsnotify.Event, errs <-chan error, reload func()) {
 	logger := klog.FromContext(ctx)
 	stats := statAll(files)
+	// The files may have changed since they were loaded, before the watch
+	// began: read them once now (nothing happens if they did not).
+	reload()
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	quiet := time.NewTimer(debounce)
