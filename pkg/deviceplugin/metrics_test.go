@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +239,48 @@ func TestRunServesMetrics(t *testing.T) {
 	waitFor(t, "card 0 to recover", func() bool { return transitions("healthy") == 1 })
 	if v, _ := sample(scrape(t, get), "gpushare_deviceplugin_card_healthy", card0); v != 1 {
 		t.Errorf("card 0 healthy = %v after recovery, want 1", v)
+	}
+}
+
+// TestRunFollowsFakeControlWithMetrics: the metrics hooks wrap the GPUs,
+// yet a plugin on fake GPUs still follows its control file (the demo and
+// the end-to-end tests inject XIDs through it).
+func TestRunFollowsFakeControlWithMetrics(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	control := filepath.Join(t.TempDir(), "control")
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+			Client: fake.NewClientset(util.MakeNode("n1").Obj()), FakeGPUs: "2xTesla-T4:16GiB", FakeControl: control, HealthCheck: true,
+			OnReady: func(*Handoff) { close(ready) }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	if err := os.WriteFile(control, []byte("xid 0 79\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitForWithin(t, 5*time.Second, "the control file to be applied (removed)", func() bool {
+		_, err := os.Stat(control)
+		return errors.Is(err, os.ErrNotExist)
+	})
+}
+
+func waitForWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
 	}
 }

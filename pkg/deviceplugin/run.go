@@ -57,7 +57,6 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", cfg.Unit)
 	}
 	metrics := NewMetrics(cards)
-	gpus = metrics.GPUs(gpus)
 	stopMetrics, err := metrics.Serve(ctx, cfg.MetricsListen)
 	if err != nil {
 		return err
@@ -153,7 +152,7 @@ func Run(ctx context.Context, cfg Config) error {
 			metrics.SetHealth(unhealthy)
 			poke(publishNow)
 		}
-		goRun(func() { healthLoop(ctx, gpus, health, cfg.RecoveryWindow, apply) })
+		goRun(func() { healthLoop(ctx, metrics.GPUs(gpus), health, cfg.RecoveryWindow, apply) })
 	} else {
 		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
 	}
