@@ -38,6 +38,7 @@ func main() {
 	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY, memory in GiB or MiB, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
 	fs.StringVar(&cfg.FakeControl, "fake-control", "", `test-only, with --fake-gpus: a file polled for commands, one per line, "xid INDEX CODE" (inject an XID on card INDEX) or "probe INDEX fail|ok"; it is removed once applied`)
 	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", deviceplugin.DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz over plain HTTP on this address (e.g. :39996); empty: off")
 	qps := fs.Float64("kube-api-qps", 50, "API client queries per second")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 100, "API client burst")
 	showVersion := fs.Bool("version", false, "print the version and exit")

@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/version"
+	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
 func main() {
@@ -52,7 +53,15 @@ func parseFlags(args []string, out io.Writer) (cfg extender.Config, showVersion 
 	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "path of a kubeconfig; empty: in-cluster configuration")
-	fs.StringVar(&cfg.Listen, "listen", extender.DefaultListen, "HTTP listen address for the extender API, /healthz, /readyz, /version and /metrics; loopback by default (kube-scheduler beside the extender): anyone who reaches it can bind pending GPU pods and read every GPU pod through inspect")
+	fs.StringVar(&cfg.Listen, "listen", extender.DefaultListen, "listen address for the extender API and inspect, plus /healthz, /readyz, /version and /metrics; loopback by default (kube-scheduler beside the extender): anyone who reaches it can bind pending GPU pods and read every GPU pod through inspect")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "serve --listen over HTTPS with this PEM certificate (with --tls-key-file); both are reloaded when they change on disk, for new connections")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "with --tls-cert-file: accept on --listen only clients presenting a certificate signed by a CA in this PEM bundle (kube-scheduler's tlsConfig certFile); reloaded when it changes; needs --metrics-listen for probes and Prometheus")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "also serve /healthz, /readyz, /version and /metrics over plain HTTP on this address (e.g. :39998), for kubelet's probes and Prometheus; empty: only on --listen")
+	fs.StringVar(&cfg.WebhookListen, "webhook-listen", "", "serve the mutating webhook that sets spec.schedulerName on pods asking aliyun.com/gpu-mem at POST "+webhook.Path+" over HTTPS on this address (e.g. :9443); empty: off")
+	fs.StringVar(&cfg.WebhookTLSCertFile, "webhook-tls-cert-file", "", "PEM certificate of --webhook-listen, reloaded when it changes")
+	fs.StringVar(&cfg.WebhookTLSKeyFile, "webhook-tls-key-file", "", "PEM private key of --webhook-tls-cert-file")
+	fs.StringVar(&cfg.SchedulerName, "scheduler-name", webhook.DefaultSchedulerName, "the spec.schedulerName the webhook gives pods asking aliyun.com/gpu-mem whose schedulerName is empty or default-scheduler")
 	fs.StringVar(&cfg.Policy, "policy", allocator.DefaultPolicy, fmt.Sprintf("default scoring policy, one of %v; a pod may override it with the annotation gpushare.io/policy", allocator.PolicyNames()))
 	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,6 +72,9 @@ type Config struct {
 	// QPS and Burst of the API client.
 	QPS   float32
 	Burst int
+	// MetricsListen, when set, serves /metrics and /healthz over plain
+	// HTTP on this address (see Metrics).
+	MetricsListen string
 
 	// Client, when set, is used instead of one built from Kubeconfig.
 	Client kubernetes.Interface
@@ -117,6 +121,11 @@ func (c *Config) Validate() error {
 	}
 	if c.RecoveryWindow <= 0 {
 		c.RecoveryWindow = gpu.DefaultRecoveryWindow
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-listen %q: %w", c.MetricsListen, err))
+		}
 	}
 	if c.Client == nil && (c.QPS <= 0 || c.Burst <= 0) {
 		errs = append(errs, fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", c.QPS, c.Burst))

@@ -56,6 +56,12 @@ func Run(ctx context.Context, cfg Config) error {
 	for _, c := range cards {
 		logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", cfg.Unit)
 	}
+	metrics := NewMetrics(cards)
+	stopMetrics, err := metrics.Serve(ctx, cfg.MetricsListen)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	client := cfg.Client
 	if client == nil {
@@ -70,7 +76,7 @@ func Run(ctx context.Context, cfg Config) error {
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
 
 	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
-	ann := newAnnotator(api)
+	ann := newAnnotator(metrics.PodAPI(api))
 	h := NewHandoff(HandoffConfig{
 		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
 		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
@@ -116,7 +122,7 @@ func Run(ctx context.Context, cfg Config) error {
 		default:
 		}
 	}
-	server := NewServer(logger, h, cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
+	server := NewServer(logger, metrics.Handoff(h), cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
 	adoption := h.Adoption()
 	server.SetAdopted(adoption.ByCard)
 	logAdoption(logger, cards, nil, adoption)
@@ -152,9 +158,10 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			server.SetHealth(unhealthy)
 			pub.SetHealth(unhealthy)
+			metrics.SetHealth(unhealthy)
 			poke(publishNow)
 		}
-		goRun(func() { healthLoop(ctx, gpus, health, cfg.RecoveryWindow, apply) })
+		goRun(func() { healthLoop(ctx, metrics.GPUs(gpus), health, cfg.RecoveryWindow, apply) })
 	} else {
 		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
 	}

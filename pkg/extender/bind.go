@@ -130,8 +130,36 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	case unknown:
 		// Keep the assumption: releasing the cards of a Binding that may
 		// exist would let another pod take them.
+		err = withResult(BindUnknown, err)
 	}
 	return err
+}
+
+// resultError tags a bind's error with its result (BindConflict or
+// BindUnknown) without changing its message.
+type resultError struct {
+	result string
+	err    error
+}
+
+func (e *resultError) Error() string { return e.err.Error() }
+func (e *resultError) Unwrap() error { return e.err }
+
+func withResult(result string, err error) error { return &resultError{result: result, err: err} }
+
+// BindResultOf returns the result (BindBound, BindConflict, BindError or
+// BindUnknown) of the error Binder.Bind returned.
+func BindResultOf(err error) string {
+	var re *resultError
+	switch {
+	case err == nil:
+		return BindBound
+	case errors.As(err, &re):
+		return re.result
+	case errors.Is(err, cache.ErrBoundElsewhere), errors.Is(err, cache.ErrBindInFlight):
+		return BindConflict
+	}
+	return BindError
 }
 
 // pod returns the pod from the informer cache, or from the API when the
@@ -145,7 +173,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 		return nil, fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 	}
 	if uid != "" && p.UID != uid {
-		return nil, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked to bind %s (deleted and re-created?)", namespace, name, p.UID, uid)
+		return nil, withResult(BindConflict, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked to bind %s (deleted and re-created?)", namespace, name, p.UID, uid))
 	}
 	return cache.NewPodInfo(p), nil
 }
@@ -206,25 +234,29 @@ func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, allo
 			inFlight, mayExist = true, true
 		case serverError(err):
 			mayExist = true
+		case !inFlight && apierrors.IsNotFound(err):
+			return notBound, withResult(BindConflict, bindErr) // the pod is gone
 		case !inFlight:
 			return notBound, bindErr // refused, and nothing earlier is running
 		}
 		fresh, gerr := b.readBack(ctx, pod.Namespace, pod.Name)
 		switch {
 		case apierrors.IsNotFound(gerr):
-			return notBound, fmt.Errorf("%w; pod %s/%s was deleted", bindErr, pod.Namespace, pod.Name)
+			return notBound, withResult(BindConflict, fmt.Errorf("%w; pod %s/%s was deleted", bindErr, pod.Namespace, pod.Name))
 		case gerr != nil && mayExist:
 			return unknown, fmt.Errorf("%w; reading the pod back: %w; its cards stay held until the API shows the pod or the assumption expires", bindErr, gerr)
 		case gerr != nil:
 			return notBound, fmt.Errorf("re-reading pod %s/%s after a binding conflict: %w", pod.Namespace, pod.Name, gerr)
 		case fresh.UID != pod.UID:
-			return notBound, fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name)
+			return notBound, withResult(BindConflict, fmt.Errorf("pod %s/%s was re-created while binding", pod.Namespace, pod.Name))
 		case fresh.Spec.NodeName == node:
 			return bound, nil
 		case fresh.Spec.NodeName != "":
 			return notBound, fmt.Errorf("pod %s/%s was bound to node %s meanwhile: %w", pod.Namespace, pod.Name, fresh.Spec.NodeName, cache.ErrBoundElsewhere)
 		case attempt == maxConflictRetries && inFlight:
 			return unknown, fmt.Errorf("%w; the pod still shows no node, but an earlier Binding request may yet be applied; its cards stay held until the API shows the pod or the assumption expires", bindErr)
+		case attempt == maxConflictRetries && apierrors.IsConflict(err):
+			return notBound, withResult(BindConflict, bindErr)
 		case attempt == maxConflictRetries:
 			return notBound, bindErr
 		}

@@ -148,22 +148,25 @@ func TestBindConflicts(t *testing.T) {
 		conflicts  int
 		onConflict func(*corev1.Pod)
 		wantErr    string
+		wantResult string
 		wantUsed   int64
 		// wantBinds: Binding attempts; giving up takes one and
 		// maxConflictRetries (5) retries.
 		wantBinds int
 	}{
 		{
-			name:      "gives up after retries",
-			conflicts: 100,
-			wantErr:   "binding pod default/p to node n1: Operation cannot be fulfilled",
-			wantBinds: 6,
+			name:       "gives up after retries",
+			conflicts:  100,
+			wantErr:    "binding pod default/p to node n1: Operation cannot be fulfilled",
+			wantResult: BindConflict,
+			wantBinds:  6,
 		},
 		{
 			name:       "bound elsewhere meanwhile",
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n2" },
 			wantErr:    "pod default/p was bound to node n2 meanwhile: pod already bound to another node",
+			wantResult: BindConflict,
 			wantBinds:  1,
 		},
 		{
@@ -171,12 +174,14 @@ func TestBindConflicts(t *testing.T) {
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.UID = "other" },
 			wantErr:    "pod default/p was re-created while binding",
+			wantResult: BindConflict,
 			wantBinds:  1,
 		},
 		{
 			name:       "an earlier attempt bound it here",
 			conflicts:  1,
 			onConflict: func(p *corev1.Pod) { p.Spec.NodeName = "n1" },
+			wantResult: BindBound,
 			wantUsed:   4,
 			wantBinds:  1,
 		},
@@ -190,6 +195,9 @@ func TestBindConflicts(t *testing.T) {
 			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Bind() error = %v, want %q", err, tc.wantErr)
+			}
+			if got := BindResultOf(err); got != tc.wantResult {
+				t.Errorf("BindResultOf = %q, want %q", got, tc.wantResult)
 			}
 			if v, _ := c.Inspect("n1"); v[0].Used != tc.wantUsed {
 				t.Errorf("used = %d, want %d", v[0].Used, tc.wantUsed)
@@ -214,6 +222,9 @@ func TestBindRefusesReplacedPod(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "deleted and re-created") {
 		t.Errorf("Bind() error = %v, want the UID mismatch explained", err)
 	}
+	if got := BindResultOf(err); got != BindConflict {
+		t.Errorf("BindResultOf = %q, want %q", got, BindConflict)
+	}
 }
 
 // TestBindAmbiguousAnswers: an error that does not say the Binding was
@@ -229,12 +240,14 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 		bindErrs  []error
 		getErrs   []error
 		wantErr   string
+		wantRes   string
 		wantUsed  int64
 		wantCalls []string // after the first read
 	}{
 		{
 			name:      "answer lost, Binding made: read back, bound",
 			bindErrs:  []error{errLostAnswer},
+			wantRes:   BindBound,
 			wantUsed:  4,
 			wantCalls: []string{"bind", "get"},
 		},
@@ -243,12 +256,14 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			bindErrs:  []error{errLostAnswer},
 			getErrs:   []error{unavailable, unavailable, unavailable},
 			wantErr:   "stay held",
+			wantRes:   BindUnknown,
 			wantUsed:  4,
 			wantCalls: []string{"bind", "get", "get", "get"},
 		},
 		{
 			name:      "server error, not made: read back, bound again",
 			bindErrs:  []error{unavailable},
+			wantRes:   BindBound,
 			wantUsed:  4,
 			wantCalls: []string{"bind", "get", "bind"},
 		},
@@ -256,6 +271,7 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			name:      "refused: released at once",
 			bindErrs:  []error{apierrors.NewForbidden(corev1.Resource("pods/binding"), "p", errors.New("no"))},
 			wantErr:   "forbidden",
+			wantRes:   BindError,
 			wantUsed:  0,
 			wantCalls: []string{"bind"},
 		},
@@ -263,6 +279,7 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			name:      "pod deleted: released",
 			bindErrs:  []error{apierrors.NewNotFound(corev1.Resource("pods"), "p")},
 			wantErr:   "not found",
+			wantRes:   BindConflict,
 			wantUsed:  0,
 			wantCalls: []string{"bind"},
 		},
@@ -276,6 +293,9 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Bind() error = %v, want %q", err, tc.wantErr)
+			}
+			if got := BindResultOf(err); got != tc.wantRes {
+				t.Errorf("BindResultOf = %q, want %q", got, tc.wantRes)
 			}
 			if v, _ := c.Inspect("n1"); v[0].Used != tc.wantUsed {
 				t.Errorf("used = %d, want %d", v[0].Used, tc.wantUsed)

@@ -31,4 +31,13 @@
 // the pod back, and the cards stay held while the outcome is unknown (see
 // Binder.bind). A retried bind of a
 // pod already bound to that node succeeds without holding anything twice.
+//
+// Serving (Run): the API on Config.Listen, over HTTPS with a certificate
+// reloaded from disk when Config.TLSCertFile is set, and then taking only
+// client certificates of Config.ClientCAFile's CAs (pkg/certs); the probes
+// and metrics alone on a plain listener, Config.MetricsListen, which
+// kubelet and Prometheus reach without a client certificate; the
+// scheduler-name webhook (pkg/webhook) on Config.WebhookListen. /metrics
+// writes the per-card gauges straight from the cache at scrape time
+// (serveMetrics).
 package extender

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/julienschmidt/httprouter"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -36,8 +36,8 @@ const MaxBodyBytes = 4 << 20
 // DefaultMaxInFlight bounds the verb requests (filter, prioritize, bind)
 // served at once. kube-scheduler sends filter and prioritize one pod at a
 // time and binds in parallel, each bind a few API round trips; more than
-// this at once is a flood. maxInspectInFlight bounds inspect requests,
-// which walk every node.
+// this at once is a flood. maxInspectInFlight bounds inspect requests and
+// scrapes of /metrics, which walk every node.
 const (
 	DefaultMaxInFlight = 64
 	maxInspectInFlight = 4
@@ -58,8 +58,9 @@ type Handlers struct {
 	// DefaultMaxInFlight. Set before Router.
 	MaxInFlight int
 
-	// verbSlots and inspectSlots hold one token per request being served
-	// (made by Router).
+	// verbSlots (made by Router) and inspectSlots hold one token per
+	// request being served; inspectSlots bounds inspect and /metrics, both
+	// of which walk every node.
 	verbSlots, inspectSlots chan struct{}
 
 	cache   *cache.Cache
@@ -72,7 +73,8 @@ type Handlers struct {
 // NewHandlers returns the handlers; ready reports whether the cache has
 // been rebuilt from the informers' initial lists.
 func NewHandlers(logger klog.Logger, c *cache.Cache, b *Binder, ready func() bool) *Handlers {
-	return &Handlers{cache: c, binder: b, ready: ready, metrics: newMetrics(c.Counts), logger: logger}
+	return &Handlers{cache: c, binder: b, ready: ready, metrics: newMetrics(c), logger: logger,
+		inspectSlots: make(chan struct{}, maxInspectInFlight)}
 }
 
 // Router returns the routes.
@@ -81,21 +83,43 @@ func (h *Handlers) Router() http.Handler {
 		h.MaxInFlight = DefaultMaxInFlight
 	}
 	h.verbSlots = make(chan struct{}, h.MaxInFlight)
-	h.inspectSlots = make(chan struct{}, maxInspectInFlight)
 	r := httprouter.New()
 	r.POST(Prefix+"/filter", h.limit(h.verbSlots, "filter", h.filter))
 	r.POST(Prefix+"/prioritize", h.limit(h.verbSlots, "prioritize", h.prioritize))
 	r.POST(Prefix+"/bind", h.limit(h.verbSlots, "bind", h.bind))
 	r.GET(Prefix+"/inspect", h.limit(h.inspectSlots, "inspect", h.inspect))
 	r.GET(Prefix+"/inspect/:node", h.limit(h.inspectSlots, "inspect", h.inspect))
+	h.probeRoutes(r)
+	return r
+}
+
+// ProbeRouter returns the routes for kubelet's probes and Prometheus
+// alone: /healthz, /readyz, /version and /metrics, which reveal no pod.
+// Run serves them on Config.MetricsListen, over plain HTTP.
+func (h *Handlers) ProbeRouter() http.Handler {
+	r := httprouter.New()
+	h.probeRoutes(r)
+	return r
+}
+
+func (h *Handlers) probeRoutes(r *httprouter.Router) {
 	r.GET("/healthz", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) { _, _ = w.Write([]byte("ok")) })
 	r.GET("/readyz", h.readyz)
 	r.GET("/version", func(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": version.Version})
 	})
-	r.Handler(http.MethodGet, "/metrics", promhttp.HandlerFor(h.metrics.registry, promhttp.HandlerOpts{}))
-	return r
+	r.GET("/metrics", h.limit(h.inspectSlots, "metrics", func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+		h.metrics.serveMetrics(h.cache, w, r)
+	}))
 }
+
+// Registerer is where the extender's other parts (the pending-pods gauge,
+// the TLS files, the webhook) register their metrics, served on /metrics.
+func (h *Handlers) Registerer() prometheus.Registerer { return h.metrics.registry }
+
+// CacheRebuilt records how long the cache took to rebuild from the
+// informers' initial lists.
+func (h *Handlers) CacheRebuilt(d time.Duration) { h.metrics.rebuild.Set(d.Seconds()) }
 
 // limit serves next while it holds a token of slots; when none frees up
 // within slotWait it answers 503 with Retry-After. kube-scheduler takes any
@@ -318,6 +342,7 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 		err = h.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)
 	}
 	h.observe(ctx, "bind", start, err)
+	h.metrics.binds.WithLabelValues(BindResultOf(err)).Inc()
 	res := &extenderv1.ExtenderBindingResult{}
 	if err != nil {
 		res.Error = err.Error()

@@ -27,7 +27,7 @@ type errString string
 
 func (e errString) Error() string { return string(e) }
 
-func ktestingLogger(t *testing.T) klog.Logger {
+func ktestingLogger(t testing.TB) klog.Logger {
 	logger, _ := ktesting.NewTestContext(t)
 	return logger
 }

@@ -3,13 +3,18 @@ package extender
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
@@ -17,7 +22,9 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/kubeclient"
+	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
 // DefaultListen is the default listen address: loopback, for a
@@ -30,8 +37,30 @@ const DefaultListen = "127.0.0.1:39999"
 type Config struct {
 	// Kubeconfig path; empty for in-cluster configuration.
 	Kubeconfig string
-	// Listen is the HTTP listen address, e.g. "127.0.0.1:39999".
+	// Listen is the listen address of the extender API, e.g.
+	// "127.0.0.1:39999".
 	Listen string
+	// TLSCertFile and TLSKeyFile, when set (both), serve Listen over HTTPS
+	// with this certificate, reloaded when the files change.
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, when set (with TLS), makes Listen require a client
+	// certificate signed by one of its CAs (kube-scheduler's); reloaded
+	// when it changes. Needs MetricsListen: kubelet's probes and Prometheus
+	// present no client certificate.
+	ClientCAFile string
+	// MetricsListen, when set, serves /healthz, /readyz, /version and
+	// /metrics there too, over plain HTTP (see Handlers.ProbeRouter).
+	MetricsListen string
+	// WebhookListen, when set, serves the mutating webhook (pkg/webhook)
+	// there over HTTPS with WebhookTLSCertFile and WebhookTLSKeyFile,
+	// reloaded when they change.
+	WebhookListen                         string
+	WebhookTLSCertFile, WebhookTLSKeyFile string
+	// SchedulerName is what the webhook sets spec.schedulerName to.
+	SchedulerName string
+	// CertCheckPeriod is how often the TLS files are stat'ed besides the
+	// fsnotify events (certs.DefaultCheckPeriod when zero).
+	CertCheckPeriod time.Duration
 	// Policy is the default scoring policy.
 	Policy string
 	// QPS and Burst of the API client: a bind makes one call (the Binding),
@@ -66,10 +95,40 @@ func (c *Config) Validate() error {
 	if c.QPS <= 0 || c.Burst <= 0 {
 		return fmt.Errorf("--kube-api-qps (%v) and --kube-api-burst (%d) must be positive", c.QPS, c.Burst)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	var errs []error
+	addrs := map[string]string{} // address -> flag
+	for _, a := range []struct{ flag, addr string }{{"--listen", c.Listen}, {"--metrics-listen", c.MetricsListen}, {"--webhook-listen", c.WebhookListen}} {
+		if a.addr == "" && a.flag != "--listen" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %w", a.flag, a.addr, err))
+		} else if other, dup := addrs[a.addr]; dup {
+			errs = append(errs, fmt.Errorf("%s and %s are both %q; give each its own port", other, a.flag, a.addr))
+		}
+		addrs[a.addr] = a.flag
 	}
-	return nil
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
+	}
+	if c.ClientCAFile != "" && c.TLSCertFile == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file: client certificates are checked over HTTPS"))
+	}
+	if c.ClientCAFile != "" && c.MetricsListen == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --metrics-listen: kubelet's probes and Prometheus present no client certificate, so /healthz, /readyz and /metrics must be served on a plain listener too"))
+	}
+	switch {
+	case c.WebhookListen != "" && (c.WebhookTLSCertFile == "" || c.WebhookTLSKeyFile == ""):
+		errs = append(errs, errors.New("--webhook-listen needs --webhook-tls-cert-file and --webhook-tls-key-file: the API server calls webhooks over HTTPS only"))
+	case c.WebhookListen == "" && (c.WebhookTLSCertFile != "" || c.WebhookTLSKeyFile != ""):
+		errs = append(errs, errors.New("--webhook-tls-cert-file and --webhook-tls-key-file need --webhook-listen"))
+	}
+	if c.WebhookListen != "" {
+		if err := webhook.ValidSchedulerName(c.SchedulerName); err != nil {
+			errs = append(errs, fmt.Errorf("--scheduler-name: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // NewClient builds the extender's API client from a kubeconfig path ("" for in-cluster).
@@ -112,11 +171,22 @@ func newServer(ctx context.Context, handler http.Handler, t Timeouts) *http.Serv
 
 // Run serves the extender until ctx ends. It listens at once (so liveness
 // probes pass) and reports ready on /readyz once the informers have synced.
+// Besides the API on cfg.Listen (HTTPS with cfg.TLSCertFile) it serves the
+// probes and metrics on cfg.MetricsListen and the webhook on
+// cfg.WebhookListen when they are set.
 func Run(ctx context.Context, cfg Config) error {
+	start := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	// Everything Run starts (informers, file watches) stops when it returns.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	logger := klog.FromContext(ctx)
+	files, err := loadTLS(cfg)
+	if err != nil {
+		return err
+	}
 	enableStreamingLists()
 	client, err := NewClient(cfg.Kubeconfig, cfg.QPS, cfg.Burst)
 	if err != nil {
@@ -135,38 +205,198 @@ func Run(ctx context.Context, cfg Config) error {
 	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
 	h := NewHandlers(logger, c, binder, feeder.Synced)
 	h.FilterAll = cfg.FilterAll
-
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s (is another extender running?): %w", cfg.Listen, err)
+	pending := newPendingPods(client)
+	reg := h.Registerer()
+	if err := pending.register(reg); err != nil {
+		return err
 	}
-	srv := newServer(ctx, h.Router(), cfg.Timeouts)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	logger.Info("Serving the scheduler extender", "address", ln.Addr().String(), "policy", cfg.Policy, "filterBest", !cfg.FilterAll)
+	if err := files.register(reg); err != nil {
+		return err
+	}
+
+	apiHandler := h.Router()
+	eps := []*endpoint{{name: "extender", addr: cfg.Listen, handler: apiHandler}}
+	if files.api != nil {
+		eps[0].tls = certs.ServerConfig(files.api, files.clientCAs)
+	}
+	if cfg.MetricsListen != "" {
+		eps = append(eps, &endpoint{name: "metrics", addr: cfg.MetricsListen, handler: h.ProbeRouter()})
+	}
+	if cfg.WebhookListen != "" {
+		wh, err := webhook.New(logger.WithName("webhook"), cfg.SchedulerName, reg)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle(webhook.Path, wh)
+		eps = append(eps, &endpoint{name: "webhook", addr: cfg.WebhookListen, handler: mux, tls: certs.ServerConfig(files.webhook, nil)})
+	}
+	if err := listenAll(eps); err != nil {
+		return err
+	}
+	serveErr := make(chan error, len(eps))
+	for _, ep := range eps {
+		ep.srv = newServer(ctx, ep.handler, cfg.Timeouts)
+		ep.srv.ErrorLog = log.New(serverLog{logger.WithValues("listener", ep.name)}, "", 0)
+		go func() {
+			if err := ep.srv.Serve(ep.ln); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- fmt.Errorf("serving the %s listener on %s: %w", ep.name, ep.addr, err)
+			}
+		}()
+		logger.Info("Serving", "listener", ep.name, "address", ep.ln.Addr().String(), "https", ep.tls != nil,
+			"clientCertificates", ep.tls != nil && ep.tls.ClientAuth == tls.RequireAndVerifyClientCert)
+	}
+	logger.Info("Scheduler extender started", "policy", cfg.Policy, "filterBest", !cfg.FilterAll)
+	files.watch(ctx, cfg.CertCheckPeriod)
 
 	feeder.Start(ctx)
+	pending.Start(ctx)
 	go func() {
 		if feeder.WaitForSync(ctx) {
+			h.CacheRebuilt(time.Since(start))
 			// The initial lists (full objects, before stripping) are
 			// garbage now; an idle extender would hold that memory until
 			// the next periodic GC, so hand it back to the OS at once.
 			debug.FreeOSMemory()
 			nodes, pods := c.Counts()
-			logger.Info("Informer caches synced; ready", "nodes", nodes, "pods", pods)
+			logger.Info("Informer caches synced; ready", "nodes", nodes, "pods", pods, "rebuild", time.Since(start))
 		}
 	}()
 
+	var runErr error
 	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serving on %s: %w", cfg.Listen, err)
+	case runErr = <-serveErr:
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutting down: %w", err)
+	shutdownCtx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer stop()
+	for _, ep := range eps {
+		if err := ep.srv.Shutdown(shutdownCtx); err != nil {
+			runErr = cmp.Or(runErr, fmt.Errorf("shutting down the %s listener: %w", ep.name, err))
+		}
 	}
-	logger.Info("Stopped")
+	if runErr == nil {
+		logger.Info("Stopped")
+	}
+	return runErr
+}
+
+// endpoint is one of the extender's listeners.
+type endpoint struct {
+	name, addr string
+	handler    http.Handler
+	// tls, when set, makes the listener HTTPS.
+	tls *tls.Config
+	ln  net.Listener
+	srv *http.Server
+}
+
+// listenAll opens every endpoint's listener, or none: on an error the ones
+// opened are closed.
+func listenAll(eps []*endpoint) error {
+	for i, ep := range eps {
+		ln, err := net.Listen("tcp", ep.addr)
+		if err != nil {
+			for _, done := range eps[:i] {
+				_ = done.ln.Close()
+			}
+			return fmt.Errorf("listening on %s for the %s listener (is another extender running?): %w", ep.addr, ep.name, err)
+		}
+		if ep.tls != nil {
+			ln = tls.NewListener(ln, ep.tls)
+		}
+		ep.ln = ln
+	}
 	return nil
+}
+
+// serverLog passes net/http's error log (failed TLS handshakes among it:
+// a client certificate refused, a client that does not trust ours) to a
+// structured logger.
+type serverLog struct{ logger klog.Logger }
+
+func (s serverLog) Write(p []byte) (int, error) {
+	s.logger.Error(errors.New(strings.TrimSpace(string(p))), "HTTP server error")
+	return len(p), nil
+}
+
+// tlsFiles are the certificates the extender serves and the client CAs it
+// trusts, each reloaded when its files change; nil when not configured.
+type tlsFiles struct {
+	api       *certs.KeyPair
+	clientCAs *certs.CAPool
+	webhook   *certs.KeyPair
+}
+
+// loadTLS reads the TLS files cfg names.
+func loadTLS(cfg Config) (*tlsFiles, error) {
+	var f tlsFiles
+	var err error
+	if cfg.TLSCertFile != "" {
+		if f.api, err = certs.LoadKeyPair(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("--tls-cert-file, --tls-key-file: %w", err)
+		}
+	}
+	if cfg.ClientCAFile != "" {
+		if f.clientCAs, err = certs.LoadCAPool(cfg.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
+	}
+	if cfg.WebhookListen != "" {
+		if f.webhook, err = certs.LoadKeyPair(cfg.WebhookTLSCertFile, cfg.WebhookTLSKeyFile); err != nil {
+			return nil, fmt.Errorf("--webhook-tls-cert-file, --webhook-tls-key-file: %w", err)
+		}
+	}
+	return &f, nil
+}
+
+// watch reloads every file when it changes, until ctx ends.
+func (f *tlsFiles) watch(ctx context.Context, period time.Duration) {
+	named := func(name string) context.Context {
+		return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("listener", name))
+	}
+	if f.api != nil {
+		go f.api.Run(named("extender"), period)
+	}
+	if f.clientCAs != nil {
+		go f.clientCAs.Run(named("extender"), period)
+	}
+	if f.webhook != nil {
+		go f.webhook.Run(named("webhook"), period)
+	}
+}
+
+// register adds, for each listener with a certificate, its expiry and the
+// reloads refused.
+func (f *tlsFiles) register(reg prometheus.Registerer) error {
+	add := func(listener, file string, kp *certs.KeyPair, failures func() int64) error {
+		labels := prometheus.Labels{"listener": listener, "file": file}
+		cs := []prometheus.Collector{prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "gpushare", Subsystem: "extender", Name: "tls_reload_failures_total", ConstLabels: labels,
+			Help: "New TLS files that did not load (the previous ones are kept), by listener and file (keypair, client-ca).",
+		}, func() float64 { return float64(failures()) })}
+		if kp != nil {
+			cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "gpushare", Subsystem: "extender", Name: "tls_certificate_expiry_timestamp_seconds", ConstLabels: prometheus.Labels{"listener": listener},
+				Help: "When the certificate a listener serves expires, Unix seconds.",
+			}, func() float64 { return float64(kp.Leaf().NotAfter.Unix()) }))
+		}
+		for _, c := range cs {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("registering the TLS metrics: %w", err)
+			}
+		}
+		return nil
+	}
+	var errs []error
+	if f.api != nil {
+		errs = append(errs, add("extender", "keypair", f.api, f.api.Failures))
+	}
+	if f.clientCAs != nil {
+		errs = append(errs, add("extender", "client-ca", nil, f.clientCAs.Failures))
+	}
+	if f.webhook != nil {
+		errs = append(errs, add("webhook", "keypair", f.webhook, f.webhook.Failures))
+	}
+	return errors.Join(errs...)
 }

@@ -28,22 +28,8 @@ func TestServerCutsOffStalledClients(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	// The API server is nowhere: the informers never sync, the server
 	// serves regardless.
-	kc := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	kc := nowhereKubeconfig(t)
+	addr := freeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Kubeconfig: kc, Listen: addr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
@@ -99,4 +85,32 @@ current-context: c
 			}
 		})
 	}
+}
+
+// nowhereKubeconfig writes a kubeconfig whose API server is nowhere: the
+// informers never sync, the extender serves regardless.
+func nowhereKubeconfig(t *testing.T) string {
+	t.Helper()
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

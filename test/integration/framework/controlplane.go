@@ -53,15 +53,29 @@ type Options struct {
 	Scheduler bool
 	// SchedulerConfig is the KubeSchedulerConfiguration file to load;
 	// default <repo>/config/kube-scheduler-config.yaml. Only
-	// clientConnection.kubeconfig, leaderElection.leaderElect and the
-	// extenders' urlPrefix are overridden.
+	// clientConnection.kubeconfig, leaderElection.leaderElect, the
+	// extenders' urlPrefix and, with ExtenderTLS, their tlsConfig file
+	// paths are overridden.
 	SchedulerConfig string
+	// ExtenderTLS, when set, replaces the file paths of every extender's
+	// tlsConfig (which SchedulerConfig must have) with these, for a
+	// configuration that calls the extender over HTTPS, such as
+	// config/kube-scheduler-config-https.yaml. An empty path removes its
+	// key (e.g. no client certificate).
+	ExtenderTLS *ExtenderTLS
 	// Users are extra identities, each with its own token and kubeconfig.
 	Users []User
 	// Dir holds the PKI, kubeconfigs, etcd data and logs/. Default: a new
 	// directory under os.TempDir() that Start leaves in place (StartT
 	// removes it after a passing test).
 	Dir string
+}
+
+// ExtenderTLS are the files kube-scheduler reads to call an extender over
+// HTTPS: its client certificate and key, and the CA bundle it verifies the
+// extender's serving certificate with.
+type ExtenderTLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // ControlPlane is a running etcd, kube-apiserver and, optionally, kube-scheduler.
@@ -363,6 +377,20 @@ func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
 				return "", fmt.Errorf("parsing the scheduler config %s: extenders[%d] is a %T, not a mapping", src, i, e)
 			}
 			m["urlPrefix"] = opts.ExtenderURL
+			if opts.ExtenderTLS == nil {
+				continue
+			}
+			tc, ok := m["tlsConfig"].(map[string]any)
+			if !ok {
+				return "", fmt.Errorf("pointing the scheduler at %s over HTTPS: extenders[%d] of %s has no tlsConfig", opts.ExtenderURL, i, src)
+			}
+			for key, path := range map[string]string{"certFile": opts.ExtenderTLS.CertFile, "keyFile": opts.ExtenderTLS.KeyFile, "caFile": opts.ExtenderTLS.CAFile} {
+				if path == "" {
+					delete(tc, key)
+				} else {
+					tc[key] = path
+				}
+			}
 		}
 	}
 	out, err := yaml.Marshal(cfg)

@@ -1,0 +1,87 @@
+package framework
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestWriteSchedulerConfig: the shipped scheduler configurations, with the
+// overrides Start applies, decode strictly as KubeSchedulerConfiguration v1
+// (a misspelt field fails); the HTTPS one keeps enableHTTPS and gets the
+// test's TLS files.
+func TestWriteSchedulerConfig(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(root, "config", "kube-scheduler-config.yaml")
+	https := filepath.Join(root, "config", "kube-scheduler-config-https.yaml")
+	tests := []struct {
+		name    string
+		opts    Options
+		wantTLS *configv1.ExtenderTLSConfig
+		wantErr string
+	}{
+		{name: "plain", opts: Options{SchedulerConfig: plain, ExtenderURL: "http://127.0.0.1:1/gpushare-scheduler"}},
+		{
+			name:    "https",
+			opts:    Options{SchedulerConfig: https, ExtenderURL: "https://127.0.0.1:1/gpushare-scheduler", ExtenderTLS: &ExtenderTLS{CertFile: "/c", KeyFile: "/k", CAFile: "/ca"}},
+			wantTLS: &configv1.ExtenderTLSConfig{CertFile: "/c", KeyFile: "/k", CAFile: "/ca"},
+		},
+		{
+			name:    "https without a client certificate",
+			opts:    Options{SchedulerConfig: https, ExtenderURL: "https://127.0.0.1:1/gpushare-scheduler", ExtenderTLS: &ExtenderTLS{CAFile: "/ca"}},
+			wantTLS: &configv1.ExtenderTLSConfig{CAFile: "/ca"},
+		},
+		{
+			name:    "TLS files for a configuration without tlsConfig",
+			opts:    Options{SchedulerConfig: plain, ExtenderURL: "https://127.0.0.1:1/gpushare-scheduler", ExtenderTLS: &ExtenderTLS{CAFile: "/ca"}},
+			wantErr: "has no tlsConfig",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cp := &ControlPlane{dir: t.TempDir(), kubeconfigs: map[string]string{AdminUser: "/admin.kubeconfig"}}
+			path, err := cp.writeSchedulerConfig(tc.opts)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg configv1.KubeSchedulerConfiguration
+			if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+				t.Fatalf("%s does not decode strictly: %v", tc.opts.SchedulerConfig, err)
+			}
+			if len(cfg.Extenders) != 1 {
+				t.Fatalf("%d extenders, want 1", len(cfg.Extenders))
+			}
+			ext := cfg.Extenders[0]
+			if ext.URLPrefix != tc.opts.ExtenderURL || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
+				t.Errorf("urlPrefix %q kubeconfig %q not overridden", ext.URLPrefix, cfg.ClientConnection.Kubeconfig)
+			}
+			if ext.EnableHTTPS != (tc.wantTLS != nil) {
+				t.Errorf("enableHTTPS = %v", ext.EnableHTTPS)
+			}
+			if diff := cmp.Diff(tc.wantTLS, ext.TLSConfig); diff != "" {
+				t.Errorf("tlsConfig (-want +got):\n%s", diff)
+			}
+			if !ext.NodeCacheCapable || ext.BindVerb != "bind" || len(ext.ManagedResources) != 1 {
+				t.Errorf("extender %+v: want nodeCacheCapable, bind and the managed resource as shipped", ext)
+			}
+		})
+	}
+}
