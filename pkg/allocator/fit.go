@@ -24,7 +24,7 @@ type slice struct {
 // *FitError whose reason names the numbers. n is not modified.
 func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 	pl := &Placement{}
-	if err := FitInto(n, d, p, pl); err != nil {
+	if err := FitWith(n, d, nil, p, pl); err != nil {
 		return nil, err
 	}
 	return pl, nil
@@ -34,6 +34,17 @@ func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 // scoring thousands of nodes per request allocate nothing per node in the
 // common case of one single-card container.
 func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
+	return FitWith(n, d, nil, p, pl)
+}
+
+// FitWith is FitInto for a pod whose containers may use only the cards
+// Exclude allows under its constraints cc (nil: any card that is not
+// cordoned). A pod without constraints pays one pointer test per card that
+// fits. When the demand does not fit, the reason counts the cards excluded
+// and why, and speaks of the eligible ones: "container c0 needs 12 GiB on
+// one GPU of model A100*; 3 GPUs excluded (model Tesla T4 not A100*: 2,
+// cordoned by the operator: 1); largest free eligible GPU has 7 of 80 GiB".
+func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement) error {
 	pl.reset(len(d), len(n.Cards))
 	if len(d) == 1 && !d[0].Init && d[0].Cards == 1 {
 		units := d[0].Units
@@ -41,7 +52,7 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 		var bestKey float64
 		for i := range n.Cards {
 			free := n.Cards[i].Free()
-			if free < units {
+			if free < units || cc != nil && Exclude(cc, &n.Cards[i]) != Eligible {
 				continue
 			}
 			if k := p.CardKey(&n.Cards[i], free, units); best < 0 || k < bestKey {
@@ -58,8 +69,8 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	if len(n.Cards) == 0 {
 		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
 	}
-	frees := frees0(n)
-	if err := precheck(n, d, frees); err != nil {
+	base := eligibleFrees(n, cc)
+	if err := precheck(n, d, cc, base); err != nil {
 		return err
 	}
 
@@ -75,19 +86,20 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
-		s := &search{node: n, policy: p, demand: d, slices: slices, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
+		s := &search{node: n, policy: p, demand: d, slices: slices, base: base, frees: append([]int64(nil), base...),
+			pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
 		if !s.place(0) {
-			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free cards (" + freeList(n, frees0(n)) + ")"
+			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(n, cc) + "cards (" + freeList(n, cc, base) + ")"
 			if s.budget <= 0 {
 				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
 			}
-			return &FitError{Node: n.Name, Reason: reason}
+			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc)}
 		}
 	}
-	if !placeInits(n, d, p, pl) {
+	if !placeInits(n, d, p, pl, base) {
 		// Only a pod whose plain init containers follow sidecars gets
 		// here: the search checks them at every complete placement.
-		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, frees0(n)) + ")"}
+		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, cc, base) + ")" + excludedSuffix(n, cc)}
 	}
 	return nil
 }
@@ -123,23 +135,34 @@ func (pl *Placement) reset(containers, cards int) {
 	clear(pl.Reserved)
 }
 
-func frees0(n *Node) []int64 {
+// eligibleFrees returns, by card position, the units a container of a pod
+// with constraints cc may take on each card: Free, or 0 where Exclude
+// keeps the pod off the card.
+func eligibleFrees(n *Node, cc *gpushare.CardConstraints) []int64 {
 	f := make([]int64, len(n.Cards))
 	for i := range n.Cards {
-		f[i] = n.Cards[i].Free()
+		if cc == nil || Exclude(cc, &n.Cards[i]) == Eligible {
+			f[i] = n.Cards[i].Free()
+		}
 	}
 	return f
 }
 
 // precheck rejects demands that cannot fit for a simple reason, with a
-// message an operator can act on.
-func precheck(n *Node, d gpushare.Demand, frees []int64) error {
-	healthy := 0
+// message an operator can act on. frees are eligibleFrees.
+func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, frees []int64) error {
+	healthy, eligible := 0, 0
 	var largestFree int64 = -1
 	largest := -1
 	for i := range n.Cards {
 		if n.Cards[i].Healthy {
 			healthy++
+		}
+		if Exclude(cc, &n.Cards[i]) != Eligible {
+			continue
+		}
+		if n.Cards[i].Healthy {
+			eligible++
 		}
 		// The largest free card; among equals, a healthy and bigger one.
 		if frees[i] > largestFree || frees[i] == largestFree && (n.Cards[i].Healthy && !n.Cards[largest].Healthy ||
@@ -149,6 +172,14 @@ func precheck(n *Node, d gpushare.Demand, frees []int64) error {
 	}
 	if healthy == 0 {
 		return &FitError{Node: n.Name, Reason: fmt.Sprintf("all %d GPUs are unhealthy", len(n.Cards))}
+	}
+	var ex exclusions
+	if largest < 0 || eligible < len(n.Cards) {
+		ex = excludedCards(n, cc)
+	}
+	of := cc.String()
+	if of != "" {
+		of = " " + of
 	}
 	for _, c := range d {
 		fitting := 0
@@ -160,24 +191,60 @@ func precheck(n *Node, d gpushare.Demand, frees []int64) error {
 		if fitting >= c.Cards {
 			continue
 		}
-		lc := &n.Cards[largest]
-		if c.Cards == 1 {
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on one GPU; largest free GPU has %d of %d %s",
-				c.Name, c.Units, n.Unit, largestFree, lc.Total, n.Unit)}
+		need := fmt.Sprintf("container %s needs %d %s on one GPU%s", c.Name, c.Units, n.Unit, of)
+		if c.Cards > 1 {
+			need = fmt.Sprintf("container %s needs %d %s on each of %d GPUs%s", c.Name, c.Units, n.Unit, c.Cards, of)
 		}
-		return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on each of %d GPUs; %d of %d healthy GPUs have that much free",
-			c.Name, c.Units, n.Unit, c.Cards, fitting, healthy)}
+		switch {
+		case largest < 0:
+			return &FitError{Node: n.Name, Reason: need + "; " + ex.String(len(n.Cards))}
+		case ex.total > 0 && c.Cards == 1:
+			lc := &n.Cards[largest]
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %s; largest free eligible GPU has %d of %d %s", need, ex.String(len(n.Cards)), largestFree, lc.Total, n.Unit)}
+		case ex.total > 0:
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %s; %d of %d eligible healthy GPUs have that much free", need, ex.String(len(n.Cards)), fitting, eligible)}
+		case c.Cards == 1:
+			lc := &n.Cards[largest]
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; largest free GPU has %d of %d %s", need, largestFree, lc.Total, n.Unit)}
+		}
+		return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %d of %d healthy GPUs have that much free", need, fitting, healthy)}
 	}
-	var app int64
+	var app, free int64
 	for _, c := range d {
 		if !c.Init {
 			app += c.Total()
 		}
 	}
-	if free := n.FreeTotal(); app > free {
+	for _, f := range frees {
+		free += f
+	}
+	if app > free {
+		if ex.total > 0 {
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; eligible GPUs have %d %s free; %s", app, n.Unit, free, n.Unit, ex.String(len(n.Cards)))}
+		}
 		return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; GPUs have %d %s free", app, n.Unit, free, n.Unit)}
 	}
 	return nil
+}
+
+// eligibleWord is "eligible " when a card of n is kept from a pod with
+// constraints cc, else "".
+func eligibleWord(n *Node, cc *gpushare.CardConstraints) string {
+	for i := range n.Cards {
+		if Exclude(cc, &n.Cards[i]) != Eligible {
+			return "eligible "
+		}
+	}
+	return ""
+}
+
+// excludedSuffix is "; " and the count of n's cards kept from a pod with
+// constraints cc, "" when there are none.
+func excludedSuffix(n *Node, cc *gpushare.CardConstraints) string {
+	if ex := excludedCards(n, cc); ex.total > 0 {
+		return "; " + ex.String(len(n.Cards))
+	}
+	return ""
 }
 
 // search is one depth-first placement of the slices of the non-init
@@ -187,9 +254,11 @@ type search struct {
 	policy Policy
 	demand gpushare.Demand
 	slices []slice
-	frees  []int64 // card position -> free units left by the slices placed so far
-	pl     *Placement
-	budget int // placements left to examine
+	// base: card position -> units the pod may take there (eligibleFrees);
+	// frees: what the slices placed so far leave of them.
+	base, frees []int64
+	pl          *Placement
+	budget      int // placements left to examine
 	// sidecars: a plain init container follows a sidecar, so a complete
 	// placement holds only if the init containers fit beside the sidecars
 	// (initsFit), and cards of equal free memory are no longer
@@ -199,7 +268,7 @@ type search struct {
 
 func (s *search) place(k int) bool {
 	if k == len(s.slices) {
-		return !s.sidecars || initsFit(s.node, s.demand, s.pl)
+		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.base)
 	}
 	s.budget--
 	if s.budget <= 0 {
@@ -252,7 +321,8 @@ func (s *search) place(k int) bool {
 // (gpushare.Demand.Total), so on each of its cards it needs its Units plus
 // those sidecars' there. It reports false when some init container finds
 // too few such cards, which precheck rules out for pods without sidecars.
-func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
+// base holds the units the pod may take on each card (eligibleFrees).
+func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, base []int64) bool {
 	side := make([]int64, len(n.Cards)) // card position -> sidecar units so far
 	for i, c := range d {
 		if !c.Init {
@@ -269,7 +339,7 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
 		var cands []cand
 		for pos := range n.Cards {
 			need := side[pos] + c.Units
-			free := n.Cards[pos].Free()
+			free := base[pos]
 			if free < need {
 				continue
 			}
@@ -296,8 +366,9 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
 // initsFit reports whether every plain init container of d finds its
 // number of cards with room for its Units plus the sidecars declared before
 // it there, given where pl put the non-init containers. Init containers run
-// one at a time, so each is checked on its own.
-func initsFit(n *Node, d gpushare.Demand, pl *Placement) bool {
+// one at a time, so each is checked on its own. base holds the units the
+// pod may take on each card (eligibleFrees).
+func initsFit(n *Node, d gpushare.Demand, pl *Placement, base []int64) bool {
 	side := make([]int64, len(n.Cards))
 	for i, c := range d {
 		if !c.Init {
@@ -308,7 +379,7 @@ func initsFit(n *Node, d gpushare.Demand, pl *Placement) bool {
 		}
 		room := 0
 		for pos := range n.Cards {
-			if n.Cards[pos].Free() >= side[pos]+c.Units {
+			if base[pos] >= side[pos]+c.Units {
 				room++
 			}
 		}
@@ -359,10 +430,15 @@ func sliceList(slices []slice, unit string) string {
 	return strings.Join(parts, "+") + " " + unit
 }
 
-func freeList(n *Node, frees []int64) string {
-	parts := make([]string, len(frees))
+// freeList lists the free units of the cards a pod with constraints cc may
+// use: "GPU0 8/16, GPU1 8/16 GiB free".
+func freeList(n *Node, cc *gpushare.CardConstraints, frees []int64) string {
+	parts := make([]string, 0, len(frees))
 	for i, f := range frees {
-		parts[i] = fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total)
+		if Exclude(cc, &n.Cards[i]) != Eligible {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total))
 	}
 	return strings.Join(parts, ", ") + " " + n.Unit + " free"
 }
