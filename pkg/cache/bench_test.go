@@ -64,7 +64,7 @@ func benchVerb(b *testing.B, policy string, verb func(b *testing.B, c *Cache, na
 
 // filterVerb is filter with --filter-best=false.
 func filterVerb(b *testing.B, c *Cache, names []string) {
-	if fit, _ := c.Filter(benchDemand, names); len(fit) == 0 {
+	if fit, _, err := c.Filter(benchPod, names); err != nil || len(fit) == 0 {
 		b.Fatal("nothing fits")
 	}
 }
@@ -87,7 +87,7 @@ func BenchmarkPrioritize(b *testing.B) {
 // --filter-best=false: the target is under 2 ms of CPU at 5,000 nodes.
 func BenchmarkFilterAndPrioritize(b *testing.B) {
 	benchVerb(b, allocator.DefaultPolicy, func(b *testing.B, c *Cache, names []string) {
-		fit, _ := c.Filter(benchDemand, names)
+		fit, _, _ := c.Filter(benchPod, names)
 		prioritizeVerb(b, c, fit)
 	})
 }
