@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,83 +76,103 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	return Eligible
 }
 
-// describe says why x keeps a pod with constraints cc off card c, as a
-// filter reason counts it: "model Tesla T4 not A100*|H100*".
-func (x Exclusion) describe(cc *gpushare.CardConstraints, c *Card) string {
-	switch x {
-	case ExcludedCordoned:
-		return "cordoned by the operator"
-	case ExcludedModelUnknown:
-		return "model unknown"
-	case ExcludedModel:
-		return "model " + c.Model + " not " + strings.Join(cc.Models, "|")
-	case ExcludedModelExcluded:
-		_, by := cc.AllowsModel(c.Model)
-		return "model " + c.Model + " excluded by the pod (" + by + ")"
-	case ExcludedUUIDUnknown:
-		return "UUID unknown"
-	case ExcludedUUID:
-		return "UUID not chosen by the pod"
-	case ExcludedUUIDExcluded:
-		return "UUID excluded by the pod"
-	}
-	return "eligible"
-}
-
-// exclusions counts the cards of n that a pod with constraints cc may not
-// use, by reason.
-type exclusions struct {
-	total int
-	// reasons in the order they are listed: most cards first.
-	reasons []exclusionCount
-}
-
-type exclusionCount struct {
-	x    Exclusion
-	text string
-	n    int
-}
-
-// excludedCards counts n's cards that Exclude keeps a pod with constraints
-// cc off. It is for explanations: it allocates.
-func excludedCards(n *Node, cc *gpushare.CardConstraints) exclusions {
-	var ex exclusions
+// cardExclusions appends Exclude(cc, card) for each card of n to xs.
+func cardExclusions(n *Node, cc *gpushare.CardConstraints, xs []Exclusion) []Exclusion {
 	for i := range n.Cards {
-		c := &n.Cards[i]
-		x := Exclude(cc, c)
+		xs = append(xs, Exclude(cc, &n.Cards[i]))
+	}
+	return xs
+}
+
+// appendExclusions appends to b the count of n's cards that xs (parallel
+// to n.Cards, for a pod with constraints cc) excludes, by reason, most
+// cards first: "4 GPUs excluded (model Tesla T4 not A100*: 2, cordoned by
+// the operator: 1, UUID excluded by the pod: 1)"; with every card
+// excluded, "all 4 GPUs excluded (...)". total is the number excluded, at
+// least 1. It runs for every node a filter rejects, so it builds the text
+// in b without fmt.
+func appendExclusions(b []byte, n *Node, cc *gpushare.CardConstraints, xs []Exclusion, total int) []byte {
+	// Cards excluded for the same reason and, where the text names it, of
+	// the same model share a group.
+	type group struct {
+		x     Exclusion
+		model string
+		n     int
+	}
+	var buf [8]group
+	groups := buf[:0]
+	for i, x := range xs {
 		if x == Eligible {
 			continue
 		}
-		ex.total++
-		text := x.describe(cc, c)
-		if j := slices.IndexFunc(ex.reasons, func(r exclusionCount) bool { return r.text == text }); j >= 0 {
-			ex.reasons[j].n++
-			continue
+		model := ""
+		if x == ExcludedModel || x == ExcludedModelExcluded {
+			model = n.Cards[i].Model
 		}
-		ex.reasons = append(ex.reasons, exclusionCount{x: x, text: text, n: 1})
+		j := 0
+		for j < len(groups) && (groups[j].x != x || groups[j].model != model) {
+			j++
+		}
+		if j == len(groups) {
+			groups = append(groups, group{x: x, model: model})
+		}
+		groups[j].n++
 	}
-	slices.SortStableFunc(ex.reasons, func(a, b exclusionCount) int {
-		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.x, b.x), strings.Compare(a.text, b.text))
+	slices.SortFunc(groups, func(a, b group) int {
+		return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.x, b.x), strings.Compare(a.model, b.model))
 	})
-	return ex
+	cards := len(n.Cards)
+	switch {
+	case total == cards && cards == 1:
+		b = append(b, "its only GPU excluded ("...)
+	case total == cards:
+		b = append(b, "all "...)
+		b = strconv.AppendInt(b, int64(cards), 10)
+		b = append(b, " GPUs excluded ("...)
+	default:
+		b = strconv.AppendInt(b, int64(total), 10)
+		b = append(b, plural(total, " GPU", " GPUs")...)
+		b = append(b, " excluded ("...)
+	}
+	for i, g := range groups {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendReason(b, g.x, g.model, cc)
+		b = append(b, ": "...)
+		b = strconv.AppendInt(b, int64(g.n), 10)
+	}
+	return append(b, ')')
 }
 
-// String lists the counts: "4 GPUs excluded (model Tesla T4 not A100*: 2,
-// cordoned by the operator: 1, UUID excluded by the pod: 1)"; with all
-// cards gone, "all 4 GPUs excluded (...)".
-func (ex exclusions) String(cards int) string {
-	parts := make([]string, len(ex.reasons))
-	for i, r := range ex.reasons {
-		parts[i] = r.text + ": " + strconv.Itoa(r.n)
-	}
-	head := fmt.Sprintf("%d %s excluded", ex.total, plural(ex.total, "GPU", "GPUs"))
-	if ex.total == cards {
-		head = fmt.Sprintf("all %d %s excluded", cards, plural(cards, "GPU", "GPUs"))
-		if cards == 1 {
-			head = "its only GPU excluded"
+// appendReason appends why x keeps a pod with constraints cc off a card of
+// model: "model Tesla T4 not A100*|H100*".
+func appendReason(b []byte, x Exclusion, model string, cc *gpushare.CardConstraints) []byte {
+	switch x {
+	case ExcludedCordoned:
+		return append(b, "cordoned by the operator"...)
+	case ExcludedModelUnknown:
+		return append(b, "model unknown"...)
+	case ExcludedModel:
+		b = append(append(append(b, "model "...), model...), " not "...)
+		for i, p := range cc.Models {
+			if i > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, p...)
 		}
+		return b
+	case ExcludedModelExcluded:
+		_, by := cc.AllowsModel(model)
+		return append(append(append(append(b, "model "...), model...), " matches excluded "...), by...)
+	case ExcludedUUIDUnknown:
+		return append(b, "UUID unknown"...)
+	case ExcludedUUID:
+		return append(b, "UUID not chosen by the pod"...)
+	case ExcludedUUIDExcluded:
+		return append(b, "UUID excluded by the pod"...)
 	}
-	return head + " (" + strings.Join(parts, ", ") + ")"
+	return append(b, "eligible"...)
 }
 
 func plural(n int, one, many string) string {

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,10 +70,12 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	if len(n.Cards) == 0 {
 		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
 	}
-	base := eligibleFrees(n, cc)
-	if err := precheck(n, d, cc, base); err != nil {
+	var xbuf [16]Exclusion
+	xs := cardExclusions(n, cc, xbuf[:0])
+	if err := precheck(n, d, cc, xs); err != nil {
 		return err
 	}
+	base := eligibleFrees(n, xs)
 
 	var slices []slice
 	for i, c := range d {
@@ -89,17 +92,17 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 		s := &search{node: n, policy: p, demand: d, slices: slices, base: base, frees: append([]int64(nil), base...),
 			pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
 		if !s.place(0) {
-			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(n, cc) + "cards (" + freeList(n, cc, base) + ")"
+			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(xs) + "cards (" + freeList(n, xs, base) + ")"
 			if s.budget <= 0 {
 				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
 			}
-			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc)}
+			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc, xs)}
 		}
 	}
 	if !placeInits(n, d, p, pl, base) {
 		// Only a pod whose plain init containers follow sidecars gets
 		// here: the search checks them at every complete placement.
-		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, cc, base) + ")" + excludedSuffix(n, cc)}
+		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, xs, base) + ")" + excludedSuffix(n, cc, xs)}
 	}
 	return nil
 }
@@ -136,12 +139,12 @@ func (pl *Placement) reset(containers, cards int) {
 }
 
 // eligibleFrees returns, by card position, the units a container of a pod
-// with constraints cc may take on each card: Free, or 0 where Exclude
-// keeps the pod off the card.
-func eligibleFrees(n *Node, cc *gpushare.CardConstraints) []int64 {
+// may take on each card: Free, or 0 where xs (Exclude's answers, parallel to
+// n.Cards) keeps the pod off the card.
+func eligibleFrees(n *Node, xs []Exclusion) []int64 {
 	f := make([]int64, len(n.Cards))
 	for i := range n.Cards {
-		if cc == nil || Exclude(cc, &n.Cards[i]) == Eligible {
+		if xs[i] == Eligible {
 			f[i] = n.Cards[i].Free()
 		}
 	}
@@ -149,65 +152,79 @@ func eligibleFrees(n *Node, cc *gpushare.CardConstraints) []int64 {
 }
 
 // precheck rejects demands that cannot fit for a simple reason, with a
-// message an operator can act on. frees are eligibleFrees.
-func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, frees []int64) error {
-	healthy, eligible := 0, 0
+// message an operator can act on. xs are Exclude's answers for the pod's
+// constraints cc, parallel to n.Cards. Every node a filter rejects comes
+// here, so the usual messages are built without fmt.
+func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exclusion) error {
+	healthy, eligible, excluded := 0, 0, 0
 	var largestFree int64 = -1
 	largest := -1
 	for i := range n.Cards {
-		if n.Cards[i].Healthy {
+		c := &n.Cards[i]
+		if c.Healthy {
 			healthy++
 		}
-		if Exclude(cc, &n.Cards[i]) != Eligible {
+		if xs[i] != Eligible {
+			excluded++
 			continue
 		}
-		if n.Cards[i].Healthy {
+		if c.Healthy {
 			eligible++
 		}
 		// The largest free card; among equals, a healthy and bigger one.
-		if frees[i] > largestFree || frees[i] == largestFree && (n.Cards[i].Healthy && !n.Cards[largest].Healthy ||
-			n.Cards[i].Healthy == n.Cards[largest].Healthy && n.Cards[i].Total > n.Cards[largest].Total) {
-			largestFree, largest = frees[i], i
+		if free := c.Free(); free > largestFree || free == largestFree && (c.Healthy && !n.Cards[largest].Healthy ||
+			c.Healthy == n.Cards[largest].Healthy && c.Total > n.Cards[largest].Total) {
+			largestFree, largest = free, i
 		}
 	}
 	if healthy == 0 {
 		return &FitError{Node: n.Name, Reason: fmt.Sprintf("all %d GPUs are unhealthy", len(n.Cards))}
 	}
-	var ex exclusions
-	if largest < 0 || eligible < len(n.Cards) {
-		ex = excludedCards(n, cc)
-	}
-	of := cc.String()
-	if of != "" {
-		of = " " + of
-	}
 	for _, c := range d {
 		fitting := 0
-		for i := range frees {
-			if frees[i] >= c.Units {
+		for i := range n.Cards {
+			if xs[i] == Eligible && n.Cards[i].Free() >= c.Units {
 				fitting++
 			}
 		}
 		if fitting >= c.Cards {
 			continue
 		}
-		need := fmt.Sprintf("container %s needs %d %s on one GPU%s", c.Name, c.Units, n.Unit, of)
-		if c.Cards > 1 {
-			need = fmt.Sprintf("container %s needs %d %s on each of %d GPUs%s", c.Name, c.Units, n.Unit, c.Cards, of)
+		var buf [256]byte
+		b := buf[:0]
+		b = append(append(append(b, "container "...), c.Name...), " needs "...)
+		b = append(append(strconv.AppendInt(b, c.Units, 10), ' '), n.Unit...)
+		if c.Cards == 1 {
+			b = append(b, " on one GPU"...)
+		} else {
+			b = append(strconv.AppendInt(append(b, " on each of "...), int64(c.Cards), 10), " GPUs"...)
+		}
+		if cc != nil {
+			b = cc.AppendDescription(append(b, ' '))
+		}
+		if excluded > 0 {
+			b = appendExclusions(append(b, "; "...), n, cc, xs, excluded)
 		}
 		switch {
 		case largest < 0:
-			return &FitError{Node: n.Name, Reason: need + "; " + ex.String(len(n.Cards))}
-		case ex.total > 0 && c.Cards == 1:
-			lc := &n.Cards[largest]
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %s; largest free eligible GPU has %d of %d %s", need, ex.String(len(n.Cards)), largestFree, lc.Total, n.Unit)}
-		case ex.total > 0:
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %s; %d of %d eligible healthy GPUs have that much free", need, ex.String(len(n.Cards)), fitting, eligible)}
+			// Every card excluded: nothing more to say.
 		case c.Cards == 1:
-			lc := &n.Cards[largest]
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; largest free GPU has %d of %d %s", need, largestFree, lc.Total, n.Unit)}
+			b = append(b, "; largest free "...)
+			if excluded > 0 {
+				b = append(b, "eligible "...)
+			}
+			b = strconv.AppendInt(append(b, "GPU has "...), largestFree, 10)
+			b = strconv.AppendInt(append(b, " of "...), n.Cards[largest].Total, 10)
+			b = append(append(b, ' '), n.Unit...)
+		default:
+			b = strconv.AppendInt(append(b, "; "...), int64(fitting), 10)
+			b = strconv.AppendInt(append(b, " of "...), int64(eligible), 10)
+			if excluded > 0 {
+				b = append(b, " eligible"...)
+			}
+			b = append(b, " healthy GPUs have that much free"...)
 		}
-		return &FitError{Node: n.Name, Reason: fmt.Sprintf("%s; %d of %d healthy GPUs have that much free", need, fitting, healthy)}
+		return &FitError{Node: n.Name, Reason: string(b)}
 	}
 	var app, free int64
 	for _, c := range d {
@@ -215,36 +232,43 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, frees []
 			app += c.Total()
 		}
 	}
-	for _, f := range frees {
-		free += f
+	for i := range n.Cards {
+		if xs[i] == Eligible {
+			free += n.Cards[i].Free()
+		}
 	}
 	if app > free {
-		if ex.total > 0 {
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; eligible GPUs have %d %s free; %s", app, n.Unit, free, n.Unit, ex.String(len(n.Cards)))}
+		if excluded > 0 {
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; eligible GPUs have %d %s free; %s",
+				app, n.Unit, free, n.Unit, appendExclusions(nil, n, cc, xs, excluded))}
 		}
 		return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; GPUs have %d %s free", app, n.Unit, free, n.Unit)}
 	}
 	return nil
 }
 
-// eligibleWord is "eligible " when a card of n is kept from a pod with
-// constraints cc, else "".
-func eligibleWord(n *Node, cc *gpushare.CardConstraints) string {
-	for i := range n.Cards {
-		if Exclude(cc, &n.Cards[i]) != Eligible {
-			return "eligible "
-		}
+// eligibleWord is "eligible " when xs (Exclude's answers for a node's
+// cards) excludes a card, else "".
+func eligibleWord(xs []Exclusion) string {
+	if slices.ContainsFunc(xs, func(x Exclusion) bool { return x != Eligible }) {
+		return "eligible "
 	}
 	return ""
 }
 
-// excludedSuffix is "; " and the count of n's cards kept from a pod with
-// constraints cc, "" when there are none.
-func excludedSuffix(n *Node, cc *gpushare.CardConstraints) string {
-	if ex := excludedCards(n, cc); ex.total > 0 {
-		return "; " + ex.String(len(n.Cards))
+// excludedSuffix is "; " and the count of n's cards that xs (Exclude's
+// answers for a pod with constraints cc) excludes, "" when there are none.
+func excludedSuffix(n *Node, cc *gpushare.CardConstraints, xs []Exclusion) string {
+	total := 0
+	for _, x := range xs {
+		if x != Eligible {
+			total++
+		}
 	}
-	return ""
+	if total == 0 {
+		return ""
+	}
+	return "; " + string(appendExclusions(nil, n, cc, xs, total))
 }
 
 // search is one depth-first placement of the slices of the non-init
@@ -430,12 +454,12 @@ func sliceList(slices []slice, unit string) string {
 	return strings.Join(parts, "+") + " " + unit
 }
 
-// freeList lists the free units of the cards a pod with constraints cc may
-// use: "GPU0 8/16, GPU1 8/16 GiB free".
-func freeList(n *Node, cc *gpushare.CardConstraints, frees []int64) string {
+// freeList lists the free units of the cards xs (Exclude's answers,
+// parallel to n.Cards) leaves a pod: "GPU0 8/16, GPU1 8/16 GiB free".
+func freeList(n *Node, xs []Exclusion, frees []int64) string {
 	parts := make([]string, 0, len(frees))
 	for i, f := range frees {
-		if Exclude(cc, &n.Cards[i]) != Eligible {
+		if xs[i] != Eligible {
 			continue
 		}
 		parts = append(parts, fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total))

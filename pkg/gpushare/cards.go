@@ -212,22 +212,36 @@ func (cc *CardConstraints) ReadsUUID() bool { return len(cc.UUIDs)+len(cc.Exclud
 
 // String describes the cards cc allows, as messages put it after "a GPU":
 // "of model A100*|H100* and without UUID GPU-3f1c"; "" for nil.
-func (cc *CardConstraints) String() string {
+func (cc *CardConstraints) String() string { return string(cc.AppendDescription(nil)) }
+
+// AppendDescription appends String's text to b.
+func (cc *CardConstraints) AppendDescription(b []byte) []byte {
 	if cc == nil {
-		return ""
+		return b
 	}
-	var parts []string
-	if len(cc.Models) > 0 {
-		parts = append(parts, "of model "+strings.Join(cc.Models, "|"))
+	start := len(b)
+	for _, part := range []struct {
+		head string
+		list []string
+	}{
+		{"of model ", cc.Models},
+		{"not of model ", cc.ExcludedModels},
+		{"with UUID ", cc.UUIDs},
+		{"without UUID ", cc.ExcludedUUIDs},
+	} {
+		if len(part.list) == 0 {
+			continue
+		}
+		if len(b) > start {
+			b = append(b, " and "...)
+		}
+		b = append(b, part.head...)
+		for i, s := range part.list {
+			if i > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, s...)
+		}
 	}
-	if len(cc.ExcludedModels) > 0 {
-		parts = append(parts, "not of model "+strings.Join(cc.ExcludedModels, "|"))
-	}
-	if len(cc.UUIDs) > 0 {
-		parts = append(parts, "with UUID "+strings.Join(cc.UUIDs, "|"))
-	}
-	if len(cc.ExcludedUUIDs) > 0 {
-		parts = append(parts, "without UUID "+strings.Join(cc.ExcludedUUIDs, "|"))
-	}
-	return strings.Join(parts, " and ")
+	return b
 }
