@@ -2,8 +2,10 @@ package gpushare
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -228,5 +230,40 @@ func FuzzParseCardConstraints(f *testing.F) {
 			}
 		}
 		cc.AllowsModel(excluded)
+	})
+}
+
+// FuzzMatchModel checks MatchModel against a regular expression built from
+// the pattern by its documented rules.
+func FuzzMatchModel(f *testing.F) {
+	f.Add("A100*", "A100-SXM4-80GB")
+	f.Add("*A100*", "NVIDIA A100-SXM4-80GB")
+	f.Add("Tesla-T4", "Tesla T4")
+	f.Add("?esla*T?", "Tesla T4")
+	f.Add("*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaab")
+	f.Add("é?", "éé")
+	f.Fuzz(func(t *testing.T, pattern, model string) {
+		if !utf8.ValidString(pattern) || !utf8.ValidString(model) {
+			return
+		}
+		var re strings.Builder
+		re.WriteString("^")
+		for _, r := range pattern {
+			switch r {
+			case '*':
+				re.WriteString("(?s:.*)")
+			case '?':
+				re.WriteString("(?s:.)")
+			case ' ', '-':
+				re.WriteString("[ -]")
+			default:
+				re.WriteString(regexp.QuoteMeta(string(r)))
+			}
+		}
+		re.WriteString("$")
+		want := regexp.MustCompile(re.String()).MatchString(model)
+		if got := MatchModel(pattern, model); got != want {
+			t.Fatalf("MatchModel(%q, %q) = %v, the documented rules say %v", pattern, model, got, want)
+		}
 	})
 }
