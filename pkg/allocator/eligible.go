@@ -76,12 +76,39 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	return Eligible
 }
 
-// cardExclusions appends Exclude(cc, card) for each card of n to xs.
-func cardExclusions(n *Node, cc *gpushare.CardConstraints, xs []Exclusion) []Exclusion {
+// exclusions holds Exclude's answers for one pod, parallel to a node's
+// cards; nil when every card is eligible (the usual case, which then costs
+// no allocation).
+type exclusions []Exclusion
+
+// cardExclusions returns Exclude's answers for a pod with constraints cc on
+// n's cards, nil when all are Eligible.
+func cardExclusions(n *Node, cc *gpushare.CardConstraints) exclusions {
 	for i := range n.Cards {
-		xs = append(xs, Exclude(cc, &n.Cards[i]))
+		if Exclude(cc, &n.Cards[i]) == Eligible {
+			continue
+		}
+		xs := make(exclusions, len(n.Cards))
+		for j := i; j < len(n.Cards); j++ {
+			xs[j] = Exclude(cc, &n.Cards[j])
+		}
+		return xs
 	}
-	return xs
+	return nil
+}
+
+// eligible reports whether the card at position pos is eligible.
+func (xs exclusions) eligible(pos int) bool { return xs == nil || xs[pos] == Eligible }
+
+// count returns the number of cards excluded.
+func (xs exclusions) count() int {
+	n := 0
+	for _, x := range xs {
+		if x != Eligible {
+			n++
+		}
+	}
+	return n
 }
 
 // appendExclusions appends to b the count of n's cards that xs (parallel
@@ -91,7 +118,7 @@ func cardExclusions(n *Node, cc *gpushare.CardConstraints, xs []Exclusion) []Exc
 // excluded, "all 4 GPUs excluded (...)". total is the number excluded, at
 // least 1. It runs for every node a filter rejects, so it builds the text
 // in b without fmt.
-func appendExclusions(b []byte, n *Node, cc *gpushare.CardConstraints, xs []Exclusion, total int) []byte {
+func appendExclusions(b []byte, n *Node, cc *gpushare.CardConstraints, xs exclusions, total int) []byte {
 	// Cards excluded for the same reason and, where the text names it, of
 	// the same model share a group.
 	type group struct {

@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,12 +69,11 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	if len(n.Cards) == 0 {
 		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
 	}
-	var xbuf [16]Exclusion
-	xs := cardExclusions(n, cc, xbuf[:0])
+	xs := cardExclusions(n, cc)
 	if err := precheck(n, d, cc, xs); err != nil {
 		return err
 	}
-	base := eligibleFrees(n, xs)
+	frees := eligibleFrees(n, xs)
 
 	var slices []slice
 	for i, c := range d {
@@ -89,20 +87,19 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
-		s := &search{node: n, policy: p, demand: d, slices: slices, base: base, frees: append([]int64(nil), base...),
-			pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
+		s := &search{node: n, policy: p, demand: d, slices: slices, xs: xs, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
 		if !s.place(0) {
-			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(xs) + "cards (" + freeList(n, xs, base) + ")"
+			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(xs) + "cards (" + freeList(n, xs) + ")"
 			if s.budget <= 0 {
 				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
 			}
 			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc, xs)}
 		}
 	}
-	if !placeInits(n, d, p, pl, base) {
+	if !placeInits(n, d, p, pl, xs) {
 		// Only a pod whose plain init containers follow sidecars gets
 		// here: the search checks them at every complete placement.
-		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, xs, base) + ")" + excludedSuffix(n, cc, xs)}
+		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, xs) + ")" + excludedSuffix(n, cc, xs)}
 	}
 	return nil
 }
@@ -139,23 +136,30 @@ func (pl *Placement) reset(containers, cards int) {
 }
 
 // eligibleFrees returns, by card position, the units a container of a pod
-// may take on each card: Free, or 0 where xs (Exclude's answers, parallel to
-// n.Cards) keeps the pod off the card.
-func eligibleFrees(n *Node, xs []Exclusion) []int64 {
+// may take on each card (eligibleFree).
+func eligibleFrees(n *Node, xs exclusions) []int64 {
 	f := make([]int64, len(n.Cards))
 	for i := range n.Cards {
-		if xs[i] == Eligible {
-			f[i] = n.Cards[i].Free()
-		}
+		f[i] = eligibleFree(n, xs, i)
 	}
 	return f
+}
+
+// eligibleFree returns the units a container of a pod may take on the card
+// at position pos of n: Free, or 0 where xs (Exclude's answers, parallel to
+// n.Cards) keeps the pod off it.
+func eligibleFree(n *Node, xs exclusions, pos int) int64 {
+	if !xs.eligible(pos) {
+		return 0
+	}
+	return n.Cards[pos].Free()
 }
 
 // precheck rejects demands that cannot fit for a simple reason, with a
 // message an operator can act on. xs are Exclude's answers for the pod's
 // constraints cc, parallel to n.Cards. Every node a filter rejects comes
 // here, so the usual messages are built without fmt.
-func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exclusion) error {
+func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs exclusions) error {
 	healthy, eligible, excluded := 0, 0, 0
 	var largestFree int64 = -1
 	largest := -1
@@ -164,7 +168,7 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exc
 		if c.Healthy {
 			healthy++
 		}
-		if xs[i] != Eligible {
+		if !xs.eligible(i) {
 			excluded++
 			continue
 		}
@@ -183,7 +187,7 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exc
 	for _, c := range d {
 		fitting := 0
 		for i := range n.Cards {
-			if xs[i] == Eligible && n.Cards[i].Free() >= c.Units {
+			if xs.eligible(i) && n.Cards[i].Free() >= c.Units {
 				fitting++
 			}
 		}
@@ -233,7 +237,7 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exc
 		}
 	}
 	for i := range n.Cards {
-		if xs[i] == Eligible {
+		if xs.eligible(i) {
 			free += n.Cards[i].Free()
 		}
 	}
@@ -249,8 +253,8 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs []Exc
 
 // eligibleWord is "eligible " when xs (Exclude's answers for a node's
 // cards) excludes a card, else "".
-func eligibleWord(xs []Exclusion) string {
-	if slices.ContainsFunc(xs, func(x Exclusion) bool { return x != Eligible }) {
+func eligibleWord(xs exclusions) string {
+	if xs.count() > 0 {
 		return "eligible "
 	}
 	return ""
@@ -258,13 +262,8 @@ func eligibleWord(xs []Exclusion) string {
 
 // excludedSuffix is "; " and the count of n's cards that xs (Exclude's
 // answers for a pod with constraints cc) excludes, "" when there are none.
-func excludedSuffix(n *Node, cc *gpushare.CardConstraints, xs []Exclusion) string {
-	total := 0
-	for _, x := range xs {
-		if x != Eligible {
-			total++
-		}
-	}
+func excludedSuffix(n *Node, cc *gpushare.CardConstraints, xs exclusions) string {
+	total := xs.count()
 	if total == 0 {
 		return ""
 	}
@@ -278,11 +277,13 @@ type search struct {
 	policy Policy
 	demand gpushare.Demand
 	slices []slice
-	// base: card position -> units the pod may take there (eligibleFrees);
-	// frees: what the slices placed so far leave of them.
-	base, frees []int64
-	pl          *Placement
-	budget      int // placements left to examine
+	// xs: Exclude's answers for the pod, parallel to node.Cards.
+	xs exclusions
+	// frees: card position -> units the pod may take there
+	// (eligibleFrees) less the slices placed so far.
+	frees  []int64
+	pl     *Placement
+	budget int // placements left to examine
 	// sidecars: a plain init container follows a sidecar, so a complete
 	// placement holds only if the init containers fit beside the sidecars
 	// (initsFit), and cards of equal free memory are no longer
@@ -292,7 +293,7 @@ type search struct {
 
 func (s *search) place(k int) bool {
 	if k == len(s.slices) {
-		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.base)
+		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs)
 	}
 	s.budget--
 	if s.budget <= 0 {
@@ -345,8 +346,8 @@ func (s *search) place(k int) bool {
 // (gpushare.Demand.Total), so on each of its cards it needs its Units plus
 // those sidecars' there. It reports false when some init container finds
 // too few such cards, which precheck rules out for pods without sidecars.
-// base holds the units the pod may take on each card (eligibleFrees).
-func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, base []int64) bool {
+// xs are Exclude's answers for the pod (see eligibleFree).
+func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, xs exclusions) bool {
 	side := make([]int64, len(n.Cards)) // card position -> sidecar units so far
 	for i, c := range d {
 		if !c.Init {
@@ -363,7 +364,7 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, base []int6
 		var cands []cand
 		for pos := range n.Cards {
 			need := side[pos] + c.Units
-			free := base[pos]
+			free := eligibleFree(n, xs, pos)
 			if free < need {
 				continue
 			}
@@ -390,9 +391,9 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, base []int6
 // initsFit reports whether every plain init container of d finds its
 // number of cards with room for its Units plus the sidecars declared before
 // it there, given where pl put the non-init containers. Init containers run
-// one at a time, so each is checked on its own. base holds the units the
-// pod may take on each card (eligibleFrees).
-func initsFit(n *Node, d gpushare.Demand, pl *Placement, base []int64) bool {
+// one at a time, so each is checked on its own. xs are Exclude's answers
+// for the pod (see eligibleFree).
+func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions) bool {
 	side := make([]int64, len(n.Cards))
 	for i, c := range d {
 		if !c.Init {
@@ -403,7 +404,7 @@ func initsFit(n *Node, d gpushare.Demand, pl *Placement, base []int64) bool {
 		}
 		room := 0
 		for pos := range n.Cards {
-			if base[pos] >= side[pos]+c.Units {
+			if eligibleFree(n, xs, pos) >= side[pos]+c.Units {
 				room++
 			}
 		}
@@ -456,13 +457,13 @@ func sliceList(slices []slice, unit string) string {
 
 // freeList lists the free units of the cards xs (Exclude's answers,
 // parallel to n.Cards) leaves a pod: "GPU0 8/16, GPU1 8/16 GiB free".
-func freeList(n *Node, xs []Exclusion, frees []int64) string {
-	parts := make([]string, 0, len(frees))
-	for i, f := range frees {
-		if xs[i] != Eligible {
+func freeList(n *Node, xs exclusions) string {
+	parts := make([]string, 0, len(n.Cards))
+	for i := range n.Cards {
+		if !xs.eligible(i) {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total))
+		parts = append(parts, fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, n.Cards[i].Free(), n.Cards[i].Total))
 	}
 	return strings.Join(parts, ", ") + " " + n.Unit + " free"
 }
