@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -114,5 +115,30 @@ func TestOpenbGPUSpecThroughFit(t *testing.T) {
 	want := map[string][][]int{"p on a10": {{0}}, "q on a100": {{0}}, "r on a10": {{1}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("decisions (-want +got):\n%s", diff)
+	}
+}
+
+// TestGPUSpecDoesNotNarrowTheSample: kube-scheduler knows nothing of which
+// cards a pod may use, so nodes of other models count in its sample as
+// they do in a cluster. 120 nodes (100 per cycle, by name): the first 100
+// T4, the last 20 A100. A pod asking an A100 finds none in the first
+// cycle's sample and takes a second cycle, as it would wait for
+// kube-scheduler's retry.
+func TestGPUSpecDoesNotNarrowTheSample(t *testing.T) {
+	var nodes strings.Builder
+	for i := range 120 {
+		model := "T4"
+		if i >= 100 {
+			model = "A100"
+		}
+		fmt.Fprintf(&nodes, "n%03d,64000,65536,1,%s\n", i, model)
+	}
+	tr := tinyTrace(t, nodes.String(), "p,1000,1024,1,500,A100\n")
+	res, err := Run(context.Background(), tr, Options{Policy: allocator.NameBinpack, Seed: 1, Record: true, Inflate: 0.001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := res.Decisions[0]; d.Cycles != 2 || d.Node < "n100" {
+		t.Errorf("decision %+v, want an A100 node after 2 cycles", d)
 	}
 }
