@@ -54,7 +54,7 @@ bench: controlplane ## Run the benchmarks, the extender RSS and the scheduling-t
 
 .PHONY: fuzz
 fuzz: ## Fuzz each decoder for FUZZTIME (default 30s).
-	@for t in FuzzParseAllocation FuzzParseInventory; do $(GO) test ./pkg/gpushare -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
+	@for t in FuzzParseAllocation FuzzParseInventory FuzzParseCardConstraints FuzzMatchModel; do $(GO) test ./pkg/gpushare -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
 	@for t in FuzzFilterBody FuzzBindBody; do $(GO) test ./pkg/extender -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-30s} || exit 1; done
 	$(GO) test ./pkg/deviceplugin -run '^$$' -fuzz '^FuzzParseDeviceID$$' -fuzztime $${FUZZTIME:-30s}
 	$(GO) test ./pkg/webhook -run '^$$' -fuzz '^FuzzAdmissionReview$$' -fuzztime $${FUZZTIME:-30s}

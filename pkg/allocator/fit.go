@@ -24,7 +24,7 @@ type slice struct {
 // *FitError whose reason names the numbers. n is not modified.
 func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 	pl := &Placement{}
-	if err := FitInto(n, d, p, pl); err != nil {
+	if err := FitWith(n, d, nil, p, pl); err != nil {
 		return nil, err
 	}
 	return pl, nil
@@ -34,6 +34,17 @@ func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 // scoring thousands of nodes per request allocate nothing per node in the
 // common case of one single-card container.
 func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
+	return FitWith(n, d, nil, p, pl)
+}
+
+// FitWith is FitInto for a pod whose containers may use only the cards
+// Exclude allows under its constraints cc (nil: any card that is not
+// cordoned). A pod without constraints pays one pointer test per card that
+// fits. When the demand does not fit, the reason counts the cards excluded
+// and why, and speaks of the eligible ones: "container c0 needs 12 GiB on
+// one GPU of model A100*; 3 GPUs excluded (model Tesla T4 not A100*: 2,
+// cordoned by the operator: 1); largest free eligible GPU has 7 of 80 GiB".
+func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement) error {
 	pl.reset(len(d), len(n.Cards))
 	if len(d) == 1 && !d[0].Init && d[0].Cards == 1 {
 		units := d[0].Units
@@ -41,7 +52,7 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 		var bestKey float64
 		for i := range n.Cards {
 			free := n.Cards[i].Free()
-			if free < units {
+			if free < units || cc != nil && Exclude(cc, &n.Cards[i]) != Eligible {
 				continue
 			}
 			if k := p.CardKey(&n.Cards[i], free, units); best < 0 || k < bestKey {
@@ -58,10 +69,11 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	if len(n.Cards) == 0 {
 		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
 	}
-	frees := frees0(n)
-	if err := precheck(n, d, frees); err != nil {
+	xs := cardExclusions(n, cc)
+	if err := precheck(n, d, cc, xs); err != nil {
 		return err
 	}
+	frees := eligibleFrees(n, xs)
 
 	var slices []slice
 	for i, c := range d {
@@ -75,19 +87,19 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
-		s := &search{node: n, policy: p, demand: d, slices: slices, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
+		s := &search{node: n, policy: p, demand: d, slices: slices, xs: xs, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
 		if !s.place(0) {
-			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free cards (" + freeList(n, frees0(n)) + ")"
+			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(xs) + "cards (" + freeList(n, xs) + ")"
 			if s.budget <= 0 {
 				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
 			}
-			return &FitError{Node: n.Name, Reason: reason}
+			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc, xs)}
 		}
 	}
-	if !placeInits(n, d, p, pl) {
+	if !placeInits(n, d, p, pl, xs) {
 		// Only a pod whose plain init containers follow sidecars gets
 		// here: the search checks them at every complete placement.
-		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, frees0(n)) + ")"}
+		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, xs) + ")" + excludedSuffix(n, cc, xs)}
 	}
 	return nil
 }
@@ -123,28 +135,50 @@ func (pl *Placement) reset(containers, cards int) {
 	clear(pl.Reserved)
 }
 
-func frees0(n *Node) []int64 {
+// eligibleFrees returns, by card position, the units a container of a pod
+// may take on each card (eligibleFree).
+func eligibleFrees(n *Node, xs exclusions) []int64 {
 	f := make([]int64, len(n.Cards))
 	for i := range n.Cards {
-		f[i] = n.Cards[i].Free()
+		f[i] = eligibleFree(n, xs, i)
 	}
 	return f
 }
 
+// eligibleFree returns the units a container of a pod may take on the card
+// at position pos of n: Free, or 0 where xs (Exclude's answers, parallel to
+// n.Cards) keeps the pod off it.
+func eligibleFree(n *Node, xs exclusions, pos int) int64 {
+	if !xs.eligible(pos) {
+		return 0
+	}
+	return n.Cards[pos].Free()
+}
+
 // precheck rejects demands that cannot fit for a simple reason, with a
-// message an operator can act on.
-func precheck(n *Node, d gpushare.Demand, frees []int64) error {
-	healthy := 0
+// message an operator can act on. xs are Exclude's answers for the pod's
+// constraints cc, parallel to n.Cards. Every node a filter rejects comes
+// here, so the usual messages are built without fmt.
+func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs exclusions) error {
+	healthy, eligible, excluded := 0, 0, 0
 	var largestFree int64 = -1
 	largest := -1
 	for i := range n.Cards {
-		if n.Cards[i].Healthy {
+		c := &n.Cards[i]
+		if c.Healthy {
 			healthy++
 		}
+		if !xs.eligible(i) {
+			excluded++
+			continue
+		}
+		if c.Healthy {
+			eligible++
+		}
 		// The largest free card; among equals, a healthy and bigger one.
-		if frees[i] > largestFree || frees[i] == largestFree && (n.Cards[i].Healthy && !n.Cards[largest].Healthy ||
-			n.Cards[i].Healthy == n.Cards[largest].Healthy && n.Cards[i].Total > n.Cards[largest].Total) {
-			largestFree, largest = frees[i], i
+		if free := c.Free(); free > largestFree || free == largestFree && (c.Healthy && !n.Cards[largest].Healthy ||
+			c.Healthy == n.Cards[largest].Healthy && c.Total > n.Cards[largest].Total) {
+			largestFree, largest = free, i
 		}
 	}
 	if healthy == 0 {
@@ -152,32 +186,88 @@ func precheck(n *Node, d gpushare.Demand, frees []int64) error {
 	}
 	for _, c := range d {
 		fitting := 0
-		for i := range frees {
-			if frees[i] >= c.Units {
+		for i := range n.Cards {
+			if xs.eligible(i) && n.Cards[i].Free() >= c.Units {
 				fitting++
 			}
 		}
 		if fitting >= c.Cards {
 			continue
 		}
-		lc := &n.Cards[largest]
+		var buf [256]byte
+		b := buf[:0]
+		b = append(append(append(b, "container "...), c.Name...), " needs "...)
+		b = append(append(strconv.AppendInt(b, c.Units, 10), ' '), n.Unit...)
 		if c.Cards == 1 {
-			return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on one GPU; largest free GPU has %d of %d %s",
-				c.Name, c.Units, n.Unit, largestFree, lc.Total, n.Unit)}
+			b = append(b, " on one GPU"...)
+		} else {
+			b = append(strconv.AppendInt(append(b, " on each of "...), int64(c.Cards), 10), " GPUs"...)
 		}
-		return &FitError{Node: n.Name, Reason: fmt.Sprintf("container %s needs %d %s on each of %d GPUs; %d of %d healthy GPUs have that much free",
-			c.Name, c.Units, n.Unit, c.Cards, fitting, healthy)}
+		if cc != nil {
+			b = cc.AppendDescription(append(b, ' '))
+		}
+		if excluded > 0 {
+			b = appendExclusions(append(b, "; "...), n, cc, xs, excluded)
+		}
+		switch {
+		case largest < 0:
+			// Every card excluded: nothing more to say.
+		case c.Cards == 1:
+			b = append(b, "; largest free "...)
+			if excluded > 0 {
+				b = append(b, "eligible "...)
+			}
+			b = strconv.AppendInt(append(b, "GPU has "...), largestFree, 10)
+			b = strconv.AppendInt(append(b, " of "...), n.Cards[largest].Total, 10)
+			b = append(append(b, ' '), n.Unit...)
+		default:
+			b = strconv.AppendInt(append(b, "; "...), int64(fitting), 10)
+			b = strconv.AppendInt(append(b, " of "...), int64(eligible), 10)
+			if excluded > 0 {
+				b = append(b, " eligible"...)
+			}
+			b = append(b, " healthy GPUs have that much free"...)
+		}
+		return &FitError{Node: n.Name, Reason: string(b)}
 	}
-	var app int64
+	var app, free int64
 	for _, c := range d {
 		if !c.Init {
 			app += c.Total()
 		}
 	}
-	if free := n.FreeTotal(); app > free {
+	for i := range n.Cards {
+		if xs.eligible(i) {
+			free += n.Cards[i].Free()
+		}
+	}
+	if app > free {
+		if excluded > 0 {
+			return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; eligible GPUs have %d %s free; %s",
+				app, n.Unit, free, n.Unit, appendExclusions(nil, n, cc, xs, excluded))}
+		}
 		return &FitError{Node: n.Name, Reason: fmt.Sprintf("containers need %d %s in all; GPUs have %d %s free", app, n.Unit, free, n.Unit)}
 	}
 	return nil
+}
+
+// eligibleWord is "eligible " when xs (Exclude's answers for a node's
+// cards) excludes a card, else "".
+func eligibleWord(xs exclusions) string {
+	if xs.count() > 0 {
+		return "eligible "
+	}
+	return ""
+}
+
+// excludedSuffix is "; " and the count of n's cards that xs (Exclude's
+// answers for a pod with constraints cc) excludes, "" when there are none.
+func excludedSuffix(n *Node, cc *gpushare.CardConstraints, xs exclusions) string {
+	total := xs.count()
+	if total == 0 {
+		return ""
+	}
+	return "; " + string(appendExclusions(nil, n, cc, xs, total))
 }
 
 // search is one depth-first placement of the slices of the non-init
@@ -187,7 +277,11 @@ type search struct {
 	policy Policy
 	demand gpushare.Demand
 	slices []slice
-	frees  []int64 // card position -> free units left by the slices placed so far
+	// xs: Exclude's answers for the pod, parallel to node.Cards.
+	xs exclusions
+	// frees: card position -> units the pod may take there
+	// (eligibleFrees) less the slices placed so far.
+	frees  []int64
 	pl     *Placement
 	budget int // placements left to examine
 	// sidecars: a plain init container follows a sidecar, so a complete
@@ -199,7 +293,7 @@ type search struct {
 
 func (s *search) place(k int) bool {
 	if k == len(s.slices) {
-		return !s.sidecars || initsFit(s.node, s.demand, s.pl)
+		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs)
 	}
 	s.budget--
 	if s.budget <= 0 {
@@ -252,7 +346,8 @@ func (s *search) place(k int) bool {
 // (gpushare.Demand.Total), so on each of its cards it needs its Units plus
 // those sidecars' there. It reports false when some init container finds
 // too few such cards, which precheck rules out for pods without sidecars.
-func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
+// xs are Exclude's answers for the pod (see eligibleFree).
+func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, xs exclusions) bool {
 	side := make([]int64, len(n.Cards)) // card position -> sidecar units so far
 	for i, c := range d {
 		if !c.Init {
@@ -269,7 +364,7 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
 		var cands []cand
 		for pos := range n.Cards {
 			need := side[pos] + c.Units
-			free := n.Cards[pos].Free()
+			free := eligibleFree(n, xs, pos)
 			if free < need {
 				continue
 			}
@@ -296,8 +391,9 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement) bool {
 // initsFit reports whether every plain init container of d finds its
 // number of cards with room for its Units plus the sidecars declared before
 // it there, given where pl put the non-init containers. Init containers run
-// one at a time, so each is checked on its own.
-func initsFit(n *Node, d gpushare.Demand, pl *Placement) bool {
+// one at a time, so each is checked on its own. xs are Exclude's answers
+// for the pod (see eligibleFree).
+func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions) bool {
 	side := make([]int64, len(n.Cards))
 	for i, c := range d {
 		if !c.Init {
@@ -308,7 +404,7 @@ func initsFit(n *Node, d gpushare.Demand, pl *Placement) bool {
 		}
 		room := 0
 		for pos := range n.Cards {
-			if n.Cards[pos].Free() >= side[pos]+c.Units {
+			if eligibleFree(n, xs, pos) >= side[pos]+c.Units {
 				room++
 			}
 		}
@@ -359,10 +455,15 @@ func sliceList(slices []slice, unit string) string {
 	return strings.Join(parts, "+") + " " + unit
 }
 
-func freeList(n *Node, frees []int64) string {
-	parts := make([]string, len(frees))
-	for i, f := range frees {
-		parts[i] = fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, f, n.Cards[i].Total)
+// freeList lists the free units of the cards xs (Exclude's answers,
+// parallel to n.Cards) leaves a pod: "GPU0 8/16, GPU1 8/16 GiB free".
+func freeList(n *Node, xs exclusions) string {
+	parts := make([]string, 0, len(n.Cards))
+	for i := range n.Cards {
+		if !xs.eligible(i) {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("GPU%d %d/%d", n.Cards[i].Index, n.Cards[i].Free(), n.Cards[i].Total))
 	}
 	return strings.Join(parts, ", ") + " " + n.Unit + " free"
 }

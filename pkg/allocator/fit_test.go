@@ -204,10 +204,42 @@ func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
 	}
 }
 
-// bruteForceFits reports whether any placement of d on n exists, by trying
-// every assignment of every container's cards (init containers included)
-// and checking each card's reservation by gpushare.Demand.Total's rule.
-func bruteForceFits(n *Node, d gpushare.Demand) bool {
+// refEligible is the contract's rule for which cards a pod with
+// constraints cc may use (gpushare.CardConstraints), written out plainly
+// for the brute force: no cordoned card; a model matching one of Models
+// (when any) and none of ExcludedModels; a UUID among UUIDs (when any) and
+// not among ExcludedUUIDs; an unknown model or UUID only when no
+// constraint reads it.
+func refEligible(cc *gpushare.CardConstraints, c *Card) bool {
+	if c.Cordoned {
+		return false
+	}
+	if cc == nil {
+		return true
+	}
+	match := func(patterns []string) bool {
+		return slices.ContainsFunc(patterns, func(p string) bool { return gpushare.MatchModel(p, c.Model) })
+	}
+	if len(cc.Models) > 0 && (c.Model == "" || !match(cc.Models)) {
+		return false
+	}
+	if len(cc.ExcludedModels) > 0 && (c.Model == "" || match(cc.ExcludedModels)) {
+		return false
+	}
+	if len(cc.UUIDs) > 0 && (c.UUID == "" || !slices.Contains(cc.UUIDs, c.UUID)) {
+		return false
+	}
+	if len(cc.ExcludedUUIDs) > 0 && (c.UUID == "" || slices.Contains(cc.ExcludedUUIDs, c.UUID)) {
+		return false
+	}
+	return true
+}
+
+// bruteForceFits reports whether any placement of d on the cards of n that
+// refEligible allows under cc exists, by trying every assignment of every
+// container's cards (init containers included) and checking each card's
+// reservation by gpushare.Demand.Total's rule.
+func bruteForceFits(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints) bool {
 	type slot struct{ container int }
 	var slots []slot
 	for i, c := range d {
@@ -237,7 +269,7 @@ func bruteForceFits(n *Node, d gpushare.Demand) bool {
 			}
 		}
 		for pos := range n.Cards {
-			if hold[pos] > n.Cards[pos].Free() {
+			if hold[pos] > 0 && !refEligible(cc, &n.Cards[pos]) || hold[pos] > n.Cards[pos].Free() {
 				return false
 			}
 		}
@@ -259,18 +291,42 @@ func bruteForceFits(n *Node, d gpushare.Demand) bool {
 	return try(0)
 }
 
-// scenario is a random node and demand for the property test.
+// scenario is a random node, demand and card constraints (nil in half of
+// them) for the property test.
 type scenario struct {
-	Node   *Node
-	Demand gpushare.Demand
+	Node        *Node
+	Demand      gpushare.Demand
+	Constraints *gpushare.CardConstraints
 }
 
 func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quick.Generator
 	n := &Node{Name: "n", Unit: "GiB"}
 	sizes := []int64{4, 8, 16, 24}
+	models := []string{"Tesla T4", "Tesla-T4", "A100-SXM4-80GB", ""} // "": unknown, as without an inventory
+	uuids := []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}
 	for i := range 1 + r.Intn(4) {
 		total := sizes[r.Intn(len(sizes))]
-		n.Cards = append(n.Cards, Card{Index: i, Total: total, Used: r.Int63n(total + 1), Healthy: r.Intn(6) > 0})
+		c := Card{Index: i, Total: total, Used: r.Int63n(total + 1), Healthy: r.Intn(6) > 0, Cordoned: r.Intn(8) == 0}
+		if c.Model = models[r.Intn(len(models))]; c.Model != "" {
+			c.UUID = uuids[i]
+		}
+		n.Cards = append(n.Cards, c)
+	}
+	var cc *gpushare.CardConstraints
+	if r.Intn(2) == 0 {
+		cc = &gpushare.CardConstraints{}
+		some := func(pool []string) []string {
+			var out []string
+			for _, p := range pool {
+				if r.Intn(4) == 0 {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		patterns := []string{"A100*", "Tesla-T4", "*T4", "H100*", "?esla*"}
+		cc.Models, cc.ExcludedModels = some(patterns), some(patterns)
+		cc.UUIDs, cc.ExcludedUUIDs = some(uuids), some(uuids)
 	}
 	var d gpushare.Demand
 	for i := range 1 + r.Intn(4) {
@@ -281,7 +337,7 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 			Cards: 1 + r.Intn(2)*r.Intn(2),
 		})
 	}
-	return reflect.ValueOf(scenario{Node: n, Demand: d})
+	return reflect.ValueOf(scenario{Node: n, Demand: d, Constraints: cc})
 }
 
 func TestFitMatchesBruteForce(t *testing.T) {
@@ -289,14 +345,23 @@ func TestFitMatchesBruteForce(t *testing.T) {
 	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical, nil), NewFragAware(typical, &Holes{Cards: map[int64]int{3: 2, 7: 1}, FreeUnits: 40}), NewFragAware(nil, nil)} {
 		t.Run(p.Name(), func(t *testing.T) {
 			prop := func(s scenario) bool {
-				want := bruteForceFits(s.Node, s.Demand)
-				pl, err := Fit(s.Node, s.Demand, p)
+				want := bruteForceFits(s.Node, s.Demand, s.Constraints)
+				pl := &Placement{}
+				err := FitWith(s.Node, s.Demand, s.Constraints, p, pl)
 				if got := err == nil; got != want {
-					t.Logf("node %+v demand %+v: Fit ok=%v (err %v), brute force %v", s.Node.Cards, s.Demand, got, err, want)
+					t.Logf("node %+v demand %+v constraints %+v: FitWith ok=%v (err %v), brute force %v", s.Node.Cards, s.Demand, s.Constraints, got, err, want)
 					return false
 				}
 				if err == nil {
 					checkPlacement(t, s.Node, s.Demand, pl)
+					for i, poss := range pl.Cards {
+						for _, pos := range poss {
+							if !refEligible(s.Constraints, &s.Node.Cards[pos]) {
+								t.Logf("container %s placed on card %+v, which constraints %+v exclude", s.Demand[i].Name, s.Node.Cards[pos], s.Constraints)
+								return false
+							}
+						}
+					}
 				}
 				return true
 			}

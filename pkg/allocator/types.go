@@ -16,11 +16,15 @@ type Card struct {
 	Used int64
 	// Healthy cards take new pods; unhealthy ones keep what they hold.
 	Healthy bool
+	// Cordoned: the operator keeps new pods off the card (node annotation
+	// gpushare.io/cordoned-gpus); pods already on it keep what they hold.
+	Cordoned bool
 }
 
-// Free returns the units a new pod may take on the card: 0 for an unhealthy card.
+// Free returns the units a new pod may take on the card: 0 for an
+// unhealthy or cordoned card.
 func (c *Card) Free() int64 {
-	if !c.Healthy || c.Used >= c.Total {
+	if !c.Healthy || c.Cordoned || c.Used >= c.Total {
 		return 0
 	}
 	return c.Total - c.Used

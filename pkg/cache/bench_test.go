@@ -20,6 +20,12 @@ import (
 // it, and the node names.
 func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
 	b.Helper()
+	return benchClusterOf(b, nodes, policy, func(int) string { return "V100" })
+}
+
+// benchClusterOf is benchCluster with node i's cards of model(i).
+func benchClusterOf(b *testing.B, nodes int, policy string, model func(i int) string) (*Cache, []string) {
+	b.Helper()
 	c, err := New(Config{Policy: policy, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
 	if err != nil {
 		b.Fatal(err)
@@ -28,7 +34,7 @@ func benchCluster(b *testing.B, nodes int, policy string) (*Cache, []string) {
 	names := make([]string, nodes)
 	for i := range nodes {
 		names[i] = fmt.Sprintf("node-%05d", i)
-		if err := c.SetNode(util.MakeNode(names[i]).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()); err != nil {
+		if err := c.SetNode(util.MakeNode(names[i]).Host("96", "512Gi").Cards(model(i), 32, 32, 32, 32, 32, 32, 32, 32).Obj()); err != nil {
 			b.Fatal(err)
 		}
 		for j := range 8 {
@@ -64,7 +70,7 @@ func benchVerb(b *testing.B, policy string, verb func(b *testing.B, c *Cache, na
 
 // filterVerb is filter with --filter-best=false.
 func filterVerb(b *testing.B, c *Cache, names []string) {
-	if fit, _ := c.Filter(benchDemand, names); len(fit) == 0 {
+	if fit, _, err := c.Filter(benchPod, names); err != nil || len(fit) == 0 {
 		b.Fatal("nothing fits")
 	}
 }
@@ -87,7 +93,7 @@ func BenchmarkPrioritize(b *testing.B) {
 // --filter-best=false: the target is under 2 ms of CPU at 5,000 nodes.
 func BenchmarkFilterAndPrioritize(b *testing.B) {
 	benchVerb(b, allocator.DefaultPolicy, func(b *testing.B, c *Cache, names []string) {
-		fit, _ := c.Filter(benchDemand, names)
+		fit, _, _ := c.Filter(benchPod, names)
 		prioritizeVerb(b, c, fit)
 	})
 }
@@ -100,6 +106,43 @@ func BenchmarkFilterBest(b *testing.B) {
 			b.Fatalf("FilterBest: %v nodes, err %v", len(best), err)
 		}
 	})
+}
+
+// BenchmarkFilterBestConstrained is BenchmarkFilterBest for a pod that
+// chooses its cards: "all-allowed" asks V100* of the all-V100 cluster
+// (every card passes the predicate: its cost on the hot path);
+// "quarter-allowed" asks A100* where one node in four has A100 cards (the
+// others are rejected with their excluded cards counted: the reason path).
+func BenchmarkFilterBestConstrained(b *testing.B) {
+	cases := []struct {
+		name, models string
+		model        func(i int) string
+	}{
+		{"all-allowed", "V100*", func(int) string { return "V100" }},
+		{"quarter-allowed", "A100*", func(i int) string {
+			if i%4 == 0 {
+				return "A100-SXM4-80GB"
+			}
+			return "V100"
+		}},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			for _, nodes := range []int{1000, 5000} {
+				b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
+					c, names := benchClusterOf(b, nodes, allocator.DefaultPolicy, tc.model)
+					pod := *benchPod
+					pod.Constraints = &gpushare.CardConstraints{Models: []string{tc.models}}
+					b.ReportAllocs()
+					for b.Loop() {
+						if best, _, err := c.FilterBest(&pod, names); err != nil || len(best) == 0 {
+							b.Fatalf("FilterBest: %v nodes, err %v", len(best), err)
+						}
+					}
+				})
+			}
+		})
+	}
 }
 
 // BenchmarkBindDecision is the cache work of one bind: choose cards and

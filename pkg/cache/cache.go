@@ -98,6 +98,11 @@ type nodeState struct {
 	source string // SourceInventory, SourceCapacity or SourceNone
 	// invErr explains an ignored inventory annotation; empty when fine.
 	invErr string
+	// cordonErr explains an invalid gpushare.io/cordoned-gpus annotation
+	// (every card is then cordoned); cordonMissing lists the UUIDs a valid
+	// one names that no card has.
+	cordonErr     string
+	cordonMissing []string
 	// pods: UIDs of the pods charged to this node.
 	pods map[types.UID]struct{}
 	// missing: units pods hold on card indexes the node no longer has.
@@ -200,32 +205,54 @@ func New(cfg Config) (*Cache, error) {
 }
 
 // SetNode adds or updates a node. An error reports an inventory annotation
-// that was ignored (the node is still updated from its capacity).
+// that was ignored (the node is still updated from its capacity) or an
+// invalid gpushare.io/cordoned-gpus annotation (every card is then
+// cordoned), or both.
 func (c *Cache) SetNode(node *corev1.Node) error {
-	unit, cards, source, invErr := nodeCards(node)
-	cpu, mem, hostKnown := NodeAllocatable(node)
+	in := nodeInput{name: node.Name}
+	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
+	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
+	in.cpu, in.mem, in.hostKnown = NodeAllocatable(node)
 	c.mu.Lock()
-	newly := c.setNode(node.Name, unit, cards, source, invErr, cpu, mem, hostKnown)
+	newly := c.setNode(&in)
 	c.mu.Unlock()
 	c.report(newly)
-	return invErr
+	return errors.Join(in.invErr, in.cordonErr)
+}
+
+// nodeInput is what SetNode reads of a node.
+type nodeInput struct {
+	name, unit, source string
+	cards              []allocator.Card
+	// invErr: an ignored inventory annotation; cordonErr: an invalid
+	// cordon annotation; cordonMissing: UUIDs it names that no card has.
+	invErr, cordonErr error
+	cordonMissing     []string
+	// cpu (millicores) and mem (MiB) allocatable; hostKnown: the node
+	// reports its CPU.
+	cpu, mem  int64
+	hostKnown bool
 }
 
 // setNode applies SetNode under c.mu and returns the pods whose allocation
 // annotation the node's new cards make it ignore.
-func (c *Cache) setNode(name, unit string, cards []allocator.Card, source string, invErr error, cpu, mem int64, hostKnown bool) []IgnoredView {
-	ns := c.nodeState(name)
+func (c *Cache) setNode(in *nodeInput) []IgnoredView {
+	ns := c.nodeState(in.name)
 	ns.seen = true
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	c.holes.AddNode(&ns.node, -1)
-	ns.node = allocator.Node{Name: name, Unit: unit, Cards: cards}
-	ns.source = source
-	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = hostKnown, cpu, mem
-	c.updateMax(oldCPU, oldUnits, cpu, ns.node.Capacity())
-	ns.invErr = ""
-	if invErr != nil {
-		ns.invErr = invErr.Error()
+	ns.node = allocator.Node{Name: in.name, Unit: in.unit, Cards: in.cards}
+	ns.source = in.source
+	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = in.hostKnown, in.cpu, in.mem
+	c.updateMax(oldCPU, oldUnits, in.cpu, ns.node.Capacity())
+	ns.invErr, ns.cordonErr = "", ""
+	if in.invErr != nil {
+		ns.invErr = in.invErr.Error()
 	}
+	if in.cordonErr != nil {
+		ns.cordonErr = in.cordonErr.Error()
+	}
+	ns.cordonMissing = in.cordonMissing
 	ns.missing, ns.unattributed = 0, 0
 	var newly []IgnoredView
 	for uid := range ns.pods {
@@ -270,6 +297,7 @@ func (c *Cache) DeleteNode(name string) {
 		delete(c.nodes, name)
 	} else {
 		ns.seen, ns.node.Cards, ns.source, ns.invErr = false, nil, SourceNone, ""
+		ns.cordonErr, ns.cordonMissing = "", nil
 		ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = false, 0, 0
 		ns.missing, ns.unattributed = 0, 0
 		for uid := range ns.pods {
@@ -610,8 +638,8 @@ func (c *Cache) DeletePod(uid types.UID) {
 // a node the extender has not seen, or an *allocator.FitError (one with
 // filter's reason for a node without GPUs).
 func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) {
-	if pod.Demand == nil {
-		return nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
+	if err := pod.placeable(); err != nil {
+		return nil, err
 	}
 	demand := pod.Demand
 	c.mu.Lock()
@@ -642,9 +670,9 @@ func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) 
 	if err != nil {
 		return nil, err
 	}
-	pl, err := allocator.Fit(&ns.node, demand, p)
-	if err != nil {
-		return nil, err
+	pl := &allocator.Placement{}
+	if reason := fitReason(ns, pod, p, pl); reason != "" {
+		return nil, &allocator.FitError{Node: node, Reason: reason}
 	}
 	alloc := allocator.Allocation(&ns.node, demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed, ours: true,
@@ -721,9 +749,9 @@ func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	return allocator.New(name, c.workload.Typical(), c.holes)
 }
 
-// gpuNode returns name's state if the node has cards; otherwise nil and
-// why not, with unknown true for a node the extender has not seen (or only
-// as a placeholder). The caller holds c.mu.
+// gpuNode returns name's state if the node has cards and takes new pods;
+// otherwise nil and why not, with unknown true for a node the extender has
+// not seen (or only as a placeholder). The caller holds c.mu.
 func (c *Cache) gpuNode(name string) (ns *nodeState, reason string, unknown bool) {
 	ns, ok := c.nodes[name]
 	switch {
@@ -735,29 +763,49 @@ func (c *Cache) gpuNode(name string) (ns *nodeState, reason string, unknown bool
 			reason += "; " + ns.invErr
 		}
 		return nil, reason, false
+	case ns.cordonErr != "":
+		return nil, ns.cordonErr, false
 	}
 	return ns, "", false
 }
 
-// fitOn places demand on node name with policy p into pl; reason says why
-// it does not fit ("" when it does). The caller holds c.mu.
-func (c *Cache) fitOn(name string, demand gpushare.Demand, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
+// fitOn places pod's Demand on node name with policy p into pl; reason
+// says why it does not fit ("" when it does). The caller holds c.mu.
+func (c *Cache) fitOn(name string, pod *PodInfo, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
 	ns, reason, _ = c.gpuNode(name)
 	if ns == nil {
 		return nil, reason
+	}
+	if reason := fitReason(ns, pod, p, pl); reason != "" {
+		return nil, reason
+	}
+	return ns, ""
+}
+
+// fitReason places pod's Demand on ns's cards that its constraints allow
+// with policy p into pl, and says why it does not fit ("" when it does).
+func fitReason(ns *nodeState, pod *PodInfo, p allocator.Policy, pl *allocator.Placement) string {
+	if cc := pod.Constraints; cc != nil && ns.source != SourceInventory && (cc.ReadsModel() || cc.ReadsUUID()) {
+		// Every card would be excluded as unknown: say why once.
+		reason := "the pod asks a GPU " + cc.String() + "; the node publishes no " + gpushare.AnnotationInventory +
+			" inventory (its cards come from " + string(gpushare.ResourceGPUMem) + " capacity), so their models and UUIDs are unknown"
+		if ns.invErr != "" {
+			reason += "; " + ns.invErr
+		}
+		return reason
 	}
 	// Feasibility does not depend on the policy (Filter uses Binpack) as
 	// long as the search is exhaustive, which it is for pods of a few GPU
 	// containers; only a pod that exhausts allocator's search budget could
 	// be found to fit in one policy's card order and not in another's.
-	if err := allocator.FitInto(&ns.node, demand, p, pl); err != nil {
+	if err := allocator.FitWith(&ns.node, pod.Demand, pod.Constraints, p, pl); err != nil {
 		var fe *allocator.FitError
 		if errors.As(err, &fe) {
-			return nil, fe.Reason
+			return fe.Reason
 		}
-		return nil, err.Error()
+		return err.Error()
 	}
-	return ns, ""
+	return ""
 }
 
 // scorer rates placements for one pod: with a Host for policies that weigh
@@ -787,21 +835,25 @@ func (sc *scorer) score(ns *nodeState, pl *allocator.Placement) float64 {
 	return sc.hs.NodeScoreHost(&ns.node, pl, &sc.host)
 }
 
-// Filter splits nodes into those where demand fits and those where it
-// does not, with the reason for each.
-func (c *Cache) Filter(demand gpushare.Demand, nodes []string) (fit []string, failed map[string]string) {
+// Filter splits nodes into those where pod's Demand fits, on the cards its
+// constraints allow, and those where it does not, with the reason for each.
+// It fails, naming the pod, when no node could take it.
+func (c *Cache) Filter(pod *PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
+	if err := pod.placeable(); err != nil {
+		return nil, nil, err
+	}
 	failed = map[string]string{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var pl allocator.Placement // reused across nodes
 	for _, name := range nodes {
-		if _, reason := c.fitOn(name, demand, allocator.Binpack{}, &pl); reason != "" {
+		if _, reason := c.fitOn(name, pod, allocator.Binpack{}, &pl); reason != "" {
 			failed[name] = reason
 			continue
 		}
 		fit = append(fit, name)
 	}
-	return fit, failed
+	return fit, failed, nil
 }
 
 // FilterBest is Filter keeping, of the nodes where pod's Demand fits, only
@@ -839,8 +891,8 @@ func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
 // where the demand does not fit scores 0 and, when failed is not nil, gets
 // its reason there.
 func (c *Cache) scoreNodes(pod *PodInfo, nodes []string, failed map[string]string) (scores []int64, fits []bool, err error) {
-	if pod.Demand == nil {
-		return nil, nil, fmt.Errorf("pod %s/%s asks no %s", pod.Namespace, pod.Name, gpushare.ResourceGPUMem)
+	if err := pod.placeable(); err != nil {
+		return nil, nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -852,7 +904,7 @@ func (c *Cache) scoreNodes(pod *PodInfo, nodes []string, failed map[string]strin
 	fits = make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
-		ns, reason := c.fitOn(name, pod.Demand, sc.p, &pl)
+		ns, reason := c.fitOn(name, pod, sc.p, &pl)
 		if reason != "" {
 			if failed != nil {
 				failed[name] = reason

@@ -192,7 +192,7 @@ func TestAssumeReasons(t *testing.T) {
 	if _, err := c.Assume(small, "later"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on a placeholder node: err = %v, want ErrUnknownNode", err)
 	}
-	if _, failed := c.Filter(small.Demand, []string{"later"}); !strings.Contains(failed["later"], "unknown") {
+	if _, failed, _ := c.Filter(small, []string{"later"}); !strings.Contains(failed["later"], "unknown") {
 		t.Errorf("Filter on a placeholder node: reason %q, want unknown", failed["later"])
 	}
 }
@@ -313,11 +313,11 @@ func TestNodeCapacityChange(t *testing.T) {
 	if diff := cmp.Diff([]int64{0, 4}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after regrow (-want +got):\n%s", diff)
 	}
-	fit, failed := c.Filter(gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}, []string{"n1"})
+	fit, failed, _ := c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
 	if len(fit) != 1 {
 		t.Errorf("14 GiB should fit on the healthy card: failed %v", failed)
 	}
-	_, failed = c.Filter(gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}, []string{"n1"})
+	_, failed, _ = c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
 	if diff := cmp.Diff(map[string]string{"n1": "container c needs 14 GiB on each of 2 GPUs; 1 of 1 healthy GPUs have that much free"}, failed); diff != "" {
 		t.Errorf("Filter reasons (-want +got):\n%s", diff)
 	}
@@ -341,7 +341,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
 		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
 	}
-	_, failed := c.Filter(gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}, []string{"n1", "gone"})
+	_, failed, _ := c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
 	if failed["gone"] == "" {
 		t.Errorf("unknown node has no reason: %v", failed)
 	}

@@ -40,6 +40,15 @@
 // A restarted extender rebuilds the same state from the informers' initial
 // list.
 //
+// Which cards a new pod may use is allocator.Exclude's answer for the pod's
+// card annotations (PodInfo.Constraints, parsed once when the pod arrives)
+// and each card's cordon (the node's gpushare.io/cordoned-gpus, read by
+// SetNode; an invalid value cordons every card of the node). Filter,
+// FilterBest, Score and Assume place pods only there, and a pod with invalid
+// card annotations fits nowhere. The trust check of bound pods ignores
+// both: a pod keeps being charged on the card it runs on when the card is
+// cordoned after it landed.
+//
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node
 // update that changes its inventory annotation, capacity or allocatable

@@ -110,21 +110,28 @@ func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
 		return
 	}
 	if err := f.cache.SetNode(node); err != nil {
-		// Log once per change of the annotation, not on every capacity change.
-		if o == nil || o.Annotations[gpushare.AnnotationInventory] != node.Annotations[gpushare.AnnotationInventory] {
-			logger.Error(err, "Falling back to node capacity", "node", klog.KObj(node))
+		// Log once per change of an annotation, not on every capacity
+		// change. The error says what the cache does instead.
+		if o == nil || o.Annotations[gpushare.AnnotationInventory] != node.Annotations[gpushare.AnnotationInventory] ||
+			o.Annotations[gpushare.AnnotationCordonedGPUs] != node.Annotations[gpushare.AnnotationCordonedGPUs] {
+			logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KObj(node))
 		}
 	}
 }
 
 // sameNodeInputs reports whether a and b, two versions of a node, agree on
-// all that Cache.SetNode reads: the inventory annotation (its presence
-// too), and the capacity and allocatable, compared as quantities ("1Gi"
-// equals "1024Mi").
+// all that Cache.SetNode reads: the inventory and cordon annotations (their
+// presence too), and the capacity and allocatable, compared as quantities
+// ("1Gi" equals "1024Mi").
 func sameNodeInputs(a, b *corev1.Node) bool {
-	av, aok := a.Annotations[gpushare.AnnotationInventory]
-	bv, bok := b.Annotations[gpushare.AnnotationInventory]
-	return a.Name == b.Name && aok == bok && av == bv &&
+	for _, k := range nodeAnnotations {
+		av, aok := a.Annotations[k]
+		bv, bok := b.Annotations[k]
+		if aok != bok || av != bv {
+			return false
+		}
+	}
+	return a.Name == b.Name &&
 		apiequality.Semantic.DeepEqual(a.Status.Capacity, b.Status.Capacity) &&
 		apiequality.Semantic.DeepEqual(a.Status.Allocatable, b.Status.Allocatable)
 }
@@ -199,12 +206,20 @@ func stripResources(rl corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
-// stripNode keeps a node's identity, its inventory annotation, and the
-// resources keptResource names.
+// nodeAnnotations are the node annotations the cache reads.
+var nodeAnnotations = []string{gpushare.AnnotationInventory, gpushare.AnnotationCordonedGPUs}
+
+// stripNode keeps a node's identity, the annotations the cache reads, and
+// the resources keptResource names.
 func stripNode(n *corev1.Node) *corev1.Node {
 	meta := metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}
-	if inv, ok := n.Annotations[gpushare.AnnotationInventory]; ok {
-		meta.Annotations = map[string]string{gpushare.AnnotationInventory: inv}
+	for _, k := range nodeAnnotations {
+		if v, ok := n.Annotations[k]; ok {
+			if meta.Annotations == nil {
+				meta.Annotations = map[string]string{}
+			}
+			meta.Annotations[k] = v
+		}
 	}
 	return &corev1.Node{
 		ObjectMeta: meta,

@@ -163,6 +163,14 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	}
 }
 
+func TestStripNodeKeepsTheCordon(t *testing.T) {
+	n := util.MakeNode("n1").Cards("T4", 16).Cordon("GPU-n1-0").Annotation("team", "a").Obj()
+	want := map[string]string{gpushare.AnnotationInventory: n.Annotations[gpushare.AnnotationInventory], gpushare.AnnotationCordonedGPUs: "GPU-n1-0"}
+	if diff := cmp.Diff(want, stripNode(n).Annotations); diff != "" {
+		t.Errorf("stripped annotations (-want +got):\n%s", diff)
+	}
+}
+
 func TestSameNodeInputs(t *testing.T) {
 	base := func() *corev1.Node { return util.MakeNode("n1").Cards("T4", 16, 16).Obj() }
 	tests := []struct {
@@ -183,6 +191,8 @@ func TestSameNodeInputs(t *testing.T) {
 		}, false},
 		{"inventory removed", func(n *corev1.Node) { n.Annotations = nil }, false},
 		{"inventory emptied", func(n *corev1.Node) { n.Annotations[gpushare.AnnotationInventory] = "" }, false},
+		{"cordon added", func(n *corev1.Node) { n.Annotations[gpushare.AnnotationCordonedGPUs] = "GPU-n1-0" }, false},
+		{"another annotation added", func(n *corev1.Node) { n.Annotations["team"] = "a" }, true},
 		{"allocatable CPU changed", func(n *corev1.Node) {
 			n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("7")
 		}, false},

@@ -12,10 +12,16 @@ type NodeView struct {
 	// Source of the card list: "inventory", "capacity" or "none".
 	Source string `json:"source"`
 	// InventoryError explains an ignored inventory annotation.
-	InventoryError string     `json:"inventoryError,omitempty"`
-	Total          int64      `json:"total"`
-	Used           int64      `json:"used"`
-	Cards          []CardView `json:"cards"`
+	InventoryError string `json:"inventoryError,omitempty"`
+	// CordonError explains an invalid gpushare.io/cordoned-gpus
+	// annotation: every card is then cordoned until it is fixed.
+	CordonError string `json:"cordonError,omitempty"`
+	// CordonedMissing lists UUIDs the cordon annotation names that no
+	// card of the node has (a typo, or a card since removed).
+	CordonedMissing []string   `json:"cordonedMissing,omitempty"`
+	Total           int64      `json:"total"`
+	Used            int64      `json:"used"`
+	Cards           []CardView `json:"cards"`
 	// Unattributed lists pods on the node asking gpu-mem that were not
 	// placed by the extender and name no card.
 	Unattributed []PodView `json:"unattributed,omitempty"`
@@ -37,13 +43,16 @@ type IgnoredView struct {
 
 // CardView is one card.
 type CardView struct {
-	Index   int       `json:"index"`
-	UUID    string    `json:"uuid,omitempty"`
-	Model   string    `json:"model,omitempty"`
-	Total   int64     `json:"total"`
-	Used    int64     `json:"used"`
-	Healthy bool      `json:"healthy"`
-	Pods    []PodView `json:"pods"`
+	Index   int    `json:"index"`
+	UUID    string `json:"uuid,omitempty"`
+	Model   string `json:"model,omitempty"`
+	Total   int64  `json:"total"`
+	Used    int64  `json:"used"`
+	Healthy bool   `json:"healthy"`
+	// Cordoned: the operator keeps new pods off the card
+	// (gpushare.io/cordoned-gpus); pods on it keep what they hold.
+	Cordoned bool      `json:"cordoned,omitempty"`
+	Pods     []PodView `json:"pods"`
 }
 
 // PodView is one pod's share of a card (or of a node, when unattributed).
@@ -96,12 +105,14 @@ func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 // pending pods whose ignored annotation names the node. The caller holds
 // c.mu.
 func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
-	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, MissingUnits: ns.missing, Cards: []CardView{}, Ignored: pending}
+	v := NodeView{Name: ns.node.Name, Unit: ns.node.Unit, Source: ns.source, InventoryError: ns.invErr, CordonError: ns.cordonErr,
+		CordonedMissing: slices.Clone(ns.cordonMissing), MissingUnits: ns.missing, Cards: []CardView{}, Ignored: pending}
 	for i := range ns.node.Cards {
 		card := &ns.node.Cards[i]
 		v.Total += card.Total
 		v.Used += card.Used
-		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Used: card.Used, Healthy: card.Healthy, Pods: []PodView{}})
+		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Used: card.Used,
+			Healthy: card.Healthy, Cordoned: card.Cordoned, Pods: []PodView{}})
 	}
 	for uid := range ns.pods {
 		ps := c.pods[uid]

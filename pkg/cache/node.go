@@ -56,6 +56,36 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
 }
 
+// cordonCards marks the cards of node that its gpushare.io/cordoned-gpus
+// annotation names, and returns the UUIDs it names that no card has. An
+// invalid annotation marks every card (fail closed: an operator meant to
+// keep pods off some of them) and is returned as err.
+func cordonCards(node *corev1.Node, cards []allocator.Card) (missing []string, err error) {
+	s, ok := node.Annotations[gpushare.AnnotationCordonedGPUs]
+	if !ok {
+		return nil, nil
+	}
+	uuids, err := gpushare.ParseCordonedGPUs(s)
+	if err != nil {
+		for i := range cards {
+			cards[i].Cordoned = true
+		}
+		return nil, fmt.Errorf("%w; the node takes no new GPU pods until the annotation is fixed", err)
+	}
+	for _, u := range uuids {
+		found := false
+		for i := range cards {
+			if cards[i].UUID == u {
+				cards[i].Cordoned, found = true, true
+			}
+		}
+		if !found {
+			missing = append(missing, u)
+		}
+	}
+	return missing, nil
+}
+
 // maxCardsPerNode bounds the cards the capacity fallback creates, so a
 // mistyped gpu-count cannot make the extender allocate without bound.
 const maxCardsPerNode = 256

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,11 @@ type PodInfo struct {
 	LegacyIndex int
 	// Policy is the gpushare.io/policy annotation.
 	Policy string
+	// Constraints are the cards the pod's gpushare.io/gpu-* annotations
+	// allow (gpushare.ParseCardConstraints), nil when it carries none;
+	// ConstraintsErr says why they are invalid (the pod then fits nowhere).
+	Constraints    *gpushare.CardConstraints
+	ConstraintsErr error
 	// MilliCPU and MemoryMiB are the pod's CPU (millicores) and memory
 	// (MiB) requests as kube-scheduler counts them (PodRequests).
 	MilliCPU, MemoryMiB int64
@@ -45,6 +51,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
 	}
+	info.Constraints, info.ConstraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
 	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {
 		if a, err := gpushare.ParseAllocation(s); err == nil {
 			info.Allocation = a
@@ -57,4 +64,17 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		info.LegacyIndex = idx
 	}
 	return info
+}
+
+// placeable returns an error, naming the pod, when no node may take it
+// whatever its cards: it asks no gpu-mem, or its card annotations are
+// invalid.
+func (p *PodInfo) placeable() error {
+	switch {
+	case p.Demand == nil:
+		return fmt.Errorf("pod %s/%s asks no %s", p.Namespace, p.Name, gpushare.ResourceGPUMem)
+	case p.ConstraintsErr != nil:
+		return fmt.Errorf("pod %s/%s: %w; it fits no node until the annotation is fixed", p.Namespace, p.Name, p.ConstraintsErr)
+	}
+	return nil
 }

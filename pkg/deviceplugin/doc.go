@@ -52,14 +52,19 @@
 //     The container is that pod's first one without a grant, which must ask
 //     exactly size units. The answer is the lowest free IDs of the cards
 //     its annotation names, or, when kubelet's accounting has no room there
-//     (the extender and kubelet disagree), of the best-fitting other cards.
+//     (the extender and kubelet disagree), of the best-fitting other cards
+//     that the pod's gpushare.io/gpu-* annotations allow (allocator.Exclude;
+//     none: the admission fails, naming the cards they exclude). The
+//     operator's gpushare.io/cordoned-gpus is the scheduler's business: it
+//     keeps new pods off a card, and a relocated pod was scheduled already.
 //   - Allocate receives exactly those IDs (kubelet takes a complete
 //     preference) and grants them to that container. IDs it did not
 //     prefer are matched by an init container's reused IDs, else to a
 //     waiting container whose annotation names exactly these cards and
 //     units (all such are interchangeable), else to one of the same shape
-//     elsewhere. IDs that do not form the container's shape (Cards cards of
-//     Units each) are refused. Every grant is also kept in memory, so the
+//     elsewhere whose card annotations allow these cards. IDs that do not
+//     form the container's shape (Cards cards of Units each), or that lie
+//     elsewhere on cards its annotations exclude, are refused. Every grant is also kept in memory, so the
 //     next calls skip granted containers; ASSIGNED becomes "true" once all
 //     of a pod's containers hold grants (written asynchronously).
 //   - Verification: 300 ms after each Allocate and every --verify-period,

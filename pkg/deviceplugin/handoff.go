@@ -97,6 +97,11 @@ type podEntry struct {
 	devMem int64
 	// admitted: the pod runs (phase Running), so kubelet holds its devices.
 	admitted bool
+	// constraints are the cards the pod's gpushare.io/gpu-* annotations
+	// allow (nil: any); constraintsErr says why they are invalid. A
+	// container is relocated only to cards they allow.
+	constraints    *gpushare.CardConstraints
+	constraintsErr error
 	// annotations holds the current values of the annotations the plugin
 	// writes, to patch only what differs.
 	annotations map[string]string
@@ -299,6 +304,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	}
 	e.devMem, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationDevMem], 10, 64)
 	e.admitted = pod.Status.Phase == corev1.PodRunning
+	e.constraints, e.constraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
 	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
@@ -223,22 +224,26 @@ func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced m
 	// accounting; else the first, on other cards (repaired afterwards).
 	c, ids := cands[0], []string(nil)
 	for _, cand := range cands {
-		if ids = h.pick(cand.container(), avail, forced, false); ids != nil {
+		if ids = h.pick(cand.container(), avail, forced, false, nil); ids != nil {
 			c = cand
 			break
 		}
 	}
-	if ids == nil {
-		ids = h.pick(c.container(), avail, forced, true)
+	if ids == nil && c.e.constraintsErr == nil {
+		ids = h.pick(c.container(), avail, forced, true, c.e.constraints)
 	}
 	if ids == nil {
 		ca := c.container()
+		if c.e.constraintsErr != nil {
+			return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards other than its annotation's, and its card annotations are invalid, so no card may take it: %w",
+				ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), c.e.constraintsErr)
+		}
 		if short := h.reusedShort(ca, avail, forced); short != "" {
 			return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards; %s",
 				ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), short)
 		}
-		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards and no such cards are free in kubelet's accounting (free units by card: %s)",
-			ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), h.freeByCard(avail, forced))
+		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards%s and no such cards are free in kubelet's accounting (free units by card: %s)%s",
+			ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), describeConstraints(c.e.constraints), h.freeByCard(avail, forced), h.excludedCards(c.e.constraints))
 	}
 	h.steer = &steer{ids: slices.Sorted(slices.Values(ids)), ck: c.key()}
 	if v := klog.FromContext(ctx).V(4); v.Enabled() {
@@ -271,9 +276,15 @@ func (h *Handoff) reuser(ids []string, size int64) (candidate, bool) {
 
 // pick chooses device IDs for container c: all of forced, plus the lowest
 // free units of the cards c's annotation names, or (relocate) of other
-// cards with room, best fit first. It returns nil when no set of
-// len(c.Devices) cards with c's units each can be made.
-func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool) []string {
+// cards with room that the pod's constraints cc allow (allocator.Exclude;
+// nil: any), best fit first. It returns nil when no set of len(c.Devices)
+// cards with c's units each can be made.
+//
+// The operator's cordon (gpushare.io/cordoned-gpus) does not bind a
+// relocation: it keeps the scheduler from sending new pods to a card, and
+// this pod was scheduled already; kubelet's free devices, not a choice,
+// move it, and refusing would fail a pod the cluster accepted.
+func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool, cc *gpushare.CardConstraints) []string {
 	k, u := len(c.Devices), c.Devices[0].Units
 	var chosen []string
 	has := func(uuid string) bool { return slices.Contains(chosen, uuid) }
@@ -301,7 +312,7 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 	if len(chosen) < k && relocate {
 		others := []string{}
 		for uuid := range h.cards {
-			if !has(uuid) && room(uuid) {
+			if !has(uuid) && room(uuid) && h.allows(cc, uuid) {
 				others = append(others, uuid)
 			}
 		}
@@ -339,6 +350,54 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 		ids = append(ids, avail[uuid][:need]...)
 	}
 	return ids
+}
+
+// allows reports whether a pod with constraints cc may use card uuid
+// (allocator.Exclude, on the card's model and UUID).
+func (h *Handoff) allows(cc *gpushare.CardConstraints, uuid string) bool {
+	if cc == nil {
+		return true
+	}
+	c := h.cards[uuid]
+	return allocator.Exclude(cc, &allocator.Card{UUID: c.UUID, Model: c.Model}) == allocator.Eligible
+}
+
+// allowsShares reports whether pod e's card annotations allow every card
+// of shares (false when they are invalid).
+func (h *Handoff) allowsShares(e *podEntry, shares []gpushare.DeviceShare) bool {
+	if e.constraintsErr != nil {
+		return false
+	}
+	for _, s := range shares {
+		if !h.allows(e.constraints, s.UUID) {
+			return false
+		}
+	}
+	return true
+}
+
+// excludedCards lists the cards a pod with constraints cc may not use, for
+// an admission error: "; the pod's card annotations exclude card 0 (Tesla
+// T4), card 1 (Tesla T4)"; "" when none.
+func (h *Handoff) excludedCards(cc *gpushare.CardConstraints) string {
+	var parts []string
+	for _, c := range h.sortedCards() {
+		if !h.allows(cc, c.UUID) {
+			parts = append(parts, fmt.Sprintf("card %d (%s)", c.Index, c.Model))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; the pod's card annotations exclude " + strings.Join(parts, ", ")
+}
+
+// describeConstraints is " " and the cards cc allows, "" for nil.
+func describeConstraints(cc *gpushare.CardConstraints) string {
+	if cc == nil {
+		return ""
+	}
+	return " " + cc.String()
 }
 
 // reusedShort explains why the IDs kubelet must include (an init
@@ -526,7 +585,7 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 		}
 		if pick == nil {
 			for i := range cands {
-				if fitsShape(shares, cands[i].container()) {
+				if fitsShape(shares, cands[i].container()) && h.allowsShares(cands[i].e, shares) {
 					pick, how = &cands[i], "matched"
 					break
 				}
@@ -544,6 +603,14 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 		return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which needs %d units on each of %d cards; "+
 			"kubelet's accounting has no such cards free (the pod's init containers, whose devices kubelet reuses, may be on other cards)",
 			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
+	}
+	if !sameShares(c.Devices, shares) && !h.allowsShares(pick.e, shares) {
+		if pick.e.constraintsErr != nil {
+			return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, other cards than its annotation's, and its card annotations are invalid, so no card may take it: %w",
+				ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraintsErr)
+		}
+		return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which asks cards %s%s",
+			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraints, h.excludedCards(pick.e.constraints))
 	}
 	ck := pick.key()
 	for _, id := range ids {

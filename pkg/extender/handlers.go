@@ -200,8 +200,9 @@ func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
 }
 
 // podArgs validates the pod of a filter or prioritize request and returns
-// what the cache needs of it (demand, policy, CPU and memory) and the node
-// names.
+// what the cache needs of it (demand, card constraints, policy, CPU and
+// memory) and the node names. Invalid card annotations are an error: the
+// pod fits no node until they are fixed.
 func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
 	if args.Pod == nil {
 		return nil, nil, errors.New("request has no pod")
@@ -210,6 +211,9 @@ func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
 	if info.Demand == nil {
 		_, err := gpushare.PodDemand(args.Pod) // say why
 		return nil, nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
+	}
+	if info.ConstraintsErr != nil {
+		return nil, nil, fmt.Errorf("pod %s/%s: %w; it fits no node until the annotation is fixed", args.Pod.Namespace, args.Pod.Name, info.ConstraintsErr)
 	}
 	// The cache builds the policy; check only the name here, so the error
 	// names the pod and its annotation.
@@ -248,8 +252,11 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		var fit []string
 		var failed map[string]string
 		if h.FilterAll {
-			fit, failed = h.cache.Filter(pod.Demand, names)
-		} else if fit, failed, err = h.cache.FilterBest(pod, names); err != nil {
+			fit, failed, err = h.cache.Filter(pod, names)
+		} else {
+			fit, failed, err = h.cache.FilterBest(pod, names)
+		}
+		if err != nil {
 			return nil, err
 		}
 		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))

@@ -33,6 +33,38 @@
 //	gpushare.io/allocation          JSON Allocation: per container, cards by
 //	                                index and UUID with the units on each
 //
+// # Choosing cards (pod annotations gpushare.io/gpu-*, node annotation gpushare.io/cordoned-gpus)
+//
+// A pod may restrict the cards its containers use; every container of the
+// pod obeys the same annotations (ParseCardConstraints), each a list
+// separated by commas, spaces around entries ignored:
+//
+//	gpushare.io/gpu-models            only cards whose model matches one of these patterns
+//	gpushare.io/gpu-models-excluded   no card whose model matches one of these
+//	gpushare.io/gpu-uuids             only these cards, by UUID
+//	gpushare.io/gpu-uuids-excluded    none of these cards
+//
+// A model pattern is matched against the inventory's model (what NVML
+// reports, e.g. "Tesla T4", "NVIDIA A100-SXM4-80GB"; kubectl inspect
+// gpushare -o wide shows it) case-sensitively, '*' standing for any run of
+// characters and '?' for one, and a space matching a hyphen ("Tesla-T4"
+// matches "Tesla T4"); see MatchModel. UUIDs are exact. A card whose model
+// or UUID is unknown (a node without an inventory) takes no pod whose
+// annotations read that property. An invalid annotation (empty, an empty
+// entry, a pattern in a UUID list, a UUID both required and excluded, over
+// MaxCardListEntries entries or MaxCardListBytes) is an error: the
+// extender's filter and bind answer it for the pod, which fits nowhere until
+// it is fixed.
+//
+// An operator keeps new pods off cards with the node annotation
+// gpushare.io/cordoned-gpus (UUIDs separated by commas; ParseCordonedGPUs);
+// pods already on them keep them. An invalid value keeps every new GPU pod
+// off the node until it is fixed.
+//
+// The extender places a pod only on the cards its annotations allow, so its
+// allocation annotation names only such cards; the device plugin relocates
+// a container kubelet's free devices force elsewhere only among them.
+//
 // # Node inventory (node annotation gpushare.io/devices)
 //
 // Published by the device plugin: JSON Inventory with each card's index,

@@ -43,9 +43,11 @@ The summary has one row per node and one GPU<i>(Allocated/Total) column per card
 index, then the node's and the cluster's totals. -o wide adds each card's model
 and where the card list comes from (the device plugin's inventory, or the node's
 capacity). -d prints, per node, each pod's units on each card. Unhealthy cards
-are marked; pods that ask for GPU memory without an allocation annotation (not
-scheduled through the extender) and pods not yet scheduled are listed apart,
-with the reason. When standard output is a terminal each card gets a bar
+and cards the operator cordoned (gpushare.io/cordoned-gpus) are marked; pods
+that ask for GPU memory without an allocation annotation (not scheduled through
+the extender) and pods not yet scheduled are listed apart, with the reason and,
+for pods that choose their cards (gpushare.io/gpu-models, gpu-uuids and their
+-excluded forms), which cards they ask. When standard output is a terminal each card gets a bar
 ([#####-----] 8/16).
 
 Amounts are in the node's unit: GiB, or MiB where the device plugin says so.`

@@ -157,3 +157,29 @@ func brokenInventory() []runtime.Object {
 		util.MakePod("ok").GPUMem(5).Node("gpu-d").Allocation(alloc("gpu-d", container("c0", false, share(1, "", 5)))).Obj(),
 	}
 }
+
+// cardsChosen: gpu-e has a T4, cordoned by the operator after pod old
+// landed on it (the annotation also names a card the node lacks), and an
+// A100 with 72 GiB held; gpu-f's cordon annotation is invalid. Pending: a
+// pod asking an A100 that the scheduler could not place, one with an
+// invalid card annotation, and one that does not choose.
+func cardsChosen() []runtime.Object {
+	e := util.MakeNode("gpu-e").Inventory(&gpushare.Inventory{Unit: gpushare.UnitGiB, Devices: []gpushare.Device{
+		{Index: 0, UUID: "GPU-e-0", Model: "Tesla T4", Memory: 16, Healthy: true},
+		{Index: 1, UUID: "GPU-e-1", Model: "A100-SXM4-80GB", Memory: 80, Healthy: true},
+	}}).Capacity(96, 2).Cordon("GPU-e-0", "GPU-gone").Obj()
+	f := util.MakeNode("gpu-f").Cards("Tesla T4", 16).Cordon("GPU-gpu-f-0", "").Obj()
+	waiting := util.MakePod("a100-job").GPUMem(12).GPUModels("A100*").Obj()
+	waiting.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/2 nodes are available: 1 container c0 needs 12 GiB on one GPU of model A100*; 1 GPU excluded (cordoned by the operator: 1); " +
+			"largest free eligible GPU has 8 of 80 GiB, 1 invalid gpushare annotation gpushare.io/cordoned-gpus: entry 2 of \"GPU-gpu-f-0,\" is empty; " +
+			"remove the extra comma; the node takes no new GPU pods until the annotation is fixed."}}
+	return []runtime.Object{
+		withIP(e, "10.0.0.6"), withIP(f, "10.0.0.7"),
+		util.MakePod("old").GPUMem(6).Node("gpu-e").Allocation(alloc("gpu-e", container("c0", false, share(0, "GPU-e-0", 6)))).Obj(),
+		util.MakePod("big").GPUMem(72).Node("gpu-e").Allocation(alloc("gpu-e", container("c0", false, share(1, "GPU-e-1", 72)))).Obj(),
+		waiting,
+		util.MakePod("typo").GPUMem(4).Annotation(gpushare.AnnotationGPUUUIDs, "GPU-e-*").Obj(),
+		util.MakePod("plain").GPUMem(2).Obj(),
+	}
+}

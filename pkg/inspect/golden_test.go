@@ -72,6 +72,10 @@ func TestGolden(t *testing.T) {
 		{name: "broken inventory, card gone", objs: brokenInventory(), golden: "broken-inventory.txt"},
 		{name: "broken inventory, card gone, details", objs: brokenInventory(), args: []string{"-d"}, golden: "broken-inventory-details.txt"},
 		{name: "label selector", objs: cluster(), args: []string{"-l", "pool=a"}, golden: "selector-pool-a.txt"},
+		{name: "cards chosen and cordoned", objs: cardsChosen(), golden: "cards-chosen.txt"},
+		{name: "cards chosen and cordoned, wide", objs: cardsChosen(), args: []string{"-o", "wide"}, golden: "cards-chosen-wide.txt"},
+		{name: "cards chosen and cordoned, details", objs: cardsChosen(), args: []string{"-d"}, golden: "cards-chosen-details.txt"},
+		{name: "cards chosen and cordoned, json", objs: cardsChosen(), args: []string{"-o", "json"}, golden: "cards-chosen.json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

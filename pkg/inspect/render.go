@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -216,6 +217,9 @@ func writeSummary(w io.Writer, r *Report, v View) {
 				if !c.Healthy {
 					cell += " (unhealthy)"
 				}
+				if c.Cordoned {
+					cell += " (cordoned)"
+				}
 				row = append(row, cell)
 			}
 			mem := fmt.Sprintf("%d/%d", n.Allocated, n.Total)
@@ -254,6 +258,12 @@ func summaryNotes(r *Report) []string {
 			if !c.Healthy {
 				notes = append(notes, fmt.Sprintf("%s: GPU%d is unhealthy: it receives no new pods", n.Name, c.Index))
 			}
+			if c.Cordoned && n.CordonError == "" {
+				notes = append(notes, fmt.Sprintf("%s: GPU%d is %s: it receives no new pods", n.Name, c.Index, cordonedWhy))
+			}
+		}
+		for _, note := range cordonNotes(n) {
+			notes = append(notes, n.Name+": "+note)
 		}
 		if n.InventoryError != "" {
 			notes = append(notes, n.InventoryError+"; cards "+sourceText(n.Source))
@@ -270,6 +280,22 @@ func summaryNotes(r *Report) []string {
 		for _, ig := range n.Ignored {
 			notes = append(notes, fmt.Sprintf("%s: pod %s/%s: %s: %s", n.Name, ig.Namespace, ig.Name, ignoredWhat, ig.Reason))
 		}
+	}
+	return notes
+}
+
+// cordonedWhy says who cordoned a card, and how.
+const cordonedWhy = "cordoned by the operator (" + gpushare.AnnotationCordonedGPUs + ")"
+
+// cordonNotes explains an invalid cordon annotation of n, or the UUIDs it
+// names that n lacks.
+func cordonNotes(n *Node) []string {
+	var notes []string
+	if n.CordonError != "" {
+		notes = append(notes, n.CordonError)
+	}
+	if len(n.CordonedMissing) > 0 {
+		notes = append(notes, fmt.Sprintf("%s names %s, which the node does not report", gpushare.AnnotationCordonedGPUs, strings.Join(n.CordonedMissing, ", ")))
 	}
 	return notes
 }
@@ -301,13 +327,31 @@ func writePending(w io.Writer, r *Report) {
 	}
 	fmt.Fprintln(w, "Pending pods asking for GPU memory (they hold none yet):")
 	unit := commonUnit(r)
-	rows := [][]string{{"NAMESPACE", "NAME", "GPU MEMORY", "REASON"}}
+	// The GPUS column (which cards a pod's annotations allow) only when a
+	// pod chooses.
+	choosing := slices.ContainsFunc(r.Pending, func(p PendingPod) bool { return p.Cards != "" })
+	header := []string{"NAMESPACE", "NAME", "GPU MEMORY", "REASON"}
+	if choosing {
+		header = []string{"NAMESPACE", "NAME", "GPU MEMORY", "GPUS", "REASON"}
+	}
+	rows := [][]string{header}
 	for _, p := range r.Pending {
 		amount := "-"
 		if p.Units > 0 {
 			amount = units(p.Units, unit)
 		}
-		rows = append(rows, []string{p.Namespace, p.Name, amount, p.Reason})
+		row := []string{p.Namespace, p.Name, amount}
+		if choosing {
+			cards := p.Cards
+			switch {
+			case p.Invalid:
+				cards = "-"
+			case cards == "":
+				cards = "any"
+			}
+			row = append(row, cards)
+		}
+		rows = append(rows, append(row, p.Reason))
 	}
 	table(w, rows)
 }
@@ -375,10 +419,16 @@ func writeDetails(w io.Writer, r *Report, v View) {
 			if !c.Healthy {
 				desc = append(desc, "UNHEALTHY: receives no new pods")
 			}
+			if c.Cordoned {
+				desc = append(desc, "CORDONED: receives no new pods")
+			}
 			head = append(head, []string{fmt.Sprintf("GPU%d:", c.Index), strings.Join(desc, ", ")})
 		}
 		if n.InventoryError != "" {
 			head = append(head, []string{"WARNING:", n.InventoryError})
+		}
+		for _, note := range cordonNotes(n) {
+			head = append(head, []string{"WARNING:", note})
 		}
 		table(w, head)
 		fmt.Fprintln(w)

@@ -36,6 +36,12 @@ type Node struct {
 	Source string `json:"source"`
 	// InventoryError explains an ignored inventory annotation.
 	InventoryError string `json:"inventoryError,omitempty"`
+	// CordonError explains an invalid gpushare.io/cordoned-gpus annotation:
+	// every card is then cordoned until it is fixed.
+	CordonError string `json:"cordonError,omitempty"`
+	// CordonedMissing lists the UUIDs the cordon annotation names that no
+	// card of the node has.
+	CordonedMissing []string `json:"cordonedMissing,omitempty"`
 	// Allocated is the sum of the cards' Allocated; Total of their Total.
 	Allocated int64  `json:"allocated"`
 	Total     int64  `json:"total"`
@@ -72,6 +78,9 @@ type Card struct {
 	Total     int64  `json:"total"`
 	// Healthy is false for a card that receives no new pods.
 	Healthy bool `json:"healthy"`
+	// Cordoned: the operator keeps new pods off the card
+	// (gpushare.io/cordoned-gpus); the pods on it stay.
+	Cordoned bool `json:"cordoned,omitempty"`
 	// Pods holding memory on the card, sorted by namespace and name. With
 	// Report.Namespace set, only that namespace's pods.
 	Pods []PodShare `json:"pods"`
@@ -94,6 +103,12 @@ type PendingPod struct {
 	// Units the pod needs on its node (gpushare.Demand.Total); 0 when its
 	// request is invalid.
 	Units int64 `json:"units"`
+	// Cards says which cards the pod's gpushare.io/gpu-* annotations allow,
+	// e.g. "of model A100*"; empty when it carries none.
+	Cards string `json:"cards,omitempty"`
+	// Invalid: the pod's request or card annotations are invalid, so no
+	// node admits it (Reason says why).
+	Invalid bool `json:"invalid,omitempty"`
 	// Reason it is pending, e.g. "not yet scheduled" or the scheduler's
 	// message.
 	Reason string `json:"reason"`
@@ -112,10 +127,11 @@ type Total struct {
 func newNode(v *cache.NodeView, address string) Node {
 	n := Node{
 		Name: v.Name, Address: address, Unit: v.Unit, Source: v.Source, InventoryError: v.InventoryError,
-		Allocated: v.Used, Total: v.Total, Cards: make([]Card, 0, len(v.Cards)), MissingUnits: v.MissingUnits,
+		CordonError: v.CordonError, CordonedMissing: v.CordonedMissing, Allocated: v.Used, Total: v.Total, Cards: make([]Card, 0, len(v.Cards)), MissingUnits: v.MissingUnits,
 	}
 	for _, c := range v.Cards {
-		n.Cards = append(n.Cards, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, Allocated: c.Used, Total: c.Total, Healthy: c.Healthy, Pods: shares(c.Pods)})
+		n.Cards = append(n.Cards, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, Allocated: c.Used, Total: c.Total, Healthy: c.Healthy,
+			Cordoned: c.Cordoned, Pods: shares(c.Pods)})
 	}
 	if len(v.Unattributed) > 0 {
 		n.Unattributed = shares(v.Unattributed)
@@ -137,7 +153,8 @@ func shares(pods []cache.PodView) []PodShare {
 // interesting reports whether a node belongs in a listing of all nodes: it
 // has cards, or something to explain. A node asked for by name is always shown.
 func (n *Node) interesting() bool {
-	return len(n.Cards) > 0 || len(n.Unattributed) > 0 || n.MissingUnits > 0 || n.InventoryError != "" || len(n.Ignored) > 0
+	return len(n.Cards) > 0 || len(n.Unattributed) > 0 || n.MissingUnits > 0 || n.InventoryError != "" || len(n.Ignored) > 0 ||
+		n.CordonError != "" || len(n.CordonedMissing) > 0
 }
 
 // newReport builds a report from the cache's views. With only == "" nodes

@@ -182,10 +182,16 @@ func pendingPod(pod *corev1.Pod) (p PendingPod, ok bool) {
 	}
 	p = PendingPod{Namespace: pod.Namespace, Name: pod.Name, Reason: "not yet scheduled"}
 	if err != nil {
-		p.Reason = "invalid request, no node admits it: " + err.Error()
+		p.Reason, p.Invalid = "invalid request, no node admits it: "+err.Error(), true
 		return p, true
 	}
 	p.Units = demand.Total()
+	cc, err := gpushare.ParseCardConstraints(pod.Annotations)
+	if err != nil {
+		p.Reason, p.Invalid = "invalid card annotation, no node admits it: "+err.Error(), true
+		return p, true
+	}
+	p.Cards = cc.String()
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
 			p.Reason = "not yet scheduled: " + c.Message

@@ -64,7 +64,12 @@ func TestPendingPod(t *testing.T) {
 		{name: "gated", pod: gated, wantOK: true,
 			want: PendingPod{Namespace: "default", Name: "gated", Units: 4, Reason: "not yet scheduled: Scheduling is blocked due to non-empty scheduling gates"}},
 		{name: "invalid request", pod: invalid, wantOK: true,
-			want: PendingPod{Namespace: "default", Name: "invalid", Reason: `invalid request, no node admits it: container "c0": aliyun.com/gpu-mem request 2 differs from limit 4; extended resources need request == limit`}},
+			want: PendingPod{Namespace: "default", Name: "invalid", Invalid: true, Reason: `invalid request, no node admits it: container "c0": aliyun.com/gpu-mem request 2 differs from limit 4; extended resources need request == limit`}},
+		{name: "chooses its cards", pod: util.MakePod("a100").GPUMem(8).GPUModels("A100*").Annotation(gpushare.AnnotationGPUUUIDsExcluded, "GPU-1").Obj(), wantOK: true,
+			want: PendingPod{Namespace: "default", Name: "a100", Units: 8, Cards: "of model A100* and without UUID GPU-1", Reason: "not yet scheduled"}},
+		{name: "invalid card annotation", pod: util.MakePod("typo").GPUMem(8).GPUModels("A100*", "").Obj(), wantOK: true,
+			want: PendingPod{Namespace: "default", Name: "typo", Units: 8, Invalid: true,
+				Reason: `invalid card annotation, no node admits it: invalid gpushare annotation gpushare.io/gpu-models: entry 2 of "A100*," is empty; remove the extra comma`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,15 +17,18 @@
 //     passes 130% of the cluster's GPU capacity (Arrivals).
 //   - They are submitted one by one. A node may take a pod if the pod's CPU
 //     and memory requests fit its free allocatable ones (as kube-scheduler's
-//     NodeResourcesFit would), its cards are of a model the pod accepts
-//     (openb gpu_spec) and allocator.Fit places the GPU memory. The node
+//     NodeResourcesFit would) and allocator.FitWith places the GPU memory on
+//     cards the pod may use (allocator.Exclude: openb gpu_spec as exact
+//     model names, a Kubernetes pod's gpushare.io/gpu-* annotations, no
+//     cordoned card), as the extender's filter does. The node
 //     with the highest score wins; ties are broken by a generator seeded
 //     from the seed, so a run is reproducible. A pod that fits nowhere is
 //     failed and skipped. Nothing departs.
 //   - kube-scheduler's node sampling is replayed (percentageOfNodesToScore,
 //     default DefaultPercentageOfNodesToScore, what we ship): a node must
-//     first pass kube-scheduler's own filters (CPU, memory, gpu_spec, total
-//     free GPU memory), and above 100 nodes a scheduling cycle stops at
+//     first pass kube-scheduler's own filters (CPU, memory, total free GPU
+//     memory; which cards a pod may use is the extender's business, so a
+//     node of other models still counts), and above 100 nodes a scheduling cycle stops at
 //     NodesToFind of those, walked from a start index that rotates as
 //     kube-scheduler's does; the policy chooses among them only. A pod
 //     whose cards fit on none of them takes another cycle at once, until

@@ -366,7 +366,7 @@ func (r *replay) choose(pod *Pod, policy allocator.Policy, sample []int, d *Deci
 		if !mayFit(&ns.alloc, pod) {
 			continue
 		}
-		if err := allocator.FitInto(&ns.alloc, pod.Demand, policy, r.cur); err != nil {
+		if err := allocator.FitWith(&ns.alloc, pod.Demand, pod.Constraints, policy, r.cur); err != nil {
 			continue
 		}
 		candidates++
@@ -450,12 +450,12 @@ func share(free, total int64) float64 {
 	return float64(free) / float64(total)
 }
 
-// admits is NodeResourcesFit for CPU and memory, and gpu_spec.
+// admits is NodeResourcesFit for CPU and memory. Which cards the pod may
+// use (gpu_spec, card annotations) is the extender's decision, made in
+// choose as the extender's filter makes it: kube-scheduler knows nothing of
+// it, so a node of other cards still counts in its sample.
 func (ns *nodeState) admits(pod *Pod) bool {
-	if ns.cpuFree < pod.MilliCPU || ns.memFree < pod.MemoryMiB {
-		return false
-	}
-	return len(pod.Models) == 0 || slices.Contains(pod.Models, ns.spec.Model)
+	return ns.cpuFree >= pod.MilliCPU && ns.memFree >= pod.MemoryMiB
 }
 
 // mayFit is a quick necessary condition for allocator.Fit: every container

@@ -21,21 +21,49 @@ import (
 
 // equivalenceCluster returns Kubernetes nodes of mixed cards and CPU, and
 // pending pods asking 150% of their GPU memory (so Run appends no clones),
-// as the extender would see them, seeded.
-func equivalenceCluster(seed uint64, cpuScale int64) ([]*corev1.Node, map[string]*corev1.Pod) {
+// as the extender would see them, seeded. constrained: the cards are of
+// several models (one node mixes two), a card is cordoned, a node has no
+// inventory, and about half the pods choose cards by model or UUID.
+func equivalenceCluster(seed uint64, cpuScale int64, constrained bool) ([]*corev1.Node, map[string]*corev1.Pod) {
 	r := rand.New(rand.NewPCG(seed, 9))
 	shapes := [][]int64{{16, 16}, {32, 32, 32, 32}, {80}, {24, 24, 24, 24, 24, 24, 24, 24}, {16, 32}}
+	models := []string{"Tesla T4", "A100-SXM4-80GB", "H100 80GB HBM3"}
 	var nodes []*corev1.Node
 	var capacity int64
 	for i := range 12 {
 		sizes := shapes[i%len(shapes)]
-		n := util.MakeNode(fmt.Sprintf("node-%02d", i)).Cards("GPU", sizes...).Obj()
+		model := "GPU"
+		if constrained {
+			model = models[i%len(models)]
+		}
+		w := util.MakeNode(fmt.Sprintf("node-%02d", i)).Cards(model, sizes...)
+		if constrained && len(sizes) == 2 && sizes[0] != sizes[1] {
+			// Mixed: a T4 beside an A100.
+			inv, err := gpushare.ParseInventory(w.Annotations[gpushare.AnnotationInventory])
+			if err != nil {
+				panic(err)
+			}
+			inv.Devices[0].Model, inv.Devices[1].Model = "Tesla T4", "A100-SXM4-80GB"
+			w.Inventory(inv)
+		}
+		if constrained && i == 3 {
+			w.Cordon(fmt.Sprintf("GPU-node-%02d-1", i), "GPU-gone")
+		}
+		n := w.Obj()
 		cpu := resource.NewMilliQuantity(cpuScale*int64(4+r.IntN(28)), resource.DecimalSI)
 		n.Status.Allocatable[corev1.ResourceCPU], n.Status.Capacity[corev1.ResourceCPU] = *cpu, *cpu
 		nodes = append(nodes, n)
 		for _, s := range sizes {
 			capacity += s
 		}
+	}
+	if constrained {
+		// No inventory: cards of unknown model and UUID.
+		n := util.MakeNode("node-12").Capacity(64, 2).Obj()
+		cpu := resource.NewMilliQuantity(cpuScale*int64(4+r.IntN(28)), resource.DecimalSI)
+		n.Status.Allocatable[corev1.ResourceCPU], n.Status.Capacity[corev1.ResourceCPU] = *cpu, *cpu
+		nodes = append(nodes, n)
+		capacity += 64
 	}
 	pods := map[string]*corev1.Pod{}
 	var asked int64
@@ -56,6 +84,19 @@ func equivalenceCluster(seed uint64, cpuScale int64) ([]*corev1.Node, map[string
 		default:
 			w.GPUMem(4).GPUMem(6) // two containers
 			asked += 10
+		}
+		if constrained {
+			switch k := r.IntN(8); {
+			case k < 2:
+				w.GPUModels([]string{"A100*", "Tesla-T4", "*80GB*", "H100*,Tesla T4"}[r.IntN(4)])
+			case k < 3:
+				w.Annotation(gpushare.AnnotationGPUModelsExcluded, "*T4")
+			case k < 4:
+				w.Annotation(gpushare.AnnotationGPUUUIDsExcluded, fmt.Sprintf("GPU-node-%02d-0", r.IntN(12)))
+			case k < 5:
+				node := r.IntN(12)
+				w.Annotation(gpushare.AnnotationGPUUUIDs, fmt.Sprintf("GPU-node-%02d-0,GPU-node-%02d-1", node, node))
+			}
 		}
 		p := w.Obj()
 		p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(500+r.IntN(4000)), resource.DecimalSI)
@@ -78,27 +119,33 @@ func TestSimulatorMatchesExtender(t *testing.T) {
 		// cpuScale: millicores per "core" of node CPU; 1000 makes CPU
 		// bind, 1000000 makes it never bind.
 		cpuScale int64
+		// constrained: pods choose cards by model and UUID, a card is
+		// cordoned (see equivalenceCluster).
+		constrained bool
 	}{
-		{"binpack", allocator.NameBinpack, false, 1000},
-		{"spread", allocator.NameSpread, false, 1000},
-		{"bestfit, CPU binding", allocator.NameBestFit, false, 1000},
-		{"bestfit, GPU only", allocator.NameBestFit, true, 1000},
-		{"fragaware, CPU binding", allocator.NameFragAware, false, 1000},
-		{"fragaware, GPU only, CPU binding", allocator.NameFragAware, true, 1000},
-		{"fragaware, with CPU that never binds", allocator.NameFragAware, false, 1000000},
+		{"binpack", allocator.NameBinpack, false, 1000, false},
+		{"spread", allocator.NameSpread, false, 1000, false},
+		{"bestfit, CPU binding", allocator.NameBestFit, false, 1000, false},
+		{"bestfit, GPU only", allocator.NameBestFit, true, 1000, false},
+		{"fragaware, CPU binding", allocator.NameFragAware, false, 1000, false},
+		{"fragaware, GPU only, CPU binding", allocator.NameFragAware, true, 1000, false},
+		{"fragaware, with CPU that never binds", allocator.NameFragAware, false, 1000000, false},
+		{"binpack, card constraints", allocator.NameBinpack, false, 1000, true},
+		{"bestfit, card constraints", allocator.NameBestFit, false, 1000, true},
+		{"fragaware, card constraints", allocator.NameFragAware, false, 1000, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 3; seed++ {
-				matchExtender(t, seed, tc.policy, tc.gpuOnly, tc.cpuScale)
+				matchExtender(t, seed, tc.policy, tc.gpuOnly, tc.cpuScale, tc.constrained)
 			}
 		})
 	}
 }
 
-func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuScale int64) {
+func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuScale int64, constrained bool) {
 	t.Helper()
-	nodes, pods := equivalenceCluster(seed, cpuScale)
+	nodes, pods := equivalenceCluster(seed, cpuScale, constrained)
 	tr := &Trace{}
 	reader, err := cache.New(cache.Config{})
 	if err != nil {
@@ -146,13 +193,9 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 			t.Fatal(err)
 		}
 	}
-	placed := 0
+	placed, constrainedPlaced := 0, 0
 	for i, d := range res.Decisions {
 		pod := pods[d.Pod]
-		demand, err := gpushare.PodDemand(pod)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cpu := pod.Spec.Containers[0].Resources.Requests.Cpu().MilliValue()
 		c.UpsertPod(pod) // the pending pod: the cache learns its shape
 		var candidates []string
@@ -161,7 +204,10 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 				candidates = append(candidates, n)
 			}
 		}
-		fit, _ := c.Filter(demand, candidates)
+		fit, _, err := c.Filter(cache.NewPodInfo(pod), candidates)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(fit) != d.Candidates {
 			t.Fatalf("seed %d, pod %d %s: the extender fits it on %d nodes %v, the simulator on %d", seed, i, d.Pod, len(fit), fit, d.Candidates)
 		}
@@ -203,8 +249,14 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		c.FinishBinding(pod.UID)
 		cpuFree[d.Node] -= cpu
 		placed++
+		if cache.NewPodInfo(pod).Constraints != nil {
+			constrainedPlaced++
+		}
 	}
 	if placed < len(res.Decisions)/3 {
 		t.Errorf("seed %d: only %d of %d pods placed; the test exercises little", seed, placed, len(res.Decisions))
+	}
+	if constrained && constrainedPlaced < placed/4 {
+		t.Errorf("seed %d: only %d of the %d pods placed choose their cards; the test exercises little", seed, constrainedPlaced, placed)
 	}
 }

@@ -126,7 +126,7 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels)}
 	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
-		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy})
+		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned})
 		if n.Model == "" {
 			n.Model = card.Model
 		}
@@ -169,6 +169,12 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 		return Pod{}, fmt.Errorf("pod %s: %w", key, err)
 	}
 	p.Demand, p.Kind = d, KindShare
+	if p.Constraints, err = gpushare.ParseCardConstraints(pod.Annotations); err != nil {
+		return Pod{}, fmt.Errorf("pod %s: %w", key, err)
+	}
+	if p.Constraints != nil {
+		p.Models = p.Constraints.Models
+	}
 	for _, c := range d {
 		if c.Cards > 1 {
 			p.Kind = KindMulti

@@ -187,7 +187,10 @@ func ReadOpenbNodes(r io.Reader, file string) ([]Node, error) {
 //   - num_gpu 1: gpu_milli units (1 to 1000) on one card;
 //   - num_gpu k > 1: k whole cards (gpu_milli must be 1000).
 //
-// gpu_spec lists the card models the pod accepts, separated by "|".
+// gpu_spec lists the card models the pod accepts, separated by "|": each an
+// exact model name of the node list's model column, as if the pod carried
+// them in gpushare.io/gpu-models (a name with a '*' or '?', which the
+// annotation reads as a pattern, is an error).
 func ReadOpenbPods(r io.Reader, file string) ([]Pod, error) {
 	t, err := newCSVTable(r, file, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}, []string{"gpu_spec"})
 	if err != nil {
@@ -246,8 +249,14 @@ func ReadOpenbPods(r io.Reader, file string) ([]Pod, error) {
 		if spec := t.str("gpu_spec"); spec != "" {
 			for _, m := range strings.Split(spec, "|") {
 				if m = strings.TrimSpace(m); m != "" {
+					if strings.ContainsAny(m, "*?") {
+						return nil, t.errorf("gpu_spec", "gpu_spec model %q has a pattern character; gpu_spec names models exactly", m)
+					}
 					p.Models = append(p.Models, m)
 				}
+			}
+			if len(p.Models) > 0 {
+				p.Constraints = &gpushare.CardConstraints{Models: p.Models}
 			}
 		}
 		pods = append(pods, p)

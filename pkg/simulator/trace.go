@@ -12,7 +12,8 @@ type Node struct {
 	Name string
 	// MilliCPU and MemoryMiB are what the node offers pods (allocatable).
 	MilliCPU, MemoryMiB int64
-	// Model of the node's cards ("" when unknown); gpu_spec matches it.
+	// Model of the node's first card ("" when unknown), for fgd's target
+	// workload; gpu_spec is matched against each card's own model.
 	Model string
 	// Unit of the cards' memory: "milli" (thousandths of a card) for openb,
 	// the inventory's unit for Kubernetes nodes.
@@ -53,9 +54,16 @@ type Pod struct {
 	MilliCPU, MemoryMiB int64
 	// Demand is the GPU memory asked, in the nodes' unit; nil for KindCPU.
 	Demand gpushare.Demand
-	// Models the pod's cards may be (openb gpu_spec); empty: any.
+	// Models the pod's cards may be (openb gpu_spec, a Kubernetes pod's
+	// gpushare.io/gpu-models) as fgd's target workload reads them, exactly;
+	// empty: any.
 	Models []string
-	Kind   Kind
+	// Constraints are the cards the pod may use (nil: any), which the
+	// replay applies as the extender does (allocator.FitWith): openb's
+	// gpu_spec as exact models, a Kubernetes pod's gpushare.io/gpu-*
+	// annotations as they are.
+	Constraints *gpushare.CardConstraints
+	Kind        Kind
 }
 
 // Units returns the GPU memory the pod holds once placed.
