@@ -81,6 +81,13 @@ type Cache struct {
 	// a pending pod); kept to show in Inspect. Entries leave when the pod
 	// is bound, loses the annotation, or is deleted.
 	pendingIgnored map[types.UID]ignoredPod
+	// floor: pod UID -> the resourceVersion a catch-up applied
+	// (ApplyQuorum); informer events of the pod older than it are ignored.
+	// An entry leaves when the informer delivers that version or a newer
+	// one, or the pod's delete.
+	floor map[types.UID]uint64
+	// catchUp is non-nil while a catch-up runs (BeginCatchUp).
+	catchUp *catchUpState
 
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable
@@ -197,6 +204,7 @@ func New(cfg Config) (*Cache, error) {
 		hosts:          map[types.UID]hostUse{},
 		holes:          allocator.NewHoles(),
 		pendingIgnored: map[types.UID]ignoredPod{},
+		floor:          map[types.UID]uint64{},
 		policy:         cfg.Policy,
 		assumeTTL:      cfg.AssumeTTL,
 		clock:          cfg.Clock,
@@ -456,6 +464,10 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
 // UpsertPodInfo applies a pod add or update from the informer.
 func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 	c.mu.Lock()
+	if c.stale(pod) {
+		c.mu.Unlock()
+		return
+	}
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	c.syncHost(pod)
@@ -626,6 +638,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.forgetPod(uid)
 	c.dropHost(uid)
 	delete(c.observed, uid)
+	c.deleted(uid)
 }
 
 // Assume chooses cards for pod's Demand on node with the pod's policy (the

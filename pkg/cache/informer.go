@@ -23,6 +23,7 @@ const expiryPeriod = 5 * time.Second
 // Feeder keeps a Cache in step with the API through shared informers.
 type Feeder struct {
 	cache   *Cache
+	client  kubernetes.Interface
 	factory informers.SharedInformerFactory
 	// pods holds a *PodInfo per pod, keyed namespace/name.
 	pods toolscache.Indexer
@@ -38,7 +39,7 @@ type Feeder struct {
 func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Feeder, error) {
 	logger := klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
-	f := &Feeder{cache: c, factory: factory}
+	f := &Feeder{cache: c, client: client, factory: factory}
 
 	podInf := factory.Core().V1().Pods().Informer()
 	f.pods = podInf.GetIndexer()
@@ -227,5 +228,37 @@ func stripNode(n *corev1.Node) *corev1.Node {
 			Capacity:    stripResources(n.Status.Capacity),
 			Allocatable: stripResources(n.Status.Allocatable),
 		},
+	}
+}
+
+// catchUpPageSize is how many pods one page of the catch-up's list holds.
+const catchUpPageSize = 500
+
+// CatchUp reads every pod bound to a node and not finished with a quorum
+// list (resourceVersion "": etcd's current state, not a watch cache) and
+// applies it to the cache (Cache.ApplyQuorum), page by page. When it
+// returns nil, every Binding the API server made before the list began is
+// charged, however far behind the informer is. See pkg/leader for who calls
+// it and why.
+func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
+	f.cache.BeginCatchUp()
+	defer f.cache.EndCatchUp()
+	opts := metav1.ListOptions{
+		FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+		Limit:         catchUpPageSize,
+	}
+	for {
+		list, err := f.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return pods, fmt.Errorf("listing bound pods from the API (quorum read): %w", err)
+		}
+		for i := range list.Items {
+			f.cache.ApplyQuorum(NewPodInfo(&list.Items[i]))
+		}
+		pods += len(list.Items)
+		if list.Continue == "" {
+			return pods, nil
+		}
+		opts.Continue = list.Continue
 	}
 }

@@ -1,0 +1,98 @@
+package cache
+
+import (
+	"math"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// catchUpState records, while a catch-up runs, the informer events applied
+// meanwhile, so a quorum-listed pod older than them is not applied over
+// them.
+type catchUpState struct {
+	// applied: pod UID -> resourceVersion of the last informer event
+	// applied during the catch-up; math.MaxUint64 for a delete.
+	applied map[types.UID]uint64
+}
+
+// resourceVersion parses a pod's resourceVersion; ok is false when it is
+// not a decimal integer (etcd's revisions are; another storage's may not
+// be, and then no ordering is enforced).
+func resourceVersion(s string) (rv uint64, ok bool) {
+	rv, err := strconv.ParseUint(s, 10, 64)
+	return rv, err == nil
+}
+
+// BeginCatchUp starts a catch-up: pods from a quorum list of the API are
+// about to be applied with ApplyQuorum. A new leader runs one before it
+// places pods, so Bindings the previous leader made that this replica's
+// lagging informer has not delivered yet are charged (see pkg/leader).
+func (c *Cache) BeginCatchUp() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.catchUp = &catchUpState{applied: map[types.UID]uint64{}}
+}
+
+// EndCatchUp ends the catch-up BeginCatchUp started.
+func (c *Cache) EndCatchUp() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.catchUp = nil
+}
+
+// ApplyQuorum applies a pod read by a quorum list of the API during a
+// catch-up, unless an informer event already applied a newer version of it
+// (or its delete). The pod's resourceVersion becomes its floor: informer
+// events older than it (a lagging watch delivering the pod as still
+// pending) are ignored until the informer reaches it.
+func (c *Cache) ApplyQuorum(pod *PodInfo) {
+	rv, ok := resourceVersion(pod.ResourceVersion)
+	c.mu.Lock()
+	if c.catchUp != nil {
+		if seen, applied := c.catchUp.applied[pod.UID]; applied && (!ok || seen >= rv) {
+			c.mu.Unlock()
+			return
+		}
+	}
+	if ok {
+		c.floor[pod.UID] = rv
+	}
+	was := c.ignoredReason(pod.UID)
+	c.upsertGPU(pod)
+	c.syncHost(pod)
+	now := c.ignoredReason(pod.UID)
+	c.mu.Unlock()
+	if now != "" && now != was {
+		c.report([]IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}})
+	}
+}
+
+// stale reports whether an informer event of pod is older than the version
+// a catch-up applied, and records the event for a catch-up in progress.
+// The caller holds c.mu.
+func (c *Cache) stale(pod *PodInfo) bool {
+	rv, ok := resourceVersion(pod.ResourceVersion)
+	if !ok {
+		return false
+	}
+	if floor, has := c.floor[pod.UID]; has {
+		if rv < floor {
+			return true
+		}
+		delete(c.floor, pod.UID) // the informer has caught up with this pod
+	}
+	if c.catchUp != nil {
+		c.catchUp.applied[pod.UID] = rv
+	}
+	return false
+}
+
+// deleted records a pod's delete for a catch-up in progress and drops its
+// floor. The caller holds c.mu.
+func (c *Cache) deleted(uid types.UID) {
+	delete(c.floor, uid)
+	if c.catchUp != nil {
+		c.catchUp.applied[uid] = math.MaxUint64
+	}
+}
