@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/pkg/webhook"
@@ -67,6 +68,14 @@ func parseFlags(args []string, out io.Writer) (cfg extender.Config, showVersion 
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
 	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed (or whose outcome is unknown), and for a Binding the informer never shows")
 	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
+	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "standalone replicas behind one Service: elect a leader with a coordination.k8s.io Lease; only the leader reports ready on /readyz (so the Service routes to it) and answers filter, prioritize and bind, after reading every bound pod from the API; the others answer them 503 with Retry-After")
+	fs.StringVar(&cfg.FollowSchedulerLease, "follow-scheduler-lease", "", "sidecar of a kube-scheduler with leader election: the Lease it holds, namespace/name (e.g. kube-system/kube-scheduler); the extender answers the verbs only while the holder is its own pod's scheduler (identity --leader-elect-identity or --leader-elect-identity_*), after reading every bound pod from the API; /readyz does not depend on it")
+	fs.StringVar(&cfg.Election.Namespace, "leader-elect-resource-namespace", "kube-system", "namespace of the --leader-elect Lease")
+	fs.StringVar(&cfg.Election.Name, "leader-elect-resource-name", "gpushare-scheduler-extender", "name of the --leader-elect Lease")
+	fs.StringVar(&cfg.Election.Identity, "leader-elect-identity", defaultIdentity(), "this replica's identity in the Lease: the pod name (from $POD_NAME, else the host name, which is the pod name in a pod)")
+	fs.DurationVar(&cfg.Election.LeaseDuration, "leader-elect-lease-duration", leader.DefaultLeaseDuration, "how long a follower waits after the last renewal it saw before it takes the Lease")
+	fs.DurationVar(&cfg.Election.RenewDeadline, "leader-elect-renew-deadline", leader.DefaultRenewDeadline, "the leader gives up when it could not renew for this long, and every Binding it writes ends by its last renewal plus this; must be below the lease duration, the difference being the safety margin. With --follow-scheduler-lease: set it to kube-scheduler's leaderElection.renewDeadline")
+	fs.DurationVar(&cfg.Election.RetryPeriod, "leader-elect-retry-period", leader.DefaultRetryPeriod, "how often the leader renews and followers try to acquire")
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
@@ -79,6 +88,16 @@ func parseFlags(args []string, out io.Writer) (cfg extender.Config, showVersion 
 	cfg.QPS = float32(*qps)
 	cfg.FilterAll = !*filterBest
 	return cfg, showVersion, nil
+}
+
+// defaultIdentity is this replica's identity in a Lease: $POD_NAME (the
+// downward API), else the host name, which is the pod name in a pod.
+func defaultIdentity() string {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
+	}
+	host, _ := os.Hostname()
+	return host
 }
 
 // run serves until SIGINT or SIGTERM.

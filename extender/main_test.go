@@ -5,11 +5,13 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/leader"
 )
 
 // TestDefaultListenIsLoopback: unless told otherwise the extender is reached
@@ -35,7 +37,9 @@ func TestHelpNamesTheFlags(t *testing.T) {
 		t.Fatal("--help: no error")
 	}
 	for _, flag := range []string{"-listen", "-policy", "-kube-api-qps", "-assume-ttl", "-filter-best", "-version",
-		"-tls-cert-file", "-tls-key-file", "-client-ca-file", "-metrics-listen", "-webhook-listen", "-webhook-tls-cert-file", "-webhook-tls-key-file", "-scheduler-name"} {
+		"-tls-cert-file", "-tls-key-file", "-client-ca-file", "-metrics-listen", "-webhook-listen", "-webhook-tls-cert-file", "-webhook-tls-key-file", "-scheduler-name",
+		"-leader-elect", "-follow-scheduler-lease", "-leader-elect-resource-namespace", "-leader-elect-resource-name", "-leader-elect-identity",
+		"-leader-elect-lease-duration", "-leader-elect-renew-deadline", "-leader-elect-retry-period"} {
 		if !strings.Contains(out.String(), flag) {
 			t.Errorf("--help does not mention %s:\n%s", flag, out.String())
 		}
@@ -67,7 +71,58 @@ func TestServingFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Only the serving fields; the others have their own tests.
-			only := cmpopts.IgnoreFields(extender.Config{}, "Kubeconfig", "Policy", "QPS", "Burst", "AssumeTTL", "FilterAll", "Timeouts", "CertCheckPeriod")
+			only := cmpopts.IgnoreFields(extender.Config{}, "Kubeconfig", "Policy", "QPS", "Burst", "AssumeTTL", "FilterAll", "Timeouts", "CertCheckPeriod",
+				"LeaderElect", "FollowSchedulerLease", "Election")
+			if diff := cmp.Diff(tc.want, cfg, only); diff != "" {
+				t.Errorf("Config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLeaderFlags: the HA flags land in the Config, with client-go's usual
+// durations and the pod name as identity, and Validate refuses the
+// combinations that cannot work.
+func TestLeaderFlags(t *testing.T) {
+	t.Setenv("POD_NAME", "extender-0")
+	tests := []struct {
+		name    string
+		args    []string
+		want    extender.Config
+		wantErr string
+	}{
+		{name: "off by default", args: nil,
+			want: extender.Config{Election: leader.ElectConfig{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: "extender-0",
+				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}}},
+		{name: "standalone replicas", args: []string{"--leader-elect", "--leader-elect-resource-namespace=gpu", "--leader-elect-resource-name=ext",
+			"--leader-elect-identity=e1", "--leader-elect-lease-duration=30s", "--leader-elect-renew-deadline=20s", "--leader-elect-retry-period=4s"},
+			want: extender.Config{LeaderElect: true, Election: leader.ElectConfig{Namespace: "gpu", Name: "ext", Identity: "e1",
+				LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 4 * time.Second}}},
+		{name: "sidecar", args: []string{"--follow-scheduler-lease=kube-system/kube-scheduler"},
+			want: extender.Config{FollowSchedulerLease: "kube-system/kube-scheduler", Election: leader.ElectConfig{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: "extender-0",
+				LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}}},
+		{name: "both", args: []string{"--leader-elect", "--follow-scheduler-lease=kube-system/kube-scheduler"}, wantErr: "exclude each other"},
+		{name: "renew deadline not below the lease", args: []string{"--leader-elect", "--leader-elect-renew-deadline=15s"}, wantErr: "renew deadline (15s) < lease duration (15s)"},
+		{name: "lease without namespace", args: []string{"--follow-scheduler-lease=kube-scheduler"}, wantErr: "want namespace/name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := parseFlags(tc.args, &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = cfg.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			only := cmpopts.IgnoreFields(extender.Config{}, "Kubeconfig", "Policy", "QPS", "Burst", "AssumeTTL", "FilterAll", "Timeouts", "CertCheckPeriod",
+				"Listen", "SchedulerName")
 			if diff := cmp.Diff(tc.want, cfg, only); diff != "" {
 				t.Errorf("Config (-want +got):\n%s", diff)
 			}

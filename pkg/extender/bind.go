@@ -67,12 +67,23 @@ const (
 	unknown
 )
 
+// Fencer bounds each Binding write to this replica's term as leader
+// (leader.Gate.Fence): it refuses the write when the replica does not lead,
+// else returns a context that ends before another replica can take over;
+// done is called when the write has returned.
+type Fencer interface {
+	Fence(ctx context.Context) (fenced context.Context, done func(), err error)
+}
+
 // Binder chooses cards, records them on the pod and binds it.
 type Binder struct {
 	cache *cache.Cache
 	api   PodAPI
 	pods  PodCache
 	clock clock.PassiveClock
+	// Fence, when set (several replicas), fences every Binding write.
+	// Set before use.
+	Fence Fencer
 }
 
 // NewBinder returns a binder; clk may be nil for the real clock.
@@ -222,7 +233,14 @@ func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, allo
 	}
 	inFlight := false // an earlier Binding request may still be running
 	for attempt := 0; ; attempt++ {
-		err = b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
+		err = b.write(ctx, pod, node, ann)
+		var notLeader *notLeaderError
+		switch {
+		case errors.As(err, &notLeader) && inFlight:
+			return unknown, fmt.Errorf("binding pod %s/%s to node %s: %w; an earlier Binding request may yet be applied; its cards stay held until the API shows the pod or the assumption expires", pod.Namespace, pod.Name, node, err)
+		case errors.As(err, &notLeader):
+			return notBound, fmt.Errorf("binding pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
+		}
 		if err == nil {
 			return bound, nil
 		}
@@ -261,6 +279,25 @@ func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, allo
 			return notBound, bindErr
 		}
 	}
+}
+
+// notLeaderError is a Binding write the fence refused: none was sent.
+type notLeaderError struct{ err error }
+
+func (e *notLeaderError) Error() string { return e.err.Error() }
+func (e *notLeaderError) Unwrap() error { return e.err }
+
+// write sends one Binding, fenced to this replica's term when b.Fence is set.
+func (b *Binder) write(ctx context.Context, pod *cache.PodInfo, node string, ann map[string]string) error {
+	if b.Fence == nil {
+		return b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
+	}
+	fenced, done, err := b.Fence.Fence(ctx)
+	if err != nil {
+		return &notLeaderError{err: err}
+	}
+	defer done()
+	return b.api.Bind(fenced, pod.Namespace, pod.Name, pod.UID, node, ann)
 }
 
 // unanswered reports whether err leaves the request possibly still running

@@ -57,6 +57,10 @@ type Handlers struct {
 	// MaxInFlight bounds the verb requests served at once; 0 means
 	// DefaultMaxInFlight. Set before Router.
 	MaxInFlight int
+	// Leader, when set (several replicas, pkg/leader), decides whether
+	// this replica answers the verbs and reports ready; nil: a single
+	// replica always does. Set before serving.
+	Leader Leadership
 
 	// verbSlots (made by Router) and inspectSlots hold one token per
 	// request being served; inspectSlots bounds inspect and /metrics, both
@@ -68,6 +72,14 @@ type Handlers struct {
 	ready   func() bool
 	metrics *metrics
 	logger  klog.Logger
+}
+
+// Leadership says whether this replica may place pods (leader.Gate).
+type Leadership interface {
+	// Serving: the replica leads and has caught up with the API.
+	Serving() bool
+	// Ready is what /readyz reports besides the informers' sync.
+	Ready() bool
 }
 
 // NewHandlers returns the handlers; ready reports whether the cache has
@@ -84,9 +96,9 @@ func (h *Handlers) Router() http.Handler {
 	}
 	h.verbSlots = make(chan struct{}, h.MaxInFlight)
 	r := httprouter.New()
-	r.POST(Prefix+"/filter", h.limit(h.verbSlots, "filter", h.filter))
-	r.POST(Prefix+"/prioritize", h.limit(h.verbSlots, "prioritize", h.prioritize))
-	r.POST(Prefix+"/bind", h.limit(h.verbSlots, "bind", h.bind))
+	r.POST(Prefix+"/filter", h.leading(h.limit(h.verbSlots, "filter", h.filter)))
+	r.POST(Prefix+"/prioritize", h.leading(h.limit(h.verbSlots, "prioritize", h.prioritize)))
+	r.POST(Prefix+"/bind", h.leading(h.limit(h.verbSlots, "bind", h.bind)))
 	r.GET(Prefix+"/inspect", h.limit(h.inspectSlots, "inspect", h.inspect))
 	r.GET(Prefix+"/inspect/:node", h.limit(h.inspectSlots, "inspect", h.inspect))
 	h.probeRoutes(r)
@@ -144,12 +156,34 @@ func (h *Handlers) limit(slots chan struct{}, route string, next httprouter.Hand
 	}
 }
 
+// leading answers 503 with Retry-After when this replica does not serve
+// (not the leader, or still catching up): kube-scheduler reports an
+// extender error and retries the pod with backoff, by which time the
+// Service routes to the leader (or its own scheduler has lost the lead).
+func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
+	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
+		if h.Leader != nil && !h.Leader.Serving() {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": errNotLeader.Error()})
+			return
+		}
+		next(w, r, ps)
+	}
+}
+
+// errNotLeader answers the verbs on a replica that is not serving.
+var errNotLeader = errors.New("gpushare extender replica is not the leader (or is catching up with the API); the scheduler will retry")
+
 // inFlight returns the verb requests being served.
 func (h *Handlers) inFlight() int { return len(h.verbSlots) }
 
 func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	if !h.ready() {
 		http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
+		return
+	}
+	if h.Leader != nil && !h.Leader.Ready() {
+		http.Error(w, "not the leader", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok"))

@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/kubeclient"
+	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
@@ -74,6 +75,18 @@ type Config struct {
 	FilterAll bool
 	// Timeouts of the HTTP server; zero fields take DefaultTimeouts'.
 	Timeouts Timeouts
+
+	// LeaderElect: standalone replicas behind one Service elect a leader
+	// with the Lease Election names; only the leader is ready and answers
+	// the verbs (pkg/leader).
+	LeaderElect bool
+	// FollowSchedulerLease, "namespace/name": a sidecar serves only while
+	// the kube-scheduler beside it (Election.Identity, its pod name) holds
+	// this Lease, after a catch-up (pkg/leader).
+	FollowSchedulerLease string
+	// Election: the Lease, this replica's identity and the durations; with
+	// FollowSchedulerLease only Identity and RenewDeadline are read.
+	Election leader.ElectConfig
 }
 
 // Timeouts bound how long a client may take over a request and hold an
@@ -123,12 +136,36 @@ func (c *Config) Validate() error {
 	case c.WebhookListen == "" && (c.WebhookTLSCertFile != "" || c.WebhookTLSKeyFile != ""):
 		errs = append(errs, errors.New("--webhook-tls-cert-file and --webhook-tls-key-file need --webhook-listen"))
 	}
+	switch {
+	case c.LeaderElect && c.FollowSchedulerLease != "":
+		errs = append(errs, errors.New("--leader-elect and --follow-scheduler-lease exclude each other: the first is for standalone replicas behind a Service, the second for a sidecar of kube-scheduler"))
+	case c.LeaderElect:
+		if err := c.Election.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--leader-elect: %w", err))
+		}
+	case c.FollowSchedulerLease != "":
+		if _, _, err := c.followed(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.Election.Identity == "" || c.Election.RenewDeadline <= 0 {
+			errs = append(errs, fmt.Errorf("--follow-scheduler-lease needs --leader-elect-identity (the pod name, %q) and a positive --leader-elect-renew-deadline (%s)", c.Election.Identity, c.Election.RenewDeadline))
+		}
+	}
 	if c.WebhookListen != "" {
 		if err := webhook.ValidSchedulerName(c.SchedulerName); err != nil {
 			errs = append(errs, fmt.Errorf("--scheduler-name: %w", err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// followed splits FollowSchedulerLease into the Lease's namespace and name.
+func (c *Config) followed() (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(c.FollowSchedulerLease, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("--follow-scheduler-lease %q: want namespace/name, e.g. kube-system/kube-scheduler", c.FollowSchedulerLease)
+	}
+	return namespace, name, nil
 }
 
 // NewClient builds the extender's API client from a kubeconfig path ("" for in-cluster).
@@ -205,6 +242,11 @@ func Run(ctx context.Context, cfg Config) error {
 	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
 	h := NewHandlers(logger, c, binder, feeder.Synced)
 	h.FilterAll = cfg.FilterAll
+	var gate *leader.Gate
+	if cfg.LeaderElect || cfg.FollowSchedulerLease != "" {
+		gate = leader.NewGate(feeder.CatchUp, cfg.Election.RenewDeadline, cfg.LeaderElect, nil)
+		h.Leader, binder.Fence = gate, gate
+	}
 	pending := newPendingPods(client)
 	reg := h.Registerer()
 	if err := pending.register(reg); err != nil {
@@ -212,6 +254,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if err := files.register(reg); err != nil {
 		return err
+	}
+	if gate != nil {
+		if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "gpushare", Subsystem: "extender", Name: "leader",
+			Help: "1 while this replica leads and has caught up with the API (it answers the verbs), else 0.",
+		}, func() float64 {
+			if gate.Serving() {
+				return 1
+			}
+			return 0
+		})); err != nil {
+			return fmt.Errorf("registering the leader gauge: %w", err)
+		}
 	}
 
 	apiHandler := h.Router()
@@ -234,7 +289,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := listenAll(eps); err != nil {
 		return err
 	}
-	serveErr := make(chan error, len(eps))
+	serveErr := make(chan error, len(eps)+1) // each listener, and the leadership
 	for _, ep := range eps {
 		ep.srv = newServer(ctx, ep.handler, cfg.Timeouts)
 		ep.srv.ErrorLog = log.New(serverLog{logger.WithValues("listener", ep.name)}, "", 0)
@@ -260,6 +315,10 @@ func Run(ctx context.Context, cfg Config) error {
 			debug.FreeOSMemory()
 			nodes, pods := c.Counts()
 			logger.Info("Informer caches synced; ready", "nodes", nodes, "pods", pods, "rebuild", time.Since(start))
+			// Only a synced replica stands for leader.
+			if err := runLeadership(ctx, cfg, client, gate); err != nil {
+				serveErr <- err
+			}
 		}
 	}()
 
@@ -279,6 +338,22 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Info("Stopped")
 	}
 	return runErr
+}
+
+// runLeadership runs the election or follows the scheduler's Lease, as cfg
+// says, until ctx ends; nothing for a single replica.
+func runLeadership(ctx context.Context, cfg Config, client kubernetes.Interface, gate *leader.Gate) error {
+	switch {
+	case cfg.LeaderElect:
+		return leader.Elect(ctx, client, cfg.Election, gate)
+	case cfg.FollowSchedulerLease != "":
+		ns, name, err := cfg.followed()
+		if err != nil {
+			return err
+		}
+		return leader.Follow(ctx, client, leader.FollowConfig{Namespace: ns, Name: name, Identity: cfg.Election.Identity}, gate)
+	}
+	return nil
 }
 
 // endpoint is one of the extender's listeners.
