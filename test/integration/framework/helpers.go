@@ -75,7 +75,7 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 }
 
 // Apply creates the objects of a multi-document YAML file (ServiceAccount,
-// ClusterRole, ClusterRoleBinding, Namespace, ValidatingAdmissionPolicy and
+// ClusterRole, ClusterRoleBinding, Role, RoleBinding, Namespace, ValidatingAdmissionPolicy and
 // its Binding). It is for the project's own manifests, so an unknown kind
 // is an error. kube-apiserver enforces a new admission policy a moment
 // after it is created, not at once: tests that need it wait for a refusal.
@@ -94,6 +94,10 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
 			_, err = client.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *admissionregistrationv1.ValidatingAdmissionPolicy:
 			_, err = client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, o, metav1.CreateOptions{})
 		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
