@@ -306,7 +306,12 @@ func Run(ctx context.Context, cfg Config) error {
 
 	feeder.Start(ctx)
 	pending.Start(ctx)
+	// synced ends when the informers have synced and the leadership (if
+	// any) has stopped: Run waits for it, so a stopping leader releases
+	// its Lease before the process exits.
+	synced := make(chan struct{})
 	go func() {
+		defer close(synced)
 		if feeder.WaitForSync(ctx) {
 			h.CacheRebuilt(time.Since(start))
 			// The initial lists (full objects, before stripping) are
@@ -334,6 +339,8 @@ func Run(ctx context.Context, cfg Config) error {
 			runErr = cmp.Or(runErr, fmt.Errorf("shutting down the %s listener: %w", ep.name, err))
 		}
 	}
+	cancel()
+	<-synced
 	if runErr == nil {
 		logger.Info("Stopped")
 	}

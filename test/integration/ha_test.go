@@ -347,3 +347,74 @@ func TestSidecarFollowsSchedulerLease(t *testing.T) {
 		t.Errorf("the first sidecar's fence = %v, want ErrNotLeader", err)
 	}
 }
+
+// TestElectedReplicasOneReady: two extenders run as the binary runs them
+// (extender.Run with --leader-elect): exactly one reports ready and
+// answers filter; when it stops, the other takes over.
+func TestElectedReplicasOneReady(t *testing.T) {
+	_, kc := haCluster(t)
+	type ext struct {
+		listen string
+		stop   context.CancelFunc
+		done   chan error
+	}
+	start := func(identity string) *ext {
+		e := &ext{listen: freeAddr(t), done: make(chan error, 1)}
+		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName(identity)))
+		e.stop = cancel
+		go func() {
+			e.done <- extender.Run(ctx, extender.Config{Kubeconfig: kc, Listen: e.listen, Policy: allocator.DefaultPolicy, QPS: 100, Burst: 200,
+				LeaderElect: true, Election: leader.ElectConfig{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: identity,
+					LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}})
+		}()
+		t.Cleanup(func() { cancel(); <-e.done })
+		return e
+	}
+	status := func(e *ext, method, path string) int {
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader(`{"Pod":{"metadata":{"name":"b","namespace":"default"}},"NodeNames":["n1"]}`)
+		}
+		req, _ := http.NewRequest(method, "http://"+e.listen+path, body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	exts := []*ext{start("extender-1"), start("extender-2")}
+	var leaderIdx int
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		ready := 0
+		for i, e := range exts {
+			if status(e, http.MethodGet, "/readyz") == http.StatusOK {
+				ready++
+				leaderIdx = i
+			}
+		}
+		return ready == 1, nil
+	}); err != nil {
+		t.Fatal("never exactly one ready replica")
+	}
+	follower := exts[1-leaderIdx]
+	if got := status(follower, http.MethodPost, extender.Prefix+"/filter"); got != http.StatusServiceUnavailable {
+		t.Errorf("the follower's filter = %d, want 503", got)
+	}
+	if got := status(exts[leaderIdx], http.MethodPost, extender.Prefix+"/filter"); got != http.StatusOK {
+		t.Errorf("the leader's filter = %d, want 200", got)
+	}
+	exts[leaderIdx].stop()
+	if err := <-exts[leaderIdx].done; err != nil {
+		t.Errorf("the leader stopped with %v", err)
+	}
+	exts[leaderIdx].done <- nil // for the cleanup
+	if err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return status(follower, http.MethodGet, "/readyz") == http.StatusOK, nil
+	}); err != nil {
+		t.Fatal("the follower never became ready after the leader stopped")
+	}
+	if got := status(follower, http.MethodPost, extender.Prefix+"/filter"); got != http.StatusOK {
+		t.Errorf("the new leader's filter = %d, want 200", got)
+	}
+}
