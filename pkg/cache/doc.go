@@ -40,6 +40,16 @@
 // A restarted extender rebuilds the same state from the informers' initial
 // list.
 //
+// Catch-up (a replica that just became leader, pkg/leader): Feeder.CatchUp
+// reads every bound, unfinished pod with a quorum list and applies it
+// (ApplyQuorum) as an informer event would, except where an informer event
+// applied during the catch-up is newer (or a delete). Each listed pod's
+// resourceVersion becomes its floor: informer events of the pod older than
+// it, which a lagging watch still delivers (the pod pending, its card
+// free), are dropped until the informer reaches it. resourceVersions of one
+// pod are compared as integers (etcd's revisions); a non-integer one
+// disables the floor for that event.
+//
 // Which cards a new pod may use is allocator.Exclude's answer for the pod's
 // card annotations (PodInfo.Constraints, parsed once when the pod arrives)
 // and each card's cordon (the node's gpushare.io/cordoned-gpus, read by

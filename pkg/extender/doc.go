@@ -40,4 +40,11 @@
 // scheduler-name webhook (pkg/webhook) on Config.WebhookListen. /metrics
 // writes the per-card gauges straight from the cache at scrape time
 // (serveMetrics).
+//
+// Several replicas (Config.LeaderElect, Config.FollowSchedulerLease): a
+// leader.Gate decides. Handlers.Leader answers the verbs 503 with
+// Retry-After on a replica that does not serve (and, for elected
+// replicas, /readyz too); Binder.Fence bounds each Binding write to the
+// replica's term. Run starts the election only once the informers have
+// synced. See pkg/leader for the safety argument.
 package extender
