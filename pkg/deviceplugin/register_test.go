@@ -31,7 +31,7 @@ func (f *fakeRegistration) Register(_ context.Context, r *pluginapi.RegisterRequ
 // serveRegistration serves f on sock, as kubelet does on kubelet.sock, and
 // returns a function that stops it once its calls are answered and
 // removes the socket.
-func serveRegistration(t *testing.T, sock string, f *fakeRegistration) (stop func()) {
+func serveRegistration(t testing.TB, sock string, f *fakeRegistration) (stop func()) {
 	t.Helper()
 	ln, err := net.Listen("unix", sock)
 	if err != nil {

@@ -195,7 +195,13 @@ func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.P
 var errNotReady = errors.New("gpushare extender is starting: informer caches not synced yet; the scheduler will retry")
 
 // decode reads a JSON body of at most MaxBodyBytes into v.
+//
+// A body that declares a length over the cap is refused before a byte of
+// it is read: a flood of oversized requests then costs no reading.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if r.ContentLength > MaxBodyBytes {
+		return fmt.Errorf("request body is over %d bytes", MaxBodyBytes)
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	dec := json.NewDecoder(r.Body)
 	if err := dec.Decode(v); err != nil {

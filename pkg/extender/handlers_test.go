@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -44,8 +45,10 @@ type fixture struct {
 
 func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 	t.Helper()
-	// A fuzz target may not log through its *testing.F.
-	logger, ctx := klog.Background().V(1), context.Background()
+	// A fuzz target may not log through its *testing.F, and a benchmark's
+	// flood of refused requests would bury its results: they discard logs
+	// (the zero logger).
+	logger, ctx := klog.Logger{}, context.Background()
 	if tt, ok := t.(*testing.T); ok {
 		logger, ctx = ktesting.NewTestContext(tt)
 	}
@@ -124,7 +127,7 @@ func golden(t *testing.T, name, got string) {
 	util.Golden(t, name, got, *update)
 }
 
-func extenderArgs(t *testing.T, pod *corev1.Pod, nodes ...string) string {
+func extenderArgs(t testing.TB, pod *corev1.Pod, nodes ...string) string {
 	t.Helper()
 	b, err := json.Marshal(map[string]any{"Pod": pod, "NodeNames": nodes})
 	if err != nil {
@@ -366,52 +369,95 @@ func blockingBinds(f *fixture, release <-chan struct{}) {
 
 // TestInFlightBound: past MaxInFlight verb requests at once, more wait only
 // briefly, then get 503 with Retry-After (kube-scheduler retries the pod),
-// so a flood cannot grow goroutines and memory without bound.
+// so a flood cannot grow goroutines and memory without bound. With the
+// default, the 65th concurrent request is the one refused.
 func TestInFlightBound(t *testing.T) {
-	var pods []runtime.Object
-	for i := range 3 {
-		pods = append(pods, util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(1).Obj())
-	}
-	f := newFixture(t, pods...)
-	f.h.MaxInFlight = 2
-	release := make(chan struct{})
-	blockingBinds(f, release)
-	srv := httptest.NewServer(f.h.Router())
-	defer srv.Close()
-	bind := func(i int) (*http.Response, error) {
-		body := fmt.Sprintf(`{"PodName":"p%d","PodNamespace":"default","PodUID":"uid-p%d","Node":"mixed"}`, i, i)
-		client := &http.Client{Timeout: 5 * time.Second}
-		return client.Post(srv.URL+"/gpushare-scheduler/bind", "application/json", strings.NewReader(body))
-	}
-	done := make(chan int, 2)
-	for i := range 2 {
-		go func() {
-			resp, err := bind(i)
-			if err == nil {
-				resp.Body.Close()
-				done <- resp.StatusCode
-				return
+	for _, tc := range []struct {
+		name        string
+		maxInFlight int // 0: the default
+		holding     int // binds that hold a slot
+	}{
+		{name: "two", maxInFlight: 2, holding: 2},
+		{name: "default", holding: DefaultMaxInFlight},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pods []runtime.Object
+			for i := range tc.holding + 1 {
+				pods = append(pods, util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(1).Obj())
 			}
-			done <- 0
-		}()
+			f := newFixture(t, pods...)
+			f.h.MaxInFlight = tc.maxInFlight
+			release := make(chan struct{})
+			blockingBinds(f, release)
+			srv := httptest.NewServer(f.h.Router())
+			defer srv.Close()
+			bind := func(i int) (*http.Response, error) {
+				body := fmt.Sprintf(`{"PodName":"p%d","PodNamespace":"default","PodUID":"uid-p%d","Node":"mixed"}`, i, i)
+				client := &http.Client{Timeout: 5 * time.Second}
+				return client.Post(srv.URL+"/gpushare-scheduler/bind", "application/json", strings.NewReader(body))
+			}
+			done := make(chan int, tc.holding)
+			for i := range tc.holding {
+				go func() {
+					resp, err := bind(i)
+					if err == nil {
+						resp.Body.Close()
+						done <- resp.StatusCode
+						return
+					}
+					done <- 0
+				}()
+			}
+			// Wait until all hold their slot.
+			deadline := time.Now().Add(10 * time.Second)
+			for f.h.inFlight() < tc.holding && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := f.h.inFlight(); got != tc.holding {
+				t.Fatalf("%d requests hold a slot, want %d", got, tc.holding)
+			}
+			resp, err := bind(tc.holding)
+			if err != nil {
+				t.Fatalf("bind %d: %v (it should be refused at once, not wait for a slot)", tc.holding+1, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+				t.Errorf("bind %d: %d Retry-After %q, want 503 with Retry-After", tc.holding+1, resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			close(release)
+			for range tc.holding {
+				if code := <-done; code != http.StatusOK {
+					t.Errorf("a bind holding a slot answered %d", code)
+				}
+			}
+		})
 	}
-	// Wait until both hold their slot.
-	deadline := time.Now().Add(5 * time.Second)
-	for f.h.inFlight() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	resp, err := bind(2)
-	if err != nil {
-		t.Fatalf("third bind: %v (it should be refused at once, not wait for a slot)", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Errorf("third bind: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	close(release)
-	for range 2 {
-		if code := <-done; code != http.StatusOK {
-			t.Errorf("a bind holding a slot answered %d", code)
+}
+
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r    io.Reader
+	read int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.read += n
+	return n, err
+}
+
+// TestOversizedBodyNotRead: a request declaring a body over the cap is
+// refused before any of it is read, so a flood of them costs no reading.
+func TestOversizedBodyNotRead(t *testing.T) {
+	f := newFixture(t)
+	for _, verb := range []string{"filter", "bind"} {
+		body := &countingReader{r: strings.NewReader(strings.Repeat("x", MaxBodyBytes+1))}
+		req := httptest.NewRequest("POST", Prefix+"/"+verb, body)
+		req.ContentLength = MaxBodyBytes + 1
+		rec := httptest.NewRecorder()
+		f.handler.ServeHTTP(rec, req)
+		if !strings.Contains(rec.Body.String(), "request body is over 4194304 bytes") || body.read != 0 {
+			t.Errorf("%s: %d %s after reading %d bytes; want the refusal before reading", verb, rec.Code, rec.Body.String(), body.read)
 		}
 	}
 }
