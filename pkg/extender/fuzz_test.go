@@ -62,6 +62,57 @@ func FuzzFilterBody(f *testing.F) {
 	})
 }
 
+// FuzzPrioritizeBody: any body gets 200 with a score in 0..10 for each
+// node asked, in order, or 400 with the reason (HostPriorityList has no
+// error field), and the cache is unchanged.
+func FuzzPrioritizeBody(f *testing.F) {
+	for _, s := range []string{
+		`{"Pod":{"metadata":{"name":"p","namespace":"default"},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8"}}}]}},"NodeNames":["mixed","sick","ghost"]}`,
+		`{"Pod":{"metadata":{"annotations":{"gpushare.io/policy":"spread"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["mixed","mixed"]}`,
+		`{"Pod":{"metadata":{"annotations":{"gpushare.io/policy":"nope"}},"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"NodeNames":["mixed"]}`,
+		`{"Pod":{"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}]}},"Nodes":{"items":[{"metadata":{"name":"sick"}}]}}`,
+		`{"Pod":null}`, `{`, `null`, ``,
+	} {
+		f.Add(s)
+	}
+	fx := newFixture(f)
+	before, _ := fx.cache.Inspect("")
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		fx.handler.ServeHTTP(rec, httptest.NewRequest("POST", Prefix+"/prioritize", strings.NewReader(body)))
+		switch rec.Code {
+		case http.StatusOK:
+			var res extenderv1.HostPriorityList
+			if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+				t.Fatalf("reply is not a HostPriorityList: %v", err)
+			}
+			var args extenderv1.ExtenderArgs
+			if err := json.Unmarshal([]byte(body), &args); err != nil {
+				t.Fatalf("200 for a body that does not decode: %q", body)
+			}
+			for i, hp := range res {
+				if hp.Score < 0 || hp.Score > extenderv1.MaxExtenderPriority {
+					t.Fatalf("score %d for %s out of 0..%d", hp.Score, hp.Host, extenderv1.MaxExtenderPriority)
+				}
+				if args.NodeNames != nil && (i >= len(*args.NodeNames) || (*args.NodeNames)[i] != hp.Host) {
+					t.Fatalf("reply's hosts %v are not the request's %v", res, *args.NodeNames)
+				}
+			}
+		case http.StatusBadRequest:
+			var e map[string]string
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e["error"] == "" {
+				t.Fatalf("400 without a reason: %q", rec.Body.String())
+			}
+		default:
+			t.Fatalf("status %d for %q", rec.Code, body)
+		}
+		after, _ := fx.cache.Inspect("")
+		if diff := cmp.Diff(before, after); diff != "" {
+			t.Fatalf("prioritize changed the cache:\n%s", diff)
+		}
+	})
+}
+
 // podsAPI is an in-memory PodAPI over several pods, applying a Binding
 // as the API server does.
 type podsAPI map[string]*corev1.Pod // name -> pod, namespace "default"

@@ -131,3 +131,31 @@ func FuzzParseFakeGPUs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFakeApply: a line of the fake-GPU control file does what it says to
+// a card of the node, or is refused with ErrFakeCommand.
+func FuzzFakeApply(f *testing.F) {
+	for _, s := range []string{"xid 0 79", "probe 1 fail", "probe 1 ok", "# comment", "", "xid 2 79", "xid -1 1", "xid 0 0", "probe 0 maybe", "reset 0 now", "xid 0 18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		devs, err := ParseFakeGPUs("2xT4:16GiB", "fuzz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fk := NewFake(devs)
+		if err := fk.Apply(line); err != nil {
+			if !errors.Is(err, ErrFakeCommand) {
+				t.Fatalf("error %v does not wrap ErrFakeCommand", err)
+			}
+			return
+		}
+		select {
+		case ev := <-fk.events:
+			if ev.XID == 0 || (ev.UUID != devs[0].UUID && ev.UUID != devs[1].UUID) {
+				t.Fatalf("%q injected %+v", line, ev)
+			}
+		default:
+		}
+	})
+}

@@ -1,9 +1,12 @@
 package gpushare
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Decoders must never panic, and whatever they accept (Validate passed:
@@ -64,6 +67,64 @@ func FuzzParseInventory(f *testing.F) {
 		}
 		if diff := cmp.Diff(inv, again); diff != "" {
 			t.Fatalf("round trip changed the inventory (-first +second):\n%s", diff)
+		}
+	})
+}
+
+func FuzzParseCordonedGPUs(f *testing.F) {
+	for _, s := range []string{"GPU-a,GPU-b", " GPU-a , GPU-b ", "GPU-a,,GPU-b", "GPU-*", "", ",", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		uuids, err := ParseCordonedGPUs(s)
+		if err != nil {
+			return
+		}
+		if len(uuids) > MaxCardListEntries {
+			t.Fatalf("%d UUIDs parsed, limit %d", len(uuids), MaxCardListEntries)
+		}
+		for _, u := range uuids {
+			if u == "" || strings.TrimSpace(u) != u || strings.ContainsAny(u, "*?, ") {
+				t.Fatalf("UUID %q is empty, untrimmed or holds a pattern character", u)
+			}
+		}
+	})
+}
+
+// FuzzPodDemand: a pod as JSON (the extender decodes them from
+// kube-scheduler's requests, the informers from the API); whatever demand
+// is accepted asks at least one unit on at least one card per container,
+// and its total does not wrap.
+func FuzzPodDemand(f *testing.F) {
+	for _, s := range []string{
+		`{"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8"}}}]}}`,
+		`{"spec":{"initContainers":[{"name":"i","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}],"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"8","aliyun.com/gpu-count":"2"}}}]}}`,
+		`{"spec":{"initContainers":[{"name":"s","restartPolicy":"Always","resources":{"limits":{"aliyun.com/gpu-mem":"4"}}}],"containers":[{"name":"c"}]}}`,
+		`{"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"9223372036854775807","aliyun.com/gpu-count":"4"}}}]}}`,
+		`{"spec":{"containers":[{"name":"c","resources":{"limits":{"aliyun.com/gpu-mem":"1.5"}}}]}}`,
+		`{}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var pod corev1.Pod
+		if json.Unmarshal([]byte(s), &pod) != nil {
+			return
+		}
+		d, err := PodDemand(&pod)
+		if err != nil {
+			return
+		}
+		if len(d) == 0 {
+			t.Fatalf("no error and no demand for %s", s)
+		}
+		for _, c := range d {
+			if c.Units <= 0 || c.Cards < 1 || c.Total() < c.Units {
+				t.Fatalf("container %q: %d units on %d cards (total %d) accepted", c.Name, c.Units, c.Cards, c.Total())
+			}
+		}
+		if d.Total() <= 0 {
+			t.Fatalf("total %d for %s", d.Total(), s)
 		}
 	})
 }
