@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -115,16 +114,4 @@ func Elect(ctx context.Context, client kubernetes.Interface, cfg ElectConfig, g 
 		le.Run(ctx)
 	}
 	return nil
-}
-
-// Lease reads the Lease's holder, for logs and tests.
-func Lease(ctx context.Context, client kubernetes.Interface, namespace, name string) (holder string, err error) {
-	l, err := client.CoordinationV1().Leases(namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return "", fmt.Errorf("reading lease %s/%s: %w", namespace, name, err)
-	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *l.Spec.HolderIdentity, nil
 }

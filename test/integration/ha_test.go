@@ -259,8 +259,8 @@ func TestLeaderFailoverKeepsCards(t *testing.T) {
 				t.Fatalf("the follower's informer already shows a bound to %s: the lag was not held", p.NodeName)
 			}
 			waitServing(t, r2, 30*time.Second)
-			if holder, err := leader.Lease(ctx, admin, "kube-system", "gpushare-scheduler-extender"); err != nil || holder != "extender-2" {
-				t.Fatalf("lease holder %q, %v; want extender-2", holder, err)
+			if l, err := admin.CoordinationV1().Leases("kube-system").Get(ctx, "gpushare-scheduler-extender", metav1.GetOptions{}); err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != "extender-2" {
+				t.Fatalf("lease %v, %v; want it held by extender-2", l, err)
 			}
 
 			err := r2.bind(ctx, admin, "b")
