@@ -367,7 +367,12 @@ func TestElectedReplicasOneReady(t *testing.T) {
 				LeaderElect: true, Election: leader.ElectConfig{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: identity,
 					LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}})
 		}()
-		t.Cleanup(func() { cancel(); <-e.done })
+		t.Cleanup(func() {
+			cancel()
+			if err := <-e.done; err != nil {
+				t.Errorf("extender %s: %v", identity, err)
+			}
+		})
 		return e
 	}
 	status := func(e *ext, method, path string) int {
