@@ -92,8 +92,12 @@ func TestReadKubernetes(t *testing.T) {
 	wantPods := []Pod{
 		{Name: "default/train", MilliCPU: 4000, MemoryMiB: 8192, Demand: gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}, Kind: KindShare},
 		{Name: "default/web", MilliCPU: 500, MemoryMiB: 256, Kind: KindCPU},
-		{Name: "default/duo", Demand: gpushare.Demand{{Name: "c0", Units: 16, Cards: 2}}, Kind: KindMulti},
-		// The init container's 6 cores outweigh the app's 2.
+		// No CPU or memory request: kube-scheduler's scores count
+		// 100 millicores and 200 MiB.
+		{Name: "default/duo", NonZeroMilliCPU: 100, NonZeroMemoryMiB: 200, Demand: gpushare.Demand{{Name: "c0", Units: 16, Cards: 2}}, Kind: KindMulti},
+		// The init container's 6 cores outweigh the app's 2 (its
+		// missing memory request counts 200 MiB in scores, below the
+		// app's 1 GiB).
 		{Name: "default/prep", MilliCPU: 6000, MemoryMiB: 1024, Demand: gpushare.Demand{{Name: "i0", Init: true, Units: 8, Cards: 1}, {Name: "c0", Units: 4, Cards: 1}}, Kind: KindShare},
 	}
 	if diff := cmp.Diff(wantPods, pods); diff != "" {
