@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // Variant derives a trace from another, the way Alibaba derived the openb
@@ -126,7 +128,7 @@ func maxCards(p *Pod) int {
 func (v *Variant) constrain(tr *Trace, rng *rand.Rand) {
 	var gpu []int
 	for i := range tr.Pods {
-		if tr.Pods[i].Demand != nil && len(tr.Pods[i].Models) == 0 {
+		if tr.Pods[i].Demand != nil && len(tr.Pods[i].Models) == 0 && tr.Pods[i].Constraints == nil {
 			gpu = append(gpu, i)
 		}
 	}
@@ -170,6 +172,10 @@ func (v *Variant) constrain(tr *Trace, rng *rand.Rand) {
 			models = slices.DeleteFunc(models, func(m string) bool { return m == first })
 			p.Models = append(p.Models, draw())
 		}
+		// The replay places by Constraints (the extender's predicate), as
+		// ReadOpenbPods sets them from gpu_spec; Models alone would bind
+		// only fgd's target tasks.
+		p.Constraints = &gpushare.CardConstraints{Models: slices.Clone(p.Models)}
 	}
 }
 
