@@ -263,3 +263,32 @@ func (l *Lasting) Observe(now time.Time, diffs []string) []string {
 	l.since = seen
 	return out
 }
+
+// CheckRecovered returns what is not back to full health on nodes: a card
+// unhealthy in the inventory, or kubelet's allocatable gpu-mem below
+// total[node] (the node's GiB; nodes not in total are skipped).
+func CheckRecovered(nodes []corev1.Node, total map[string]int64) []string {
+	var bad []string
+	for i := range nodes {
+		n := &nodes[i]
+		want, ok := total[n.Name]
+		if !ok {
+			continue
+		}
+		inv, err := gpushare.ParseInventory(n.Annotations[gpushare.AnnotationInventory])
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("node %s has no valid inventory: %v", n.Name, err))
+			continue
+		}
+		for _, d := range inv.Devices {
+			if !d.Healthy {
+				bad = append(bad, fmt.Sprintf("node %s card %d is still unhealthy", n.Name, d.Index))
+			}
+		}
+		q := n.Status.Allocatable[gpushare.ResourceGPUMem]
+		if q.Value() != want {
+			bad = append(bad, fmt.Sprintf("node %s: kubelet's allocatable %s is %d, want %d", n.Name, gpushare.ResourceGPUMem, q.Value(), want))
+		}
+	}
+	return bad
+}

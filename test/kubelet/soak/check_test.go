@@ -190,3 +190,25 @@ func TestSummaryLine(t *testing.T) {
 		t.Errorf("Line() = %q, want %q", got, want)
 	}
 }
+
+func TestCheckRecovered(t *testing.T) {
+	healthy := util.MakeNode("n1").Cards("Tesla T4", 16, 16).Obj()
+	tests := []struct {
+		name string
+		node *corev1.Node
+		want []string
+	}{
+		{name: "recovered", node: healthy},
+		{name: "a card still unhealthy", node: util.MakeNode("n1").Cards("Tesla T4", 16, 16).Unhealthy(1).Obj(), want: []string{"node n1 card 1 is still unhealthy"}},
+		{name: "allocatable short", node: util.MakeNode("n1").Cards("Tesla T4", 16, 16).Capacity(16, 2).Obj(),
+			want: []string{"node n1: kubelet's allocatable aliyun.com/gpu-mem is 16, want 32"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckRecovered([]corev1.Node{*tc.node}, map[string]int64{"n1": 32})
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("CheckRecovered (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

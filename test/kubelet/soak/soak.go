@@ -257,13 +257,25 @@ func waitingFor(p *corev1.Pod) string {
 }
 
 // final checks the continuous invariants once more on the settled
-// cluster, giving the extender's inspect up to cfg.InspectBound to agree.
+// cluster, giving the extender's inspect up to cfg.InspectBound to agree
+// and every card as long to be healthy and allocatable again.
 func final(ctx context.Context, c *cluster.Cluster, cfg Config, checker *Checker, vs *Violations, log *printer) {
+	total := map[string]int64{} // node -> GiB
+	for _, n := range c.Nodes() {
+		total[n.Spec.Name] = n.TotalGiB()
+	}
 	deadline := time.Now().Add(cfg.InspectBound)
 	for {
 		diffs, ok := checker.Once(ctx)
-		if ok && len(diffs) == 0 {
-			log.printf("final check: cards, environments, kubelet's devices and the extender's inspect agree with the API")
+		var sick []string
+		nodes, err := c.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			sick = []string{fmt.Sprintf("listing the nodes: %v", err)}
+		} else {
+			sick = CheckRecovered(nodes.Items, total)
+		}
+		if ok && len(diffs) == 0 && len(sick) == 0 {
+			log.printf("final check: every card healthy and allocatable; cards, environments, kubelet's devices and the extender's inspect agree with the API")
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -272,6 +284,9 @@ func final(ctx context.Context, c *cluster.Cluster, cfg Config, checker *Checker
 			}
 			for _, d := range diffs {
 				vs.Add(InvInspect, "at the end, "+d)
+			}
+			for _, s := range sick {
+				vs.Add(InvRecover, fmt.Sprintf("%s %s after the checks began", s, cfg.InspectBound))
 			}
 			return
 		}
