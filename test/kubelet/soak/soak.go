@@ -43,6 +43,10 @@ type Config struct {
 	// in percent of the nodes' GPU memory, so that all fit at the end.
 	MaxPods         int
 	MaxUnitsPercent int64
+	// MaxTwoCardPods bounds the live pods split over two cards (see
+	// Bounds.TwoCard); 0 is a quarter of the nodes' cards, negative no
+	// bound.
+	MaxTwoCardPods int
 	// MaxOpWait bounds the pause between two workload steps.
 	MaxOpWait time.Duration
 	// Out gets the run's lines.
@@ -91,19 +95,24 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 	cfg.Defaults()
 	log := newPrinter(cfg.Out)
 	var capacity int64
+	cards := 0
 	for _, n := range c.Nodes() {
 		capacity += n.TotalGiB()
+		cards += len(n.Cards)
 	}
-	maxUnits := capacity * cfg.MaxUnitsPercent / 100
-	log.printf("soak starting with seed %d: duration=%s min-faults=%d nodes=%d (%d GiB; live pods ask at most %d GiB, %d pods)",
-		cfg.Seed, cfg.Duration, cfg.MinFaults, len(c.Nodes()), capacity, maxUnits, cfg.MaxPods)
+	bounds := Bounds{Pods: cfg.MaxPods, Units: capacity * cfg.MaxUnitsPercent / 100, TwoCard: cfg.MaxTwoCardPods}
+	if bounds.TwoCard == 0 {
+		bounds.TwoCard = cards / 4
+	}
+	log.printf("soak starting with seed %d: duration=%s min-faults=%d nodes=%d (%d GiB, %d cards); live pods: at most %d, asking at most %d GiB, at most %d split over two cards (negative: unbounded)",
+		cfg.Seed, cfg.Duration, cfg.MinFaults, len(c.Nodes()), capacity, cards, bounds.Pods, bounds.Units, bounds.TwoCard)
 	if err := c.CP.CreateNamespace(ctx, cfg.Namespace); err != nil {
 		return Summary{}, nil, err
 	}
 	vs := NewViolations(log)
 	targets := ClusterTargets(c)
 	inj := NewInjector(targets, NewPlanner(cfg.Seed, targets, cfg.MaxFaultGap), log, vs)
-	wl := NewWorkload(cfg.Seed, cfg.Namespace, cfg.MaxPods, maxUnits, cfg.MaxOpWait)
+	wl := NewWorkload(cfg.Seed, cfg.Namespace, bounds, cfg.MaxOpWait)
 	checker := NewChecker(c, vs, log, cfg.InspectBound)
 	defer checker.Close()
 

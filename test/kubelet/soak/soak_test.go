@@ -17,6 +17,7 @@ var (
 	durationFlag = flag.Duration("soak.duration", time.Minute, "how long faults are injected (make soak: DURATION)")
 	faultsFlag   = flag.Int("soak.min-faults", 20, "the fewest faults a run injects")
 	nodesFlag    = flag.Int("soak.nodes", 4, "simulated GPU nodes (cluster.DefaultNodes)")
+	twoCardFlag  = flag.Int("soak.max-two-card", 0, "live pods split over two cards at most; 0: a quarter of the cards, negative: no bound (kube-scheduler then leaves some pending: it counts aliyun.com/gpu-count as consumed)")
 )
 
 // TestSoak runs the chaos soak on a fresh cluster of four simulated GPU
@@ -61,7 +62,7 @@ func TestSoak(t *testing.T) {
 		}
 		_ = os.RemoveAll(dir)
 	}()
-	s, violations, err := soak.Run(ctx, c, soak.Config{Seed: seed, Duration: *durationFlag, MinFaults: *faultsFlag, Out: os.Stdout})
+	s, violations, err := soak.Run(ctx, c, soak.Config{Seed: seed, Duration: *durationFlag, MinFaults: *faultsFlag, MaxTwoCardPods: *twoCardFlag, Out: os.Stdout})
 	if err != nil {
 		t.Error(err)
 	}

@@ -54,6 +54,8 @@ type Workload struct {
 	maxUnits int64
 	// maxWait bounds Op.Wait.
 	maxWait time.Duration
+	// maxTwoCard bounds the live ShapeTwoCard pods; negative: no bound.
+	maxTwoCard int
 
 	// created counts the pods created; names are numbered by it.
 	created int
@@ -61,16 +63,32 @@ type Workload struct {
 	live []livePod
 	// units is the sum of live's units.
 	units int64
+	// twoCard counts the live ShapeTwoCard pods.
+	twoCard int
 }
 
 type livePod struct {
 	name  string
 	units int64
+	shape Shape
+}
+
+// Bounds bound what the live pods of a workload ask.
+type Bounds struct {
+	// Pods and Units (GiB) bound the live pods and their demand.
+	Pods  int
+	Units int64
+	// TwoCard bounds the live ShapeTwoCard pods; negative for no bound.
+	// kube-scheduler counts a container's aliyun.com/gpu-count as consumed
+	// from the node's (its number of cards), so a node of 4 cards takes
+	// two such pods whatever memory is free; the soak keeps below that
+	// unless told otherwise.
+	TwoCard int
 }
 
 // NewWorkload returns the workload of seed in namespace ns.
-func NewWorkload(seed uint64, ns string, maxPods int, maxUnits int64, maxWait time.Duration) *Workload {
-	return &Workload{rng: rand.New(rand.NewPCG(seed, 0x9d5)), ns: ns, maxPods: maxPods, maxUnits: maxUnits, maxWait: maxWait}
+func NewWorkload(seed uint64, ns string, b Bounds, maxWait time.Duration) *Workload {
+	return &Workload{rng: rand.New(rand.NewPCG(seed, 0x9d5)), ns: ns, maxPods: b.Pods, maxUnits: b.Units, maxTwoCard: b.TwoCard, maxWait: maxWait}
 }
 
 // Created is the number of pods created so far.
@@ -84,12 +102,16 @@ func (w *Workload) Next() Op {
 	pod := w.pod(fmt.Sprintf("p-%04d-%s", w.created+1, shape), shape)
 	units := demand(pod)
 	create := w.rng.IntN(5) < 3
-	fits := len(w.live) < w.maxPods && w.units+units <= w.maxUnits
+	fits := len(w.live) < w.maxPods && w.units+units <= w.maxUnits &&
+		(shape != ShapeTwoCard || w.maxTwoCard < 0 || w.twoCard < w.maxTwoCard)
 	if len(w.live) == 0 || (create && fits) {
 		if fits {
 			w.created++
-			w.live = append(w.live, livePod{pod.Name, units})
+			w.live = append(w.live, livePod{pod.Name, units, shape})
 			w.units += units
+			if shape == ShapeTwoCard {
+				w.twoCard++
+			}
 			return Op{Create: pod, Shape: shape, Units: units, Wait: wait}
 		}
 		return Op{Wait: wait}
@@ -98,6 +120,9 @@ func (w *Workload) Next() Op {
 	gone := w.live[i]
 	w.live = append(w.live[:i], w.live[i+1:]...)
 	w.units -= gone.units
+	if gone.shape == ShapeTwoCard {
+		w.twoCard--
+	}
 	return Op{Delete: gone.name, Wait: wait}
 }
 

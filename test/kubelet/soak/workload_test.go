@@ -15,13 +15,14 @@ type opSummary struct {
 }
 
 func TestWorkloadReplaysAndStaysInBounds(t *testing.T) {
-	const maxPods, maxUnits = 10, 60
+	const maxPods, maxUnits, maxTwoCard = 10, 60, 2
 	run := func(seed uint64) ([]opSummary, map[Shape]int) {
-		w := NewWorkload(seed, "soak", maxPods, maxUnits, time.Second)
+		w := NewWorkload(seed, "soak", Bounds{Pods: maxPods, Units: maxUnits, TwoCard: maxTwoCard}, time.Second)
 		var ops []opSummary
 		shapes := map[Shape]int{}
 		live := map[string]int64{}
 		var units int64
+		twoCard := map[string]bool{}
 		for range 500 {
 			op := w.Next()
 			s := opSummary{Delete: op.Delete, Units: op.Units, Wait: op.Wait}
@@ -31,6 +32,9 @@ func TestWorkloadReplaysAndStaysInBounds(t *testing.T) {
 				shapes[op.Shape]++
 				live[op.Create.Name] = op.Units
 				units += op.Units
+				if op.Shape == ShapeTwoCard {
+					twoCard[op.Create.Name] = true
+				}
 				if op.Units != demand(op.Create) || op.Create.Namespace != "soak" {
 					t.Fatalf("pod %s: units %d, namespace %q", op.Create.Name, op.Units, op.Create.Namespace)
 				}
@@ -40,10 +44,11 @@ func TestWorkloadReplaysAndStaysInBounds(t *testing.T) {
 					t.Fatalf("deletes %s, which is not live", op.Delete)
 				}
 				delete(live, op.Delete)
+				delete(twoCard, op.Delete)
 				units -= u
 			}
-			if len(live) > maxPods || units > maxUnits {
-				t.Fatalf("%d live pods asking %d GiB, bounds %d pods, %d GiB", len(live), units, maxPods, maxUnits)
+			if len(live) > maxPods || units > maxUnits || len(twoCard) > maxTwoCard {
+				t.Fatalf("%d live pods (%d two-card) asking %d GiB, bounds %d pods (%d two-card), %d GiB", len(live), len(twoCard), units, maxPods, maxTwoCard, maxUnits)
 			}
 			ops = append(ops, s)
 		}
