@@ -92,8 +92,8 @@ type ControlPlane struct {
 	// schedulerArgs are kube-scheduler's arguments, for StartScheduler;
 	// nil when it was not started.
 	schedulerArgs []string
-	tokens       map[string]string
-	kubeconfigs  map[string]string
+	tokens        map[string]string
+	kubeconfigs   map[string]string
 
 	mu       sync.Mutex
 	procs    []*Proc // in start order
