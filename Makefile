@@ -98,3 +98,12 @@ demo-down: ## Stop exactly the processes make demo started (PID files under _out
 .PHONY: e2e
 e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plugin -> kubelet's device manager on simulated nodes.
 	cd test/kubelet && $(GO) test -race -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
+
+# --- chaos soak (issue 15) ---
+DURATION     ?= 10m
+SEED         ?= 0
+SOAK_TIMEOUT ?= 3h
+
+.PHONY: soak
+soak: controlplane ## Chaos soak: mixed pods over 4 simulated GPU nodes while faults kill the extender, kube-scheduler, device plugins and kubelets, pause the API server and fail cards, for DURATION (10m); SEED=S replays a run. Ends with one line "soak: seed=S faults=N kinds=K pods=P violations=V"; fails on any violation.
+	cd test/kubelet && $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./soak/ -args -soak.duration=$(DURATION) -soak.seed=$(SEED)

@@ -68,7 +68,7 @@ type Decision struct {
 	Pod string
 	// Node is "" for a pod that fit nowhere (or a skipped CPU-only pod).
 	Node string
-	// Cards holds, per container of the pod's Demand, the card indexes.
+	// Cards holds, per container of the pod's Demand, the card indexes, ascending.
 	Cards [][]int
 	// Candidates is the number of nodes where the pod fit.
 	Candidates int
@@ -564,6 +564,7 @@ func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision)
 		for _, pos := range poss {
 			d.Cards[c] = append(d.Cards[c], ns.alloc.Cards[pos].Index)
 		}
+		slices.Sort(d.Cards[c]) // by index, as the allocation annotation lists them
 	}
 }
 

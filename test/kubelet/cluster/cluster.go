@@ -25,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
+	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
 
 // Service accounts of manifests/extender/rbac.yaml and manifests/deviceplugin/rbac.yaml.
@@ -440,8 +441,9 @@ func (c *Cluster) waitPolicies(ctx context.Context) error {
 	})
 }
 
-// StopPlugin stops the device plugin of node name (SIGTERM).
-func (c *Cluster) StopPlugin(name string) {
+// StopPlugin stops the device plugin of node name: SIGTERM, or SIGKILL
+// when crash is set.
+func (c *Cluster) StopPlugin(name string, crash bool) {
 	c.mu.Lock()
 	n := c.Node(name)
 	var p *framework.Proc
@@ -449,7 +451,11 @@ func (c *Cluster) StopPlugin(name string) {
 		p, n.Plugin = n.Plugin, nil
 	}
 	c.mu.Unlock()
-	if p != nil {
+	switch {
+	case p == nil:
+	case crash:
+		p.Kill()
+	default:
 		p.Stop(stopGrace)
 	}
 }
@@ -464,6 +470,13 @@ func (c *Cluster) RestartKubelet(name string) error {
 		return fmt.Errorf("no running agent on node %s", name)
 	}
 	return n.Agent.Signal(syscall.SIGHUP)
+}
+
+// PodResourcesSocket is where the node agent serves kubelet's PodResources
+// v1 API (kubelet's own server over its device manager).
+func (n *Node) PodResourcesSocket() string {
+	cfg := nodeagent.Config{KubeletDir: n.Dir}
+	return cfg.PodResourcesSocket()
 }
 
 func (n *Node) controlFile() string { return filepath.Join(n.Dir, "fake-gpu-control") }

@@ -243,7 +243,7 @@ func TestDevicePluginRestart(t *testing.T) {
 	n.create(n.pod("before-0", 8, node), n.pod("before-1", 8, node))
 	n.waitAdmitted(60 * time.Second)
 
-	c.StopPlugin(node)
+	c.StopPlugin(node, false)
 	waitNode(t, c, node, 30*time.Second, "allocatable gpu-mem 0 without its plugin", func(nd *corev1.Node) bool { return allocatable(nd) == 0 })
 	if err := c.StartPlugin(context.Background(), node); err != nil {
 		t.Fatal(err)
