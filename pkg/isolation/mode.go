@@ -14,15 +14,16 @@ type Request string
 
 // Requests.
 const (
-	// Auto picks, card by card, the strongest mode the card supports.
-	Auto    Request = "auto"
-	Driver  Request = Request(gpushare.IsolationDriver)
-	MPS     Request = Request(gpushare.IsolationMPS)
-	NoneReq Request = Request(gpushare.IsolationNone)
+	// RequestAuto picks, card by card, the strongest mode the card
+	// supports; the others ask one mode of every card.
+	RequestAuto   Request = "auto"
+	RequestDriver Request = Request(gpushare.IsolationDriver)
+	RequestMPS    Request = Request(gpushare.IsolationMPS)
+	RequestNone   Request = Request(gpushare.IsolationNone)
 )
 
 // Requests lists the values of --isolation, the default first.
-var Requests = []Request{Auto, Driver, MPS, NoneReq}
+var Requests = []Request{RequestAuto, RequestDriver, RequestMPS, RequestNone}
 
 // ParseRequest checks a --isolation value.
 func ParseRequest(s string) (Request, error) {
@@ -168,19 +169,19 @@ func (k *CardCapabilities) cardMissing(m gpushare.Isolation) []string {
 var strongestFirst = []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationMPS}
 
 // Choose returns the mode of every card of c (parallel to c.Cards) for
-// request r. Auto gives each card the strongest mode it supports (driver,
+// request r. RequestAuto gives each card the strongest mode it supports (driver,
 // then mps, then none); an explicit mode must be supported by every card,
 // or Choose fails naming what is missing, e.g.
 // "isolation driver: driver 550.54.15 < 615.00 required; cgroup v1 (v2 required)".
 func Choose(r Request, c *Capabilities) ([]gpushare.Isolation, error) {
 	modes := make([]gpushare.Isolation, len(c.Cards))
 	switch r {
-	case NoneReq:
+	case RequestNone:
 		for i := range modes {
 			modes[i] = gpushare.IsolationNone
 		}
 		return modes, nil
-	case Auto:
+	case RequestAuto:
 		node := map[gpushare.Isolation]bool{}
 		for _, m := range strongestFirst {
 			node[m] = len(c.nodeMissing(m)) == 0

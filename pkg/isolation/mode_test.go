@@ -45,53 +45,53 @@ func TestDetectAndChooseOnNVMLMocks(t *testing.T) {
 		{
 			name: "R615 on cgroup v2: driver everywhere", driver: "615.00", cuda: 13040, cgroupV2: true, lookPath: found,
 			want: map[Request][]gpushare.Isolation{
-				Auto:    {drv, drv, drv, drv, drv, drv, drv, drv},
-				Driver:  {drv, drv, drv, drv, drv, drv, drv, drv},
-				MPS:     {mps, mps, mps, mps, mps, mps, mps, mps},
-				NoneReq: {none, none, none, none, none, none, none, none},
+				RequestAuto:   {drv, drv, drv, drv, drv, drv, drv, drv},
+				RequestDriver: {drv, drv, drv, drv, drv, drv, drv, drv},
+				RequestMPS:    {mps, mps, mps, mps, mps, mps, mps, mps},
+				RequestNone:   {none, none, none, none, none, none, none, none},
 			},
 		},
 		{
 			name: "a newer driver", driver: "620.10.02", cuda: 13050, cgroupV2: true, lookPath: notFound,
-			want: map[Request][]gpushare.Isolation{Auto: {drv, drv, drv, drv, drv, drv, drv, drv}},
+			want: map[Request][]gpushare.Isolation{RequestAuto: {drv, drv, drv, drv, drv, drv, drv, drv}},
 			wantErr: map[Request]string{
-				MPS: "isolation mps: MPS control binary: stat nvidia-cuda-mps-control: file does not exist",
+				RequestMPS: "isolation mps: MPS control binary: stat nvidia-cuda-mps-control: file does not exist",
 			},
 		},
 		{
 			name: "R550: MPS at most", driver: "550.54.15", cuda: 12040, cgroupV2: true, lookPath: found,
-			want: map[Request][]gpushare.Isolation{Auto: {mps, mps, mps, mps, mps, mps, mps, mps}},
+			want: map[Request][]gpushare.Isolation{RequestAuto: {mps, mps, mps, mps, mps, mps, mps, mps}},
 			wantErr: map[Request]string{
-				Driver: "isolation driver: driver 550.54.15 < 615.00 required",
+				RequestDriver: "isolation driver: driver 550.54.15 < 615.00 required",
 			},
 		},
 		{
 			name: "R550 without the MPS control binary: nothing enforced", driver: "550.54.15", cuda: 12040, cgroupV2: true, lookPath: notFound,
-			want: map[Request][]gpushare.Isolation{Auto: {none, none, none, none, none, none, none, none}},
+			want: map[Request][]gpushare.Isolation{RequestAuto: {none, none, none, none, none, none, none, none}},
 			wantErr: map[Request]string{
-				Driver: "isolation driver: driver 550.54.15 < 615.00 required",
-				MPS:    "isolation mps: MPS control binary: stat nvidia-cuda-mps-control: file does not exist",
+				RequestDriver: "isolation driver: driver 550.54.15 < 615.00 required",
+				RequestMPS:    "isolation mps: MPS control binary: stat nvidia-cuda-mps-control: file does not exist",
 			},
 		},
 		{
 			name: "R615 on cgroup v1", driver: "615.00", cuda: 13040, cgroupV2: false, lookPath: found,
-			want: map[Request][]gpushare.Isolation{Auto: {mps, mps, mps, mps, mps, mps, mps, mps}},
+			want: map[Request][]gpushare.Isolation{RequestAuto: {mps, mps, mps, mps, mps, mps, mps, mps}},
 			wantErr: map[Request]string{
-				Driver: "isolation driver: cgroup v1 (v2 required)",
+				RequestDriver: "isolation driver: cgroup v1 (v2 required)",
 			},
 		},
 		{
 			name: "old driver and cgroup v1: both named", driver: "535.104.05", cuda: 12020, cgroupV2: false, lookPath: found,
 			wantErr: map[Request]string{
-				Driver: "isolation driver: driver 535.104.05 < 615.00 required; cgroup v1 (v2 required)",
+				RequestDriver: "isolation driver: driver 535.104.05 < 615.00 required; cgroup v1 (v2 required)",
 			},
 		},
 		{
 			name: "MIG on two cards: those enforce nothing", driver: "615.00", cuda: 13040, cgroupV2: true, mig: []int{2, 5}, lookPath: found,
-			want: map[Request][]gpushare.Isolation{Auto: {drv, drv, none, drv, drv, none, drv, drv}},
+			want: map[Request][]gpushare.Isolation{RequestAuto: {drv, drv, none, drv, drv, none, drv, drv}},
 			wantErr: map[Request]string{
-				Driver: "isolation driver: GPU 2 has MIG on; GPU 5 has MIG on",
-				MPS:    "isolation mps: GPU 2 has MIG on; GPU 5 has MIG on",
+				RequestDriver: "isolation driver: GPU 2 has MIG on; GPU 5 has MIG on",
+				RequestMPS:    "isolation mps: GPU 2 has MIG on; GPU 5 has MIG on",
 			},
 		},
 	}
@@ -153,14 +153,14 @@ func TestChooseFakeNodes(t *testing.T) {
 		want    []gpushare.Isolation
 		wantErr string
 	}{
-		{name: "silent fake, auto", r: Auto, want: []gpushare.Isolation{none, none}},
-		{name: "silent fake, driver", r: Driver,
+		{name: "silent fake, auto", r: RequestAuto, want: []gpushare.Isolation{none, none}},
+		{name: "silent fake, driver", r: RequestDriver,
 			wantErr: "isolation driver: driver version unknown (fake node states no driver (--fake-driver): no NVIDIA driver); GPU 1 has MIG on"},
-		{name: "silent fake, mps", r: MPS,
+		{name: "silent fake, mps", r: RequestMPS,
 			wantErr: "isolation mps: driver unknown (fake node states no driver (--fake-driver): no NVIDIA driver); GPU 0 older than Volta (compute capability < 7.0); GPU 1 has MIG on; GPU 1 older than Volta (compute capability < 7.0)"},
-		{name: "R615 fake, auto", driver: "615.00", r: Auto, want: []gpushare.Isolation{drv, none}},
-		{name: "R550 MPS fake, auto", driver: "550.54.15,mps", r: Auto, want: []gpushare.Isolation{mps, none}},
-		{name: "R615 cgroup v1 fake, driver", driver: "615.00,cgroup-v1", r: Driver, wantErr: "isolation driver: cgroup v1 (v2 required); GPU 1 has MIG on"},
+		{name: "R615 fake, auto", driver: "615.00", r: RequestAuto, want: []gpushare.Isolation{drv, none}},
+		{name: "R550 MPS fake, auto", driver: "550.54.15,mps", r: RequestAuto, want: []gpushare.Isolation{mps, none}},
+		{name: "R615 cgroup v1 fake, driver", driver: "615.00,cgroup-v1", r: RequestDriver, wantErr: "isolation driver: cgroup v1 (v2 required); GPU 1 has MIG on"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
