@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,9 @@ func TestRunIsolationAtStartup(t *testing.T) {
 				t.Errorf("inventory modes (-want +got):\n%s", diff)
 			}
 			cancel()
-			<-done
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel: %v", err)
+			}
 		})
 	}
 }

@@ -19,7 +19,7 @@ type Driver struct {
 }
 
 // ComputeMode is a card's compute mode (nvidia-smi -c).
-type ComputeMode int
+type ComputeMode int32
 
 // Compute modes, numbered as NVML numbers them.
 const (
