@@ -36,7 +36,7 @@ func main() {
 	fs.BoolVar(&cfg.HealthCheck, "health-check", true, "watch NVML XID events and report cards with critical XIDs unhealthy until they recover")
 	fs.DurationVar(&cfg.RecoveryWindow, "recovery-window", gpu.DefaultRecoveryWindow, "an unhealthy card comes back after this long without a critical XID, if NVML still answers for it")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet's root directory, holding device-plugins/ and pod-resources/")
-	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY, memory in GiB or MiB, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
+	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY[:mig], memory in GiB or MiB, ":mig" for cards with MIG on, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
 	fs.StringVar(&cfg.FakeDriver, "fake-driver", "", `with --fake-gpus: what the fake node's driver supports, VERSION[,mps][,cgroup-v1], e.g. "615.00" (driver mode: R615+ on cgroup v2) or "550.54.15,mps" (MPS-capable cards); `+
 		`empty: no driver, so no card enforces memory limits. A fake card spec may end in ":mig" (MIG on, no enforcement on that card)`)
 	fs.StringVar(&cfg.Isolation, "isolation", deviceplugin.DefaultIsolation, "how each container's share of GPU memory is enforced: auto (each card the strongest mode it supports: driver, else mps, else none), "+
