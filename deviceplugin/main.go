@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/pkg/signals"
 	"github.com/gpushare/gpushare/pkg/version"
 )
@@ -35,7 +36,18 @@ func main() {
 	fs.BoolVar(&cfg.HealthCheck, "health-check", true, "watch NVML XID events and report cards with critical XIDs unhealthy until they recover")
 	fs.DurationVar(&cfg.RecoveryWindow, "recovery-window", gpu.DefaultRecoveryWindow, "an unhealthy card comes back after this long without a critical XID, if NVML still answers for it")
 	fs.StringVar(&cfg.KubeletDir, "kubelet-dir", deviceplugin.DefaultKubeletDir, "kubelet's root directory, holding device-plugins/ and pod-resources/")
-	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY, memory in GiB or MiB, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
+	fs.StringVar(&cfg.FakeGPUs, "fake-gpus", "", `pretend the node has these cards instead of asking NVML: comma-separated COUNTxMODEL:MEMORY[:mig], memory in GiB or MiB, ":mig" for cards with MIG on, e.g. "2xTesla-T4:16GiB,1xA100-SXM4:80GiB"`)
+	fs.StringVar(&cfg.FakeDriver, "fake-driver", "", `with --fake-gpus: what the fake node's driver supports, VERSION[,mps][,cgroup-v1], e.g. "615.00" (driver mode: R615+ on cgroup v2) or "550.54.15,mps" (MPS-capable cards); `+
+		`empty: no driver, so no card enforces memory limits. A fake card spec may end in ":mig" (MIG on, no enforcement on that card)`)
+	fs.StringVar(&cfg.Isolation, "isolation", deviceplugin.DefaultIsolation, "how each container's share of GPU memory is enforced: auto (each card the strongest mode it supports: driver, else mps, else none), "+
+		"driver (the driver limits memory per container cgroup: driver R615+, cgroup v2, MIG off; needs a CDI-enabled runtime and the NVIDIA container toolkit's nvidia-cdi-hook), "+
+		"mps (an MPS control daemon per card limits each client process: Volta+, MIG off, nvidia-cuda-mps-control) or none (advisory environment only). "+
+		"An explicit mode that some card cannot enforce stops the plugin with an error naming what is missing; the mode of each card is logged at startup and published in the node's "+gpushare.AnnotationInventory+" annotation")
+	fs.StringVar(&cfg.CDIDir, "cdi-dir", isolation.DefaultCDIDir, "driver mode: directory the plugin writes its CDI spec "+isolation.CDISpecFile+" to (the container runtime's CDI spec directory)")
+	fs.StringVar(&cfg.CDIHook, "cdi-hook", isolation.DefaultCDIHook, "driver mode: absolute path of the NVIDIA container toolkit's nvidia-cdi-hook on the host, run by the runtime as apply-cuda-memory-limits")
+	fs.StringVar(&cfg.MPSControl, "mps-control", isolation.DefaultMPSControl, "mps mode: the MPS control binary, a path or a name looked up in PATH")
+	fs.StringVar(&cfg.MPSRoot, "mps-root", isolation.DefaultMPSRoot, "mps mode: host directory holding each card's MPS pipe and log directories (<root>/<UUID>/pipe, log), mounted into its containers")
+	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", isolation.DefaultCgroupRoot, "where the node's cgroup hierarchy is mounted (driver mode needs cgroup v2)")
 	fs.StringVar(&cfg.FakeControl, "fake-control", "", `test-only, with --fake-gpus: a file polled for commands, one per line, "xid INDEX CODE" (inject an XID on card INDEX) or "probe INDEX fail|ok"; it is removed once applied`)
 	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", deviceplugin.DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz over plain HTTP on this address (e.g. :39996); empty: off")

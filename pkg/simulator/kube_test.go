@@ -80,10 +80,10 @@ func TestReadKubernetes(t *testing.T) {
 	}
 	wantNodes := []Node{
 		{Name: "inv", MilliCPU: 8000, MemoryMiB: 32768, Model: "Tesla T4", Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true},
-			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false}}},
+			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false, Isolation: gpushare.IsolationNone}}},
 		{Name: "cap", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, Total: 32, Healthy: true}, {Index: 1, Total: 32, Healthy: true}}, Zone: ":\x00:z1"},
+			{Index: 0, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}, {Index: 1, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}}, Zone: ":\x00:z1"},
 		{Name: "cpu-only", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB"},
 	}
 	if diff := cmp.Diff(wantNodes, nodes); diff != "" {

@@ -47,28 +47,33 @@ type NodeSpec struct {
 	Name string
 	// FakeGPUs is the device plugin's --fake-gpus, e.g. "4xTesla-T4:16GiB".
 	FakeGPUs string
+	// FakeDriver is the device plugin's --fake-driver, e.g. "615.00";
+	// empty: the node enforces no memory limits.
+	FakeDriver string
 	// Address is the node's InternalIP.
 	Address string
 }
 
 // nodeKinds are the cards of DefaultNodes, in turn.
-var nodeKinds = []struct{ prefix, gpus string }{
-	{"t4", "4xTesla-T4:16GiB"},
-	{"a100", "2xA100-SXM4-80GB:80GiB"},
-	{"v100", "8xTesla-V100-SXM2:32GiB"},
+var nodeKinds = []struct{ prefix, gpus, driver string }{
+	{"t4", "4xTesla-T4:16GiB", ""},
+	{"a100", "2xA100-SXM4-80GB:80GiB", "615.00"},
+	{"v100", "8xTesla-V100-SXM2:32GiB", ""},
 }
 
 // DefaultNodes returns n nodes cycling through 4×T4 16 GiB, 2×A100 80 GiB
 // and 8×V100 32 GiB, named t4-1, a100-1, v100-1, t4-2, …, with addresses
-// 10.0.0.11, 10.0.0.12, ….
+// 10.0.0.11, 10.0.0.12, …. The A100 nodes' fake driver is R615, so their
+// plugin enforces memory limits in driver mode; the others enforce none.
 func DefaultNodes(n int) []NodeSpec {
 	out := make([]NodeSpec, 0, n)
 	for i := range n {
 		k := nodeKinds[i%len(nodeKinds)]
 		out = append(out, NodeSpec{
-			Name:     fmt.Sprintf("%s-%d", k.prefix, i/len(nodeKinds)+1),
-			FakeGPUs: k.gpus,
-			Address:  fmt.Sprintf("10.0.%d.%d", i/200, 11+i%200),
+			Name:       fmt.Sprintf("%s-%d", k.prefix, i/len(nodeKinds)+1),
+			FakeGPUs:   k.gpus,
+			FakeDriver: k.driver,
+			Address:    fmt.Sprintf("10.0.%d.%d", i/200, 11+i%200),
 		})
 	}
 	return out
@@ -371,7 +376,10 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 	}
 	args := []string{
 		"--node-name=" + name, "--kubeconfig=" + n.pluginKubeconfig, "--fake-gpus=" + n.Spec.FakeGPUs,
-		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), c.v(),
+		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), "--cdi-dir=" + filepath.Join(n.Dir, "cdi"), c.v(),
+	}
+	if n.Spec.FakeDriver != "" {
+		args = append(args, "--fake-driver="+n.Spec.FakeDriver)
 	}
 	if c.cfg.RecoveryWindow > 0 {
 		args = append(args, "--recovery-window="+c.cfg.RecoveryWindow.String())

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 	"github.com/gpushare/gpushare/test/util"
@@ -290,6 +291,19 @@ func TestKubeletSocketRecreated(t *testing.T) {
 	n.create(n.pod("after-0", 20, node), n.pod("after-1", 20, node), n.pod("after-2", 20, node))
 	got := n.waitAdmitted(60 * time.Second)
 	containers, _ := verify(t, c, got)
+	// The A100 nodes' fake driver is R615: their containers run in driver
+	// mode, each limited to its 20 GiB.
+	for i := range got {
+		rows, err := cluster.Rows(&got[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Isolation != string(gpushare.IsolationDriver) || r.LimitMiB != "20480" {
+				t.Errorf("pod %s container %s: isolation %q, limit %q MiB; want driver, 20480", r.Pod, r.Container, r.Isolation, r.LimitMiB)
+			}
+		}
+	}
 	t.Logf("kubelet.sock of %s re-created: plugin registered again; 3 pods from before kept their devices, 3 new ones admitted; %d containers checked", node, containers)
 }
 
