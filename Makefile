@@ -41,11 +41,13 @@ controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, 
 test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	cd test/kubelet && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	cd test/chart && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: unit
 unit: ## Run the tests that need no control plane (-short), kubelet's device manager included.
 	$(GO) test -race -short ./...
 	cd test/kubelet && $(GO) test -race -short ./...
+	cd test/chart && $(GO) test -race -short ./...
 
 .PHONY: bench
 bench: controlplane ## Run the benchmarks, the extender RSS and the scheduling-throughput measurements (reported, never asserted).
@@ -96,18 +98,31 @@ $(GOLANGCI):
 lint: $(GOLANGCI) ## Run golangci-lint (installed into bin/tools on first use).
 	$(GOLANGCI) run ./...
 	cd test/kubelet && $(GOLANGCI) run ./...
+	cd test/chart && $(GOLANGCI) run ./...
 
 .PHONY: verify
 verify: lint ## Check gofmt, go vet, lint and that go.mod/go.sum are tidy.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd test/kubelet && $(GO) vet ./...
+	cd test/chart && $(GO) vet ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	@cd test/kubelet && $(GO) mod tidy -diff || { echo "test/kubelet/go.mod/go.sum are not tidy: run go mod tidy in test/kubelet"; exit 1; }
+	@cd test/chart && $(GO) mod tidy -diff || { echo "test/chart/go.mod/go.sum are not tidy: run go mod tidy in test/chart"; exit 1; }
 
 .PHONY: clean
 clean: ## Remove bin/ (not the control-plane cache).
 	rm -rf bin
+
+HELM_VERSION := v3.22.0
+
+.PHONY: helm
+helm: ## Install helm $(HELM_VERSION) into bin/tools (optional: the tests render the chart with Helm's Go packages).
+	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: chart-update
+chart-update: ## Rewrite manifests/rendered from manifests/charts/gpushare.
+	cd test/chart && $(GO) test -count=1 -run '^TestPlainManifests$$' . -update
 
 # --- demo and end-to-end tests (issue 5) ---
 DEMO_NODES    ?= 3
@@ -127,3 +142,12 @@ demo-down: ## Stop exactly the processes make demo started (PID files under _out
 .PHONY: e2e
 e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plugin -> kubelet's device manager on simulated nodes.
 	cd test/kubelet && $(GO) test -race -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
+
+# --- chaos soak (issue 15) ---
+DURATION     ?= 10m
+SEED         ?= 0
+SOAK_TIMEOUT ?= 3h
+
+.PHONY: soak
+soak: controlplane ## Chaos soak: mixed pods over 4 simulated GPU nodes while faults kill the extender, kube-scheduler, device plugins and kubelets, pause the API server and fail cards, for DURATION (10m); SEED=S replays a run. Ends with one line "soak: seed=S faults=N kinds=K pods=P violations=V"; fails on any violation.
+	cd test/kubelet && $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./soak/ -args -soak.duration=$(DURATION) -soak.seed=$(SEED)

@@ -18,7 +18,7 @@ import (
 // only from its own host (kube-scheduler beside it), since its verbs can
 // bind any pending GPU pod and inspect shows every GPU pod.
 func TestDefaultListenIsLoopback(t *testing.T) {
-	cfg, _, err := parseFlags(nil, &bytes.Buffer{})
+	cfg, _, err := extender.ParseFlags(nil, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestDefaultListenIsLoopback(t *testing.T) {
 
 func TestHelpNamesTheFlags(t *testing.T) {
 	var out bytes.Buffer
-	if _, _, err := parseFlags([]string{"--help"}, &out); err == nil {
+	if _, _, err := extender.ParseFlags([]string{"--help"}, &out); err == nil {
 		t.Fatal("--help: no error")
 	}
 	for _, flag := range []string{"-listen", "-policy", "-kube-api-qps", "-assume-ttl", "-filter-best", "-version",
@@ -66,7 +66,7 @@ func TestServingFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, _, err := parseFlags(tc.args, &bytes.Buffer{})
+			cfg, _, err := extender.ParseFlags(tc.args, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestLeaderFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, _, err := parseFlags(tc.args, &bytes.Buffer{})
+			cfg, _, err := extender.ParseFlags(tc.args, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -36,14 +36,17 @@ const (
 	// ExcludedUUIDExcluded: the card's UUID is among the pod's
 	// gpushare.io/gpu-uuids-excluded.
 	ExcludedUUIDExcluded
+	// ExcludedNotEnforced: the pod asks gpushare.io/isolation: enforced and
+	// the card's isolation (its inventory's) does not enforce memory limits.
+	ExcludedNotEnforced
 )
 
 // Exclude is the predicate "may a container of a pod with constraints cc
 // (nil: none) use card c", for every caller that places or relocates a
 // container: Fit, the simulator and the device plugin. A pod's annotations
 // apply to all its containers alike, so the answer is the pod's. It looks
-// at the card's identity and the operator's cordon, not at its health or
-// free memory (Card.Free does). For a pod without constraints it only
+// at the card's identity, isolation and the operator's cordon, not at its
+// health or free memory (Card.Free does). For a pod without constraints it only
 // reads Cordoned; it never allocates.
 func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	switch {
@@ -72,6 +75,9 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 		case slices.Contains(cc.ExcludedUUIDs, c.UUID):
 			return ExcludedUUIDExcluded
 		}
+	}
+	if cc.Enforced && !c.Isolation.Enforced() {
+		return ExcludedNotEnforced
 	}
 	return Eligible
 }
@@ -198,6 +204,8 @@ func appendReason(b []byte, x Exclusion, model string, cc *gpushare.CardConstrai
 		return append(b, "UUID not chosen by the pod"...)
 	case ExcludedUUIDExcluded:
 		return append(b, "UUID excluded by the pod"...)
+	case ExcludedNotEnforced:
+		return append(b, "memory limits not enforced"...)
 	}
 	return append(b, "eligible"...)
 }

@@ -39,6 +39,14 @@ func TestExclude(t *testing.T) {
 		{"other UUID excluded", &gpushare.CardConstraints{ExcludedUUIDs: []string{"GPU-x"}}, t4, Eligible},
 		{"UUID excluded, unknown", &gpushare.CardConstraints{ExcludedUUIDs: []string{"GPU-x"}}, unknown, ExcludedUUIDUnknown},
 		{"model checked before UUID", &gpushare.CardConstraints{Models: []string{"A100*"}, ExcludedUUIDs: []string{"GPU-t4"}}, t4, ExcludedModel},
+		{"enforced asked, card advisory", &gpushare.CardConstraints{Enforced: true}, withIsolation(t4, gpushare.IsolationNone), ExcludedNotEnforced},
+		{"enforced asked, card isolation unknown", &gpushare.CardConstraints{Enforced: true}, t4, ExcludedNotEnforced},
+		{"enforced asked, card unknown", &gpushare.CardConstraints{Enforced: true}, unknown, ExcludedNotEnforced},
+		{"enforced asked, driver card", &gpushare.CardConstraints{Enforced: true}, withIsolation(t4, gpushare.IsolationDriver), Eligible},
+		{"enforced asked, mps card", &gpushare.CardConstraints{Enforced: true}, withIsolation(a100, gpushare.IsolationMPS), Eligible},
+		{"enforcing card cordoned", &gpushare.CardConstraints{Enforced: true}, withIsolation(cordoned, gpushare.IsolationDriver), ExcludedCordoned},
+		{"model checked before isolation", &gpushare.CardConstraints{Models: []string{"A100*"}, Enforced: true}, t4, ExcludedModel},
+		{"advisory card, pod does not ask", &gpushare.CardConstraints{Models: []string{"Tesla*"}}, withIsolation(t4, gpushare.IsolationNone), Eligible},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +55,11 @@ func TestExclude(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withIsolation(c Card, m gpushare.Isolation) Card {
+	c.Isolation = m
+	return c
 }
 
 // mixed is a node with two T4s (one cordoned), an A100 with 7 GiB free
@@ -110,6 +123,27 @@ func TestFitWithExclusions(t *testing.T) {
 			node:    mixed(),
 			demand:  gpushare.Demand{app("c0", 81)},
 			wantErr: "node n1: container c0 needs 81 GiB on one GPU; 1 GPU excluded (cordoned by the operator: 1); largest free eligible GPU has 80 of 80 GiB",
+		},
+		{
+			name: "enforced pod: advisory cards counted, the enforcing one used",
+			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
+				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+				{Index: 1, Total: 16, Healthy: true},
+				{Index: 2, Total: 16, Used: 8, Healthy: true, Isolation: gpushare.IsolationMPS},
+			}},
+			demand: gpushare.Demand{app("c0", 6)},
+			cc:     &gpushare.CardConstraints{Enforced: true},
+			want:   [][]int{{2}},
+		},
+		{
+			name: "enforced pod on a node that enforces nothing",
+			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
+				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+			}},
+			demand:  gpushare.Demand{app("c0", 6)},
+			cc:      &gpushare.CardConstraints{Enforced: true},
+			wantErr: "node n1: container c0 needs 6 GiB on one GPU enforcing memory limits; all 2 GPUs excluded (memory limits not enforced: 2)",
 		},
 		{
 			name:    "capacity fallback: models unknown",

@@ -125,6 +125,19 @@ func (f *FGD) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
 	return f.score(n, pl, max(0, h.FreeMilliCPU), max(0, h.FreeMilliCPU-h.PodMilliCPU))
 }
 
+// NodeScoreCPU is −ΔF for a pod that asks no GPU memory: the study's
+// simulator places such pods with FGD too, where they make F grow only by
+// leaving a node too little CPU for a task kind.
+func (f *FGD) NodeScoreCPU(n *Node, h *Host) float64 {
+	var buf [16]int64
+	frees := buf[:0]
+	for i := range n.Cards {
+		frees = append(frees, n.Cards[i].Free())
+	}
+	model := nodeModel(n)
+	return f.Fragmentation(frees, model, max(0, h.FreeMilliCPU)) - f.Fragmentation(frees, model, max(0, h.FreeMilliCPU-h.PodMilliCPU))
+}
+
 func (f *FGD) score(n *Node, pl *Placement, cpuBefore, cpuAfter int64) float64 {
 	var buf [2][16]int64
 	before, after := buf[0][:0], buf[1][:0]
@@ -145,4 +158,7 @@ func nodeModel(n *Node) string {
 	return n.Cards[0].Model
 }
 
-var _ HostScorer = (*FGD)(nil)
+var (
+	_ HostScorer = (*FGD)(nil)
+	_ CPUScorer  = (*FGD)(nil)
+)

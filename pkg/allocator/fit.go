@@ -415,7 +415,11 @@ func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions) bool {
 	return true
 }
 
-// Allocation turns a placement into the pod annotation's form.
+// Allocation turns a placement into the pod annotation's form. Each
+// container's cards are listed by card index, whatever order the policy
+// chose them in: the device plugin gives a container its cards in index
+// order (NVIDIA_VISIBLE_DEVICES, ALIYUN_COM_GPU_MEM_IDX), and the pod's
+// ALIYUN_COM_GPU_MEM_IDX is the first card listed.
 func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation {
 	a := &gpushare.Allocation{Node: n.Name, Unit: n.Unit}
 	for i, c := range d {
@@ -424,6 +428,7 @@ func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation 
 			card := &n.Cards[pos]
 			ca.Devices = append(ca.Devices, gpushare.DeviceShare{Index: card.Index, UUID: card.UUID, Units: c.Units})
 		}
+		sort.Slice(ca.Devices, func(x, y int) bool { return ca.Devices[x].Index < ca.Devices[y].Index })
 		a.Containers = append(a.Containers, ca)
 	}
 	return a

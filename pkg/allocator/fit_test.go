@@ -371,3 +371,24 @@ func TestFitMatchesBruteForce(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocationListsCardsInIndexOrder: a multi-card container's cards are
+// chosen in the policy's order (binpack takes the fuller card first), but
+// the annotation lists them by card index, the order the device plugin
+// gives NVIDIA_VISIBLE_DEVICES and ALIYUN_COM_GPU_MEM_IDX in, so that the
+// pod's ALIYUN_COM_GPU_MEM_IDX and the container's first card agree.
+func TestAllocationListsCardsInIndexOrder(t *testing.T) {
+	n := node("16/0", "16/8", "16/4")
+	d := gpushare.Demand{{Name: "c", Units: 4, Cards: 3}}
+	pl, err := Fit(n, d, Binpack{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, s := range Allocation(n, d, pl).Containers[0].Devices {
+		got = append(got, s.Index)
+	}
+	if diff := cmp.Diff([]int{0, 1, 2}, got); diff != "" {
+		t.Errorf("devices of the container (-want +got), placement %v:\n%s", pl.Cards, diff)
+	}
+}

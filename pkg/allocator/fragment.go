@@ -557,3 +557,49 @@ func (w *Workload) Typical() []Shape {
 	}
 	return out
 }
+
+// NodeScoreCPU rates node n for a pod that asks no GPU memory, only the
+// CPU and memory of h: minus the growth of the node's stranded GPU memory,
+// the memory its cards still offer the typical requests but its CPU and
+// memory no longer admit. For each typical shape s (mean CPU c_s and memory
+// m_s per request), the cards admit G_s requests (slots, as in F) and the
+// node's free CPU and memory ⌊cpu/c_s⌋ and ⌊mem/m_s⌋ of them; the
+// stranded memory is
+//
+//	S(n) = Σ_s w_s · max(0, G_s − min(⌊cpu/c_s⌋, ⌊mem/m_s⌋)) · u_s · k_s
+//
+// Nodes where the pod strands nothing all score 0 (the most): the pod may
+// go to any of them (the extender rates them all best and kube-scheduler's
+// own scores choose). Example: typical requests all of one card of 1000
+// units with 12 cores; a node with two empty cards and 30 cores free
+// admits 2 of them; an 8-core pod leaves 22 cores, ⌊22/12⌋ = 1 request,
+// and strands 1000 units: −1000. On a node whose cards are full it strands
+// nothing: 0. Shapes with no known CPU or memory strand nothing.
+func (f *FragAware) NodeScoreCPU(n *Node, h *Host) float64 {
+	var fbuf [16]int64
+	frees := fbuf[:0]
+	for i := range n.Cards {
+		frees = append(frees, n.Cards[i].Free())
+	}
+	return f.stranded(frees, h.FreeMilliCPU, h.FreeMemoryMiB) -
+		f.stranded(frees, h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB)
+}
+
+// stranded is S for cards with free units frees, cpu millicores and mem
+// MiB free (see NodeScoreCPU).
+func (f *FragAware) stranded(frees []int64, cpu, mem int64) float64 {
+	var s float64
+	for i := range f.shapes {
+		sh := &f.shapes[i]
+		if sh.Units <= 0 || sh.MilliCPU <= 0 && sh.MemoryMiB <= 0 {
+			continue
+		}
+		g := gpuSlots(frees, sh)
+		if h := capSlots(g, cpu, mem, sh); h < g {
+			s += sh.Weight * float64((g-h)*sh.Units*int64(max(1, sh.Cards)))
+		}
+	}
+	return s
+}
+
+var _ CPUScorer = (*FragAware)(nil)

@@ -24,3 +24,14 @@ type HostScorer interface {
 	// NodeScoreHost rates n once pl is placed and the pod's CPU taken from h.
 	NodeScoreHost(n *Node, pl *Placement, h *Host) float64
 }
+
+// CPUScorer is a Policy that also rates nodes for a pod that asks no GPU
+// memory, by what the pod's CPU and memory do to the GPU memory others can
+// use there: FragAware and FGD. The extender scores such pods with it when
+// kube-scheduler sends them (config/kube-scheduler-config.yaml does, for
+// prioritize), and the simulator replays it.
+type CPUScorer interface {
+	// NodeScoreCPU rates n for a pod that takes h's PodMilliCPU and
+	// PodMemoryMiB and no GPU memory: higher is better.
+	NodeScoreCPU(n *Node, h *Host) float64
+}

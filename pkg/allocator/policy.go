@@ -124,3 +124,24 @@ func NormalizeScores(raw []float64) []int64 {
 	}
 	return out
 }
+
+// MarkBest maps raw node scores to MaxScore for those equal to the
+// highest and 0 for the others: the extender's prioritize answer for a pod
+// that asks no GPU memory (see CPUScorer), so that with a weight of 3 or
+// more (3 × 10 × 10 points against at most 200 of kube-scheduler's
+// NodeResourcesFit and NodeResourcesBalancedAllocation) kube-scheduler
+// takes one of the best nodes and its own scores choose among them.
+// Example: raw [0, −1000, 0] → [10, 0, 10].
+func MarkBest(raw []float64) []int64 {
+	out := make([]int64, len(raw))
+	if len(raw) == 0 {
+		return out
+	}
+	hi := slices.Max(raw)
+	for i, r := range raw {
+		if r == hi {
+			out[i] = MaxScore
+		}
+	}
+	return out
+}

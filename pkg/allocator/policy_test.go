@@ -189,3 +189,65 @@ func TestNewPolicy(t *testing.T) {
 		t.Errorf("New(worstfit) error = %v", err)
 	}
 }
+
+func TestMarkBest(t *testing.T) {
+	tests := []struct {
+		name string
+		raw  []float64
+		want []int64
+	}{
+		{"empty", nil, []int64{}},
+		{"the doc's example", []float64{0, -1000, 0}, []int64{10, 0, 10}},
+		{"one best, others close", []float64{-1, -1.0001, -50}, []int64{10, 0, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, MarkBest(tc.raw)); diff != "" {
+				t.Errorf("MarkBest (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNodeScoreCPU checks what a pod that asks no GPU memory costs on a
+// node, for FragAware (stranded GPU memory, the doc's example among them)
+// and FGD (the growth of F by the CPU test).
+func TestNodeScoreCPU(t *testing.T) {
+	cards := func(used ...int64) *Node {
+		n := &Node{Name: "n"}
+		for i, u := range used {
+			n.Cards = append(n.Cards, Card{Index: i, Model: "T4", Total: 1000, Used: u, Healthy: true})
+		}
+		return n
+	}
+	whole := NewFragAware([]Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 12000, MemoryMiB: 1024}}, nil)
+	mixed := NewFragAware([]Shape{{Units: 500, Cards: 1, Weight: 0.5, MilliCPU: 4000}, {Units: 1000, Cards: 2, Weight: 0.5, MilliCPU: 16000, MemoryMiB: 8192}}, nil)
+	fgd := NewFGD([]Task{{Units: 1000, Cards: 1, MilliCPU: 12000, Weight: 0.5}, {Units: 0, MilliCPU: 2000, Weight: 0.5}})
+	tests := []struct {
+		name string
+		p    CPUScorer
+		n    *Node
+		h    Host
+		want float64
+	}{
+		{"doc: two empty cards, 30 cores, 8 taken: one 1000 stranded", whole, cards(0, 0), Host{FreeMilliCPU: 30000, FreeMemoryMiB: 8192, PodMilliCPU: 8000}, -1000},
+		{"doc: full cards strand nothing", whole, cards(1000, 1000), Host{FreeMilliCPU: 30000, FreeMemoryMiB: 8192, PodMilliCPU: 8000}, 0},
+		{"CPU to spare: nothing stranded", whole, cards(0, 0), Host{FreeMilliCPU: 40000, FreeMemoryMiB: 8192, PodMilliCPU: 8000}, 0},
+		{"memory binds", whole, cards(0, 0), Host{FreeMilliCPU: 40000, FreeMemoryMiB: 2048, PodMemoryMiB: 1024}, -1000},
+		// The cards admit three 500s (CPU: ⌊13/4⌋ = 3, after 9 cores 1:
+		// 0.5·2·500 stranded) and no two-card 1000 (one card is half
+		// used), so the 1000s' CPU and memory do not matter.
+		{"a mix: the single-card shape is stranded", mixed, cards(0, 500), Host{FreeMilliCPU: 13000, FreeMemoryMiB: 1 << 20, PodMilliCPU: 9000}, -500},
+		// FGD: the 1000 task needs 12 cores; 14 free, 4 taken leaves 10:
+		// all 1000 free units become fragment for half the workload.
+		{"fgd: the CPU test fails after", fgd, cards(0, 1000), Host{FreeMilliCPU: 14000, PodMilliCPU: 4000}, -500},
+		{"fgd: CPU to spare", fgd, cards(0, 1000), Host{FreeMilliCPU: 40000, PodMilliCPU: 4000}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.p.NodeScoreCPU(tc.n, &tc.h); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("NodeScoreCPU = %g, want %g", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,6 +1,10 @@
 package allocator
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
 
 // Card is one GPU as the allocator sees it. Memory is in the node's unit.
 type Card struct {
@@ -19,6 +23,9 @@ type Card struct {
 	// Cordoned: the operator keeps new pods off the card (node annotation
 	// gpushare.io/cordoned-gpus); pods already on it keep what they hold.
 	Cordoned bool
+	// Isolation is how the card enforces each container's share of its
+	// memory (inventory "isolation"); "" (unknown) enforces nothing.
+	Isolation gpushare.Isolation
 }
 
 // Free returns the units a new pod may take on the card: 0 for an

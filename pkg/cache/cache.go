@@ -898,6 +898,35 @@ func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
 	return scores, err
 }
 
+// ScoreCPU rates each node for pod, which asks no GPU memory, with the
+// pod's policy (the default when it names none), parallel to nodes:
+// allocator.MaxScore for the nodes where its CPUScorer rates the pod
+// highest (it strands the least GPU memory there), 0 for the others
+// (allocator.MarkBest). A node the cache does not know, or that reports no
+// CPU, strands nothing. A policy that is no CPUScorer rates every node
+// MaxScore (no opinion: kube-scheduler's own scores choose).
+func (c *Cache) ScoreCPU(pod *PodInfo, nodes []string) ([]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, err := c.newPolicy(pod.Policy)
+	if err != nil {
+		return nil, err
+	}
+	raw := make([]float64, len(nodes))
+	if cs, ok := p.(allocator.CPUScorer); ok {
+		host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
+		for i, name := range nodes {
+			ns, ok := c.nodes[name]
+			if !ok || !ns.seen || !ns.hostKnown {
+				continue
+			}
+			host.FreeMilliCPU, host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
+			raw[i] = cs.NodeScoreCPU(&ns.node, &host)
+		}
+	}
+	return allocator.MarkBest(raw), nil
+}
+
 // scoreNodes fits pod's Demand on each of nodes with the pod's policy,
 // under one lock, and normalises the raw scores of the nodes where it fits
 // to 0..allocator.MaxScore. scores and fits are parallel to nodes; a node

@@ -3,6 +3,8 @@ package cache
 import (
 	"cmp"
 	"slices"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // NodeView is one node as GET /inspect shows it. Units are the node's Unit.
@@ -51,8 +53,11 @@ type CardView struct {
 	Healthy bool   `json:"healthy"`
 	// Cordoned: the operator keeps new pods off the card
 	// (gpushare.io/cordoned-gpus); pods on it keep what they hold.
-	Cordoned bool      `json:"cordoned,omitempty"`
-	Pods     []PodView `json:"pods"`
+	Cordoned bool `json:"cordoned,omitempty"`
+	// Isolation is how the card enforces each pod's share: driver, mps or
+	// none (advisory; also a node without an inventory).
+	Isolation gpushare.Isolation `json:"isolation"`
+	Pods      []PodView          `json:"pods"`
 }
 
 // PodView is one pod's share of a card (or of a node, when unattributed).
@@ -112,7 +117,7 @@ func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
 		v.Total += card.Total
 		v.Used += card.Used
 		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Used: card.Used,
-			Healthy: card.Healthy, Cordoned: card.Cordoned, Pods: []PodView{}})
+			Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation, Pods: []PodView{}})
 	}
 	for uid := range ns.pods {
 		ps := c.pods[uid]

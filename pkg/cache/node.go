@@ -28,7 +28,7 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 		inv, err := gpushare.ParseInventory(s)
 		if err == nil {
 			for _, d := range inv.Devices {
-				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy})
+				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy, Isolation: d.Mode()})
 			}
 			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
 			return inv.Unit, cards, SourceInventory, nil
@@ -51,7 +51,7 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 		return gpushare.DefaultUnit, nil, SourceNone, invErr
 	}
 	for i := range count {
-		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true})
+		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true, Isolation: gpushare.IsolationNone})
 	}
 	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
 }

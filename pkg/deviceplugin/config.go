@@ -14,12 +14,18 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
 // Defaults of Config.
 const (
 	DefaultKubeletDir   = "/var/lib/kubelet"
 	DefaultVerifyPeriod = 10 * time.Second
+	// DefaultIsolation: the strongest mode each card supports, so a node
+	// that can enforce does without being told, and one that cannot still
+	// serves (advisory, and says so at startup, in the inventory and in
+	// each container's GPUSHARE_ISOLATION).
+	DefaultIsolation = string(isolation.RequestAuto)
 	// healthProbePeriod is how often unhealthy cards are considered for
 	// recovery.
 	healthProbePeriod = 30 * time.Second
@@ -34,6 +40,10 @@ type GPUs interface {
 	Devices() ([]gpu.Device, error)
 	WatchXIDs(ctx context.Context, out chan<- gpu.Event) error
 	Probe(uuid string) error
+	// Driver, Features and SetComputeMode serve memory isolation.
+	Driver() (gpu.Driver, error)
+	Features(uuid string) (gpu.Features, error)
+	SetComputeMode(uuid string, m gpu.ComputeMode) error
 }
 
 var (
@@ -63,6 +73,23 @@ type Config struct {
 	// FakeGPUs, when set, replaces NVML with cards from this spec
 	// (gpu.ParseFakeGPUs).
 	FakeGPUs string
+	// FakeDriver states what the fake node's driver supports
+	// (gpu.ParseFakeDriver); empty: no driver, so no enforcement.
+	FakeDriver string
+	// Isolation is --isolation: auto, driver, mps or none
+	// (isolation.Requests; DefaultIsolation if empty).
+	Isolation string
+	// CDIDir is where driver mode writes its CDI spec.
+	CDIDir string
+	// CDIHook is the NVIDIA container toolkit's nvidia-cdi-hook.
+	CDIHook string
+	// MPSControl is nvidia-cuda-mps-control (a name looked up in PATH, or
+	// a path).
+	MPSControl string
+	// MPSRoot holds each MPS card's pipe and log directories.
+	MPSRoot string
+	// CgroupRoot is where the node's cgroup hierarchy is mounted.
+	CgroupRoot string
 	// FakeControl, test-only and only with fake GPUs, is a file polled
 	// for commands that inject XIDs or probe failures (gpu.Fake.Apply).
 	FakeControl string
@@ -106,6 +133,40 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains(Strategies, c.DeviceListStrategy) {
 		errs = append(errs, fmt.Errorf("--device-list-strategy %q: want one of %s", c.DeviceListStrategy, strings.Join(Strategies, ", ")))
+	}
+	if c.Isolation == "" {
+		c.Isolation = DefaultIsolation
+	}
+	if _, err := isolation.ParseRequest(c.Isolation); err != nil {
+		errs = append(errs, err)
+	}
+	if c.CDIDir == "" {
+		c.CDIDir = isolation.DefaultCDIDir
+	}
+	if c.CDIHook == "" {
+		c.CDIHook = isolation.DefaultCDIHook
+	}
+	if c.MPSControl == "" {
+		c.MPSControl = isolation.DefaultMPSControl
+	}
+	if c.MPSRoot == "" {
+		c.MPSRoot = isolation.DefaultMPSRoot
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = isolation.DefaultCgroupRoot
+	}
+	for _, f := range []struct{ flag, path string }{{"--cdi-dir", c.CDIDir}, {"--cdi-hook", c.CDIHook}, {"--mps-root", c.MPSRoot}} {
+		if !filepath.IsAbs(f.path) {
+			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
+		}
+	}
+	if c.FakeDriver != "" {
+		if c.FakeGPUs == "" {
+			errs = append(errs, errors.New("--fake-driver needs --fake-gpus: it describes fake cards only"))
+		}
+		if _, err := gpu.ParseFakeDriver(c.FakeDriver); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.FakeControl != "" && c.FakeGPUs == "" && c.GPUs == nil {
 		errs = append(errs, errors.New("--fake-control needs --fake-gpus: it drives fake cards only"))

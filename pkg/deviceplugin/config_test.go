@@ -2,13 +2,19 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -61,5 +67,82 @@ func TestRunRefusesAUnitThatBreaksKubelet(t *testing.T) {
 		KubeletDir: t.TempDir(), Client: fake.NewClientset(), GPUs: gpu.NewFake(devs)})
 	if err == nil || !strings.Contains(err.Error(), "use --memory-unit GiB") {
 		t.Fatalf("Run error = %v, want a refusal naming GiB", err)
+	}
+}
+
+// TestRunIsolationAtStartup: an explicit mode the fake node cannot enforce
+// stops the plugin naming what is missing; auto takes what it supports and
+// publishes it in the inventory.
+func TestRunIsolationAtStartup(t *testing.T) {
+	tests := []struct {
+		name       string
+		fakeGPUs   string
+		fakeDriver string
+		isolation  string
+		wantErr    string
+		wantModes  []gpushare.Isolation
+	}{
+		{name: "silent fake node, driver", fakeGPUs: "1xTesla-T4:16GiB", isolation: "driver",
+			wantErr: "isolation driver: driver version unknown (fake node states no driver (--fake-driver): no NVIDIA driver) (on node n1; choose --isolation=auto"},
+		{name: "R550 on cgroup v1, driver", fakeGPUs: "1xTesla-T4:16GiB", fakeDriver: "550.54.15,cgroup-v1", isolation: "driver",
+			wantErr: "isolation driver: driver 550.54.15 < 615.00 required; cgroup v1 (v2 required)"},
+		{name: "silent fake node, auto", fakeGPUs: "2xTesla-T4:16GiB", isolation: "auto",
+			wantModes: []gpushare.Isolation{gpushare.IsolationNone, gpushare.IsolationNone}},
+		{name: "R615 fake node with a MIG card, auto", fakeGPUs: "1xTesla-T4:16GiB,1xA100:40GiB:mig", fakeDriver: "615.00", isolation: "auto",
+			wantModes: []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationNone}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			client := fake.NewClientset(util.MakeNode("n1").Obj())
+			ready := make(chan struct{})
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
+					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, CDIDir: t.TempDir(),
+					OnReady: func(*Handoff) { close(ready) }})
+			}()
+			if tc.wantErr != "" {
+				err := <-done
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Run error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			select {
+			case <-ready:
+			case err := <-done:
+				t.Fatalf("Run: %v", err)
+			}
+			var got []gpushare.Isolation
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				n, err := client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, ok := n.Annotations[gpushare.AnnotationInventory]; ok {
+					inv, err := gpushare.ParseInventory(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = nil
+					for _, d := range inv.Devices {
+						got = append(got, d.Isolation)
+					}
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if diff := cmp.Diff(tc.wantModes, got); diff != "" {
+				t.Errorf("inventory modes (-want +got):\n%s", diff)
+			}
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel: %v", err)
+			}
+		})
 	}
 }

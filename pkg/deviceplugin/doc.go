@@ -171,7 +171,10 @@
 //	ALIYUN_COM_GPU_MEM_POD            the pod's units (Allocation.Total)
 //	ALIYUN_COM_GPU_MEM_DEV            the first card's memory in units
 //	CUDA_MPS_PINNED_DEVICE_MEM_LIMIT  "0=8G" (GiB) or "0=8192M" (MiB), one entry
-//	                                  per visible card
+//	                                  per visible card ("0=8192M" in mps mode)
+//	GPUSHARE_ISOLATION                driver, mps or none (below)
+//	GPUSHARE_MEMORY_LIMIT_MIB         the share in MiB per card
+//	GPUSHARE_MEMORY_FRACTION          the share as a fraction of each card
 //
 // The device list strategy says how the runtime learns the cards:
 //
@@ -192,12 +195,20 @@
 // cdi-cri and cdi-annotations keep working under those settings. envvar stays the default: it
 // is the only strategy that works on a stock toolkit, and the others fail
 // on nodes not set up for them (toolkit settings, CDI spec, CDI-enabled
-// runtime). None of them limits memory; a later change adds the plugin's
-// own CDI spec for that and may revisit the default. The README has the
-// hardened setup and its sources.
+// runtime). None of them limits memory; --isolation does (below). The
+// README has the hardened setup and its sources.
 //
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is enforced only when the node runs an
-// NVIDIA MPS control daemon that the container's CUDA clients connect to.
-// Otherwise it is advisory: nothing limits a process to its share, and
-// applications must keep to ALIYUN_COM_GPU_MEM_CONTAINER themselves.
+// # Memory isolation
+//
+// At startup Run detects what the node supports and gives each card a mode
+// for --isolation (package isolation): driver (driver R615+, cgroup v2, MIG
+// off: the response carries a CDI device of the plugin's own spec whose
+// hook applies NVIDIA_GPU_MEMORY_LIMIT to the container's cgroup), mps (an
+// MPS daemon per card; the response mounts its pipe and log directories and
+// sets the client's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) or none (advisory:
+// nothing limits a process to its share). auto, the default, takes the
+// strongest per card; an explicit mode some card cannot enforce is a
+// startup error. The mode is logged per card, published per card in the
+// inventory, and set in every container as GPUSHARE_ISOLATION, with the
+// share as GPUSHARE_MEMORY_LIMIT_MIB and GPUSHARE_MEMORY_FRACTION.
 package deviceplugin

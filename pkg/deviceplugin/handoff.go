@@ -42,6 +42,11 @@ type Card struct {
 	// Units is the card's memory in the node's unit; the card has this many
 	// device IDs, UUID::0 .. UUID::Units-1.
 	Units int64
+	// MemoryMiB is the card's memory in MiB, as NVML reports it.
+	MemoryMiB int64
+	// Isolation is how the card enforces each container's share (set from
+	// --isolation at start; "" is none).
+	Isolation gpushare.Isolation
 }
 
 // KubeletPod is a pod as kubelet's PodResources List reports it.

@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,25 +9,49 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// TestManifests decodes manifests/deviceplugin strictly and checks that
-// the RBAC rules cover the API calls the plugin makes and that the
-// DaemonSet mounts what --kubelet-dir expects.
+// TestManifests decodes manifests/deviceplugin and the Helm chart's
+// renderings under manifests/rendered strictly and checks, for each, that
+// the RBAC rules cover the API calls the plugin makes, that the DaemonSet's
+// arguments parse with the plugin's own flags, and that it mounts what
+// their --kubelet-dir expects.
 func TestManifests(t *testing.T) {
+	plain := []string{filepath.Join("..", "..", "manifests", "deviceplugin", "rbac.yaml"), filepath.Join("..", "..", "manifests", "deviceplugin", "daemonset.yaml")}
+	rendered, err := filepath.Glob(filepath.Join("..", "..", "manifests", "rendered", "*.yaml"))
+	if err != nil || len(rendered) == 0 {
+		t.Fatalf("no rendered chart under manifests/rendered: %v", err)
+	}
+	sets := map[string][]string{"manifests/deviceplugin": plain}
+	for _, f := range rendered {
+		sets[filepath.Base(f)] = []string{f}
+	}
+	for name, files := range sets {
+		t.Run(name, func(t *testing.T) { checkManifests(t, files) })
+	}
+}
+
+func checkManifests(t *testing.T, files []string) {
 	decode := serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer().Decode
 	var objs []runtime.Object
-	for _, f := range []string{"rbac.yaml", "daemonset.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "manifests", "deviceplugin", f))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, doc := range strings.Split(string(b), "\n---\n") {
+			if commentsOnly(doc) {
+				continue
+			}
 			obj, _, err := decode([]byte(doc), nil, nil)
+			if runtime.IsNotRegisteredError(err) {
+				continue // the chart's optional cert-manager and Prometheus kinds
+			}
 			if err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
@@ -40,6 +65,9 @@ func TestManifests(t *testing.T) {
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *rbacv1.ClusterRole:
+			if o.Name != "gpushare-device-plugin" {
+				continue
+			}
 			for _, r := range o.Rules {
 				for _, res := range r.Resources {
 					need[res] = slices.DeleteFunc(need[res], func(v string) bool { return slices.Contains(r.Verbs, v) })
@@ -57,14 +85,35 @@ func TestManifests(t *testing.T) {
 	if ds == nil {
 		t.Fatal("no DaemonSet")
 	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	var usage bytes.Buffer
+	cfg, _, err := ParseFlags(c.Args, &usage)
+	if err != nil {
+		t.Fatalf("the DaemonSet's arguments %v: %v\n%s", c.Args, err, usage.String())
+	}
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	}) {
+		t.Errorf("the DaemonSet does not set NODE_NAME from spec.nodeName (--node-name's default)")
+	}
 	mounts := map[string]bool{}
-	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+	for _, m := range c.VolumeMounts {
 		mounts[m.MountPath] = true
 	}
-	cfg := Config{KubeletDir: DefaultKubeletDir}
 	for _, p := range []string{cfg.PluginDir(), filepath.Dir(cfg.PodResourcesSocket())} {
 		if !mounts[p] {
-			t.Errorf("DaemonSet does not mount %s", p)
+			t.Errorf("DaemonSet does not mount %s (--kubelet-dir=%s)", p, cfg.KubeletDir)
 		}
 	}
+}
+
+// commentsOnly: a YAML document without an object (the rendered files'
+// header).
+func commentsOnly(doc string) bool {
+	for _, l := range strings.Split(doc, "\n") {
+		if l = strings.TrimSpace(l); l != "" && l != "---" && !strings.HasPrefix(l, "#") {
+			return false
+		}
+	}
+	return true
 }

@@ -353,13 +353,13 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 }
 
 // allows reports whether a pod with constraints cc may use card uuid
-// (allocator.Exclude, on the card's model and UUID).
+// (allocator.Exclude, on the card's model, UUID and isolation).
 func (h *Handoff) allows(cc *gpushare.CardConstraints, uuid string) bool {
 	if cc == nil {
 		return true
 	}
 	c := h.cards[uuid]
-	return allocator.Exclude(cc, &allocator.Card{UUID: c.UUID, Model: c.Model}) == allocator.Eligible
+	return allocator.Exclude(cc, &allocator.Card{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}) == allocator.Eligible
 }
 
 // allowsShares reports whether pod e's card annotations allow every card

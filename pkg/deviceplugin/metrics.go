@@ -71,6 +71,8 @@ type Metrics struct {
 	// nvmlErrors: op -> errors; nvmlLast: when the last one happened.
 	nvmlErrors *prometheus.CounterVec
 	nvmlLast   prometheus.Gauge
+	// mpsRestarts: card index, UUID -> crashed MPS daemons restarted.
+	mpsRestarts *prometheus.CounterVec
 
 	cards map[string]Card // UUID -> card; immutable
 	now   func() time.Time
@@ -101,6 +103,9 @@ func NewMetrics(cards []Card) *Metrics {
 			[]string{"op"}),
 		nvmlLast: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "nvml_last_error_timestamp_seconds",
 			Help: "When the last NVML error happened, Unix seconds; 0 if none since start."}),
+		mpsRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "mps_daemon_restarts_total",
+			Help: "MPS control daemons that exited on their own and were restarted (--isolation mps), by card index and UUID."},
+			[]string{"card", "uuid"}),
 		cards:     map[string]Card{},
 		now:       time.Now,
 		unhealthy: map[string]bool{},
@@ -118,9 +123,15 @@ func NewMetrics(cards []Card) *Metrics {
 		m.transitions.WithLabelValues(idx, c.UUID, "healthy")
 		m.transitions.WithLabelValues(idx, c.UUID, "unhealthy")
 	}
-	m.registry.MustRegister(m.allocations, m.repairs, m.transitions, m.healthy, m.nvmlErrors, m.nvmlLast,
+	m.registry.MustRegister(m.allocations, m.repairs, m.transitions, m.healthy, m.nvmlErrors, m.nvmlLast, m.mpsRestarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// MPSRestarted counts a restart of the MPS daemon of the card with uuid.
+func (m *Metrics) MPSRestarted(uuid string) {
+	c := m.cards[uuid]
+	m.mpsRestarts.WithLabelValues(strconv.Itoa(c.Index), uuid).Inc()
 }
 
 // Handler serves GET /metrics and /healthz (the process is up).

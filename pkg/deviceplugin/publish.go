@@ -39,7 +39,7 @@ func (p *Publisher) Inventory() *gpushare.Inventory {
 	defer p.mu.Unlock()
 	inv := &gpushare.Inventory{Unit: p.Unit}
 	for _, c := range p.Cards {
-		inv.Devices = append(inv.Devices, gpushare.Device{Index: c.Index, UUID: c.UUID, Model: c.Model, Memory: c.Units, Healthy: !p.unhealthy[c.UUID]})
+		inv.Devices = append(inv.Devices, gpushare.Device{Index: c.Index, UUID: c.UUID, Model: c.Model, Memory: c.Units, Healthy: !p.unhealthy[c.UUID], Isolation: c.Isolation})
 	}
 	return inv
 }

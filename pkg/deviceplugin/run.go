@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -25,6 +26,8 @@ import (
 const verifyDebounce = 300 * time.Millisecond
 
 // Run serves the device plugin until ctx ends: it discovers the cards,
+// chooses each card's memory isolation (--isolation; an explicit mode the
+// node cannot enforce is an error),
 // refuses a unit whose ListAndWatch message would not fit kubelet's limit,
 // or that differs from the unit the node was published in while kubelet
 // lists devices held (CheckUnitChange), publishes the node inventory, watches this node's pods, serves and
@@ -74,6 +77,14 @@ func Run(ctx context.Context, cfg Config) error {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
+	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
+	enforcer, stopIsolation, err := setupIsolation(ctx, &cfg, gpus, devs, cards, metrics, func(eventType, reason, msg string) {
+		recorder.Event(nodeRef, eventType, reason, msg)
+	})
+	if err != nil {
+		return err
+	}
+	defer stopIsolation()
 
 	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
 	ann := newAnnotator(metrics.PodAPI(api))
@@ -123,6 +134,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	server := NewServer(logger, metrics.Handoff(h), cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
+	server.SetEnforcer(enforcer)
 	adoption := h.Adoption()
 	server.SetAdopted(adoption.ByCard)
 	logAdoption(logger, cards, nil, adoption)
@@ -219,7 +231,13 @@ func openGPUs(cfg Config) (GPUs, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return gpu.NewFake(devs), func() {}, nil
+		drv, err := gpu.ParseFakeDriver(cfg.FakeDriver)
+		if err != nil {
+			return nil, nil, err
+		}
+		f := gpu.NewFake(devs)
+		f.SetDriver(drv)
+		return f, func() {}, nil
 	}
 	n, err := gpu.OpenNVML(nil)
 	if err != nil {
@@ -240,7 +258,7 @@ func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
 		if u < 1 {
 			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
 		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u})
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
 	}
 	return cards, nil
 }

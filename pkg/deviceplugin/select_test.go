@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -23,6 +24,19 @@ func TestHandoffRelocatesOnlyToAllowedCards(t *testing.T) {
 		a, _ := ht.admit(4)
 		// Best fit is card 1 (16 free, like card 0 when empty); the pod
 		// excludes it: card 2.
+		if a.Pod != p.UID || !a.Relocated || cmp.Diff([]int{2}, cardIndexes(a.Shares)) != "" {
+			t.Fatalf("assignment %+v, want p relocated to card 2", a)
+		}
+	})
+	t.Run("an enforced pod moves only to a card that enforces memory limits", func(t *testing.T) {
+		ht := newHandoffTest(t)
+		cards := slices.Clone(testCards)
+		cards[0].Isolation, cards[1].Isolation, cards[2].Isolation = gpushare.IsolationDriver, gpushare.IsolationNone, gpushare.IsolationMPS
+		ht.h = NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: cards, Kubelet: ht.kubelet, Clock: ht.clock})
+		ht.take(unitsOn("GPU-0", 0, 14)) // card 0 has 2 free units
+		p := ht.pod(util.MakePod("p").GPUMem(4).Enforced(), map[string][]int{"c0": {0}}, 1)
+		a, _ := ht.admit(4)
+		// Best fit is card 1, which enforces nothing: card 2.
 		if a.Pod != p.UID || !a.Relocated || cmp.Diff([]int{2}, cardIndexes(a.Shares)) != "" {
 			t.Fatalf("assignment %+v, want p relocated to card 2", a)
 		}

@@ -14,6 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
 // Device list strategies: how a container is given its cards. The NVIDIA
@@ -87,6 +88,9 @@ type Server struct {
 	// afterAllocate runs after every successful Allocate (the verifier's
 	// trigger); may be nil.
 	afterAllocate func()
+	// enforcer adds each container's isolation edits; nil: none (the
+	// advisory environment alone, as before isolation existed).
+	enforcer Enforcer
 
 	mu sync.Mutex
 	// unhealthy: UUIDs of the cards reported Unhealthy.
@@ -115,6 +119,10 @@ func NewServer(logger klog.Logger, h Handoffer, cards []Card, unit, strategy str
 	s.SetHealth(nil)
 	return s
 }
+
+// SetEnforcer makes Allocate add each container's isolation edits. Call it
+// before serving.
+func (s *Server) SetEnforcer(e Enforcer) { s.enforcer = e }
 
 // SetHealth re-advertises every unit, those of the cards in unhealthy
 // (UUIDs) as Unhealthy, and wakes the ListAndWatch streams.
@@ -215,7 +223,12 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			s.logger.Error(err, "Allocate failed", "units", len(cr.DevicesIds))
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
-		resp.ContainerResponses = append(resp.ContainerResponses, s.containerResponse(a))
+		r := s.containerResponse(a)
+		if err := s.enforce(ctx, a, r); err != nil {
+			s.logger.Error(err, "Allocate failed: enforcing the memory limit", "pod", a.Namespace+"/"+a.PodName, "container", a.Container)
+			return nil, status.Error(codes.FailedPrecondition, err.Error())
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
 	}
 	if s.afterAllocate != nil {
 		s.afterAllocate()
@@ -267,6 +280,39 @@ func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateRe
 		}
 	}
 	return r
+}
+
+// enforce adds the isolation edits of a's cards to r: the environment
+// (overriding the advisory CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in mps mode),
+// the MPS directories' mounts, and driver mode's CDI device (in the CDI
+// annotation under StrategyCDIAnnotations, else in the CRI request's CDI
+// devices).
+func (s *Server) enforce(ctx context.Context, a *Assignment, r *pluginapi.ContainerAllocateResponse) error {
+	if s.enforcer == nil {
+		return nil
+	}
+	shares := make([]isolation.Share, len(a.Shares))
+	for i, sh := range a.Shares {
+		shares[i] = isolation.Share{UUID: sh.UUID, MiB: MiB(sh.Units, s.unit)}
+	}
+	ed, err := s.enforcer.Edits(ctx, shares)
+	if err != nil {
+		return err
+	}
+	for k, v := range ed.Env {
+		r.Envs[k] = v
+	}
+	for _, m := range ed.Mounts {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath})
+	}
+	for _, name := range ed.CDIDevices {
+		if s.strategy == StrategyCDIAnnotations {
+			r.Annotations[cdiAnnotation] += "," + name
+			continue
+		}
+		r.CdiDevices = append(r.CdiDevices, &pluginapi.CDIDevice{Name: name})
+	}
+	return nil
 }
 
 // PreStartContainer is not required (see GetDevicePluginOptions).

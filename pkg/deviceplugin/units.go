@@ -30,6 +30,14 @@ func Units(memMiB int64, unit string) int64 {
 	return memMiB / 1024
 }
 
+// MiB returns units of unit in MiB: 8 GiB is 8192 MiB.
+func MiB(units int64, unit string) int64 {
+	if unit == gpushare.UnitMiB {
+		return units
+	}
+	return units * 1024
+}
+
 // ListAndWatchBytes returns the size in bytes of the largest ListAndWatch
 // response for these cards in unit: one device per unit, every one
 // "Unhealthy" (longer than "Healthy"). Example: one 16 GiB card with a

@@ -241,16 +241,19 @@ func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
 
 // podArgs validates the pod of a filter or prioritize request and returns
 // what the cache needs of it (demand, card constraints, policy, CPU and
-// memory) and the node names. Invalid card annotations are an error: the
+// memory) and the node names. A pod that asks no gpu-mem is an error unless
+// cpuOK (its Demand is then nil). Invalid card annotations are an error: the
 // pod fits no node until they are fixed.
-func podArgs(args *extenderv1.ExtenderArgs) (*cache.PodInfo, []string, error) {
+func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*cache.PodInfo, []string, error) {
 	if args.Pod == nil {
 		return nil, nil, errors.New("request has no pod")
 	}
 	info := cache.NewPodInfo(args.Pod)
 	if info.Demand == nil {
 		_, err := gpushare.PodDemand(args.Pod) // say why
-		return nil, nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
+		if !cpuOK || !errors.Is(err, gpushare.ErrNoGPUMem) {
+			return nil, nil, fmt.Errorf("pod %s/%s: %w", args.Pod.Namespace, args.Pod.Name, err)
+		}
 	}
 	if info.ConstraintsErr != nil {
 		return nil, nil, fmt.Errorf("pod %s/%s: %w; it fits no node until the annotation is fixed", args.Pod.Namespace, args.Pod.Name, info.ConstraintsErr)
@@ -285,7 +288,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
-		pod, names, err := podArgs(&args)
+		pod, names, err := podArgs(&args, false)
 		if err != nil {
 			return nil, err
 		}
@@ -350,11 +353,17 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
-		pod, names, err := podArgs(&args)
+		pod, names, err := podArgs(&args, true)
 		if err != nil {
 			return nil, err
 		}
-		scores, err := h.cache.Score(pod, names)
+		score := h.cache.Score
+		if pod.Demand == nil {
+			// A pod that asks no gpu-mem: where its CPU and memory
+			// strand the least GPU memory.
+			score = h.cache.ScoreCPU
+		}
+		scores, err := score(pod, names)
 		if err != nil {
 			return nil, err
 		}

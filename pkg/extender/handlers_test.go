@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -201,7 +202,10 @@ func TestWireGolden(t *testing.T) {
 		}, 200, false},
 		{"prioritize-malformed", "POST", "/gpushare-scheduler/prioritize", func(*testing.T) string { return `{"Pod": [` }, 400, false},
 		{"prioritize-no-gpu-mem", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
-			return extenderArgs(t, util.MakePod("cpu").Container("x").Obj(), "mixed")
+			return extenderArgs(t, util.MakePod("cpu").Container("x").Obj(), "mixed", "sick")
+		}, 200, false},
+		{"prioritize-negative", "POST", "/gpushare-scheduler/prioritize", func(t *testing.T) string {
+			return extenderArgs(t, negative, "mixed")
 		}, 400, false},
 		{"bind-unknown-node", "POST", "/gpushare-scheduler/bind", func(*testing.T) string {
 			return `{"PodName":"pending","PodNamespace":"default","PodUID":"uid-pending","Node":"ghost"}`
@@ -233,6 +237,32 @@ func TestWireGolden(t *testing.T) {
 			}
 			golden(t, tc.name+".response.json", got)
 		})
+	}
+}
+
+// TestPrioritizeCPUOnlyPod: kube-scheduler's configuration sends the
+// extender's prioritize every pod, and a pod that asks no gpu-mem gets 10
+// where its CPU strands no GPU memory and 0 elsewhere (fragaware's
+// CPUScorer). A pending pod of 16 GiB and 6 cores makes such requests
+// typical: mixed (8 cores, 6 + 80 GiB free) has cards for 5 of them but CPU
+// for 1, and none once a 4-core pod is there; sick's one healthy card has
+// 7 GiB free, so it strands nothing; nogpu and a node the extender does not
+// know have no cards to strand.
+func TestPrioritizeCPUOnlyPod(t *testing.T) {
+	learner := util.MakePod("learner").GPUMem(16).Requests("6", "1Gi").Obj()
+	f := newFixture(t, learner)
+	pod := util.MakePod("cpu").Container("x").Requests("4", "1Gi").Annotation(gpushare.AnnotationPolicy, allocator.NameFragAware).Obj()
+	status, got := f.do(t, "POST", "/gpushare-scheduler/prioritize", extenderArgs(t, pod, "mixed", "sick", "nogpu", "ghost"))
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, got)
+	}
+	var scores extenderv1.HostPriorityList
+	if err := json.Unmarshal([]byte(got), &scores); err != nil {
+		t.Fatal(err)
+	}
+	want := extenderv1.HostPriorityList{{Host: "mixed", Score: 0}, {Host: "sick", Score: 10}, {Host: "nogpu", Score: 10}, {Host: "ghost", Score: 10}}
+	if diff := cmp.Diff(want, scores); diff != "" {
+		t.Errorf("scores (-want +got):\n%s", diff)
 	}
 }
 

@@ -18,11 +18,11 @@ import (
 )
 
 // TestWireGoldenCardChoice: filter, prioritize and bind of pods that choose
-// cards, on the fixture's nodes plus a100 (two A100 cards, card 1
-// cordoned by the operator).
+// cards, on the fixture's nodes plus a100 (two A100 cards, card 0 in mps
+// isolation, card 1 cordoned by the operator).
 func TestWireGoldenCardChoice(t *testing.T) {
 	a100 := func() runtime.Object {
-		return util.MakeNode("a100").Cards("A100-SXM4-80GB", 80, 80).Cordon("GPU-a100-1").Obj()
+		return util.MakeNode("a100").Cards("A100-SXM4-80GB", 80, 80).Isolation(0, gpushare.IsolationMPS).Cordon("GPU-a100-1").Obj()
 	}
 	models := func(name, value string) *corev1.Pod {
 		return util.MakePod(name).GPUMem(12).Annotation(gpushare.AnnotationGPUModels, value).Obj()
@@ -45,6 +45,20 @@ func TestWireGoldenCardChoice(t *testing.T) {
 			pod: util.MakePod("not-a100-0").GPUMem(12).Annotation(gpushare.AnnotationGPUUUIDsExcluded, "GPU-a100-0,GPU-mixed-1").Obj(),
 			body: func(t *testing.T, p *corev1.Pod) string {
 				return extenderArgs(t, p, "mixed", "a100")
+			},
+			wantStatus: 200,
+		},
+		{
+			name: "filter-isolation-enforced", path: "/gpushare-scheduler/filter", pod: util.MakePod("fenced").GPUMem(12).Enforced().Obj(),
+			body: func(t *testing.T, p *corev1.Pod) string {
+				return extenderArgs(t, p, "mixed", "sick", "a100")
+			},
+			wantStatus: 200,
+		},
+		{
+			name: "bind-isolation-enforced-elsewhere", path: "/gpushare-scheduler/bind", pod: util.MakePod("fenced").GPUMem(12).Enforced().Obj(),
+			body: func(*testing.T, *corev1.Pod) string {
+				return `{"PodName":"fenced","PodNamespace":"default","PodUID":"uid-fenced","Node":"mixed"}`
 			},
 			wantStatus: 200,
 		},

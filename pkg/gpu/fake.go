@@ -21,19 +21,24 @@ const (
 var ErrFakeSpec = errors.New("invalid --fake-gpus")
 
 // ParseFakeGPUs parses a --fake-gpus value: comma-separated entries
-// COUNTxMODEL:MEMORY, where COUNT is 1..64, MODEL is letters, digits and
-// "-_.", and MEMORY is a positive whole number followed by GiB or MiB.
-// Cards are numbered in the order given. Each gets a UUID derived from seed
-// (the node name, so fake nodes differ) and its index. Example:
+// COUNTxMODEL:MEMORY[:mig], where COUNT is 1..64, MODEL is letters, digits
+// and "-_.", and MEMORY is a positive whole number followed by GiB or MiB;
+// ":mig" says the cards have MIG mode on. Cards are numbered in the order
+// given. Each gets a UUID derived from seed (the node name, so fake nodes
+// differ) and its index. Example:
 //
-//	"2xTesla-T4:16GiB,1xA100-SXM4:80GiB" → index 0 and 1 Tesla-T4 with
-//	16384 MiB each, index 2 A100-SXM4 with 81920 MiB.
+//	"2xTesla-T4:16GiB,1xA100-SXM4:80GiB:mig" → index 0 and 1 Tesla-T4
+//	with 16384 MiB each, index 2 A100-SXM4 with 81920 MiB and MIG on.
 func ParseFakeGPUs(spec, seed string) ([]Device, error) {
 	if spec == "" {
 		return nil, fmt.Errorf("%w: empty; want e.g. 2xTesla-T4:16GiB,1xA100-SXM4:80GiB", ErrFakeSpec)
 	}
 	var out []Device
 	for _, entry := range strings.Split(spec, ",") {
+		mig := false
+		if e, ok := strings.CutSuffix(entry, ":mig"); ok {
+			entry, mig = e, true
+		}
 		count, model, mem, err := parseFakeEntry(entry)
 		if err != nil {
 			return nil, err
@@ -43,7 +48,7 @@ func ParseFakeGPUs(spec, seed string) ([]Device, error) {
 		}
 		for i := 0; i < count; i++ {
 			idx := len(out)
-			out = append(out, Device{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem})
+			out = append(out, Device{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem, MIG: mig})
 		}
 	}
 	return out, nil
@@ -123,16 +128,61 @@ func FakeUUID(seed string, index int) string {
 type Fake struct {
 	devices []Device
 	events  chan Event
+	// driver is what the fake node's driver supports (SetDriver).
+	driver FakeDriver
 
 	mu sync.Mutex
 	// probeErr: UUID -> the error Probe returns for it (absent: healthy).
 	probeErr map[string]error
+	// computeMode: UUID -> the compute mode last set (absent: default).
+	computeMode map[string]ComputeMode
 }
 
-// NewFake returns a fake host with these cards.
+// NewFake returns a fake host with these cards and no driver: it supports
+// no memory isolation until SetDriver says otherwise.
 func NewFake(devices []Device) *Fake {
-	return &Fake{devices: devices, events: make(chan Event, 64), probeErr: map[string]error{}}
+	return &Fake{devices: devices, events: make(chan Event, 64), probeErr: map[string]error{}, computeMode: map[string]ComputeMode{}}
 }
+
+// SetDriver states what the fake node's driver supports. Call it before
+// the fake is used.
+func (f *Fake) SetDriver(d FakeDriver) { f.driver = d }
+
+// Driver returns the fake driver, or an error wrapping ErrNoDriver when
+// none was stated.
+func (f *Fake) Driver() (Driver, error) {
+	if f.driver.Version == "" {
+		return Driver{}, fmt.Errorf("fake node states no driver (--fake-driver): %w", ErrNoDriver)
+	}
+	return f.driver.Driver, nil
+}
+
+// Features returns the card's MIG mode from the spec, MPS support from the
+// fake driver, and the compute mode last set.
+func (f *Fake) Features(uuid string) (Features, error) {
+	for _, d := range f.devices {
+		if d.UUID == uuid {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return Features{MIG: d.MIG, MPS: f.driver.MPS, ComputeMode: f.computeMode[uuid]}, nil
+		}
+	}
+	return Features{}, fmt.Errorf("looking up GPU %s: no such fake card", uuid)
+}
+
+// SetComputeMode records the card's compute mode.
+func (f *Fake) SetComputeMode(uuid string, m ComputeMode) error {
+	if _, err := f.Features(uuid); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.computeMode[uuid] = m
+	return nil
+}
+
+// CgroupV1 reports whether the fake node states cgroup v1.
+func (f *Fake) CgroupV1() bool { return f.driver.CgroupV1 }
 
 // Devices returns the cards.
 func (f *Fake) Devices() ([]Device, error) { return append([]Device(nil), f.devices...), nil }

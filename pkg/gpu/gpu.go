@@ -11,6 +11,9 @@ type Device struct {
 	Model string
 	// MemoryMiB is the card's total memory in MiB.
 	MemoryMiB int64
+	// MIG is true for a fake card whose spec says ":mig"; NVML reports a
+	// real card's MIG mode through Features, not here.
+	MIG bool
 }
 
 // Event is an XID error reported by the driver.

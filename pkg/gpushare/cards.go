@@ -44,10 +44,13 @@ type CardConstraints struct {
 	Models, ExcludedModels []string
 	// UUIDs and ExcludedUUIDs are compared exactly.
 	UUIDs, ExcludedUUIDs []string
+	// Enforced (AnnotationIsolation: enforced) allows only cards whose
+	// inventory isolation enforces memory limits (Isolation.Enforced).
+	Enforced bool
 }
 
-// ParseCardConstraints reads the card annotations of a pod: nil and no
-// error when it carries none. Each value is a list separated by commas,
+// ParseCardConstraints reads the card annotations of a pod, and its
+// AnnotationIsolation: nil and no error when it carries none. Each value is a list separated by commas,
 // with spaces around an entry ignored. It fails, naming the annotation and
 // what to fix, for an empty value or entry, a list over MaxCardListBytes or
 // MaxCardListEntries, a UUID with a pattern character, a space or a comma,
@@ -82,6 +85,12 @@ func ParseCardConstraints(annotations map[string]string) (*CardConstraints, erro
 			return nil, fmt.Errorf("%w %s is empty; name at least one %s or remove the annotation", ErrInvalid, f.key, what)
 		}
 		*f.dst = list
+	}
+	if v, ok := annotations[AnnotationIsolation]; ok {
+		if v != IsolationEnforced {
+			return nil, fmt.Errorf("%w %s is %q; the only value is %q (or remove the annotation)", ErrInvalid, AnnotationIsolation, v, IsolationEnforced)
+		}
+		cc.Enforced, found = true, true
 	}
 	if !found {
 		return nil, nil
@@ -211,7 +220,8 @@ func (cc *CardConstraints) ReadsModel() bool { return len(cc.Models)+len(cc.Excl
 func (cc *CardConstraints) ReadsUUID() bool { return len(cc.UUIDs)+len(cc.ExcludedUUIDs) > 0 }
 
 // String describes the cards cc allows, as messages put it after "a GPU":
-// "of model A100*|H100* and without UUID GPU-3f1c"; "" for nil.
+// "of model A100*|H100* and without UUID GPU-3f1c and enforcing memory
+// limits"; "" for nil.
 func (cc *CardConstraints) String() string { return string(cc.AppendDescription(nil)) }
 
 // AppendDescription appends String's text to b.
@@ -228,6 +238,7 @@ func (cc *CardConstraints) AppendDescription(b []byte) []byte {
 		{"not of model ", cc.ExcludedModels},
 		{"with UUID ", cc.UUIDs},
 		{"without UUID ", cc.ExcludedUUIDs},
+		{"", enforcedPart(cc.Enforced)},
 	} {
 		if len(part.list) == 0 {
 			continue
@@ -244,4 +255,11 @@ func (cc *CardConstraints) AppendDescription(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+func enforcedPart(enforced bool) []string {
+	if enforced {
+		return []string{"enforcing memory limits"}
+	}
+	return nil
 }

@@ -39,6 +39,21 @@ func TestParseCardConstraints(t *testing.T) {
 				UUIDs: []string{"GPU-a", "GPU-b"}, ExcludedUUIDs: []string{"GPU-c"}},
 		},
 		{
+			name:        "isolation enforced alone",
+			annotations: map[string]string{AnnotationIsolation: "enforced"},
+			want:        &CardConstraints{Enforced: true},
+		},
+		{
+			name:        "isolation with a model",
+			annotations: map[string]string{AnnotationIsolation: "enforced", AnnotationGPUModels: "A100*"},
+			want:        &CardConstraints{Models: []string{"A100*"}, Enforced: true},
+		},
+		{
+			name:        "isolation with another value",
+			annotations: map[string]string{AnnotationIsolation: "driver"},
+			wantErr:     `invalid gpushare annotation gpushare.io/isolation is "driver"; the only value is "enforced" (or remove the annotation)`,
+		},
+		{
 			name:        "exactly the entry limit",
 			annotations: map[string]string{AnnotationGPUModels: strings.TrimSuffix(strings.Repeat("A,", MaxCardListEntries), ",")},
 			want:        &CardConstraints{Models: strings.Split(strings.TrimSuffix(strings.Repeat("A,", MaxCardListEntries), ","), ",")},
@@ -193,6 +208,8 @@ func TestCardConstraintsString(t *testing.T) {
 		{&CardConstraints{Models: []string{"A100*"}}, "of model A100*"},
 		{&CardConstraints{Models: []string{"A100*", "H100*"}, ExcludedModels: []string{"A100-PCIE*"}, UUIDs: []string{"GPU-a"}, ExcludedUUIDs: []string{"GPU-b", "GPU-c"}},
 			"of model A100*|H100* and not of model A100-PCIE* and with UUID GPU-a and without UUID GPU-b|GPU-c"},
+		{&CardConstraints{Enforced: true}, "enforcing memory limits"},
+		{&CardConstraints{Models: []string{"A100*"}, Enforced: true}, "of model A100* and enforcing memory limits"},
 	}
 	for _, tc := range tests {
 		if got := tc.cc.String(); got != tc.want {

@@ -61,6 +61,9 @@
 // pods already on them keep them. An invalid value keeps every new GPU pod
 // off the node until it is fixed.
 //
+// A pod annotated gpushare.io/isolation: enforced uses only cards whose
+// inventory isolation enforces memory limits (driver or mps).
+//
 // The extender places a pod only on the cards its annotations allow, so its
 // allocation annotation names only such cards; the device plugin relocates
 // a container kubelet's free devices force elsewhere only among them.
@@ -68,7 +71,8 @@
 // # Node inventory (node annotation gpushare.io/devices)
 //
 // Published by the device plugin: JSON Inventory with each card's index,
-// UUID, model, memory in units and health. When it is absent the extender
+// UUID, model, memory in units, health and isolation (driver, mps or none;
+// absent in inventories from before it, read as none). When it is absent the extender
 // falls back to aliyun.com/gpu-mem capacity divided evenly by
 // aliyun.com/gpu-count, with every card healthy and no UUIDs.
 package gpushare

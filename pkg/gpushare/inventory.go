@@ -17,7 +17,7 @@ var ErrInvalid = errors.New("invalid gpushare annotation")
 // Inventory is the node annotation AnnotationInventory, for example
 //
 //	{"unit":"GiB","devices":[
-//	  {"index":0,"uuid":"GPU-8f1c...","model":"Tesla T4","memory":16,"healthy":true},
+//	  {"index":0,"uuid":"GPU-8f1c...","model":"Tesla T4","memory":16,"healthy":true,"isolation":"mps"},
 //	  {"index":1,"uuid":"GPU-2a7e...","model":"A100-SXM4-80GB","memory":80,"healthy":false}]}
 type Inventory struct {
 	// Unit of every Memory below and of the node's aliyun.com/gpu-mem
@@ -39,6 +39,17 @@ type Device struct {
 	Memory int64 `json:"memory"`
 	// Healthy is false while the card must not receive new pods.
 	Healthy bool `json:"healthy"`
+	// Isolation is how the card enforces each container's share; empty
+	// (an inventory from before isolation) means IsolationNone.
+	Isolation Isolation `json:"isolation,omitempty"`
+}
+
+// Mode returns d's isolation, IsolationNone when the field is absent.
+func (d *Device) Mode() Isolation {
+	if d.Isolation == "" {
+		return IsolationNone
+	}
+	return d.Isolation
 }
 
 // ParseInventory decodes and validates an AnnotationInventory value.
@@ -57,7 +68,8 @@ func ParseInventory(s string) (*Inventory, error) {
 }
 
 // Validate checks the unit, that indexes are unique and non-negative, that
-// UUIDs are unique, and that memory is positive.
+// UUIDs are unique, that memory is positive and that isolation is a known
+// mode or absent.
 func (inv *Inventory) Validate() error {
 	if inv.Unit != UnitGiB && inv.Unit != UnitMiB {
 		return fmt.Errorf("%w: inventory unit %q, want %q or %q", ErrInvalid, inv.Unit, UnitGiB, UnitMiB)
@@ -76,6 +88,9 @@ func (inv *Inventory) Validate() error {
 			return fmt.Errorf("%w: device UUID %s appears twice", ErrInvalid, d.UUID)
 		case strings.ContainsAny(d.UUID, " ,\n"):
 			return fmt.Errorf("%w: device %d UUID %q has a space or comma", ErrInvalid, d.Index, d.UUID)
+		}
+		if err := validIsolation(d.Isolation); err != nil {
+			return fmt.Errorf("device %d: %w", d.Index, err)
 		}
 		seenIdx[d.Index] = true
 		if d.UUID != "" {

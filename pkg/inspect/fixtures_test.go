@@ -39,8 +39,8 @@ func withLabel(n *corev1.Node, k, v string) *corev1.Node {
 // nodeA has two different cards: a 16 GiB T4 and an 80 GiB A100.
 func nodeA() *corev1.Node {
 	n := util.MakeNode("gpu-a").Inventory(&gpushare.Inventory{Unit: gpushare.UnitGiB, Devices: []gpushare.Device{
-		{Index: 0, UUID: "GPU-a-0", Model: "Tesla-T4", Memory: 16, Healthy: true},
-		{Index: 1, UUID: "GPU-a-1", Model: "A100-SXM4-80GB", Memory: 80, Healthy: true},
+		{Index: 0, UUID: "GPU-a-0", Model: "Tesla-T4", Memory: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+		{Index: 1, UUID: "GPU-a-1", Model: "A100-SXM4-80GB", Memory: 80, Healthy: true, Isolation: gpushare.IsolationDriver},
 	}}).Capacity(96, 2).Obj()
 	return withLabel(withIP(n, "10.0.0.1"), "pool", "a")
 }

@@ -214,6 +214,9 @@ func writeSummary(w io.Writer, r *Report, v View) {
 				if v.Output == OutputWide && c.Model != "" {
 					cell += " " + c.Model
 				}
+				if v.Output == OutputWide {
+					cell += " [" + string(c.Mode()) + "]"
+				}
 				if !c.Healthy {
 					cell += " (unhealthy)"
 				}
@@ -282,6 +285,14 @@ func summaryNotes(r *Report) []string {
 		}
 	}
 	return notes
+}
+
+// isolationText describes a card's isolation mode in the details view.
+func isolationText(m gpushare.Isolation) string {
+	if m.Enforced() {
+		return "isolation " + string(m)
+	}
+	return "isolation none (advisory)"
 }
 
 // cordonedWhy says who cordoned a card, and how.
@@ -416,6 +427,7 @@ func writeDetails(w io.Writer, r *Report, v View) {
 			if c.UUID != "" {
 				desc = append(desc, c.UUID)
 			}
+			desc = append(desc, isolationText(c.Mode()))
 			if !c.Healthy {
 				desc = append(desc, "UNHEALTHY: receives no new pods")
 			}

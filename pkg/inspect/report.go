@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // Report is everything the plugin shows; -o json and -o yaml print it as is.
@@ -81,9 +82,20 @@ type Card struct {
 	// Cordoned: the operator keeps new pods off the card
 	// (gpushare.io/cordoned-gpus); the pods on it stay.
 	Cordoned bool `json:"cordoned,omitempty"`
+	// Isolation is how the card enforces each pod's share of its memory:
+	// driver, mps or none (advisory).
+	Isolation gpushare.Isolation `json:"isolation"`
 	// Pods holding memory on the card, sorted by namespace and name. With
 	// Report.Namespace set, only that namespace's pods.
 	Pods []PodShare `json:"pods"`
+}
+
+// Mode returns the card's isolation, none when unknown.
+func (c *Card) Mode() gpushare.Isolation {
+	if c.Isolation == "" {
+		return gpushare.IsolationNone
+	}
+	return c.Isolation
 }
 
 // PodShare is what one pod holds on one card (or on a node, when
@@ -131,7 +143,7 @@ func newNode(v *cache.NodeView, address string) Node {
 	}
 	for _, c := range v.Cards {
 		n.Cards = append(n.Cards, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, Allocated: c.Used, Total: c.Total, Healthy: c.Healthy,
-			Cordoned: c.Cordoned, Pods: shares(c.Pods)})
+			Cordoned: c.Cordoned, Isolation: c.Isolation, Pods: shares(c.Pods)})
 	}
 	if len(v.Unattributed) > 0 {
 		n.Unattributed = shares(v.Unattributed)

@@ -2,51 +2,35 @@ package simulator
 
 import (
 	"io"
-	"os"
 	"testing"
 
-	"sigs.k8s.io/yaml"
+	"github.com/google/go-cmp/cmp"
 )
 
 // shippedSchedulerConfig is the kube-scheduler configuration we ship.
 const shippedSchedulerConfig = "../../config/kube-scheduler-config.yaml"
 
-// TestShippedPercentageOfNodesToScore fails when the simulator's default
-// replays another percentageOfNodesToScore than the shipped kube-scheduler
-// configuration sets for its default profile (the profile's own value if
-// set, else the top-level one, else kube-scheduler's default, 0).
-func TestShippedPercentageOfNodesToScore(t *testing.T) {
-	data, err := os.ReadFile(shippedSchedulerConfig)
+// TestShippedScheduler fails when the simulator's default replays another
+// kube-scheduler configuration than the one we ship: its
+// percentageOfNodesToScore, kube-scheduler's own scoring and the extender
+// entries' prioritize weights for GPU and CPU-only pods.
+func TestShippedScheduler(t *testing.T) {
+	shipped, err := ReadSchedulerConfig(shippedSchedulerConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg struct {
-		PercentageOfNodesToScore *int32 `json:"percentageOfNodesToScore"`
-		Profiles                 []struct {
-			SchedulerName            string `json:"schedulerName"`
-			PercentageOfNodesToScore *int32 `json:"percentageOfNodesToScore"`
-		} `json:"profiles"`
+	if diff := cmp.Diff(shipped, &ShippedScheduler); diff != "" {
+		t.Errorf("%s and ShippedScheduler, the simulator's default, differ (-shipped +simulator):\n%s", shippedSchedulerConfig, diff)
 	}
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		t.Fatalf("parsing %s: %v", shippedSchedulerConfig, err)
-	}
-	var shipped int32 // kube-scheduler's default: adaptive
-	if cfg.PercentageOfNodesToScore != nil {
-		shipped = *cfg.PercentageOfNodesToScore
-	}
-	for _, p := range cfg.Profiles {
-		if (p.SchedulerName == "" || p.SchedulerName == "default-scheduler") && p.PercentageOfNodesToScore != nil {
-			shipped = *p.PercentageOfNodesToScore
-		}
-	}
-	if shipped != DefaultPercentageOfNodesToScore {
-		t.Errorf("%s sets percentageOfNodesToScore %d (0: unset, adaptive); the simulator replays %d by default", shippedSchedulerConfig, shipped, DefaultPercentageOfNodesToScore)
+	if shipped.PercentageOfNodesToScore != DefaultPercentageOfNodesToScore {
+		t.Errorf("%s sets percentageOfNodesToScore %d; DefaultPercentageOfNodesToScore is %d", shippedSchedulerConfig, shipped.PercentageOfNodesToScore, DefaultPercentageOfNodesToScore)
 	}
 	flags, err := parseFlags([]string{"--nodes", sliceNodes, "--pods", slicePods}, io.Discard, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := *flags.PercentageOfNodesToScore; got != shipped {
-		t.Errorf("--percentage-of-nodes-to-score defaults to %d; %s sets %d", got, shippedSchedulerConfig, shipped)
+	if flags.SchedulerFile != "" || flags.Scheduler != nil || flags.PercentageOfNodesToScore != nil || flags.CPUPods != CPUPodsPlace {
+		t.Errorf("simulate's defaults: --scheduler-config %q (%v), --percentage-of-nodes-to-score %v, --cpu-pods %s; want the shipped configuration, its percentage, and place",
+			flags.SchedulerFile, flags.Scheduler, flags.PercentageOfNodesToScore, flags.CPUPods)
 	}
 }

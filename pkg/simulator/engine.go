@@ -26,14 +26,14 @@ var Marks = []int{90, 100, 110, 120, 130}
 type CPUPods string
 
 const (
-	// CPUPodsSkip leaves them out of the replay: the extender does not
-	// place them, and the figures then measure GPU placement alone. The
-	// default.
+	// CPUPodsPlace places them as the replayed configuration does (see
+	// Scheduler): by kube-scheduler's own scores and, when an extender
+	// entry prioritizes them, the extender's. The default: they take the
+	// CPU and memory of the GPU nodes, as in a real cluster.
+	CPUPodsPlace CPUPods = "place"
+	// CPUPodsSkip leaves them out of the replay, so that the figures
+	// measure GPU placement alone.
 	CPUPodsSkip CPUPods = "skip"
-	// CPUPodsSpread places them by CPU and memory alone, on the node left
-	// with the largest free share of both (kube-scheduler's default
-	// LeastAllocated scoring), whatever the GPU policy.
-	CPUPodsSpread CPUPods = "spread"
 )
 
 // Options configure one replay.
@@ -45,18 +45,21 @@ type Options struct {
 	// Inflate is the arrival target as a share of GPU capacity
 	// (DefaultInflate when 0).
 	Inflate float64
-	// CPUPods: CPUPodsSkip when empty.
+	// CPUPods: CPUPodsPlace when empty.
 	CPUPods CPUPods
 	// GPUOnly scores from GPU memory alone, as the extender does for nodes
 	// that report no CPU (an ablation: what weighing CPU is worth):
 	// policies that can also weigh CPU (allocator.HostScorer) are not
-	// given a Host. CPU and memory must still fit.
+	// given a Host, and the extender rates every node alike for CPU-only
+	// pods. CPU and memory must still fit.
 	GPUOnly bool
 	// Record keeps every decision in Result.Decisions.
 	Record bool
-	// PercentageOfNodesToScore is the kube-scheduler setting the replay
-	// follows, 0 to 100 (0: kube-scheduler's adaptive default; see
-	// NodesToFind); nil for DefaultPercentageOfNodesToScore, what we ship.
+	// Scheduler is the kube-scheduler configuration the replay follows;
+	// nil for ShippedScheduler, what we ship.
+	Scheduler *Scheduler
+	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
+	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
 	PercentageOfNodesToScore *int32
 }
 
@@ -65,7 +68,7 @@ type Decision struct {
 	Pod string
 	// Node is "" for a pod that fit nowhere (or a skipped CPU-only pod).
 	Node string
-	// Cards holds, per container of the pod's Demand, the card indexes.
+	// Cards holds, per container of the pod's Demand, the card indexes, ascending.
 	Cards [][]int
 	// Candidates is the number of nodes where the pod fit.
 	Candidates int
@@ -90,8 +93,10 @@ type Result struct {
 	AllocCount []int
 	// Failed counts the pods that fit nowhere, by kind.
 	Failed map[Kind]int
-	// Skipped counts the CPU-only pods left out (CPUPodsSkip).
-	Skipped int
+	// CPUPods is how the pods that ask no GPU memory were handled;
+	// CPUOnly counts them, Skipped those left out (CPUPodsSkip).
+	CPUPods          CPUPods
+	CPUOnly, Skipped int
 	// FragAt: mark of Marks -> fragmentation in percent of capacity once
 	// arrival first reaches it (see Fragmentation).
 	FragAt map[int]float64
@@ -144,6 +149,8 @@ type nodeState struct {
 	alloc allocator.Node
 	// cpuFree and memFree: millicores and MiB not yet requested.
 	cpuFree, memFree int64
+	// kube is the node as kube-scheduler's scores see it.
+	kube kubeUsage
 }
 
 // replay is one run's state.
@@ -168,8 +175,19 @@ type replay struct {
 	// holes summarises the cards for fragaware, as the extender's cache
 	// does.
 	holes *allocator.Holes
-	// sched samples the nodes as kube-scheduler does.
-	sched sampler
+	// sched samples the nodes as kube-scheduler does; scheduler is the
+	// configuration replayed.
+	sched     sampler
+	scheduler *Scheduler
+	// fit, raw, passed and prio are what decide found in the last
+	// scheduling cycle: the nodes of the sample where the pod fits, the
+	// policy's score there (GPU pods), the nodes the extender's filter
+	// passes (GPU pods; for CPU-only pods all of fit) and their prioritize
+	// scores (nil when none). ties is reused by ties. All are reused by
+	// the next pod.
+	fit, passed, tied []int
+	raw               []float64
+	prio              []int64
 }
 
 // Run replays tr with the study's methodology (see the package doc).
@@ -187,13 +205,16 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 	switch opts.CPUPods {
 	case "":
-		opts.CPUPods = CPUPodsSkip
-	case CPUPodsSkip, CPUPodsSpread:
+		opts.CPUPods = CPUPodsPlace
+	case CPUPodsSkip, CPUPodsPlace:
 	default:
-		return nil, fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsSkip, CPUPodsSpread)
+		return nil, fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsPlace, CPUPodsSkip)
+	}
+	if opts.Scheduler == nil {
+		opts.Scheduler = &ShippedScheduler
 	}
 	if opts.PercentageOfNodesToScore == nil {
-		opts.PercentageOfNodesToScore = ptr.To(DefaultPercentageOfNodesToScore)
+		opts.PercentageOfNodesToScore = ptr.To(opts.Scheduler.PercentageOfNodesToScore)
 	}
 	if p := *opts.PercentageOfNodesToScore; p < 0 || p > 100 {
 		return nil, fmt.Errorf("percentageOfNodesToScore %d: want 0 (kube-scheduler's adaptive default) to 100", p)
@@ -208,7 +229,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 
 	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
-		Failed: map[Kind]int{}, FragAt: map[int]float64{},
+		Failed: map[Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods,
 		Percentage: *opts.PercentageOfNodesToScore, Nodes: len(r.nodes), NodesToFind: r.sched.toFind}
 	mark := 0
 	for k, idx := range order {
@@ -216,9 +237,12 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 			return nil, ctx.Err()
 		}
 		pod := &tr.Pods[idx]
-		if pod.Demand == nil && opts.CPUPods == CPUPodsSkip {
-			res.Skipped++
-			continue
+		if pod.Demand == nil {
+			res.CPUOnly++
+			if opts.CPUPods == CPUPodsSkip {
+				res.Skipped++
+				continue
+			}
 		}
 		d := r.submit(pod)
 		if d.Node == "" {
@@ -252,16 +276,20 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 }
 
 // newReplay returns the state of a replay of tr before the first pod;
-// opts are checked and completed by Run.
+// opts are checked and completed by Run (and NewStepper).
 func newReplay(tr *Trace, opts Options) (*replay, error) {
-	percentage := DefaultPercentageOfNodesToScore
+	sched := opts.Scheduler
+	if sched == nil {
+		sched = &ShippedScheduler
+	}
+	percentage := sched.PercentageOfNodesToScore
 	if opts.PercentageOfNodesToScore != nil {
 		percentage = *opts.PercentageOfNodesToScore
 	}
 	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
 		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
 		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles(),
-		sched: newSampler(tr.Nodes, percentage)}
+		sched: newSampler(tr.Nodes, percentage), scheduler: sched}
 	switch opts.Policy {
 	case allocator.NameFragAware:
 		// Rebuilt per pod from what it has seen, as the extender does.
@@ -278,11 +306,13 @@ func newReplay(tr *Trace, opts Options) (*replay, error) {
 	r.nodes = make([]nodeState, len(tr.Nodes))
 	for i := range tr.Nodes {
 		n := &tr.Nodes[i]
-		r.nodes[i] = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
+		ns := &r.nodes[i]
+		*ns = nodeState{spec: n, cpuFree: n.MilliCPU, memFree: n.MemoryMiB,
 			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
-		r.holes.AddNode(&r.nodes[i].alloc, 1)
+		ns.kube = kubeUsage{allocCPU: n.MilliCPU, allocMem: n.MemoryMiB, allocGPU: ns.alloc.Capacity()}
+		r.holes.AddNode(&ns.alloc, 1)
 		r.maxCPU = max(r.maxCPU, n.MilliCPU)
-		r.maxGPU = max(r.maxGPU, r.nodes[i].alloc.Capacity())
+		r.maxGPU = max(r.maxGPU, ns.alloc.Capacity())
 	}
 	return r, nil
 }
@@ -313,54 +343,104 @@ func Arrivals(tr *Trace, seed uint64, inflate float64) ([]int, error) {
 }
 
 // submit places pod as kube-scheduler and the extender would, or fails it,
-// and returns the decision. Each scheduling cycle samples the nodes (see
-// sampler): those whose CPU, memory and total GPU memory fit, as
-// kube-scheduler's own filters see them; the policy then chooses among
-// them (the extender's filter with --filter-best). When no card fits the
-// pod on any node of the sample, kube-scheduler finds the pod
-// unschedulable and tries it again later with the next sample;
-// here it is tried again at once, before the next pod arrives, until it is
-// placed or every node was examined. (kube-scheduler waits at least 1 s,
-// its initial backoff, while other pods may take the room; the replay
-// does not model time.)
+// and returns the decision: decide finds the nodes kube-scheduler rates
+// best, and one of them is drawn uniformly, as kube-scheduler's selectHost
+// does.
 func (r *replay) submit(pod *Pod) Decision {
-	if pod.Demand == nil {
-		return r.submitCPU(pod)
+	policy := r.observe(pod)
+	ties, d := r.decide(pod, policy)
+	if len(ties) == 0 {
+		return d
 	}
-	r.arrived += pod.Units()
-	policy := r.policy
-	if policy == nil { // fragaware: what the extender's cache would build
+	best := ties[0]
+	if len(ties) > 1 {
+		best = ties[r.tieRNG.IntN(len(ties))]
+	}
+	r.place(pod, policy, best, &d)
+	return d
+}
+
+// observe counts pod's GPU memory as arrived and returns the policy that
+// rates nodes for it: for fragaware, built from the typical requests once
+// the pod's shape is learned, as the extender's cache learns it from the
+// pod informer before kube-scheduler asks about the pod.
+func (r *replay) observe(pod *Pod) allocator.Policy {
+	if pod.Demand != nil {
+		r.arrived += pod.Units()
+	}
+	if r.policy != nil {
+		return r.policy
+	}
+	if pod.Demand != nil {
 		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
-		policy = allocator.NewFragAware(r.work.Typical(), r.holes)
+	}
+	return allocator.NewFragAware(r.work.Typical(), r.holes)
+}
+
+// decide returns the nodes (indexes of r.nodes) that kube-scheduler, with
+// the extender, rates highest for pod, any of which it may take; none
+// when the pod fits nowhere. d says how many cycles it took and on how many
+// nodes the pod fit.
+//
+// A pod that asks GPU memory takes scheduling cycles, each on a sample of
+// the nodes (see sampler): those whose CPU, memory and total GPU memory fit,
+// as kube-scheduler's own filters see them. The extender's filter passes,
+// of those where the pod's cards fit, the ones its policy rates highest
+// (extenderFilter); kube-scheduler then rates those by its own scores and
+// the extender's prioritize (ties). When no card fits the pod on any node
+// of the sample, kube-scheduler finds the pod unschedulable and tries it
+// again later with the next sample; here it is tried again at once, before
+// the next pod arrives, until every node was examined. (kube-scheduler
+// waits at least 1 s, its initial backoff, while other pods may take the
+// room; the replay does not model time.)
+//
+// A pod that asks no GPU memory takes one cycle: kube-scheduler rates the
+// nodes of its sample (those where its CPU and memory fit) by its own
+// scores and, if an extender entry prioritizes such pods, the extender's
+// (prioritizeCPU).
+func (r *replay) decide(pod *Pod, policy allocator.Policy) ([]int, Decision) {
+	var d Decision
+	if pod.Demand == nil {
+		d.Cycles = 1
+		sample, _ := r.sched.cycle(func(i int) bool { return r.nodes[i].admits(pod) })
+		d.Candidates = len(sample)
+		r.fit = append(r.fit[:0], sample...)
+		r.passed, r.prio = append(r.passed[:0], sample...), nil
+		if len(sample) == 0 {
+			return nil, d
+		}
+		if r.scheduler.CPUPrioritizeWeight > 0 {
+			r.prio = r.prioritizeCPU(pod, policy, sample)
+		}
+		return r.ties(pod, sample, r.prio, r.scheduler.CPUPrioritizeWeight), d
 	}
 	schedulerFits := func(i int) bool {
 		ns := &r.nodes[i]
 		return ns.admits(pod) && ns.alloc.FreeTotal() >= pod.Units()
 	}
-	var d Decision
 	for examined := 0; examined < len(r.nodes); {
 		d.Cycles++
 		sample, n := r.sched.cycle(schedulerFits)
 		examined += n
-		best := r.choose(pod, policy, sample, &d)
-		if best >= 0 {
-			r.place(pod, best, &d)
-			return d
+		passed, prio := r.extenderFilter(pod, policy, sample, &d)
+		if len(passed) > 0 {
+			return r.ties(pod, passed, prio, r.scheduler.GPUPrioritizeWeight), d
 		}
 	}
-	return d
+	return nil, d
 }
 
-// choose returns the node of sample (indexes of r.nodes) that policy rates
-// highest where the pod's cards fit, its placement in r.best, or -1; it
-// sets d.Candidates.
-func (r *replay) choose(pod *Pod, policy allocator.Policy, sample []int, d *Decision) int {
+// extenderFilter returns the nodes of sample (indexes of r.nodes) that the
+// extender's filter passes for pod: of those where its cards fit, the ones
+// policy rates highest (passBest, as Cache.FilterBest); with their
+// prioritize scores (Cache.Score: 0..10 among them). It sets r.fit and
+// d.Candidates to the nodes where the cards fit. The slices are reused by
+// the next call.
+func (r *replay) extenderFilter(pod *Pod, policy allocator.Policy, sample []int, d *Decision) (passed []int, prio []int64) {
 	hs, hostAware := policy.(allocator.HostScorer)
 	hostAware = hostAware && !r.opts.GPUOnly
 	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: r.maxCPU, MaxUnits: r.maxGPU}
-
-	best, ties, candidates := -1, 0, 0
-	var bestScore float64
+	r.fit, r.raw = r.fit[:0], r.raw[:0]
 	for _, i := range sample {
 		ns := &r.nodes[i]
 		if !mayFit(&ns.alloc, pod) {
@@ -369,7 +449,6 @@ func (r *replay) choose(pod *Pod, policy allocator.Policy, sample []int, d *Deci
 		if err := allocator.FitWith(&ns.alloc, pod.Demand, pod.Constraints, policy, r.cur); err != nil {
 			continue
 		}
-		candidates++
 		var s float64
 		if hostAware {
 			host.FreeMilliCPU, host.FreeMemoryMiB = ns.cpuFree, ns.memFree
@@ -377,77 +456,124 @@ func (r *replay) choose(pod *Pod, policy allocator.Policy, sample []int, d *Deci
 		} else {
 			s = policy.NodeScore(&ns.alloc, r.cur)
 		}
-		switch {
-		case best < 0 || s > bestScore:
-			best, bestScore, ties = i, s, 1
-			r.cur, r.best = r.best, r.cur
-		case s == bestScore:
-			// Reservoir sampling: each tied node is equally likely.
-			ties++
-			if r.tieRNG.IntN(ties) == 0 {
-				best = i
-				r.cur, r.best = r.best, r.cur
-			}
+		r.fit = append(r.fit, i)
+		r.raw = append(r.raw, s)
+	}
+	d.Candidates = len(r.fit)
+	r.passed = r.passed[:0]
+	var passedRaw []float64
+	for k, keep := range passBest(r.raw) {
+		if keep {
+			r.passed = append(r.passed, r.fit[k])
+			passedRaw = append(passedRaw, r.raw[k])
 		}
 	}
-	d.Candidates = candidates
-	return best
+	r.prio = append(r.prio[:0], allocator.NormalizeScores(passedRaw)...)
+	return r.passed, r.prio
 }
 
-// place holds r.best's cards on node best for pod and records it in d.
-func (r *replay) place(pod *Pod, best int, d *Decision) {
+// passBest says which of the raw policy scores of the nodes where a pod
+// fits the extender's filter passes: those whose score NormalizeScores
+// maps to MaxScore (Cache.FilterBest), so within a twentieth of the range
+// of scores below the highest.
+func passBest(raw []float64) []bool {
+	keep := make([]bool, len(raw))
+	for i, v := range allocator.NormalizeScores(raw) {
+		keep[i] = v == allocator.MaxScore
+	}
+	return keep
+}
+
+// prioritizeCPU is the extender's prioritize answer for a pod that asks no
+// GPU memory on the nodes of sample (Cache.ScoreCPU): MaxScore where the
+// policy's CPUScorer rates the pod highest, 0 elsewhere; MaxScore
+// everywhere for a policy that is no CPUScorer (or with Options.GPUOnly).
+// The slice is reused by the next call.
+func (r *replay) prioritizeCPU(pod *Pod, policy allocator.Policy, sample []int) []int64 {
+	cs, ok := policy.(allocator.CPUScorer)
+	r.raw = r.raw[:0]
+	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: r.maxCPU, MaxUnits: r.maxGPU}
+	for _, i := range sample {
+		var s float64
+		if ok && !r.opts.GPUOnly {
+			ns := &r.nodes[i]
+			host.FreeMilliCPU, host.FreeMemoryMiB = ns.cpuFree, ns.memFree
+			s = cs.NodeScoreCPU(&ns.alloc, &host)
+		}
+		r.raw = append(r.raw, s)
+	}
+	r.prio = append(r.prio[:0], allocator.MarkBest(r.raw)...)
+	return r.prio
+}
+
+// ties returns the nodes of candidates (indexes of r.nodes, at least one)
+// that kube-scheduler rates highest for pod: the only one, else those with
+// the highest total of its own scores (Scheduler) and, when prio is not nil,
+// the extender's prioritize scores (parallel to candidates) times weight
+// (scaled to kube-scheduler's 0..100). kube-scheduler takes one of them at
+// random (selectHost). The slice is reused by the next call.
+func (r *replay) ties(pod *Pod, candidates []int, prio []int64, weight int64) []int {
+	if len(candidates) == 1 {
+		return candidates
+	}
+	pu := usageOf(pod)
+	r.tied = r.tied[:0]
+	var bestScore int64
+	for k, i := range candidates {
+		s := r.scheduler.score(&r.nodes[i].kube, &pu)
+		if prio != nil {
+			s += weight * prio[k] * (maxNodeScore / maxExtenderScore)
+		}
+		switch {
+		case len(r.tied) == 0 || s > bestScore:
+			r.tied, bestScore = append(r.tied[:0], i), s
+		case s == bestScore:
+			r.tied = append(r.tied, i)
+		}
+	}
+	return r.tied
+}
+
+// usageOf is what pod adds to a node's kubeUsage.
+func usageOf(pod *Pod) podUsage {
+	return podUsage{cpu: pod.MilliCPU, mem: pod.MemoryMiB, gpu: pod.Units(),
+		nzCPU: max(pod.NonZeroMilliCPU, pod.MilliCPU), nzMem: max(pod.NonZeroMemoryMiB, pod.MemoryMiB)}
+}
+
+// place puts pod on node best, its cards where policy fits them (as the
+// extender's bind does; none for a pod that asks no GPU memory), and
+// records it in d.
+func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision) {
 	ns := &r.nodes[best]
+	ns.take(pod)
+	d.Node = ns.spec.Name
+	if pod.Demand == nil {
+		return
+	}
+	if err := allocator.FitWith(&ns.alloc, pod.Demand, pod.Constraints, policy, r.best); err != nil {
+		panic(fmt.Sprintf("pod %s no longer fits node %s: %v", pod.Name, ns.spec.Name, err))
+	}
 	r.holes.AddNode(&ns.alloc, -1)
 	for i, u := range r.best.Reserved {
 		ns.alloc.Cards[i].Used += u
 	}
 	r.holes.AddNode(&ns.alloc, 1)
-	ns.cpuFree -= pod.MilliCPU
-	ns.memFree -= pod.MemoryMiB
 	r.placed += r.best.Total()
-	d.Node = ns.spec.Name
 	d.Cards = make([][]int, len(r.best.Cards))
 	for c, poss := range r.best.Cards {
 		for _, pos := range poss {
 			d.Cards[c] = append(d.Cards[c], ns.alloc.Cards[pos].Index)
 		}
+		slices.Sort(d.Cards[c]) // by index, as the allocation annotation lists them
 	}
 }
 
-// submitCPU places a pod that asks no GPU memory as kube-scheduler's
-// default NodeResourcesFit scoring (LeastAllocated) would: on the node of
-// its sample left with the largest free share of CPU and memory, summed.
-// The extender does not see such a pod, so one cycle decides.
-func (r *replay) submitCPU(pod *Pod) Decision {
-	sample, _ := r.sched.cycle(func(i int) bool { return r.nodes[i].admits(pod) })
-	best, ties := -1, 0
-	var bestScore float64
-	for _, i := range sample {
-		ns := &r.nodes[i]
-		s := share(ns.cpuFree-pod.MilliCPU, ns.spec.MilliCPU) + share(ns.memFree-pod.MemoryMiB, ns.spec.MemoryMiB)
-		switch {
-		case best < 0 || s > bestScore:
-			best, bestScore, ties = i, s, 1
-		case s == bestScore:
-			ties++
-			if r.tieRNG.IntN(ties) == 0 {
-				best = i
-			}
-		}
-	}
-	if best < 0 {
-		return Decision{Cycles: 1}
-	}
-	r.nodes[best].cpuFree -= pod.MilliCPU
-	r.nodes[best].memFree -= pod.MemoryMiB
-	return Decision{Node: r.nodes[best].spec.Name, Cycles: 1}
-}
-
-func share(free, total int64) float64 {
-	if total <= 0 {
-		return 0
-	}
-	return float64(free) / float64(total)
+// take charges pod's CPU and memory to the node.
+func (ns *nodeState) take(pod *Pod) {
+	ns.cpuFree -= pod.MilliCPU
+	ns.memFree -= pod.MemoryMiB
+	pu := usageOf(pod)
+	ns.kube.add(&pu)
 }
 
 // admits is NodeResourcesFit for CPU and memory. Which cards the pod may

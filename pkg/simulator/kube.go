@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -126,7 +129,7 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels)}
 	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
-		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned})
+		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation})
 		if n.Model == "" {
 			n.Model = card.Model
 		}
@@ -161,6 +164,9 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 	}
 	p := Pod{Name: key, Kind: KindCPU}
 	p.MilliCPU, p.MemoryMiB = cache.PodRequests(pod)
+	if cpu, mem := nonZeroRequests(pod); cpu != p.MilliCPU || mem != p.MemoryMiB {
+		p.NonZeroMilliCPU, p.NonZeroMemoryMiB = cpu, mem
+	}
 	d, err := gpushare.PodDemand(pod)
 	switch {
 	case errors.Is(err, gpushare.ErrNoGPUMem):
@@ -181,6 +187,38 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 		}
 	}
 	return p, nil
+}
+
+// kube-scheduler's requests for a container that names no CPU (memory)
+// request, in NodeResourcesFit's scores (util.DefaultMilliCPURequest,
+// DefaultMemoryRequest).
+const (
+	nonZeroMilliCPU  = 100
+	nonZeroMemoryMiB = 200
+)
+
+// nonZeroRequests is PodRequests as kube-scheduler's NodeResourcesFit
+// scores count it: each container (init containers too) that names no CPU
+// (memory) request counts nonZeroMilliCPU (nonZeroMemoryMiB).
+func nonZeroRequests(pod *corev1.Pod) (milliCPU, memMiB int64) {
+	p := &corev1.Pod{Spec: corev1.PodSpec{Overhead: pod.Spec.Overhead,
+		Containers: slices.Clone(pod.Spec.Containers), InitContainers: slices.Clone(pod.Spec.InitContainers)}}
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for i := range cs {
+			req := maps.Clone(cs[i].Resources.Requests)
+			if req == nil {
+				req = corev1.ResourceList{}
+			}
+			if _, ok := req[corev1.ResourceCPU]; !ok {
+				req[corev1.ResourceCPU] = *resource.NewMilliQuantity(nonZeroMilliCPU, resource.DecimalSI)
+			}
+			if _, ok := req[corev1.ResourceMemory]; !ok {
+				req[corev1.ResourceMemory] = *resource.NewQuantity(nonZeroMemoryMiB<<20, resource.BinarySI)
+			}
+			cs[i].Resources.Requests = req
+		}
+	}
+	return cache.PodRequests(p)
 }
 
 // yamlDoc is one YAML document and the line it starts on.

@@ -80,10 +80,10 @@ func TestReadKubernetes(t *testing.T) {
 	}
 	wantNodes := []Node{
 		{Name: "inv", MilliCPU: 8000, MemoryMiB: 32768, Model: "Tesla T4", Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true},
-			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false}}},
+			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false, Isolation: gpushare.IsolationNone}}},
 		{Name: "cap", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, Total: 32, Healthy: true}, {Index: 1, Total: 32, Healthy: true}}, Zone: ":\x00:z1"},
+			{Index: 0, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}, {Index: 1, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}}, Zone: ":\x00:z1"},
 		{Name: "cpu-only", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB"},
 	}
 	if diff := cmp.Diff(wantNodes, nodes); diff != "" {
@@ -92,8 +92,12 @@ func TestReadKubernetes(t *testing.T) {
 	wantPods := []Pod{
 		{Name: "default/train", MilliCPU: 4000, MemoryMiB: 8192, Demand: gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}, Kind: KindShare},
 		{Name: "default/web", MilliCPU: 500, MemoryMiB: 256, Kind: KindCPU},
-		{Name: "default/duo", Demand: gpushare.Demand{{Name: "c0", Units: 16, Cards: 2}}, Kind: KindMulti},
-		// The init container's 6 cores outweigh the app's 2.
+		// No CPU or memory request: kube-scheduler's scores count
+		// 100 millicores and 200 MiB.
+		{Name: "default/duo", NonZeroMilliCPU: 100, NonZeroMemoryMiB: 200, Demand: gpushare.Demand{{Name: "c0", Units: 16, Cards: 2}}, Kind: KindMulti},
+		// The init container's 6 cores outweigh the app's 2 (its
+		// missing memory request counts 200 MiB in scores, below the
+		// app's 1 GiB).
 		{Name: "default/prep", MilliCPU: 6000, MemoryMiB: 1024, Demand: gpushare.Demand{{Name: "i0", Init: true, Units: 8, Cards: 1}, {Name: "c0", Units: 4, Cards: 1}}, Kind: KindShare},
 	}
 	if diff := cmp.Diff(wantPods, pods); diff != "" {

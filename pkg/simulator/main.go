@@ -39,8 +39,16 @@ type Config struct {
 	CPUPods  CPUPods
 	// GPUOnly: see Options.GPUOnly.
 	GPUOnly bool
+	// SchedulerFile is the kube-scheduler configuration to replay, ""
+	// for ShippedScheduler; Scheduler is what Simulate reads of it.
+	SchedulerFile string
+	Scheduler     *Scheduler
 	// PercentageOfNodesToScore: see Options.PercentageOfNodesToScore.
 	PercentageOfNodesToScore *int32
+	// Variant, when not zero, is applied to the trace before the replays;
+	// WritePods, when not "", receives the pods replayed (openb CSV).
+	Variant   Variant
+	WritePods string
 	// Parallel replays at once.
 	Parallel int
 	// Progress, when not nil, gets one line per finished replay.
@@ -57,11 +65,12 @@ nowhere failed, nothing departs. It runs the extender's own allocator and
 scoring code. Prints the allocated share of GPU capacity when the arrived
 demand is 90, 100, 110, 120 and 130% of it.
 
-It also replays kube-scheduler's node sampling: above 100 nodes and with
---percentage-of-nodes-to-score below 100, each scheduling cycle hands the
-policy only the first nodes, from a rotating start, that pass kube-scheduler's
-own filters (CPU, memory, total GPU memory); the default, 100, is what
-config/kube-scheduler-config.yaml ships.
+It replays kube-scheduler as config/kube-scheduler-config.yaml configures it
+(or --scheduler-config): its node sampling (above 100 nodes each scheduling
+cycle hands the extender only the first nodes, from a rotating start, that
+pass kube-scheduler's own filters: CPU, memory, total GPU memory), its own
+scores, which break the extender's ties and place the pods that ask no GPU
+memory (--cpu-pods place; skip leaves them out).
 
 Inputs: openb CSV (alibaba/clusterdata cluster-trace-gpu-v2023: a card is
 1000 units, a sharing task asks gpu_milli of them, num_gpu > 1 whole cards),
@@ -106,9 +115,16 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	format := fs.String("format", string(FormatTable), "output: table, json (one array, one object per policy) or csv")
 	fs.StringVar(&cfg.PlotFile, "plot", "", "also draw allocation vs arrived demand, one line per policy, to this .svg or .png file")
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
-	cpuPods := fs.String("cpu-pods", string(CPUPodsSkip), "pods that ask no GPU memory: skip (not replayed; the extender does not place them) or spread (placed by CPU and memory as kube-scheduler's LeastAllocated would)")
+	cpuPods := fs.String("cpu-pods", string(CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
+	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
-	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is what config/kube-scheduler-config.yaml ships")
+	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
+	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
+	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
+	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
+	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only one or two card models (openb gpu_spec), drawn in proportion to the cards of each model that could hold them")
+	fs.Uint64Var(&cfg.Variant.Seed, "variant-seed", 1, "seed of the variant's draws")
+	fs.StringVar(&cfg.WritePods, "write-pods", "", "also write the pods replayed (after the variant flags) to this openb CSV file")
 	fs.IntVar(&cfg.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	verbose := fs.Bool("v", false, "print a line to stderr as each replay finishes")
 	fs.Usage = func() {
@@ -147,15 +163,40 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("--inflate %g: want 1 to 10 (1.3 is the study's 130%%)", cfg.Inflate)
 	}
 	cfg.CPUPods = CPUPods(*cpuPods)
-	if cfg.CPUPods != CPUPodsSkip && cfg.CPUPods != CPUPodsSpread {
-		return nil, fmt.Errorf("--cpu-pods %q: want skip or spread", *cpuPods)
+	if cfg.CPUPods != CPUPodsSkip && cfg.CPUPods != CPUPodsPlace {
+		return nil, fmt.Errorf("--cpu-pods %q: want place or skip", *cpuPods)
 	}
 	if *percentage < 0 || *percentage > 100 {
 		return nil, fmt.Errorf("--percentage-of-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100", *percentage)
 	}
-	cfg.PercentageOfNodesToScore = ptr.To(int32(*percentage))
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "percentage-of-nodes-to-score" {
+			cfg.PercentageOfNodesToScore = ptr.To(int32(*percentage))
+		}
+	})
 	if cfg.Parallel < 1 {
 		return nil, fmt.Errorf("--parallel %d: want at least 1", cfg.Parallel)
+	}
+	for _, v := range []struct {
+		name  string
+		value float64
+		to    *float64
+		below float64
+	}{{"multi-gpu-share", *multiShare, &cfg.Variant.MultiGPUShare, 100}, {"cpu-only-share", *cpuShare, &cfg.Variant.CPUOnlyShare, 100},
+		{"gpu-spec-share", *specShare, &cfg.Variant.GPUSpecShare, 100.000001}} {
+		if v.value < 0 || v.value >= v.below {
+			return nil, fmt.Errorf("--%s %g: want a percentage, 0 to %g", v.name, v.value, min(v.below, 100))
+		}
+		*v.to = v.value / 100
+	}
+	if *multiCards != "" {
+		for _, f := range strings.Split(*multiCards, ",") {
+			k, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || k < 2 {
+				return nil, fmt.Errorf("--multi-gpu-cards %q: want numbers of cards above 1, comma-separated", *multiCards)
+			}
+			cfg.Variant.MultiGPUCards = append(cfg.Variant.MultiGPUCards, k)
+		}
 	}
 	if *verbose {
 		cfg.Progress = stderr
@@ -292,9 +333,26 @@ func isCSV(name string, data []byte) bool {
 // Simulate loads the trace, runs every policy with every seed, and writes
 // the report (and the plot).
 func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
+	if cfg.SchedulerFile != "" {
+		s, err := ReadSchedulerConfig(cfg.SchedulerFile)
+		if err != nil {
+			return err
+		}
+		cfg.Scheduler = s
+	}
 	tr, err := LoadTrace(cfg.NodesFile, cfg.PodsFile)
 	if err != nil {
 		return err
+	}
+	if !cfg.Variant.IsZero() {
+		if tr, err = cfg.Variant.Apply(tr); err != nil {
+			return err
+		}
+	}
+	if cfg.WritePods != "" {
+		if err := writePodsFile(cfg.WritePods, tr.Pods); err != nil {
+			return err
+		}
 	}
 	if err := tr.Validate(); err != nil {
 		return fmt.Errorf("%s, %s: %w", cfg.NodesFile, cfg.PodsFile, err)
@@ -347,7 +405,7 @@ func RunAll(ctx context.Context, tr *Trace, cfg *Config) ([]Summary, error) {
 			defer wg.Done()
 			for j := range jobs {
 				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly,
-					PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
+					Scheduler: cfg.Scheduler, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -387,4 +445,19 @@ feed:
 		sums[i] = Summarize(p, results[i])
 	}
 	return sums, nil
+}
+
+func writePodsFile(name string, pods []Pod) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	err = WriteOpenbPods(f, pods)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
 }

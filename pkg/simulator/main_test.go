@@ -26,14 +26,14 @@ const (
 )
 
 // sliceSummaries replays the slice of the default trace with every policy,
-// seeds 1-3, wall times zeroed.
-func sliceSummaries(t *testing.T) []Summary {
+// seeds 1-3, CPU-only pods handled as cpuPods says, wall times zeroed.
+func sliceSummaries(t *testing.T, cpuPods CPUPods) []Summary {
 	t.Helper()
 	tr, err := LoadTrace(sliceNodes, slicePods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums, err := RunAll(context.Background(), tr, &Config{Policies: DefaultPolicies, Seeds: []uint64{1, 2, 3}, Inflate: DefaultInflate, CPUPods: CPUPodsSkip, Parallel: 2})
+	sums, err := RunAll(context.Background(), tr, &Config{Policies: DefaultPolicies, Seeds: []uint64{1, 2, 3}, Inflate: DefaultInflate, CPUPods: cpuPods, Parallel: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +63,10 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 // TestGoldenTable checks the report, in every format, of a small slice of
-// the default openb trace (every 20th node and pod).
+// the default openb trace (every 20th node and pod), with the CPU-only
+// pods placed (the default), and as a table with them left out.
 func TestGoldenTable(t *testing.T) {
-	sums := sliceSummaries(t)
+	sums := sliceSummaries(t, CPUPodsPlace)
 	for _, f := range []Format{FormatTable, FormatJSON, FormatCSV} {
 		t.Run(string(f), func(t *testing.T) {
 			var b bytes.Buffer
@@ -76,6 +77,13 @@ func TestGoldenTable(t *testing.T) {
 			golden(t, "golden/openb-slice."+ext, b.Bytes())
 		})
 	}
+	t.Run("skip", func(t *testing.T) {
+		var b bytes.Buffer
+		if err := Write(&b, FormatTable, sliceSummaries(t, CPUPodsSkip)); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, "golden/openb-slice-skip.table.txt", b.Bytes())
+	})
 }
 
 // TestGoldenSampled checks the report of a replay that kube-scheduler
@@ -99,7 +107,7 @@ func TestGoldenSampled(t *testing.T) {
 		}
 	}
 	sums, err := RunAll(context.Background(), big, &Config{Policies: DefaultPolicies, Seeds: []uint64{1, 2, 3}, Inflate: DefaultInflate,
-		CPUPods: CPUPodsSkip, Parallel: 2, PercentageOfNodesToScore: ptr.To[int32](0)})
+		CPUPods: CPUPodsPlace, Parallel: 2, PercentageOfNodesToScore: ptr.To[int32](0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +124,13 @@ func TestGoldenSampled(t *testing.T) {
 // TestJSONShape checks the --format json contract: one array, one object
 // per policy, keys in this order, alloc_at keyed "90".."130".
 func TestJSONShape(t *testing.T) {
-	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612,
+	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, CPUPods: CPUPodsPlace, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612,
 		Retried: 3.25, Percentage: 0, Nodes: 1213, NodesToFind: 497, Seconds: 11.8}}
 	var b bytes.Buffer
 	if err := Write(&b, FormatJSON, sums); err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"policy":"fgd","seeds":[42,43],"alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,` +
+	want := `[{"policy":"fgd","seeds":[42,43],"cpu_pods":"place","alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,` +
 		`"retried_pods":3.3,"percentage_of_nodes_to_score":0,"nodes":1213,"nodes_to_find":497,"seconds":11.8}]` + "\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("json (-want +got):\n%s", diff)
@@ -187,7 +195,7 @@ func TestMainCommand(t *testing.T) {
 		{name: "missing file", args: []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", slicePods}, wantCode: 1, wantStderr: `^simulate: open .*none.csv: no such file or directory\n$`},
 		{name: "bad file names line and column", args: []string{"--nodes", bad, "--pods", slicePods}, wantCode: 1, wantStderr: `bad.csv:2:10: memory_mib is "x"; want a whole number\n$`},
 		{name: "json", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "binpack,fragaware", "--seeds", "1-2", "--format", "json"}, wantCode: 0,
-			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"retried_pods":0,"percentage_of_nodes_to_score":0,"nodes":61,"nodes_to_find":61,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
+			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"cpu_pods":"place","alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"retried_pods":0,"percentage_of_nodes_to_score":0,"nodes":61,"nodes_to_find":61,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,7 +234,7 @@ func TestMainJSONIsOneArray(t *testing.T) {
 }
 
 func TestPlot(t *testing.T) {
-	sums := sliceSummaries(t)
+	sums := sliceSummaries(t, CPUPodsPlace)
 	var svg bytes.Buffer
 	if err := WriteSVG(&svg, sums); err != nil {
 		t.Fatal(err)

@@ -148,15 +148,15 @@ func TestSubmitSamples(t *testing.T) {
 			want: nodeNames(0, 187), wantCycles: 1, wantNext: 188,
 		},
 		{
-			name:  "a CPU-only pod: LeastAllocated among the sample",
+			name:  "a CPU-only pod: kube-scheduler's scores among the sample",
 			nodes: 150, cards: 1, cpuUsed: cpuFill(0, 139, 32000),
-			percentage: 0, cpuPods: CPUPodsSpread, pod: "c,1000,1024,0,0,",
+			percentage: 0, cpuPods: CPUPodsPlace, pod: "c,1000,1024,0,0,",
 			want: nodeNames(0, 99), wantCycles: 1, wantNext: 100,
 		},
 		{
 			name:  "a CPU-only pod, every node: the emptiest",
 			nodes: 150, cards: 1, cpuUsed: cpuFill(0, 139, 32000),
-			percentage: 100, cpuPods: CPUPodsSpread, pod: "c,1000,1024,0,0,",
+			percentage: 100, cpuPods: CPUPodsPlace, pod: "c,1000,1024,0,0,",
 			want: nodeNames(140, 149), wantCycles: 1, wantNext: 0,
 		},
 	}
@@ -184,7 +184,7 @@ func TestSubmitSamples(t *testing.T) {
 				r.holes.AddNode(&ns.alloc, 1)
 			}
 			for i, cpu := range tc.cpuUsed {
-				r.nodes[i].cpuFree -= cpu
+				r.nodes[i].take(&Pod{MilliCPU: cpu})
 			}
 			r.sched.next = tc.start
 			d := r.submit(&tr.Pods[0])

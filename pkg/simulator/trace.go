@@ -52,6 +52,11 @@ type Pod struct {
 	// MilliCPU and MemoryMiB are the pod's requests as NodeResourcesFit
 	// counts them.
 	MilliCPU, MemoryMiB int64
+	// NonZeroMilliCPU and NonZeroMemoryMiB are the requests as
+	// kube-scheduler's NodeResourcesFit scores count them: a container
+	// that requests no CPU (memory) counts 100 millicores (200 MiB). 0
+	// when the same as MilliCPU (MemoryMiB).
+	NonZeroMilliCPU, NonZeroMemoryMiB int64
 	// Demand is the GPU memory asked, in the nodes' unit; nil for KindCPU.
 	Demand gpushare.Demand
 	// Models the pod's cards may be (openb gpu_spec, a Kubernetes pod's

@@ -322,9 +322,9 @@ func TestRegistrationAndInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &gpushare.Inventory{Unit: gpushare.UnitGiB, Devices: []gpushare.Device{
-		{Index: 0, UUID: e.card(0).UUID, Model: "Tesla-T4", Memory: 16, Healthy: true},
-		{Index: 1, UUID: e.card(1).UUID, Model: "Tesla-T4", Memory: 16, Healthy: true},
-		{Index: 2, UUID: e.card(2).UUID, Model: "A100-SXM4", Memory: 80, Healthy: true},
+		{Index: 0, UUID: e.card(0).UUID, Model: "Tesla-T4", Memory: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+		{Index: 1, UUID: e.card(1).UUID, Model: "Tesla-T4", Memory: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+		{Index: 2, UUID: e.card(2).UUID, Model: "A100-SXM4", Memory: 80, Healthy: true, Isolation: gpushare.IsolationNone},
 	}}
 	if diff := cmp.Diff(want, inv); diff != "" {
 		t.Errorf("inventory mismatch (-want +got):\n%s", diff)
@@ -498,10 +498,13 @@ func TestEnvironment(t *testing.T) {
 		"c0": {
 			"NVIDIA_VISIBLE_DEVICES": e.card(2).UUID, "ALIYUN_COM_GPU_MEM_IDX": "2", "ALIYUN_COM_GPU_MEM_POD": "20",
 			"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "80", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4G",
+			// The fake node states no driver: advisory, said so.
+			"GPUSHARE_ISOLATION": "none", "GPUSHARE_MEMORY_LIMIT_MIB": "4096", "GPUSHARE_MEMORY_FRACTION": "0.05",
 		},
 		"c1": {
 			"NVIDIA_VISIBLE_DEVICES": e.card(0).UUID + "," + e.card(1).UUID, "ALIYUN_COM_GPU_MEM_IDX": "0,1", "ALIYUN_COM_GPU_MEM_POD": "20",
 			"ALIYUN_COM_GPU_MEM_CONTAINER": "16", "ALIYUN_COM_GPU_MEM_DEV": "16", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8G,1=8G",
+			"GPUSHARE_ISOLATION": "none", "GPUSHARE_MEMORY_LIMIT_MIB": "8192,8192", "GPUSHARE_MEMORY_FRACTION": "0.5,0.5",
 		},
 	}
 	got := map[string]map[string]string{"c0": res["c0"].Env, "c1": res["c1"].Env}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,8 +89,11 @@ type ControlPlane struct {
 	etcdURL      string
 	apiURL       string
 	schedulerURL string
-	tokens       map[string]string
-	kubeconfigs  map[string]string
+	// schedulerArgs are kube-scheduler's arguments, for StartScheduler;
+	// nil when it was not started.
+	schedulerArgs []string
+	tokens        map[string]string
+	kubeconfigs   map[string]string
 
 	mu       sync.Mutex
 	procs    []*Proc // in start order
@@ -262,7 +266,7 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.caData)
 	trusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	apiserver, err := cp.start("kube-apiserver", cp.bins.APIServer,
+	apiserver, err := cp.start(APIServerName, cp.bins.APIServer,
 		"--etcd-servers="+cp.etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -303,20 +307,90 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 		return err
 	}
 	cp.schedulerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-	scheduler, err := cp.start("kube-scheduler", cp.bins.Scheduler,
-		"--config="+cfgPath,
+	cp.schedulerArgs = []string{
+		"--config=" + cfgPath,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(ports[0]),
+		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--v=2",
-	)
+	}
+	scheduler, err := cp.start(SchedulerName, cp.bins.Scheduler, cp.schedulerArgs...)
 	if err != nil {
 		return err
 	}
+	return cp.waitScheduler(ctx, scheduler)
+}
+
+// waitScheduler waits until kube-scheduler answers /healthz.
+func (cp *ControlPlane) waitScheduler(ctx context.Context, p *Proc) error {
 	// The scheduler serves a self-signed certificate it makes up at start.
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
-	return waitHealthy(ctx, scheduler, schedulerTimeout, insecure, cp.schedulerURL+"/healthz", "", func(body string) bool {
+	return waitHealthy(ctx, p, schedulerTimeout, insecure, cp.schedulerURL+"/healthz", "", func(body string) bool {
 		return strings.TrimSpace(body) == "ok"
 	})
+}
+
+// Names of the components, as PIDs and Signal know them.
+const (
+	APIServerName = "kube-apiserver"
+	SchedulerName = "kube-scheduler"
+)
+
+// proc returns the latest process started under name, or nil.
+func (cp *ControlPlane) proc(name string) *Proc {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		if cp.procs[i].Name == name {
+			return cp.procs[i]
+		}
+	}
+	return nil
+}
+
+// Signal sends sig to the named component's process (e.g. SIGSTOP and
+// SIGCONT to APIServerName, for a server that stops answering for a while).
+func (cp *ControlPlane) Signal(name string, sig syscall.Signal) error {
+	p := cp.proc(name)
+	if p == nil {
+		return fmt.Errorf("signalling %s: no such component", name)
+	}
+	return p.Signal(sig)
+}
+
+// KillScheduler SIGKILLs kube-scheduler (a crash) and returns once it has
+// exited; StartScheduler brings it back.
+func (cp *ControlPlane) KillScheduler() error {
+	p := cp.proc(SchedulerName)
+	if p == nil {
+		return fmt.Errorf("killing %s: it was not started", SchedulerName)
+	}
+	p.Kill()
+	return nil
+}
+
+// StartScheduler starts kube-scheduler again, with the arguments and port
+// of its first start, after KillScheduler, and waits until it is healthy.
+// It returns an error when kube-scheduler is still running.
+func (cp *ControlPlane) StartScheduler(ctx context.Context) error {
+	old := cp.proc(SchedulerName)
+	if old == nil || cp.schedulerArgs == nil {
+		return fmt.Errorf("restarting %s: it was never started", SchedulerName)
+	}
+	if !old.Exited() {
+		return fmt.Errorf("restarting %s: pid %d is still running", SchedulerName, old.PID())
+	}
+	p, err := StartProc(SchedulerName, cp.bins.Scheduler, cp.schedulerArgs, old.LogPath)
+	if err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	for i := range cp.procs {
+		if cp.procs[i] == old {
+			cp.procs[i] = p // keeps the stop order
+		}
+	}
+	cp.mu.Unlock()
+	return cp.waitScheduler(ctx, p)
 }
 
 // writeSchedulerConfig loads opts.SchedulerConfig, applies the overrides and

@@ -79,7 +79,8 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 	return p.cmd.Process.Signal(sig)
 }
 
-// Stop sends SIGTERM to the process group, SIGKILL after grace, and
+// Stop sends SIGTERM (and SIGCONT, for a paused process) to the process
+// group, SIGKILL after grace, and
 // returns once the process has exited. Stopping an exited process is a no-op.
 func (p *Proc) Stop(grace time.Duration) {
 	if p.Exited() {
@@ -88,6 +89,8 @@ func (p *Proc) Stop(grace time.Duration) {
 	if err := syscall.Kill(-p.PID(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
+	// A process paused by SIGSTOP handles the SIGTERM only once continued.
+	_ = syscall.Kill(-p.PID(), syscall.SIGCONT)
 	select {
 	case <-p.done:
 	case <-time.After(grace):

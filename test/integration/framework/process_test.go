@@ -60,3 +60,35 @@ func TestProcStop(t *testing.T) {
 	p.Stop(time.Hour)
 	p.Kill()
 }
+
+// TestProcStopWhilePaused stops a process that SIGSTOP has paused (a soak
+// pauses the API server): Stop's SIGTERM must reach it without waiting out
+// the grace period, so Stop also continues the group. The shell handles
+// SIGTERM, as kube-apiserver does (an unhandled one kills even a stopped
+// process).
+func TestProcStopWhilePaused(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	p, err := StartProc("sh", "/bin/sh", []string{"-c", "trap 'exit 0' TERM; echo trapped; sleep 600 & wait"}, filepath.Join(t.TempDir(), "sh.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	for Tail(p.LogPath, 1) != "trapped" { // the trap is set
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		p.Stop(time.Hour)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop of a paused process did not return within 30s: SIGTERM never reached it")
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
 
@@ -29,6 +30,9 @@ type Row struct {
 	// Visible is the container's NVIDIA_VISIBLE_DEVICES; EnvIndex its
 	// ALIYUN_COM_GPU_MEM_IDX.
 	Visible, EnvIndex string
+	// Isolation is the container's GPUSHARE_ISOLATION and LimitMiB its
+	// GPUSHARE_MEMORY_LIMIT_MIB.
+	Isolation, LimitMiB string
 	// Problem says how they disagree; empty when they agree.
 	Problem string
 }
@@ -95,6 +99,7 @@ func Rows(pod *corev1.Pod) ([]Row, error) {
 		}
 		e, ok := env[c.Name]
 		r.Visible, r.EnvIndex = e[deviceplugin.EnvVisibleDevices], e[gpushare.AnnotationIndex]
+		r.Isolation, r.LimitMiB = e[isolation.EnvIsolation], e[isolation.EnvMemoryLimitMiB]
 		got := map[string]int64{} // UUID -> kubelet's device IDs on it
 		for _, id := range devs[c.Name] {
 			uuid, _, err := deviceplugin.ParseDeviceID(id)

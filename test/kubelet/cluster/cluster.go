@@ -25,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
+	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
 
 // Service accounts of manifests/extender/rbac.yaml and manifests/deviceplugin/rbac.yaml.
@@ -46,28 +47,33 @@ type NodeSpec struct {
 	Name string
 	// FakeGPUs is the device plugin's --fake-gpus, e.g. "4xTesla-T4:16GiB".
 	FakeGPUs string
+	// FakeDriver is the device plugin's --fake-driver, e.g. "615.00";
+	// empty: the node enforces no memory limits.
+	FakeDriver string
 	// Address is the node's InternalIP.
 	Address string
 }
 
 // nodeKinds are the cards of DefaultNodes, in turn.
-var nodeKinds = []struct{ prefix, gpus string }{
-	{"t4", "4xTesla-T4:16GiB"},
-	{"a100", "2xA100-SXM4-80GB:80GiB"},
-	{"v100", "8xTesla-V100-SXM2:32GiB"},
+var nodeKinds = []struct{ prefix, gpus, driver string }{
+	{"t4", "4xTesla-T4:16GiB", ""},
+	{"a100", "2xA100-SXM4-80GB:80GiB", "615.00"},
+	{"v100", "8xTesla-V100-SXM2:32GiB", ""},
 }
 
 // DefaultNodes returns n nodes cycling through 4×T4 16 GiB, 2×A100 80 GiB
 // and 8×V100 32 GiB, named t4-1, a100-1, v100-1, t4-2, …, with addresses
-// 10.0.0.11, 10.0.0.12, ….
+// 10.0.0.11, 10.0.0.12, …. The A100 nodes' fake driver is R615, so their
+// plugin enforces memory limits in driver mode; the others enforce none.
 func DefaultNodes(n int) []NodeSpec {
 	out := make([]NodeSpec, 0, n)
 	for i := range n {
 		k := nodeKinds[i%len(nodeKinds)]
 		out = append(out, NodeSpec{
-			Name:     fmt.Sprintf("%s-%d", k.prefix, i/len(nodeKinds)+1),
-			FakeGPUs: k.gpus,
-			Address:  fmt.Sprintf("10.0.%d.%d", i/200, 11+i%200),
+			Name:       fmt.Sprintf("%s-%d", k.prefix, i/len(nodeKinds)+1),
+			FakeGPUs:   k.gpus,
+			FakeDriver: k.driver,
+			Address:    fmt.Sprintf("10.0.%d.%d", i/200, 11+i%200),
 		})
 	}
 	return out
@@ -370,7 +376,10 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 	}
 	args := []string{
 		"--node-name=" + name, "--kubeconfig=" + n.pluginKubeconfig, "--fake-gpus=" + n.Spec.FakeGPUs,
-		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), c.v(),
+		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), "--cdi-dir=" + filepath.Join(n.Dir, "cdi"), c.v(),
+	}
+	if n.Spec.FakeDriver != "" {
+		args = append(args, "--fake-driver="+n.Spec.FakeDriver)
 	}
 	if c.cfg.RecoveryWindow > 0 {
 		args = append(args, "--recovery-window="+c.cfg.RecoveryWindow.String())
@@ -440,8 +449,9 @@ func (c *Cluster) waitPolicies(ctx context.Context) error {
 	})
 }
 
-// StopPlugin stops the device plugin of node name (SIGTERM).
-func (c *Cluster) StopPlugin(name string) {
+// StopPlugin stops the device plugin of node name: SIGTERM, or SIGKILL
+// when crash is set.
+func (c *Cluster) StopPlugin(name string, crash bool) {
 	c.mu.Lock()
 	n := c.Node(name)
 	var p *framework.Proc
@@ -449,7 +459,11 @@ func (c *Cluster) StopPlugin(name string) {
 		p, n.Plugin = n.Plugin, nil
 	}
 	c.mu.Unlock()
-	if p != nil {
+	switch {
+	case p == nil:
+	case crash:
+		p.Kill()
+	default:
 		p.Stop(stopGrace)
 	}
 }
@@ -464,6 +478,13 @@ func (c *Cluster) RestartKubelet(name string) error {
 		return fmt.Errorf("no running agent on node %s", name)
 	}
 	return n.Agent.Signal(syscall.SIGHUP)
+}
+
+// PodResourcesSocket is where the node agent serves kubelet's PodResources
+// v1 API (kubelet's own server over its device manager).
+func (n *Node) PodResourcesSocket() string {
+	cfg := nodeagent.Config{KubeletDir: n.Dir}
+	return cfg.PodResourcesSocket()
 }
 
 func (n *Node) controlFile() string { return filepath.Join(n.Dir, "fake-gpu-control") }

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 	"github.com/gpushare/gpushare/test/util"
@@ -243,7 +244,7 @@ func TestDevicePluginRestart(t *testing.T) {
 	n.create(n.pod("before-0", 8, node), n.pod("before-1", 8, node))
 	n.waitAdmitted(60 * time.Second)
 
-	c.StopPlugin(node)
+	c.StopPlugin(node, false)
 	waitNode(t, c, node, 30*time.Second, "allocatable gpu-mem 0 without its plugin", func(nd *corev1.Node) bool { return allocatable(nd) == 0 })
 	if err := c.StartPlugin(context.Background(), node); err != nil {
 		t.Fatal(err)
@@ -290,6 +291,19 @@ func TestKubeletSocketRecreated(t *testing.T) {
 	n.create(n.pod("after-0", 20, node), n.pod("after-1", 20, node), n.pod("after-2", 20, node))
 	got := n.waitAdmitted(60 * time.Second)
 	containers, _ := verify(t, c, got)
+	// The A100 nodes' fake driver is R615: their containers run in driver
+	// mode, each limited to its 20 GiB.
+	for i := range got {
+		rows, err := cluster.Rows(&got[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if r.Isolation != string(gpushare.IsolationDriver) || r.LimitMiB != "20480" {
+				t.Errorf("pod %s container %s: isolation %q, limit %q MiB; want driver, 20480", r.Pod, r.Container, r.Isolation, r.LimitMiB)
+			}
+		}
+	}
 	t.Logf("kubelet.sock of %s re-created: plugin registered again; 3 pods from before kept their devices, 3 new ones admitted; %d containers checked", node, containers)
 }
 

@@ -1,0 +1,185 @@
+{{/* Names are fixed, not release-prefixed: the admission policies and the
+README name these accounts, and the cluster-scoped objects allow one
+installation per cluster. */}}
+{{- define "gpushare.extenderName" -}}gpushare-scheduler-extender{{- end }}
+{{- define "gpushare.schedulerName" -}}gpushare-scheduler{{- end }}
+{{- define "gpushare.pluginName" -}}gpushare-device-plugin{{- end }}
+{{- define "gpushare.webhookName" -}}gpushare-scheduler-webhook{{- end }}
+
+{{- define "gpushare.extenderUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.extenderName" . }}{{- end }}
+{{- define "gpushare.pluginUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.pluginName" . }}{{- end }}
+
+{{- define "gpushare.labels" -}}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+app.kubernetes.io/part-of: gpushare
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "gpushare.image" -}}
+{{- $root := index . 0 }}{{ $img := index . 1 -}}
+{{ $root.Values.image.registry }}{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
+{{- end }}
+
+{{/* The urlPrefix of the operator's kube-scheduler in the extender topology. */}}
+{{- define "gpushare.extenderURL" -}}
+{{- $host := printf "%s.%s.svc" (include "gpushare.extenderName" .) .Release.Namespace -}}
+{{- with .Values.extender.service.clusterIP }}{{ $host = . }}{{ end -}}
+https://{{ $host }}:{{ .Values.extender.service.port }}/gpushare-scheduler
+{{- end }}
+
+{{/* The extenders stanza of a KubeSchedulerConfiguration. Arguments: a
+dict with url, https (bool), and the root context. */}}
+{{- define "gpushare.extenderStanza" -}}
+{{- $v := .root.Values -}}
+extenders:
+- urlPrefix: {{ .url }}
+  filterVerb: filter
+  bindVerb: bind
+  enableHTTPS: {{ .https }}
+  {{- if .https }}
+  tlsConfig:
+    certFile: /etc/gpushare/scheduler-tls/tls.crt
+    keyFile: /etc/gpushare/scheduler-tls/tls.key
+    caFile: /etc/gpushare/scheduler-tls/ca.crt
+  {{- end }}
+  nodeCacheCapable: true
+  ignorable: false
+  httpTimeout: {{ $v.scheduler.extenderTimeout }}
+  managedResources:
+  - name: aliyun.com/gpu-mem
+    ignoredByScheduler: false
+- urlPrefix: {{ .url }}
+  prioritizeVerb: prioritize
+  weight: 10
+  enableHTTPS: {{ .https }}
+  {{- if .https }}
+  tlsConfig:
+    certFile: /etc/gpushare/scheduler-tls/tls.crt
+    keyFile: /etc/gpushare/scheduler-tls/tls.key
+    caFile: /etc/gpushare/scheduler-tls/ca.crt
+  {{- end }}
+  nodeCacheCapable: true
+  ignorable: true
+  httpTimeout: 2s
+{{- end }}
+
+{{/* The extender's flags common to both topologies. */}}
+{{- define "gpushare.extenderArgs" -}}
+- --policy={{ .Values.extender.policy }}
+- --filter-best={{ .Values.extender.filterBest }}
+- --assume-ttl={{ .Values.extender.assumeTTL }}
+- --kube-api-qps={{ .Values.extender.kubeAPIQPS }}
+- --kube-api-burst={{ .Values.extender.kubeAPIBurst }}
+- --metrics-listen=:{{ .Values.extender.metricsPort }}
+- -v={{ .Values.extender.verbosity }}
+{{- with .Values.extender.extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The extender container's probes, on the plain metrics listener. */}}
+{{- define "gpushare.extenderProbes" -}}
+livenessProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  httpGet: {path: /readyz, port: metrics}
+  periodSeconds: 5
+  failureThreshold: 3
+startupProbe:
+  httpGet: {path: /healthz, port: metrics}
+  periodSeconds: 2
+  failureThreshold: 30
+{{- end }}
+
+{{/* Non-root, read-only, no privileges: the extender's image runs as 65532. */}}
+{{- define "gpushare.restrictedSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* cert-manager issuerRef: the operator's, or the chart's CA Issuer. */}}
+{{- define "gpushare.issuerRef" -}}
+{{- if .Values.tls.certManager.issuerRef -}}
+{{ toYaml .Values.tls.certManager.issuerRef }}
+{{- else -}}
+name: gpushare-ca
+kind: Issuer
+group: cert-manager.io
+{{- end }}
+{{- end }}
+
+{{/* The whole KubeSchedulerConfiguration for the operator's kube-scheduler
+(extender topology). */}}
+{{- define "gpushare.operatorSchedulerConfig" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: /etc/kubernetes/scheduler.conf
+  qps: {{ .Values.scheduler.qps }}
+  burst: {{ .Values.scheduler.burst }}
+leaderElection:
+  leaderElect: true
+percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
+{{ include "gpushare.extenderStanza" (dict "root" . "url" (include "gpushare.extenderURL" .) "https" true) }}
+{{- end }}
+
+{{/* cert-manager: without an issuerRef, a self-signed Issuer makes the
+chart's CA and a CA Issuer signs with it. */}}
+{{- define "gpushare.certManagerCA" -}}
+{{- if not .Values.tls.certManager.issuerRef }}
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: gpushare-selfsigned
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "gpushare.labels" . | nindent 4 }}
+spec:
+  selfSigned: {}
+---
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: gpushare-ca
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "gpushare.labels" . | nindent 4 }}
+spec:
+  isCA: true
+  commonName: gpushare-ca
+  secretName: gpushare-ca
+  duration: 87600h
+  privateKey:
+    algorithm: ECDSA
+    size: 256
+  issuerRef:
+    name: gpushare-selfsigned
+    kind: Issuer
+    group: cert-manager.io
+---
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: gpushare-ca
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- include "gpushare.labels" . | nindent 4 }}
+spec:
+  ca:
+    secretName: gpushare-ca
+{{- end }}
+{{- end }}
+
+{{- define "gpushare.schedulerConfigChecksum" -}}
+{{- toJson (list .Values.scheduler .Values.extender.port) | sha256sum -}}
+{{- end }}

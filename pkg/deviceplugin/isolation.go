@@ -1,0 +1,102 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
+)
+
+// Enforcer gives a container's response the edits of its cards' isolation
+// (isolation.Enforcer).
+type Enforcer interface {
+	Edits(ctx context.Context, shares []isolation.Share) (*isolation.Edits, error)
+}
+
+var _ Enforcer = (*isolation.Enforcer)(nil)
+
+// setupIsolation detects what the node supports, chooses each card's mode
+// for cfg.Isolation (failing, naming what is missing, when an explicit
+// mode cannot be enforced), sets cards[i].Isolation, logs the choice, and
+// starts what the modes need: driver mode's CDI spec, mps mode's daemon
+// manager. stop ends the MPS daemons. event, when set, reports an MPS
+// daemon restart on the node.
+func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Device, cards []Card, metrics *Metrics,
+	event func(eventType, reason, msg string)) (e *isolation.Enforcer, stop func(), err error) {
+	logger := klog.FromContext(ctx)
+	req, err := isolation.ParseRequest(cfg.Isolation)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cg isolation.Cgroups = isolation.SysCgroups{Root: cfg.CgroupRoot}
+	if cfg.FakeGPUs != "" {
+		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)
+		if err != nil {
+			return nil, nil, err
+		}
+		cg = isolation.FixedCgroups{V2: !fd.CgroupV1}
+	}
+	caps := isolation.Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
+	modes, err := isolation.Choose(req, &caps)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (on node %s; choose --isolation=auto to take what each card supports, or none)", err, cfg.NodeName)
+	}
+	logger.Info("Memory isolation", "requested", req, "driver", caps.Driver.Version, "cudaVersion", caps.Driver.CUDAVersion,
+		"cgroupV2", caps.CgroupV2, "mpsControl", caps.MPSControl)
+	var need struct{ driver, mps bool }
+	var enf []isolation.Card
+	whole := map[int]int64{}
+	for i := range cards {
+		m := modes[i]
+		cards[i].Isolation = m
+		why := isolation.WhyNot(&caps, i, m)
+		if why != "" {
+			logger.Info("GPU memory isolation", "index", cards[i].Index, "uuid", cards[i].UUID, "mode", m, "notStronger", why)
+		} else {
+			logger.Info("GPU memory isolation", "index", cards[i].Index, "uuid", cards[i].UUID, "mode", m)
+		}
+		switch m {
+		case gpushare.IsolationDriver:
+			need.driver = true
+			whole[cards[i].Index] = cards[i].MemoryMiB
+		case gpushare.IsolationMPS:
+			need.mps = true
+		}
+		enf = append(enf, isolation.Card{Index: cards[i].Index, UUID: cards[i].UUID, MemoryMiB: cards[i].MemoryMiB, Mode: m})
+	}
+	var spec *isolation.CDISpec
+	if need.driver {
+		if spec, err = isolation.NewCDISpec(cfg.CDIDir, cfg.CDIHook, whole); err != nil {
+			return nil, nil, err
+		}
+		logger.Info("Driver-mode CDI spec written", "path", spec.Path(), "kind", isolation.CDIKind, "hook", cfg.CDIHook)
+	}
+	var mps *isolation.MPS
+	stop = func() {}
+	if need.mps {
+		mps = isolation.NewMPS(ctx, isolation.MPSConfig{Control: caps.MPSControl, Root: cfg.MPSRoot, GPUs: gpus,
+			OnRestart: func(uuid string, err error) {
+				metrics.MPSRestarted(uuid)
+				if event != nil {
+					event(corev1.EventTypeWarning, "MPSDaemonRestarted", fmt.Sprintf("MPS control daemon of GPU %s restarted: %v", uuid, err))
+				}
+			}})
+		stop = func() {
+			if err := mps.Stop(context.WithoutCancel(ctx)); err != nil {
+				logger.Error(err, "Stopping the MPS control daemons")
+			}
+		}
+	}
+	e, err = isolation.NewEnforcer(enf, spec, mps)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return e, stop, nil
+}

@@ -1,0 +1,111 @@
+package deviceplugin
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// fakeMPSControl is a stand-in for nvidia-cuda-mps-control: with -f it
+// serves until a client sends quit; a client succeeds. (The daemon's
+// lifecycle is tested in package isolation.)
+const fakeMPSControl = `#!/bin/sh
+if [ "$1" = "-f" ]; then
+  while :; do sleep 0.02; [ -e "$CUDA_MPS_PIPE_DIRECTORY/quit" ] && exit 0; done
+fi
+read line
+[ "$line" = quit ] && touch "$CUDA_MPS_PIPE_DIRECTORY/quit"
+exit 0
+`
+
+// TestAllocateIsolationGolden: the whole Allocate response per isolation
+// mode, for the request of TestAllocateResponseGolden (a container with 8
+// GiB on card 2, one with 4 GiB on each of cards 0 and 1): none (advisory
+// environment), driver (the CDI limit device, in the CRI request or in the
+// CDI annotation) and mps (the card's daemon directories and the
+// client's own limit; the two-card container runs unenforced).
+func TestAllocateIsolationGolden(t *testing.T) {
+	h := assignments{
+		"GPU-2::0": {Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 16},
+		"GPU-0::0": {Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4}, {Index: 1, UUID: "GPU-1", Units: 4}}, PodUnits: 16},
+	}
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: unitsOn("GPU-2", 0, 8)},
+		{DevicesIds: append(unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 4)...)},
+	}}
+	tests := []struct {
+		name     string
+		mode     gpushare.Isolation
+		strategy string
+	}{
+		{name: "none", mode: gpushare.IsolationNone, strategy: StrategyEnvvar},
+		{name: "driver-cdi-cri", mode: gpushare.IsolationDriver, strategy: StrategyCDICRI},
+		{name: "driver-cdi-annotations", mode: gpushare.IsolationDriver, strategy: StrategyCDIAnnotations},
+		{name: "mps", mode: gpushare.IsolationMPS, strategy: StrategyEnvvar},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			dir := t.TempDir()
+			var cards []isolation.Card
+			for _, c := range testCards {
+				cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: tc.mode})
+			}
+			var spec *isolation.CDISpec
+			var mps *isolation.MPS
+			switch tc.mode {
+			case gpushare.IsolationDriver:
+				var err error
+				if spec, err = isolation.NewCDISpec(filepath.Join(dir, "cdi"), "/usr/bin/nvidia-cdi-hook", map[int]int64{0: 16384}); err != nil {
+					t.Fatal(err)
+				}
+			case gpushare.IsolationMPS:
+				control := filepath.Join(dir, "nvidia-cuda-mps-control")
+				if err := os.WriteFile(control, []byte(fakeMPSControl), 0o700); err != nil { //nolint:gosec // a test script
+					t.Fatal(err)
+				}
+				devs := []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}, {Index: 2, UUID: "GPU-2"}}
+				mps = isolation.NewMPS(ctx, isolation.MPSConfig{Control: control, Root: filepath.Join(dir, "mps"), GPUs: gpu.NewFake(devs)})
+				defer func() {
+					if err := mps.Stop(context.Background()); err != nil {
+						t.Error(err)
+					}
+				}()
+			}
+			e, err := isolation.NewEnforcer(cards, spec, mps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewServer(testLogger(t), h, testCards, gpushare.UnitGiB, tc.strategy, nil)
+			s.SetEnforcer(e)
+			resp, err := s.Allocate(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := json.MarshalIndent(resp, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.ReplaceAll(string(b), dir, "$TMP")
+			util.Golden(t, "allocate-isolation-"+tc.name+".json", got+"\n", *update)
+			if spec != nil {
+				if err := isolation.ValidateCDISpecFile(spec.Path()); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}

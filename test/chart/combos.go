@@ -1,0 +1,96 @@
+package chart
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Combo is one supported combination of values.
+type Combo struct {
+	// Name is unique, e.g. "second-scheduler/webhook/helm-tls/admission".
+	Name string
+	// Values override the chart's defaults.
+	Values map[string]any
+	// Plain, when set, is the file under manifests/rendered that holds this
+	// combination's rendering.
+	Plain string
+}
+
+// Combos are every supported combination: topology × webhook (second
+// scheduler only) × certificates (Helm, cert-manager with the chart's CA,
+// cert-manager with the operator's issuer; only where there is TLS) ×
+// ServiceMonitor × admission policies. The defaults of each dimension come
+// first, so the first combination is the chart's defaults.
+func Combos() []Combo {
+	type tls struct {
+		name string
+		cm   map[string]any
+	}
+	tlsModes := []tls{
+		{"helm-tls", map[string]any{"enabled": false}},
+		{"cert-manager", map[string]any{"enabled": true}},
+		{"cert-manager-issuer", map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}}},
+	}
+	var out []Combo
+	for _, topology := range []string{"second-scheduler", "extender"} {
+		webhooks := []bool{true}
+		if topology == "second-scheduler" {
+			webhooks = append(webhooks, false)
+		}
+		for _, webhook := range webhooks {
+			modes := tlsModes
+			if !webhook {
+				modes = tlsModes[:1] // no TLS at all: the extender is on loopback
+			}
+			for _, mode := range modes {
+				for _, sm := range []bool{false, true} {
+					for _, adm := range []bool{true, false} {
+						parts := []string{topology}
+						if topology == "second-scheduler" {
+							parts = append(parts, map[bool]string{true: "webhook", false: "no-webhook"}[webhook])
+						}
+						if webhook {
+							parts = append(parts, mode.name)
+						}
+						if sm {
+							parts = append(parts, "service-monitor")
+						}
+						if !adm {
+							parts = append(parts, "no-admission-policies")
+						}
+						out = append(out, Combo{
+							Name: strings.Join(parts, "/"),
+							Values: map[string]any{
+								"topology":          topology,
+								"scheduler":         map[string]any{"webhook": map[string]any{"enabled": webhook}},
+								"tls":               map[string]any{"certManager": mode.cm},
+								"serviceMonitor":    map[string]any{"enabled": sm},
+								"admissionPolicies": map[string]any{"enabled": adm},
+							},
+						})
+					}
+				}
+			}
+		}
+	}
+	plain := map[string]string{
+		"second-scheduler/webhook/helm-tls":     "second-scheduler.yaml",
+		"second-scheduler/webhook/cert-manager": "second-scheduler-cert-manager.yaml",
+		"second-scheduler/no-webhook":           "second-scheduler-no-webhook.yaml",
+		"extender/helm-tls":                     "extender.yaml",
+		"extender/cert-manager":                 "extender-cert-manager.yaml",
+	}
+	for i := range out {
+		out[i].Plain = plain[out[i].Name]
+	}
+	return out
+}
+
+// PlainHeader is the comment that opens each file under manifests/rendered.
+func PlainHeader(c Combo) string {
+	return fmt.Sprintf("# Rendered from manifests/charts/gpushare (release %q, namespace %s) with\n"+
+		"# the values of combination %q (test/chart Combos); do not edit: change the\n"+
+		"# chart and run `cd test/chart && go test -run TestPlainManifests -update`.\n"+
+		"# Generated certificate data reads %q: replace it, or use a\n"+
+		"# cert-manager rendering (docs/install.md).\n", Release.Name, Release.Namespace, c.Name, Placeholder[:16]+"...")
+}
