@@ -66,21 +66,29 @@ func TestWriteSchedulerConfig(t *testing.T) {
 			if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
 				t.Fatalf("%s does not decode strictly: %v", tc.opts.SchedulerConfig, err)
 			}
-			if len(cfg.Extenders) != 1 {
-				t.Fatalf("%d extenders, want 1", len(cfg.Extenders))
+			// As shipped: the GPU entry (filter, bind, the managed resource)
+			// and the entry that prioritizes every pod, both pointed at the
+			// test's extender.
+			if len(cfg.Extenders) != 2 {
+				t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
 			}
-			ext := cfg.Extenders[0]
-			if ext.URLPrefix != tc.opts.ExtenderURL || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
-				t.Errorf("urlPrefix %q kubeconfig %q not overridden", ext.URLPrefix, cfg.ClientConnection.Kubeconfig)
+			for i, ext := range cfg.Extenders {
+				if ext.URLPrefix != tc.opts.ExtenderURL || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
+					t.Errorf("extender %d: urlPrefix %q kubeconfig %q not overridden", i, ext.URLPrefix, cfg.ClientConnection.Kubeconfig)
+				}
+				if ext.EnableHTTPS != (tc.wantTLS != nil) {
+					t.Errorf("extender %d: enableHTTPS = %v", i, ext.EnableHTTPS)
+				}
+				if diff := cmp.Diff(tc.wantTLS, ext.TLSConfig); diff != "" {
+					t.Errorf("extender %d: tlsConfig (-want +got):\n%s", i, diff)
+				}
 			}
-			if ext.EnableHTTPS != (tc.wantTLS != nil) {
-				t.Errorf("enableHTTPS = %v", ext.EnableHTTPS)
+			gpu, all := cfg.Extenders[0], cfg.Extenders[1]
+			if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || len(gpu.ManagedResources) != 1 || gpu.Ignorable {
+				t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resource, not ignorable, as shipped", gpu)
 			}
-			if diff := cmp.Diff(tc.wantTLS, ext.TLSConfig); diff != "" {
-				t.Errorf("tlsConfig (-want +got):\n%s", diff)
-			}
-			if !ext.NodeCacheCapable || ext.BindVerb != "bind" || len(ext.ManagedResources) != 1 {
-				t.Errorf("extender %+v: want nodeCacheCapable, bind and the managed resource as shipped", ext)
+			if all.PrioritizeVerb != "prioritize" || len(all.ManagedResources) != 0 || !all.Ignorable || all.BindVerb != "" {
+				t.Errorf("extender 1 %+v: want prioritize for every pod, ignorable, as shipped", all)
 			}
 		})
 	}
