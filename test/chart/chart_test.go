@@ -216,7 +216,11 @@ func TestMirrorsOfShippedFiles(t *testing.T) {
 	for _, file := range []string{"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
 		for _, want := range readYAML(t, file) {
 			got := find(second, want["kind"].(string), field(want, "metadata", "name").(string))
-			if diff := cmp.Diff(want, withoutChartMetadata(got)); got == nil || diff != "" {
+			if got == nil {
+				t.Errorf("the chart renders no %s %s of %s", want["kind"], field(want, "metadata", "name"), file)
+				continue
+			}
+			if diff := cmp.Diff(want, withoutChartMetadata(got)); diff != "" {
 				t.Errorf("%s %s differs from %s (-file +chart):\n%s", want["kind"], field(want, "metadata", "name"), file, diff)
 			}
 		}
