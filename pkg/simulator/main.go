@@ -171,7 +171,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "percentage-of-nodes-to-score" {
-			cfg.PercentageOfNodesToScore = ptr.To(int32(*percentage))
+			cfg.PercentageOfNodesToScore = ptr.To(int32(*percentage)) //nolint:gosec // checked to be 0..100 above
 		}
 	})
 	if cfg.Parallel < 1 {
