@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,24 +118,12 @@ func Rows(pod *corev1.Pod) ([]Row, error) {
 			r.Problem = fmt.Sprintf("%s=%s, annotation says %s", deviceplugin.EnvVisibleDevices, r.Visible, strings.Join(r.UUIDs, ","))
 		case r.EnvIndex != strings.Join(idx, ","):
 			r.Problem = fmt.Sprintf("%s=%s, annotation says %s", gpushare.AnnotationIndex, r.EnvIndex, strings.Join(idx, ","))
-		case !sameCounts(want, got):
+		case !maps.Equal(want, got):
 			r.Problem = fmt.Sprintf("kubelet's devices hold %v units per card, annotation says %v", got, want)
 		}
 		rows = append(rows, r)
 	}
 	return rows, nil
-}
-
-func sameCounts(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // CheckCards checks the pods bound to nodes (not finished) against the

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -110,25 +111,13 @@ func CheckKubelet(node *corev1.Node, pods []corev1.Pod, listed []*podresourcesv1
 			for _, d := range c.Devices {
 				want[d.UUID] += d.Units
 			}
-			if !sameUnits(want, g) {
+			if !maps.Equal(want, g) {
 				bad = append(bad, fmt.Sprintf("node %s: pod %s container %s holds %s by kubelet's device IDs, %s by its annotation",
 					node.Name, ref, c.Name, unitsString(g), unitsString(want)))
 			}
 		}
 	}
 	return bad
-}
-
-func sameUnits(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // unitsString prints UUID -> units sorted, e.g. "{GPU-a:2 GPU-b:4}".
