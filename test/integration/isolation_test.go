@@ -18,7 +18,9 @@ import (
 //  2. The next enforced pod does not fit on mixed card 0: it waits, its
 //     FailedScheduling event naming the cards not enforcing.
 //  3. The device plugin on plain is upgraded and publishes driver mode on
-//     card 1: the waiting pod lands there.
+//     card 1: the waiting pod lands there when kube-scheduler next retries
+//     it (at once from backoff, within 5 minutes from its unschedulable
+//     queue: the Node update changes no field its queueing hints watch).
 func TestIsolationThroughRealScheduler(t *testing.T) {
 	c := startCluster(t)
 	c.addNode(t, util.MakeNode("plain").Cards("Tesla T4", 16, 16).Obj())
@@ -39,6 +41,10 @@ func TestIsolationThroughRealScheduler(t *testing.T) {
 	// 3. plain's plugin now enforces on card 1.
 	upgraded := util.MakeNode("plain").Cards("Tesla T4", 16, 16).Isolation(1, gpushare.IsolationDriver).Obj()
 	c.annotateNode(t, "plain", gpushare.AnnotationInventory, upgraded.Annotations[gpushare.AnnotationInventory])
-	c.waitBound(t, []string{"enforced-1"}, 60*time.Second)
+	// An annotation-only Node update is no event any of kube-scheduler's
+	// queueing hints reacts to: a pod already in its unschedulable queue is
+	// retried when the queue is flushed, after at most 5 minutes
+	// (podMaxInUnschedulablePodsDuration); one still in backoff, at once.
+	c.waitBound(t, []string{"enforced-1"}, 6*time.Minute)
 	c.wantCards(t, "enforced-1", "GPU-plain-1")
 }
