@@ -201,19 +201,8 @@ func TestMirrorsOfShippedFiles(t *testing.T) {
 	c := load(t)
 	second := objects(t, render(t, c, nil))
 	ext := objects(t, render(t, c, map[string]any{"topology": "extender"}))
-	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml"} {
-		for _, want := range readYAML(t, file) {
-			got := find(second, want["kind"].(string), field(want, "metadata", "name").(string))
-			if got == nil {
-				t.Errorf("the chart renders no %s %s of %s", want["kind"], field(want, "metadata", "name"), file)
-				continue
-			}
-			if diff := cmp.Diff(want, withoutChartMetadata(got)); diff != "" {
-				t.Errorf("%s %s differs from %s (-file +chart):\n%s", want["kind"], field(want, "metadata", "name"), file, diff)
-			}
-		}
-	}
-	for _, file := range []string{"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
+	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml",
+		"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
 		for _, want := range readYAML(t, file) {
 			got := find(second, want["kind"].(string), field(want, "metadata", "name").(string))
 			if got == nil {
