@@ -468,6 +468,13 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 		c.mu.Unlock()
 		return
 	}
+	c.upsertAndUnlock(pod)
+}
+
+// upsertAndUnlock applies pod's GPU memory and host requests, releases
+// c.mu (which the caller holds) and reports the pod's allocation annotation
+// once it newly becomes ignored.
+func (c *Cache) upsertAndUnlock(pod *PodInfo) {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	c.syncHost(pod)

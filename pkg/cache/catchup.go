@@ -58,14 +58,7 @@ func (c *Cache) ApplyQuorum(pod *PodInfo) {
 	if ok {
 		c.floor[pod.UID] = rv
 	}
-	was := c.ignoredReason(pod.UID)
-	c.upsertGPU(pod)
-	c.syncHost(pod)
-	now := c.ignoredReason(pod.UID)
-	c.mu.Unlock()
-	if now != "" && now != was {
-		c.report([]IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}})
-	}
+	c.upsertAndUnlock(pod)
 }
 
 // stale reports whether an informer event of pod is older than the version
