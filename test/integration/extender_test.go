@@ -75,22 +75,7 @@ func (c *cluster) startExtender(t *testing.T) {
 			}
 		})
 	}
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-done:
-			return false, fmt.Errorf("extender exited: %w", err)
-		default:
-		}
-		resp, err := http.Get("http://" + c.listen + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("extender not ready: %v", err)
-	}
+	waitExtenderReady(t, c.listen, done)
 }
 
 // addNode creates a node and sets its status as a kubelet and our device
@@ -336,5 +321,27 @@ func TestExtenderRBACIsEnough(t *testing.T) {
 	err = client.CoreV1().Pods("default").Delete(context.Background(), "victim", metav1.DeleteOptions{})
 	if err == nil || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("extender identity deleting a pod: err = %v, want forbidden", err)
+	}
+}
+
+// waitExtenderReady polls http://addr/readyz until the extender answers 200,
+// failing the test if it exits (done) or is not ready within 30 s.
+func waitExtenderReady(t *testing.T, addr string, done <-chan error) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("extender exited: %w", err)
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("extender not ready: %v", err)
 	}
 }

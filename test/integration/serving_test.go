@@ -57,22 +57,7 @@ func runExtender(t *testing.T, cfg extender.Config) *servingExtender {
 		})
 	}}
 	t.Cleanup(e.stop)
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-done:
-			return false, fmt.Errorf("extender exited: %w", err)
-		default:
-		}
-		resp, err := http.Get("http://" + cfg.MetricsListen + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	if err != nil {
-		t.Fatalf("extender not ready: %v", err)
-	}
+	waitExtenderReady(t, cfg.MetricsListen, done)
 	return e
 }
 
