@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -243,6 +244,8 @@ type HandoffStats struct {
 	// Corrected: grants moved to another pod after PodResources showed
 	// that kubelet gave the IDs to it.
 	Corrected int
+	// Revoked: grants taken back because their Allocate call failed.
+	Revoked int
 }
 
 // NewHandoff returns an empty handoff.
@@ -504,6 +507,28 @@ func sameAllocation(a, b *gpushare.Allocation) bool {
 		}
 	}
 	return true
+}
+
+// Revoke takes back the grant Allocate made for a, unless kubelet has
+// confirmed it since or another Allocate replaced it: the Allocate call
+// failed after the match (enforcing the container's limit did), so kubelet
+// frees the device IDs and will ask again. The pod's annotation repair, if
+// a relocation asked one, is recomputed without the grant.
+func (h *Handoff) Revoke(ctx context.Context, a *Assignment) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ck := containerKey{a.Pod, a.Container}
+	g := h.grants[ck]
+	if g == nil || g.confirmed || !sameShares(g.shares, a.Shares) {
+		return
+	}
+	h.drop(ck)
+	h.stats.Revoked++
+	klog.FromContext(ctx).Info("Grant taken back: the Allocate call failed", "pod", a.Namespace+"/"+a.PodName, "container", a.Container,
+		"cards", describeShares(a.Shares))
+	if a.Relocated {
+		h.notify(a.Pod)
+	}
 }
 
 // Waiting returns the number of pods with a container not yet allocated.

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,5 +108,55 @@ func TestAllocateIsolationGolden(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingEnforcer refuses containers on the cards in fail (UUID).
+type failingEnforcer struct{ fail map[string]bool }
+
+func (f failingEnforcer) Edits(_ context.Context, shares []isolation.Share) (*isolation.Edits, error) {
+	for _, sh := range shares {
+		if f.fail[sh.UUID] {
+			return nil, errors.New("writing the CDI spec: disk full")
+		}
+	}
+	return &isolation.Edits{Mode: gpushare.IsolationNone, Env: map[string]string{}}, nil
+}
+
+// TestFailedEnforcementRevokesTheGrant: when a container's limit cannot
+// be enforced, Allocate fails and kubelet frees its device IDs, so the
+// plugin must not go on believing the container holds them; and a request
+// whose second container fails takes back the first container's grant
+// too (kubelet records none of them).
+func TestFailedEnforcementRevokesTheGrant(t *testing.T) {
+	ht := newHandoffTest(t)
+	p := ht.pod(util.MakePod("p").GPUMem(4).GPUMem(2), map[string][]int{"c0": {0}, "c1": {2}}, 1)
+	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil, "c1": nil}})
+	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
+	s.SetEnforcer(failingEnforcer{fail: map[string]bool{"GPU-2": true}})
+	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: unitsOn("GPU-0", 0, 4)},
+		{DevicesIds: unitsOn("GPU-2", 0, 2)},
+	}}
+	if _, err := s.Allocate(ht.ctx, req); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Allocate error = %v, want the enforcement failure", err)
+	}
+	for _, c := range []string{"c0", "c1"} {
+		if shares, _, ok := ht.h.Grant(p.UID, c); ok {
+			t.Errorf("container %s still holds %s after the failed Allocate", c, describeShares(shares))
+		}
+	}
+	if n := ht.h.Waiting(); n != 1 {
+		t.Errorf("Waiting() = %d, want 1: the pod waits for kubelet's next try", n)
+	}
+	// kubelet tries again once the cause is gone.
+	s.SetEnforcer(failingEnforcer{})
+	if _, err := s.Allocate(ht.ctx, req); err != nil {
+		t.Fatalf("Allocate after the cause is gone: %v", err)
+	}
+	for _, c := range []string{"c0", "c1"} {
+		if _, _, ok := ht.h.Grant(p.UID, c); !ok {
+			t.Errorf("container %s holds nothing after a successful Allocate", c)
+		}
 	}
 }

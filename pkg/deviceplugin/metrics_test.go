@@ -83,6 +83,7 @@ func (s stubHandoff) Allocate(context.Context, []string) (*Assignment, error) {
 	}
 	return s.a, s.err
 }
+func (stubHandoff) Revoke(context.Context, *Assignment) {}
 
 type stubPodAPI struct {
 	PodAPI

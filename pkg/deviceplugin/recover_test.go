@@ -29,6 +29,8 @@ func (panickyHandoffer) Allocate(context.Context, []string) (*Assignment, error)
 	panic("allocate blew up")
 }
 
+func (panickyHandoffer) Revoke(context.Context, *Assignment) { panic("revoke blew up") }
+
 // TestPanicsBecomeErrors: a handler that panics answers codes.Internal and
 // the plugin's gRPC server, registered with kubelet, keeps serving.
 func TestPanicsBecomeErrors(t *testing.T) {

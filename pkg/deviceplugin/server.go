@@ -74,6 +74,9 @@ const (
 type Handoffer interface {
 	Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error)
 	Allocate(ctx context.Context, ids []string) (*Assignment, error)
+	// Revoke takes back the grant Allocate made for a, when the Allocate
+	// call that made it fails after all: kubelet then records nothing.
+	Revoke(ctx context.Context, a *Assignment)
 }
 
 // Server is the DevicePlugin gRPC service for aliyun.com/gpu-mem.
@@ -217,14 +220,25 @@ func (s *Server) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	ctx = klog.NewContext(ctx, s.logger)
 	resp := &pluginapi.AllocateResponse{}
+	// granted: this call's grants, taken back if a later container fails,
+	// since kubelet then records none of the call's devices.
+	var granted []*Assignment
+	revoke := func() {
+		for _, a := range granted {
+			s.handoff.Revoke(ctx, a)
+		}
+	}
 	for _, cr := range req.ContainerRequests {
 		a, err := s.handoff.Allocate(ctx, cr.DevicesIds)
 		if err != nil {
+			revoke()
 			s.logger.Error(err, "Allocate failed", "units", len(cr.DevicesIds))
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}
+		granted = append(granted, a)
 		r := s.containerResponse(a)
 		if err := s.enforce(ctx, a, r); err != nil {
+			revoke()
 			s.logger.Error(err, "Allocate failed: enforcing the memory limit", "pod", a.Namespace+"/"+a.PodName, "container", a.Container)
 			return nil, status.Error(codes.FailedPrecondition, err.Error())
 		}

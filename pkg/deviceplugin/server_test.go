@@ -117,6 +117,7 @@ func (f fakeHandoffer) Prefer(context.Context, []string, []string, int) ([]strin
 	return nil, f.err
 }
 func (f fakeHandoffer) Allocate(context.Context, []string) (*Assignment, error) { return nil, f.err }
+func (fakeHandoffer) Revoke(context.Context, *Assignment)                       {}
 
 func TestServerErrorsNameTheCause(t *testing.T) {
 	s := NewServer(testLogger(t), fakeHandoffer{err: errors.New("no waiting pod matches: because")}, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
@@ -145,6 +146,7 @@ func (assignments) Prefer(context.Context, []string, []string, int) ([]string, e
 func (a assignments) Allocate(_ context.Context, ids []string) (*Assignment, error) {
 	return a[ids[0]], nil
 }
+func (assignments) Revoke(context.Context, *Assignment) {}
 
 // TestAllocateResponseGolden: the whole Allocate response, as kubelet
 // receives it, for every device list strategy: one request for two
