@@ -39,6 +39,10 @@ const (
 	// ExcludedNotEnforced: the pod asks gpushare.io/isolation: enforced and
 	// the card's isolation (its inventory's) does not enforce memory limits.
 	ExcludedNotEnforced
+	// ExcludedNotEnforcedAcrossCards: the pod asks enforced limits and has
+	// a container on several cards, which only driver mode limits; the
+	// card is in mps mode (gpushare.CardConstraints.EnforcedAcrossCards).
+	ExcludedNotEnforcedAcrossCards
 )
 
 // Exclude is the predicate "may a container of a pod with constraints cc
@@ -78,6 +82,9 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	}
 	if cc.Enforced && !c.Isolation.Enforced() {
 		return ExcludedNotEnforced
+	}
+	if cc.EnforcedAcrossCards && c.Isolation != gpushare.IsolationDriver {
+		return ExcludedNotEnforcedAcrossCards
 	}
 	return Eligible
 }
@@ -206,6 +213,8 @@ func appendReason(b []byte, x Exclusion, model string, cc *gpushare.CardConstrai
 		return append(b, "UUID excluded by the pod"...)
 	case ExcludedNotEnforced:
 		return append(b, "memory limits not enforced"...)
+	case ExcludedNotEnforcedAcrossCards:
+		return append(b, "memory limits not enforced across GPUs (mps)"...)
 	}
 	return append(b, "eligible"...)
 }

@@ -45,6 +45,9 @@ func TestExclude(t *testing.T) {
 		{"enforced asked, driver card", &gpushare.CardConstraints{Enforced: true}, withIsolation(t4, gpushare.IsolationDriver), Eligible},
 		{"enforced asked, mps card", &gpushare.CardConstraints{Enforced: true}, withIsolation(a100, gpushare.IsolationMPS), Eligible},
 		{"enforcing card cordoned", &gpushare.CardConstraints{Enforced: true}, withIsolation(cordoned, gpushare.IsolationDriver), ExcludedCordoned},
+		{"enforced across cards, mps card", &gpushare.CardConstraints{Enforced: true, EnforcedAcrossCards: true}, withIsolation(a100, gpushare.IsolationMPS), ExcludedNotEnforcedAcrossCards},
+		{"enforced across cards, driver card", &gpushare.CardConstraints{Enforced: true, EnforcedAcrossCards: true}, withIsolation(a100, gpushare.IsolationDriver), Eligible},
+		{"enforced across cards, advisory card", &gpushare.CardConstraints{Enforced: true, EnforcedAcrossCards: true}, withIsolation(t4, gpushare.IsolationNone), ExcludedNotEnforced},
 		{"model checked before isolation", &gpushare.CardConstraints{Models: []string{"A100*"}, Enforced: true}, t4, ExcludedModel},
 		{"advisory card, pod does not ask", &gpushare.CardConstraints{Models: []string{"Tesla*"}}, withIsolation(t4, gpushare.IsolationNone), Eligible},
 	}
@@ -144,6 +147,30 @@ func TestFitWithExclusions(t *testing.T) {
 			demand:  gpushare.Demand{app("c0", 6)},
 			cc:      &gpushare.CardConstraints{Enforced: true},
 			wantErr: "node n1: container c0 needs 6 GiB on one GPU enforcing memory limits; all 2 GPUs excluded (memory limits not enforced: 2)",
+		},
+		{
+			// Each MPS daemon serves one card and a client talks to one
+			// daemon, so only driver mode limits a container on two cards.
+			name: "enforced pod with a two-card container: driver cards only",
+			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
+				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationDriver},
+				{Index: 2, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+				{Index: 3, Total: 16, Healthy: true, Isolation: gpushare.IsolationDriver},
+			}},
+			demand: gpushare.Demand{app("a", 4), {Name: "b", Units: 8, Cards: 2}},
+			cc:     &gpushare.CardConstraints{Enforced: true},
+			want:   [][]int{{1}, {1, 3}},
+		},
+		{
+			name: "enforced pod with a two-card container on an MPS node",
+			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
+				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+			}},
+			demand:  gpushare.Demand{{Name: "b", Units: 8, Cards: 2}},
+			cc:      &gpushare.CardConstraints{Enforced: true},
+			wantErr: "node n1: container b needs 8 GiB on each of 2 GPUs enforcing memory limits; all 2 GPUs excluded (memory limits not enforced across GPUs (mps): 2)",
 		},
 		{
 			name:    "capacity fallback: models unknown",

@@ -69,6 +69,7 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	if len(n.Cards) == 0 {
 		return &FitError{Node: n.Name, Reason: "node reports no GPU"}
 	}
+	cc = cc.ForDemand(d)
 	xs := cardExclusions(n, cc)
 	if err := precheck(n, d, cc, xs); err != nil {
 		return err

@@ -209,8 +209,10 @@ func checkPlacement(t *testing.T, n *Node, d gpushare.Demand, pl *Placement) {
 // for the brute force: no cordoned card; a model matching one of Models
 // (when any) and none of ExcludedModels; a UUID among UUIDs (when any) and
 // not among ExcludedUUIDs; an unknown model or UUID only when no
-// constraint reads it.
-func refEligible(cc *gpushare.CardConstraints, c *Card) bool {
+// constraint reads it; with Enforced, a card in driver or mps mode, and
+// only driver mode when a container of the pod's demand d spans several
+// cards (MPS limits a client on one card).
+func refEligible(cc *gpushare.CardConstraints, d gpushare.Demand, c *Card) bool {
 	if c.Cordoned {
 		return false
 	}
@@ -231,6 +233,16 @@ func refEligible(cc *gpushare.CardConstraints, c *Card) bool {
 	}
 	if len(cc.ExcludedUUIDs) > 0 && (c.UUID == "" || slices.Contains(cc.ExcludedUUIDs, c.UUID)) {
 		return false
+	}
+	if cc.Enforced {
+		multiCard := slices.ContainsFunc(d, func(c gpushare.ContainerDemand) bool { return c.Cards > 1 })
+		switch c.Isolation {
+		case gpushare.IsolationDriver:
+		case gpushare.IsolationMPS:
+			return !multiCard
+		default:
+			return false
+		}
 	}
 	return true
 }
@@ -269,7 +281,7 @@ func bruteForceFits(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints) bo
 			}
 		}
 		for pos := range n.Cards {
-			if hold[pos] > 0 && !refEligible(cc, &n.Cards[pos]) || hold[pos] > n.Cards[pos].Free() {
+			if hold[pos] > 0 && !refEligible(cc, d, &n.Cards[pos]) || hold[pos] > n.Cards[pos].Free() {
 				return false
 			}
 		}
@@ -304,12 +316,14 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 	sizes := []int64{4, 8, 16, 24}
 	models := []string{"Tesla T4", "Tesla-T4", "A100-SXM4-80GB", ""} // "": unknown, as without an inventory
 	uuids := []string{"GPU-0", "GPU-1", "GPU-2", "GPU-3"}
+	isolations := []gpushare.Isolation{"", gpushare.IsolationNone, gpushare.IsolationMPS, gpushare.IsolationDriver, gpushare.IsolationDriver}
 	for i := range 1 + r.Intn(4) {
 		total := sizes[r.Intn(len(sizes))]
 		c := Card{Index: i, Total: total, Used: r.Int63n(total + 1), Healthy: r.Intn(6) > 0, Cordoned: r.Intn(8) == 0}
 		if c.Model = models[r.Intn(len(models))]; c.Model != "" {
 			c.UUID = uuids[i]
 		}
+		c.Isolation = isolations[r.Intn(len(isolations))]
 		n.Cards = append(n.Cards, c)
 	}
 	var cc *gpushare.CardConstraints
@@ -327,6 +341,14 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 		patterns := []string{"A100*", "Tesla-T4", "*T4", "H100*", "?esla*"}
 		cc.Models, cc.ExcludedModels = some(patterns), some(patterns)
 		cc.UUIDs, cc.ExcludedUUIDs = some(uuids), some(uuids)
+		if r.Intn(3) == 0 {
+			// Isolation alone half the time, so that enough pods reach
+			// the cards it decides on.
+			cc.Enforced = true
+			if r.Intn(2) == 0 {
+				*cc = gpushare.CardConstraints{Enforced: true}
+			}
+		}
 	}
 	var d gpushare.Demand
 	for i := range 1 + r.Intn(4) {
@@ -356,7 +378,7 @@ func TestFitMatchesBruteForce(t *testing.T) {
 					checkPlacement(t, s.Node, s.Demand, pl)
 					for i, poss := range pl.Cards {
 						for _, pos := range poss {
-							if !refEligible(s.Constraints, &s.Node.Cards[pos]) {
+							if !refEligible(s.Constraints, s.Demand, &s.Node.Cards[pos]) {
 								t.Logf("container %s placed on card %+v, which constraints %+v exclude", s.Demand[i].Name, s.Node.Cards[pos], s.Constraints)
 								return false
 							}

@@ -153,6 +153,9 @@ type Assignment struct {
 	// Relocated is true when Shares differ from the pod's annotation, which
 	// the plugin then repairs.
 	Relocated bool
+	// Enforced: the pod asks gpushare.io/isolation: enforced, so the
+	// container may not run with advisory limits.
+	Enforced bool
 }
 
 // HandoffConfig configures a Handoff.
@@ -313,6 +316,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	e.devMem, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationDevMem], 10, 64)
 	e.admitted = pod.Status.Phase == corev1.PodRunning
 	e.constraints, e.constraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
+	e.constraints = e.constraints.ForDemand(demand)
 	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
 	h.mu.Lock()
 	defer h.mu.Unlock()

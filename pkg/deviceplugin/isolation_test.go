@@ -160,3 +160,46 @@ func TestFailedEnforcementRevokesTheGrant(t *testing.T) {
 		}
 	}
 }
+
+// advisoryEnforcer is an enforcer under which every container runs
+// advisory, as a container on several MPS cards does.
+type advisoryEnforcer struct{}
+
+func (advisoryEnforcer) Edits(context.Context, []isolation.Share) (*isolation.Edits, error) {
+	return &isolation.Edits{Mode: gpushare.IsolationNone, Env: map[string]string{isolation.EnvIsolation: "none"}}, nil
+}
+
+// TestEnforcedPodNeverRunsAdvisory: a pod that asks gpushare.io/isolation:
+// enforced fails admission, naming why, rather than run with advisory
+// limits (here a two-card container on MPS cards, which the extender no
+// longer picks, but an older extender or a hand-written annotation may);
+// a pod that does not ask runs advisory.
+func TestEnforcedPodNeverRunsAdvisory(t *testing.T) {
+	for _, enforced := range []bool{true, false} {
+		ht := newHandoffTest(t)
+		w := util.MakePod("p").GPUMemCards(8, 2)
+		if enforced {
+			w = w.Enforced()
+		}
+		p := ht.pod(w, map[string][]int{"c0": {0, 1}}, 1)
+		ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
+		s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
+		s.SetEnforcer(advisoryEnforcer{})
+		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+			{DevicesIds: append(unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 4)...)},
+		}}
+		_, err := s.Allocate(ht.ctx, req)
+		if !enforced {
+			if err != nil {
+				t.Errorf("pod without the annotation: Allocate: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "asks gpushare.io/isolation: enforced") {
+			t.Errorf("enforced pod: Allocate error = %v, want a refusal naming the annotation", err)
+		}
+		if _, _, ok := ht.h.Grant(p.UID, "c0"); ok {
+			t.Error("the refused container still holds a grant")
+		}
+	}
+}

@@ -626,7 +626,8 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 	case "reused":
 		h.stats.Reused++
 	}
-	a := &Assignment{Pod: ck.uid, Namespace: pick.e.namespace, PodName: pick.e.name, Container: c.Name, Shares: shares}
+	a := &Assignment{Pod: ck.uid, Namespace: pick.e.namespace, PodName: pick.e.name, Container: c.Name, Shares: shares,
+		Enforced: pick.e.constraints != nil && pick.e.constraints.Enforced}
 	if !sameShares(c.Devices, shares) {
 		a.Relocated = true
 		h.stats.Relocated++

@@ -313,6 +313,10 @@ func (s *Server) enforce(ctx context.Context, a *Assignment, r *pluginapi.Contai
 	if err != nil {
 		return err
 	}
+	if a.Enforced && !ed.Mode.Enforced() {
+		return fmt.Errorf("pod %s/%s asks %s: %s, and container %s would run with advisory limits on %s (a container on several cards needs them all in driver mode)",
+			a.Namespace, a.PodName, gpushare.AnnotationIsolation, gpushare.IsolationEnforced, a.Container, describeShares(a.Shares))
+	}
 	for k, v := range ed.Env {
 		r.Envs[k] = v
 	}

@@ -47,6 +47,30 @@ type CardConstraints struct {
 	// Enforced (AnnotationIsolation: enforced) allows only cards whose
 	// inventory isolation enforces memory limits (Isolation.Enforced).
 	Enforced bool
+	// EnforcedAcrossCards narrows Enforced to cards in driver mode, for a
+	// pod with a container on more than one card: MPS limits a client on
+	// one card only (a daemon serves one card, a client talks to one
+	// daemon). No annotation sets it; ForDemand does.
+	EnforcedAcrossCards bool
+}
+
+// ForDemand returns cc as it applies to a pod with demand d: a copy with
+// EnforcedAcrossCards set when cc is Enforced and a container of d spans
+// more than one card, else cc itself. The pod's containers share one set
+// of constraints, so its single-card containers then keep to driver-mode
+// cards too.
+func (cc *CardConstraints) ForDemand(d Demand) *CardConstraints {
+	if cc == nil || !cc.Enforced || cc.EnforcedAcrossCards {
+		return cc
+	}
+	for _, c := range d {
+		if c.Cards > 1 {
+			across := *cc
+			across.EnforcedAcrossCards = true
+			return &across
+		}
+	}
+	return cc
 }
 
 // ParseCardConstraints reads the card annotations of a pod, and its
