@@ -37,7 +37,7 @@ LABEL org.opencontainers.image.title="gpushare-device-plugin" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 ENV PATH=/usr/local/bin:/usr/bin:/bin
-ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=utility
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=build /out/gpushare-device-plugin /usr/local/bin/gpushare-device-plugin
 WORKDIR /
 USER 0:0

@@ -535,6 +535,18 @@ func (h *Handoff) Revoke(ctx context.Context, a *Assignment) {
 	}
 }
 
+// HeldShares returns the cards of every container the plugin believes
+// holds some (every grant, confirmed or not), each in card index order.
+func (h *Handoff) HeldShares() [][]gpushare.DeviceShare {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([][]gpushare.DeviceShare, 0, len(h.grants))
+	for _, g := range h.grants {
+		out = append(out, slices.Clone(g.shares))
+	}
+	return out
+}
+
 // Waiting returns the number of pods with a container not yet allocated.
 func (h *Handoff) Waiting() int {
 	h.mu.Lock()

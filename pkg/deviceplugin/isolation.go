@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -43,6 +44,16 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 		cg = isolation.FixedCgroups{V2: !fd.CgroupV1}
 	}
 	caps := isolation.Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
+	if cfg.FakeGPUs == "" {
+		// What mps needs of the plugin's own container (a fake node states
+		// its support with --fake-driver instead).
+		admin, err := isolation.SysAdmin(isolation.ProcSelfStatus)
+		if err != nil {
+			logger.Error(err, "Assuming no CAP_SYS_ADMIN: mps takes only cards already in EXCLUSIVE_PROCESS")
+		}
+		caps.ComputeModeLocked = !admin
+		caps.MPSShmErr = isolation.CheckMPSShm(isolation.DevShm, cfg.MPSRoot)
+	}
 	modes, err := isolation.Choose(req, &caps)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w (on node %s; choose --isolation=auto to take what each card supports, or none)", err, cfg.NodeName)
@@ -99,4 +110,30 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 		return nil, nil, err
 	}
 	return e, stop, nil
+}
+
+// cdiPruneMinAge spares CDI limit devices younger than this from pruning:
+// an Allocate may have added one for a container whose grant the prune
+// did not see yet.
+const cdiPruneMinAge = time.Minute
+
+// pruneCDI drops driver mode's CDI limit devices that no container held
+// by h names (isolation.Enforcer.PruneCDI), sparing devices added within
+// minAge. unit is the node's. Errors are logged: the spec stays as it was.
+func pruneCDI(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
+	held := h.HeldShares()
+	limits := make([][]isolation.Limit, len(held))
+	for i, shares := range held {
+		for _, sh := range shares {
+			limits[i] = append(limits[i], isolation.Limit{Index: sh.Index, MiB: MiB(sh.Units, unit)})
+		}
+	}
+	n, err := e.PruneCDI(limits, minAge)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Pruning the CDI spec's limit devices")
+		return
+	}
+	if n > 0 {
+		klog.FromContext(ctx).V(2).Info("Pruned CDI limit devices no container holds", "removed", n)
+	}
 }

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -202,4 +204,58 @@ func TestEnforcedPodNeverRunsAdvisory(t *testing.T) {
 			t.Error("the refused container still holds a grant")
 		}
 	}
+}
+
+// TestPruneCDIKeepsHeldDevices: driver mode's spec keeps the limit device
+// of every container the plugin still believes holds cards, and drops the
+// device of a pod that is gone.
+func TestPruneCDIKeepsHeldDevices(t *testing.T) {
+	ht := newHandoffTest(t)
+	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
+	q := ht.pod(util.MakePod("q").GPUMem(2), map[string][]int{"c0": {1}}, 2)
+	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
+		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
+	dir := t.TempDir()
+	spec, err := isolation.NewCDISpec(dir, "/usr/bin/nvidia-cdi-hook", map[int]int64{0: 16384, 1: 16384, 2: 81920})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cards []isolation.Card
+	for _, c := range testCards {
+		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: gpushare.IsolationDriver})
+	}
+	e, err := isolation.NewEnforcer(cards, spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyCDICRI, nil)
+	s.SetEnforcer(e)
+	for _, ids := range [][]string{unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 2)} {
+		if _, err := s.Allocate(ht.ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ht.h.DeletePod(q.Namespace, q.Name, q.UID)
+	pruneCDI(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
+	got, err := cdiDeviceNames(spec.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"0-16384", "0-4096", "1-16384", "2-81920"}, got); diff != "" {
+		t.Errorf("CDI devices after pod %s left, %s stays (-want +got):\n%s", q.Name, p.Name, diff)
+	}
+}
+
+// cdiDeviceNames reads the device names of the spec at path with the CDI
+// library.
+func cdiDeviceNames(path string) ([]string, error) {
+	spec, err := cdi.ReadSpec(path, 0)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	return names, nil
 }

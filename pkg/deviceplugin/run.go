@@ -152,7 +152,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	goRun(func() { ann.run(ctx) })
-	goRun(func() { verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow) })
+	goRun(func() {
+		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
+			pruneCDI(ctx, h, enforcer, cfg.Unit, cdiPruneMinAge)
+		})
+	})
 	goRun(func() { publishLoop(ctx, pub, publishNow) })
 	goRun(func() { adoptLoop(ctx, h, server, cards, adoption) })
 	if cfg.HealthCheck {
@@ -264,8 +268,9 @@ func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
 }
 
 // verifyLoop compares kubelet's PodResources with the grants shortly
-// after every Allocate and every period.
-func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-chan struct{}) {
+// after every Allocate and every period, then calls verified (which prunes
+// what no grant holds any more).
+func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -293,6 +298,7 @@ func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-cha
 			logger.Info("kubelet's PodResources answers again")
 			reported = false
 		}
+		verified(ctx)
 	}
 }
 

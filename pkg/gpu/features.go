@@ -108,6 +108,9 @@ func (n *NVML) SetComputeMode(uuid string, m ComputeMode) error {
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("looking up GPU %s: %w", uuid, ret)
 	}
+	if cur, ret := d.GetComputeMode(); ret == nvml.SUCCESS && ComputeMode(cur) == m {
+		return nil // setting needs root; an operator may have set it already
+	}
 	if ret := d.SetComputeMode(nvml.ComputeMode(m)); ret != nvml.SUCCESS {
 		return fmt.Errorf("setting the compute mode of GPU %s to %s: %w", uuid, m, ret)
 	}

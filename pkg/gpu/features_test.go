@@ -63,6 +63,15 @@ func TestNVMLDriverAndFeatures(t *testing.T) {
 	if f, _ := n.Features(uuid(0)); f.ComputeMode != ComputeExclusiveProcess {
 		t.Errorf("compute mode after SetComputeMode = %v, want %v", f.ComputeMode, ComputeExclusiveProcess)
 	}
+	// A card already in the mode is left alone: an unprivileged plugin
+	// (NVML refuses it the change) serves a card the operator prepared.
+	srv.Devices[0].(*dgxa100.Device).SetComputeModeFunc = func(nvml.ComputeMode) nvml.Return { return nvml.ERROR_NO_PERMISSION }
+	if err := n.SetComputeMode(uuid(0), ComputeExclusiveProcess); err != nil {
+		t.Errorf("SetComputeMode to the card's current mode without permission: %v", err)
+	}
+	if err := n.SetComputeMode(uuid(0), ComputeDefault); !errors.Is(err, nvml.ERROR_NO_PERMISSION) {
+		t.Errorf("SetComputeMode to another mode without permission: error = %v, want ERROR_NO_PERMISSION", err)
+	}
 	if _, err := n.Features("GPU-nope"); err == nil {
 		t.Error("Features of an unknown UUID: want an error")
 	}

@@ -71,10 +71,12 @@ func Recipes() []Recipe {
 			CGO:         true,
 			User:        RootUser,
 			// The NVIDIA container runtime mounts the driver's libraries
-			// (libnvidia-ml.so.1: "utility") and every card's device node
-			// into a container that asks for them; the plugin needs all
-			// cards. The DaemonSet sets the same, explicitly.
-			Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=utility"},
+			// (libnvidia-ml.so.1: "utility"; nvidia-cuda-mps-control and
+			// -server, which mps isolation runs: "compute") and every
+			// card's device node into a container that asks for them; the
+			// plugin needs all cards. The DaemonSet sets the same,
+			// explicitly.
+			Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 		},
 	}
 }

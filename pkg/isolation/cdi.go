@@ -2,12 +2,14 @@ package isolation
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -45,16 +47,25 @@ const (
 // 2 gets the device "gpushare.io/gpu-mem=2-8192", whose edits run the
 // toolkit's hook (createContainer: nvidia-cdi-hook
 // apply-cuda-memory-limits) with NVIDIA_GPU_MEMORY_REQUEST and
-// NVIDIA_GPU_MEMORY_LIMIT=8192. Devices are kept, across restarts too, so
-// a container that kubelet restarts still resolves its device. Every
-// version written is validated with the CDI project's own library first.
+// NVIDIA_GPU_MEMORY_LIMIT=8192. Devices are kept, across restarts too,
+// while a container holds them, so a container that kubelet restarts still
+// resolves its device; Retain drops the others. Every version written is
+// validated with the CDI project's own library first.
 type CDISpec struct {
 	path     string
 	hookPath string
 
+	// now is the clock (time.Now; tests set it).
+	now func() time.Time
+
 	mu sync.Mutex
 	// devices: device name -> device, everything the file holds.
 	devices map[string]cdispec.Device
+	// whole: the names of the whole-card devices, never pruned.
+	whole map[string]bool
+	// added: device name -> when this process added it or found it in the
+	// file (Retain keeps devices younger than its minAge).
+	added map[string]time.Time
 }
 
 // NewCDISpec returns the spec at dir/CDISpecFile, keeping the devices of
@@ -62,15 +73,19 @@ type CDISpec struct {
 // of each card in wholeMiB (card index -> MiB), so the spec is never
 // empty.
 func NewCDISpec(dir, hookPath string, wholeMiB map[int]int64) (*CDISpec, error) {
-	s := &CDISpec{path: filepath.Join(dir, CDISpecFile), hookPath: hookPath, devices: map[string]cdispec.Device{}}
+	s := &CDISpec{path: filepath.Join(dir, CDISpecFile), hookPath: hookPath, now: time.Now,
+		devices: map[string]cdispec.Device{}, whole: map[string]bool{}, added: map[string]time.Time{}}
 	// A spec that is missing or unreadable starts afresh.
 	if old, err := cdi.ReadSpec(s.path, 0); err == nil && old.Kind == CDIKind {
 		for _, d := range old.Devices {
 			s.devices[d.Name] = d
+			s.added[d.Name] = s.now()
 		}
 	}
 	for idx, mib := range wholeMiB {
-		s.add([]Limit{{Index: idx, MiB: mib}})
+		l := []Limit{{Index: idx, MiB: mib}}
+		s.add(l)
+		s.whole[limitDeviceName(l)] = true
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // runtimes read CDI specs
 		return nil, fmt.Errorf("creating the CDI directory %s: %w", dir, err)
@@ -105,10 +120,47 @@ func (s *CDISpec) Device(limits []Limit) (string, error) {
 		s.add(limits)
 		if err := s.write(); err != nil {
 			delete(s.devices, name)
+			delete(s.added, name)
 			return "", err
 		}
 	}
 	return CDIKind + "=" + name, nil
+}
+
+// Retain drops the limit devices that none of held (each a container's
+// limits, in its card order) names, except the whole-card devices and
+// those added less than minAge ago (an Allocate may be adding one for a
+// container not yet among held), and rewrites the file if it dropped any.
+// It returns how many it dropped. A container kubelet restarts resolves
+// its device again, so held must include every container that still
+// exists, not only running ones.
+func (s *CDISpec) Retain(held [][]Limit, minAge time.Duration) (int, error) {
+	keep := make(map[string]bool, len(held))
+	for _, l := range held {
+		keep[limitDeviceName(l)] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cutoff := s.now().Add(-minAge)
+	dropped := map[string]cdispec.Device{}
+	for name, d := range s.devices {
+		if keep[name] || s.whole[name] || s.added[name].After(cutoff) {
+			continue
+		}
+		dropped[name] = d
+		delete(s.devices, name)
+	}
+	if len(dropped) == 0 {
+		return 0, nil
+	}
+	if err := s.write(); err != nil {
+		maps.Copy(s.devices, dropped)
+		return 0, err
+	}
+	for name := range dropped {
+		delete(s.added, name)
+	}
+	return len(dropped), nil
 }
 
 // limitDeviceName names the device of limits: "<index>-<MiB>" per card,
@@ -135,6 +187,7 @@ func limitValue(limits []Limit) string {
 // owns s).
 func (s *CDISpec) add(limits []Limit) {
 	v := limitValue(limits)
+	s.added[limitDeviceName(limits)] = s.now()
 	s.devices[limitDeviceName(limits)] = cdispec.Device{
 		Name: limitDeviceName(limits),
 		ContainerEdits: cdispec.ContainerEdits{

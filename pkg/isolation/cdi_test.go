@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -86,5 +87,51 @@ func TestFraction(t *testing.T) {
 		if got := fraction(tc.part, tc.whole); got != tc.want {
 			t.Errorf("fraction(%d, %d) = %q, want %q", tc.part, tc.whole, got, tc.want)
 		}
+	}
+}
+
+// TestCDISpecRetain: pruning drops the limit devices no container holds
+// any more, keeps the held ones, the whole-card devices and those added
+// within minAge (an Allocate may be adding one while the plugin decides
+// what is held), and rewrites a spec the CDI library still accepts.
+func TestCDISpecRetain(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewCDISpec(dir, "/usr/bin/nvidia-cdi-hook", map[int]int64{0: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1700000000, 0)
+	s.now = func() time.Time { return now }
+	for _, l := range [][]Limit{{{Index: 0, MiB: 4096}}, {{Index: 0, MiB: 2048}}, {{Index: 0, MiB: 1024}, {Index: 1, MiB: 1024}}} {
+		if _, err := s.Device(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Minute)
+	if _, err := s.Device([]Limit{{Index: 1, MiB: 512}}); err != nil { // fresh
+		t.Fatal(err)
+	}
+	held := [][]Limit{{{Index: 0, MiB: 4096}}}
+	removed, err := s.Retain(held, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed != 2 {
+		t.Errorf("Retain removed %d devices, want 2", removed)
+	}
+	spec, err := cdi.ReadSpec(filepath.Join(dir, CDISpecFile), 0)
+	if err != nil {
+		t.Fatalf("the CDI library rejects the pruned spec: %v", err)
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	if diff := cmp.Diff([]string{"0-16384", "0-4096", "1-512"}, names); diff != "" {
+		t.Errorf("devices after pruning (-want +got):\n%s", diff)
+	}
+	// Nothing to drop: the file is left alone.
+	if removed, err := s.Retain(held, 30*time.Second); err != nil || removed != 0 {
+		t.Errorf("Retain again = %d, %v; want 0, nil", removed, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/klog/v2"
 
@@ -143,12 +144,24 @@ func (e *Enforcer) Edits(ctx context.Context, shares []Share) (*Edits, error) {
 			return nil, err
 		}
 		pipe, log := e.mps.Dirs(sh.UUID)
-		ed.Mounts = []Mount{{HostPath: pipe, ContainerPath: ContainerMPSPipeDir}, {HostPath: log, ContainerPath: ContainerMPSLogDir}}
+		ed.Mounts = []Mount{{HostPath: pipe, ContainerPath: ContainerMPSPipeDir}, {HostPath: log, ContainerPath: ContainerMPSLogDir},
+			{HostPath: e.mps.ShmDir(), ContainerPath: DevShm}}
 		ed.Env[EnvMPSPipeDir] = ContainerMPSPipeDir
 		ed.Env[EnvMPSLogDir] = ContainerMPSLogDir
 		ed.Env[EnvMPSPinnedLimit] = "0=" + strconv.FormatInt(sh.MiB, 10) + "M"
 	}
 	return ed, nil
+}
+
+// PruneCDI drops driver mode's limit devices that no container in held
+// (each a container's limits, in its card order) holds, sparing those
+// added within minAge (CDISpec.Retain). It returns how many it dropped;
+// without driver mode it does nothing.
+func (e *Enforcer) PruneCDI(held [][]Limit, minAge time.Duration) (int, error) {
+	if e.cdi == nil {
+		return 0, nil
+	}
+	return e.cdi.Retain(held, minAge)
 }
 
 // fraction returns part/whole rounded down to 4 decimals: 4096 of 16384

@@ -55,6 +55,15 @@ type Capabilities struct {
 	// it cannot be run (not found, not executable).
 	MPSControl    string
 	MPSControlErr error
+	// ComputeModeLocked: the plugin may not change a card's compute mode
+	// (it lacks CAP_SYS_ADMIN), so mps takes only cards an operator set to
+	// EXCLUSIVE_PROCESS. Detect leaves it false; the caller checks the
+	// process (SysAdmin).
+	ComputeModeLocked bool
+	// MPSShmErr says why an MPS server the plugin starts would not share
+	// /dev/shm with its clients (CheckMPSShm); nil when it would. Detect
+	// leaves it nil; the caller checks the host.
+	MPSShmErr error
 	// Cards in index order.
 	Cards []CardCapabilities
 }
@@ -138,12 +147,15 @@ func (c *Capabilities) nodeMissing(m gpushare.Isolation) []string {
 		if c.MPSControlErr != nil {
 			out = append(out, fmt.Sprintf("MPS control binary: %v", c.MPSControlErr))
 		}
+		if c.MPSShmErr != nil {
+			out = append(out, fmt.Sprintf("MPS shared memory: %v", c.MPSShmErr))
+		}
 	}
 	return out
 }
 
-// cardMissing returns what card k lacks for mode m; nil when nothing.
-func (k *CardCapabilities) cardMissing(m gpushare.Isolation) []string {
+// cardMissing returns what card k of c lacks for mode m; nil when nothing.
+func (c *Capabilities) cardMissing(k *CardCapabilities, m gpushare.Isolation) []string {
 	if m == gpushare.IsolationNone {
 		return nil
 	}
@@ -158,8 +170,12 @@ func (k *CardCapabilities) cardMissing(m gpushare.Isolation) []string {
 		if !k.Features.MPS {
 			out = append(out, fmt.Sprintf("GPU %d older than Volta (compute capability < 7.0)", k.Index))
 		}
-		if k.Features.ComputeMode == gpu.ComputeProhibited {
+		switch cm := k.Features.ComputeMode; {
+		case cm == gpu.ComputeProhibited:
 			out = append(out, fmt.Sprintf("GPU %d compute mode Prohibited", k.Index))
+		case cm != gpu.ComputeExclusiveProcess && c.ComputeModeLocked:
+			out = append(out, fmt.Sprintf("GPU %d compute mode %s and no CAP_SYS_ADMIN to set EXCLUSIVE_PROCESS (run nvidia-smi -i %d -c EXCLUSIVE_PROCESS, or grant the plugin CAP_SYS_ADMIN)",
+				k.Index, cm, k.Index))
 		}
 	}
 	return out
@@ -189,7 +205,7 @@ func Choose(r Request, c *Capabilities) ([]gpushare.Isolation, error) {
 		for i := range c.Cards {
 			modes[i] = gpushare.IsolationNone
 			for _, m := range strongestFirst {
-				if node[m] && len(c.Cards[i].cardMissing(m)) == 0 {
+				if node[m] && len(c.cardMissing(&c.Cards[i], m)) == 0 {
 					modes[i] = m
 					break
 				}
@@ -200,7 +216,7 @@ func Choose(r Request, c *Capabilities) ([]gpushare.Isolation, error) {
 	m := gpushare.Isolation(r)
 	missing := c.nodeMissing(m)
 	for i := range c.Cards {
-		missing = append(missing, c.Cards[i].cardMissing(m)...)
+		missing = append(missing, c.cardMissing(&c.Cards[i], m)...)
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("isolation %s: %s", m, strings.Join(missing, "; "))
@@ -220,7 +236,7 @@ func WhyNot(c *Capabilities, i int, got gpushare.Isolation) string {
 		if m == got {
 			break
 		}
-		missing := append(c.nodeMissing(m), c.Cards[i].cardMissing(m)...)
+		missing := append(c.nodeMissing(m), c.cardMissing(&c.Cards[i], m)...)
 		parts = append(parts, string(m)+": "+strings.Join(missing, ", "))
 	}
 	return strings.Join(parts, "; ")

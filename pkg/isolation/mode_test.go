@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -239,5 +240,92 @@ func TestParseRequest(t *testing.T) {
 	}
 	if _, err := ParseRequest("strict"); err == nil {
 		t.Error("ParseRequest(strict): want an error")
+	}
+}
+
+// TestMPSNeedsTheHost: mps needs the plugin to share /dev/shm with its
+// clients, and to be allowed to set a card's compute mode unless the
+// operator set EXCLUSIVE_PROCESS already; auto falls back to none naming
+// why, an explicit mps fails naming it.
+func TestMPSNeedsTheHost(t *testing.T) {
+	card := func(i int, mode gpu.ComputeMode) CardCapabilities {
+		return CardCapabilities{Index: i, Features: gpu.Features{MPS: true, ComputeMode: mode}}
+	}
+	base := Capabilities{Driver: gpu.Driver{Version: "550.54.15"}, CgroupV2: true, MPSControl: "/usr/bin/nvidia-cuda-mps-control",
+		Cards: []CardCapabilities{card(0, gpu.ComputeDefault), card(1, gpu.ComputeExclusiveProcess)}}
+	tests := []struct {
+		name    string
+		edit    func(*Capabilities)
+		want    []gpushare.Isolation
+		wantErr string
+	}{
+		{name: "host ready", edit: func(*Capabilities) {}, want: []gpushare.Isolation{mps, mps}},
+		{name: "no CAP_SYS_ADMIN: only the card already exclusive", edit: func(c *Capabilities) { c.ComputeModeLocked = true },
+			want:    []gpushare.Isolation{none, mps},
+			wantErr: "isolation mps: GPU 0 compute mode Default and no CAP_SYS_ADMIN to set EXCLUSIVE_PROCESS (run nvidia-smi -i 0 -c EXCLUSIVE_PROCESS, or grant the plugin CAP_SYS_ADMIN)"},
+		{name: "/dev/shm not shared", edit: func(c *Capabilities) { c.MPSShmErr = errors.New("/dev/shm is not /run/gpushare/mps/shm") },
+			want:    []gpushare.Isolation{none, none},
+			wantErr: "isolation mps: MPS shared memory: /dev/shm is not /run/gpushare/mps/shm"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base
+			c.Cards = append([]CardCapabilities(nil), base.Cards...)
+			tc.edit(&c)
+			got, err := Choose(RequestAuto, &c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Choose(auto) (-want +got):\n%s", diff)
+			}
+			_, err = Choose(RequestMPS, &c)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
+				t.Errorf("Choose(mps) error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestCheckMPSShm(t *testing.T) {
+	root := t.TempDir()
+	shm := filepath.Join(root, "shm")
+	if err := os.Mkdir(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	shared := filepath.Join(t.TempDir(), "dev-shm")
+	if err := os.Symlink(shm, shared); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckMPSShm(shared, root); err != nil {
+		t.Errorf("CheckMPSShm(the same directory) = %v", err)
+	}
+	other := t.TempDir()
+	if err := CheckMPSShm(other, root); err == nil || !strings.Contains(err.Error(), "mount the host's "+shm+" at "+other) {
+		t.Errorf("CheckMPSShm(another directory) = %v, want an error saying what to mount", err)
+	}
+}
+
+func TestSysAdmin(t *testing.T) {
+	tests := []struct {
+		status string
+		want   bool
+		err    bool
+	}{
+		{status: "Name:\tx\nCapEff:\t000001ffffffffff\n", want: true},
+		{status: "Name:\tx\nCapEff:\t0000000000200000\n", want: true},  // bit 21 alone
+		{status: "Name:\tx\nCapEff:\t00000000a80425fb\n", want: false}, // a container's default set
+		{status: "Name:\tx\n", err: true},
+		{status: "CapEff:\tzz\n", err: true},
+	}
+	for _, tc := range tests {
+		p := filepath.Join(t.TempDir(), "status")
+		if err := os.WriteFile(p, []byte(tc.status), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := SysAdmin(p)
+		if tc.err != (err != nil) || got != tc.want {
+			t.Errorf("SysAdmin(%q) = %v, %v; want %v, error %v", tc.status, got, err, tc.want, tc.err)
+		}
 	}
 }

@@ -129,6 +129,10 @@ func (m *MPS) Dirs(uuid string) (pipe, log string) {
 	return filepath.Join(base, "pipe"), filepath.Join(base, "log")
 }
 
+// ShmDir returns the host directory every daemon and client shares as
+// /dev/shm (CheckMPSShm).
+func (m *MPS) ShmDir() string { return filepath.Join(m.cfg.Root, MPSShmDir) }
+
 // Ensure starts the card's daemon if it does not run yet (after setting
 // the card to exclusive-process) and raises its default pinned limit to
 // limitMiB if that is larger than the one set. It returns once the daemon
@@ -142,7 +146,7 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	d, ok := m.daemons[uuid]
 	if !ok {
 		pipe, log := m.Dirs(uuid)
-		for _, dir := range []string{pipe, log} {
+		for _, dir := range []string{pipe, log, m.ShmDir()} {
 			if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // clients in containers read them
 				m.mu.Unlock()
 				return fmt.Errorf("creating the MPS directory %s: %w", dir, err)
