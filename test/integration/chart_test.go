@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/certs/certstest"
@@ -188,6 +189,24 @@ func parseChartArgs(t *testing.T, args []string) extender.Config {
 		t.Fatalf("the chart's extender arguments %v: %v\n%s", args, err, usage.String())
 	}
 	return cfg
+}
+
+// kubeconfigVia writes a copy of the kubeconfig at path whose server is
+// server, and returns its path.
+func kubeconfigVia(t *testing.T, path, server string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	out := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // leaseHolder is the holder of the Lease kube-system/name, "" when none.
@@ -471,39 +490,28 @@ func TestChartSecondScheduler(t *testing.T) {
 	}
 }
 
-// serviceProxy stands in for the extender's Service and kube-proxy: a TCP
-// proxy (TLS passes through, as a Service's does) that sends each new
-// connection to a backend whose readiness probe, /readyz on its metrics
-// listener, answers 200 now; without one it closes the connection, as a
-// Service without endpoints refuses it.
-type serviceProxy struct {
-	backends []proxyBackend
-	mu       sync.Mutex
-	conns    map[net.Conn]bool // open connections, either side
-	closed   bool              // the test ended: close new connections at once
+// tcpProxy forwards each connection to the address pick gives at accept
+// time ("" refuses it); TLS passes through. It stands in for a Service and
+// kube-proxy (pick: a ready backend, readyBackend), and for a pod's network
+// to the API server, which cut severs.
+type tcpProxy struct {
+	pick  func() string
+	mu    sync.Mutex
+	conns map[net.Conn]bool // open connections, either side
+	cut   bool              // closed, or cut off: close connections at once
 }
 
-// proxyBackend is one pod behind the Service.
-type proxyBackend struct {
-	listen, metrics string
-}
-
-func startServiceProxy(t *testing.T, addr string, backends []proxyBackend) *serviceProxy {
+func startTCPProxy(t *testing.T, addr string, pick func() string) *tcpProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serviceProxy{backends: backends, conns: map[net.Conn]bool{}}
+	p := &tcpProxy{pick: pick, conns: map[net.Conn]bool{}}
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
 		_ = ln.Close()
-		p.mu.Lock()
-		p.closed = true
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
+		p.sever()
 		wg.Wait()
 	})
 	wg.Add(1)
@@ -521,27 +529,47 @@ func startServiceProxy(t *testing.T, addr string, backends []proxyBackend) *serv
 	return p
 }
 
-// ready is the first backend whose /readyz answers 200, or "".
-func (p *serviceProxy) ready() string {
-	probe := &http.Client{Timeout: time.Second}
-	for _, b := range p.backends {
-		resp, err := probe.Get("http://" + b.metrics + "/readyz")
-		if err != nil {
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return b.listen
-		}
-	}
-	return ""
-}
-
-// track records c as open until the returned func.
-func (p *serviceProxy) track(c net.Conn) func() {
+// sever closes every connection and refuses new ones.
+func (p *tcpProxy) sever() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	p.cut = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// proxyBackend is one pod behind a Service: its serving address and the
+// plain listener its readiness probe reads.
+type proxyBackend struct {
+	listen, metrics string
+}
+
+// readyBackend picks, for each new connection, the first backend whose
+// /readyz answers 200 now: a Service's endpoints are its ready pods.
+func readyBackend(backends []proxyBackend) func() string {
+	probe := &http.Client{Timeout: time.Second}
+	return func() string {
+		for _, b := range backends {
+			resp, err := probe.Get("http://" + b.metrics + "/readyz")
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return b.listen
+			}
+		}
+		return ""
+	}
+}
+
+// track records c as open until the returned func; on a severed proxy it
+// closes c at once.
+func (p *tcpProxy) track(c net.Conn) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
 		_ = c.Close()
 	}
 	p.conns[c] = true
@@ -553,9 +581,9 @@ func (p *serviceProxy) track(c net.Conn) func() {
 	}
 }
 
-func (p *serviceProxy) forward(client net.Conn) {
+func (p *tcpProxy) forward(client net.Conn) {
 	defer p.track(client)()
-	to := p.ready()
+	to := p.pick()
 	if to == "" {
 		return
 	}
@@ -568,7 +596,7 @@ func (p *serviceProxy) forward(client net.Conn) {
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
 		// The other direction ends too: a closed backend (a stopped
-		// replica) closes the scheduler's connection.
+		// replica) closes the client's connection.
 		_ = dst.Close()
 		_ = src.Close()
 		done <- struct{}{}
@@ -583,17 +611,17 @@ func (p *serviceProxy) forward(client net.Conn) {
 // manifests/rendered/extender.yaml: the Deployment's replicas with its
 // flags (HTTPS, client CA, metrics listener, leader election) and its
 // POD_NAME, as the chart's service account, behind a stand-in for its
-// Service that routes to the ready pods (serviceProxy), and the real
+// Service that routes to the ready pods (tcpProxy), and the real
 // kube-scheduler with the KubeSchedulerConfiguration of the chart's
 // ConfigMap, the stanza NOTES.txt prints (test/chart checks they are
 // equal), with a client certificate of the CA that signed the extender's,
 // as the chart's Secrets hold them. Rewritten: the URL (the stand-in's
 // address), the tlsConfig files' directory, listen addresses. One replica
 // leads and alone is ready; pods land on the cards only they fit. The
-// leader stops (SIGTERM: it releases the lease; a crash, which waits out
-// the lease, is TestLeaderFailoverKeepsCards'): the other becomes ready
-// and a pod still gets the one card it fits. A client without a
-// certificate is refused.
+// leader is cut off from the API server, as by its node's death: the
+// other takes the lease once it expires and alone is ready, and a pod
+// still gets the one card it fits. A client without a certificate is
+// refused.
 func TestChartExtenderOverHTTPS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
@@ -628,22 +656,26 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	if diff := cmp.Diff(wantEnv, main.Env); diff != "" {
 		t.Fatalf("the extender's env (-want +chart): the identity in the lease is the pod name\n%s", diff)
 	}
-	replicas := make([]*servingExtender, chart.replicas(t, "gpushare-scheduler-extender"))
-	names := make([]string, len(replicas))
-	backends := make([]proxyBackend, len(replicas))
-	for i := range replicas {
+	n := chart.replicas(t, "gpushare-scheduler-extender")
+	names := make([]string, n)
+	backends := make([]proxyBackend, n)
+	links := make([]*tcpProxy, n) // each replica's network to the API server
+	apiserver := strings.TrimPrefix(cp.APIServerURL(), "https://")
+	for i := range n {
 		names[i] = fmt.Sprintf("gpushare-scheduler-extender-%c", 'a'+i)
 		backends[i] = proxyBackend{listen: freeAddr(t), metrics: freeAddr(t)}
+		link := freeAddr(t)
+		links[i] = startTCPProxy(t, link, func() string { return apiserver })
 		// What the downward API gives each pod; the flag's default reads it.
 		t.Setenv("POD_NAME", names[i])
-		replicas[i] = startChartReplica(t, rewriteArgs(t, main.Args, map[string]string{
+		startChartReplica(t, rewriteArgs(t, main.Args, map[string]string{
 			"--listen": backends[i].listen, "--metrics-listen": backends[i].metrics,
 			"--tls-cert-file":  filepath.Join(extDir, certstest.CertFile),
 			"--tls-key-file":   filepath.Join(extDir, certstest.KeyFile),
 			"--client-ca-file": filepath.Join(extDir, certstest.CAFile),
-		}, "--kubeconfig="+kc))
+		}, "--kubeconfig="+kubeconfigVia(t, kc, "https://"+link)))
 	}
-	startServiceProxy(t, svc, backends)
+	startTCPProxy(t, svc, readyBackend(backends))
 	readyOnly := func(want int) {
 		t.Helper()
 		got := []int{}
@@ -664,9 +696,9 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	}
 	lead := waitLeader(t, admin, "gpushare-scheduler-extender", names, 60*time.Second)
 	readyOnly(lead)
-	next := (lead + 1) % len(replicas)
+	next := (lead + 1) % n
 
-	c := &cluster{cp: cp, admin: admin, kubeconfig: kc, listen: svc, stop: replicas[lead].stop}
+	c := &cluster{cp: cp, admin: admin, kubeconfig: kc, listen: svc}
 	c.addNode(t, util.MakeNode("n1").Cards("Tesla-T4", 16, 8).Obj())
 	c.createPod(t, util.MakePod("big").GPUMem(12).Obj())
 	c.waitBound(t, []string{"big"}, 60*time.Second)
@@ -675,8 +707,11 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	wantCard(t, admin, "big", 0)
 	wantCard(t, admin, "small", 1)
 
-	// The leader's pod is deleted: it stops and releases the lease.
-	replicas[lead].stop()
+	// The leader is cut off from the API server (its node died, or a
+	// partition): it can neither renew nor release the lease, and stops
+	// serving at its renew deadline; the other takes the lease once it has
+	// seen no renewal for the lease duration.
+	links[lead].sever()
 	if got := waitLeader(t, admin, "gpushare-scheduler-extender", names[next:next+1], 60*time.Second); got != 0 {
 		t.Fatalf("waitLeader = %d", got)
 	}
