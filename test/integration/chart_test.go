@@ -414,7 +414,7 @@ func TestChartSecondScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := &cluster{cp: cp, admin: admin, kubeconfig: kc, listen: pods[lead].listen, stop: pods[lead].sidecar.stop}
+	c := &cluster{cp: cp, admin: admin, kubeconfig: kc}
 	createNamed := func(name string, gib int64) {
 		t.Helper()
 		p := util.MakePod(name).GPUMem(gib).Obj()
@@ -456,9 +456,7 @@ func TestChartSecondScheduler(t *testing.T) {
 	// duration; the old sidecar stops serving and answers the verbs 503,
 	// the new one serves after its catch-up.
 	pods[lead].scheduler.Kill()
-	if got := waitLeader(t, admin, "gpushare-scheduler", []string{other.host}, 60*time.Second); got != 0 {
-		t.Fatalf("waitLeader = %d", got)
-	}
+	waitLeader(t, admin, "gpushare-scheduler", []string{other.host}, 60*time.Second)
 	waitGauges(t, map[string]float64{pods[lead].metrics: 0, other.metrics: 1})
 	resp, err := http.Post("http://"+pods[lead].listen+extender.Prefix+"/filter", "application/json",
 		strings.NewReader(`{"Pod":{"metadata":{"name":"x","namespace":"default"}},"NodeNames":["n1"]}`))
@@ -712,9 +710,7 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	// serving at its renew deadline; the other takes the lease once it has
 	// seen no renewal for the lease duration.
 	links[lead].sever()
-	if got := waitLeader(t, admin, "gpushare-scheduler-extender", names[next:next+1], 60*time.Second); got != 0 {
-		t.Fatalf("waitLeader = %d", got)
-	}
+	waitLeader(t, admin, "gpushare-scheduler-extender", names[next:next+1], 60*time.Second)
 	readyOnly(next)
 	// 4 GiB fits card 0 only: the new leader knows both pods.
 	c.createPod(t, util.MakePod("after-failover").GPUMem(4).Obj())
