@@ -328,13 +328,20 @@ func TestExtenderRBACIsEnough(t *testing.T) {
 // failing the test if it exits (done) or is not ready within 30 s.
 func waitExtenderReady(t *testing.T, addr string, done <-chan error) {
 	t.Helper()
+	waitExtenderAnswers(t, addr, "/readyz", done)
+}
+
+// waitExtenderAnswers polls http://addr+path until the extender answers
+// 200 (e.g. /healthz of a replica that is not the leader, never ready).
+func waitExtenderAnswers(t *testing.T, addr, path string, done <-chan error) {
+	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-done:
 			return false, fmt.Errorf("extender exited: %w", err)
 		default:
 		}
-		resp, err := http.Get("http://" + addr + "/readyz")
+		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
 			return false, nil
 		}
@@ -342,6 +349,6 @@ func waitExtenderReady(t *testing.T, addr string, done <-chan error) {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		t.Fatalf("extender not ready: %v", err)
+		t.Fatalf("extender never answered %s with 200: %v", path, err)
 	}
 }

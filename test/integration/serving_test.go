@@ -43,6 +43,13 @@ type servingExtender struct {
 // waits until /readyz on cfg.MetricsListen answers 200.
 func runExtender(t *testing.T, cfg extender.Config) *servingExtender {
 	t.Helper()
+	return runExtenderUntil(t, cfg, "/readyz")
+}
+
+// runExtenderUntil is runExtender waiting for path on cfg.MetricsListen
+// (/healthz for a replica that may not lead).
+func runExtenderUntil(t *testing.T, cfg extender.Config, path string) *servingExtender {
+	t.Helper()
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger.WithName("extender")))
 	done := make(chan error, 1)
@@ -57,7 +64,7 @@ func runExtender(t *testing.T, cfg extender.Config) *servingExtender {
 		})
 	}}
 	t.Cleanup(e.stop)
-	waitExtenderReady(t, cfg.MetricsListen, done)
+	waitExtenderAnswers(t, cfg.MetricsListen, path, done)
 	return e
 }
 

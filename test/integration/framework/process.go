@@ -33,13 +33,32 @@ type Proc struct {
 // The child outlives no context: only Stop, Kill or the death of this
 // process ends it.
 func StartProc(name, path string, args []string, logPath string) (*Proc, error) {
+	return startProc(name, path, args, logPath, exec.Command(path, args...), childAttr())
+}
+
+// StartProcWithHostname is StartProc with the child in a UTS namespace of
+// its own named hostname: os.Hostname there returns hostname, as in a pod.
+// So two kube-schedulers on this machine have distinct leader identities
+// (kube-scheduler's is "<host name>_<uuid>") while sharing its network.
+// Linux only: the namespace needs root or unprivileged user namespaces,
+// and the child is started through /bin/sh and hostname(1).
+func StartProcWithHostname(name, hostname, path string, args []string, logPath string) (*Proc, error) {
+	attr, err := utsAttr()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s on host %s: %w", name, hostname, err)
+	}
+	sh := append([]string{"-c", `hostname "$0" && exec "$@"`, hostname, path}, args...)
+	return startProc(name, path, args, logPath, exec.Command("/bin/sh", sh...), attr)
+}
+
+// startProc starts cmd, which runs path with args, with attr.
+func startProc(name, path string, args []string, logPath string, cmd *exec.Cmd, attr *syscall.SysProcAttr) (*Proc, error) {
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening the log of %s: %w", name, err)
 	}
-	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)

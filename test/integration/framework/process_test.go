@@ -92,3 +92,37 @@ func TestProcStopWhilePaused(t *testing.T) {
 		t.Fatal("Stop of a paused process did not return within 30s: SIGTERM never reached it")
 	}
 }
+
+// TestStartProcWithHostname: the child sees the host name it was given,
+// this process keeps its own, and the child's stdout reaches the log.
+func TestStartProcWithHostname(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	before, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "uname.log")
+	p, err := StartProcWithHostname("uname", "gpushare-test-host", "/bin/sh", []string{"-c", "cat /proc/sys/kernel/hostname"}, logPath)
+	if err != nil {
+		t.Skipf("no UTS namespace here: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !p.Exited() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !p.Exited() {
+		p.Kill()
+		t.Fatal("the child did not exit")
+	}
+	if p.err != nil {
+		t.Fatal(p.ExitError())
+	}
+	if got := Tail(logPath, 1); got != "gpushare-test-host" {
+		t.Errorf("the child's host name = %q, want gpushare-test-host", got)
+	}
+	if after, _ := os.Hostname(); after != before {
+		t.Errorf("this process's host name changed from %q to %q", before, after)
+	}
+}
