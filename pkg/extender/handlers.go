@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -194,7 +195,9 @@ func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.P
 // admit pods that do not fit.
 var errNotReady = errors.New("gpushare extender is starting: informer caches not synced yet; the scheduler will retry")
 
-// decode reads a JSON body of at most MaxBodyBytes into v.
+// decode reads a JSON body of at most MaxBodyBytes into v. The body must
+// be one JSON value: anything after it but white space is refused (a
+// body with two objects, or garbage after one, is not a request).
 //
 // A body that declares a length over the cap is refused before a byte of
 // it is read: a flood of oversized requests then costs no reading.
@@ -210,6 +213,13 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 			return fmt.Errorf("request body is over %d bytes", tooBig.Limit)
 		}
 		return fmt.Errorf("decoding request: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return fmt.Errorf("request body is over %d bytes", tooBig.Limit)
+		}
+		return errors.New("decoding request: data after the JSON value")
 	}
 	return nil
 }
