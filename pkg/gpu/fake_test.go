@@ -159,3 +159,33 @@ func FuzzFakeApply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseFakeDriver: any --fake-driver value is parsed or refused with
+// an error naming the flag; a parsed one has a version of digits and dots
+// and the CUDA version its major implies.
+func FuzzParseFakeDriver(f *testing.F) {
+	for _, s := range []string{"", "615.00", "550.54.15,mps", "615.00,mps,cgroup-v1", "615", "615.00,", "x.y", "615.00,nope", "1.2.3.4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		d, err := ParseFakeDriver(spec)
+		if err != nil {
+			if !strings.Contains(err.Error(), "--fake-driver") {
+				t.Fatalf("error %q does not name the flag", err)
+			}
+			return
+		}
+		if spec == "" {
+			if d != (FakeDriver{}) {
+				t.Fatalf("empty value parsed as %+v", d)
+			}
+			return
+		}
+		if strings.Trim(d.Version, "0123456789.") != "" || !strings.HasPrefix(spec, d.Version) {
+			t.Fatalf("version %q from %q", d.Version, spec)
+		}
+		if d.CUDAVersion != 12040 && d.CUDAVersion != 13040 {
+			t.Fatalf("CUDA version %d from %q", d.CUDAVersion, spec)
+		}
+	})
+}
