@@ -1,0 +1,60 @@
+package framework
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// TestSchedulerReplicasElectOneLeader: two kube-scheduler replicas, each in
+// its own UTS namespace, elect one leader whose identity in the Lease
+// starts with its host name; killed, the other takes over, and the
+// restarted one comes back as a follower under the same host name.
+func TestSchedulerReplicasElectOneLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real control plane")
+	}
+	cp := StartT(t, Options{Scheduler: true, SchedulerHA: &SchedulerHA{
+		Replicas:      []SchedulerReplica{{Host: "scheduler-a"}, {Host: "scheduler-b"}},
+		LeaseName:     "ha-test",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	}})
+	if ns, name := cp.SchedulerLease(); ns != "kube-system" || name != "ha-test" {
+		t.Fatalf("lease %s/%s, want kube-system/ha-test", ns, name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitLeader := func(not int) (int, string) {
+		t.Helper()
+		i, holder := -1, ""
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			i, holder, err = cp.SchedulerLeader(ctx)
+			return err == nil && i >= 0 && i != not, nil
+		})
+		if err != nil {
+			t.Fatalf("no replica other than %d leads (last holder %q): %v", not, holder, err)
+		}
+		return i, holder
+	}
+	first, holder := waitLeader(-1)
+	if host := cp.SchedulerHost(first); !strings.HasPrefix(holder, host+"_") {
+		t.Fatalf("holder %q of replica %d does not start with its host name %q", holder, first, host)
+	}
+	if err := cp.KillScheduler(first); err != nil {
+		t.Fatal(err)
+	}
+	second, holder := waitLeader(first)
+	if host := cp.SchedulerHost(second); !strings.HasPrefix(holder, host+"_") {
+		t.Fatalf("holder %q of replica %d does not start with its host name %q", holder, second, host)
+	}
+	if err := cp.StartScheduler(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if i, holder, err := cp.SchedulerLeader(ctx); err != nil || i != second {
+		t.Fatalf("after the restart the leader is replica %d (%q, %v), want %d still", i, holder, err, second)
+	}
+}
