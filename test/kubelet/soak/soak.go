@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
@@ -162,6 +163,11 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 		return Summary{}, nil, fmt.Errorf("soak interrupted: %w", ctx.Err())
 	}
 	log.printf("checks: %d continuous rounds (%d skipped while the API did not answer)", checker.rounds, checker.skipped)
+	if ns, name := c.CP.SchedulerLease(); name != "" {
+		if l, err := c.Admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			log.printf("lease %s/%s: held by %s after %d transitions", ns, name, ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0))
+		}
+	}
 	writeTables(cfg.Out, faults, inj.LeaderKills(), vs)
 	s := Summary{Seed: cfg.Seed, Faults: faults, Pods: wl.Created(), Violations: vs.Count(), Overlapped: inj.Overlapped()}
 	fmt.Fprintln(cfg.Out, s.Line())

@@ -43,10 +43,13 @@ func TestSoak(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute+4*(*durationFlag)) // a cold control-plane build, and the run
 	defer cancel()
+	start := time.Now()
 	bins, err := cluster.Build(ctx, filepath.Join(dir, "bin"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("binaries built in %.1fs", time.Since(start).Seconds())
+	start = time.Now()
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir:               dir,
 		Bins:              bins,
@@ -59,8 +62,11 @@ func TestSoak(t *testing.T) {
 	if err != nil {
 		t.Fatalf("starting the cluster (logs in %s): %v", filepath.Join(dir, "logs"), err)
 	}
+	t.Logf("cluster up in %.1fs", time.Since(start).Seconds())
 	defer func() {
+		start := time.Now()
 		c.Stop()
+		t.Logf("cluster stopped in %.1fs", time.Since(start).Seconds())
 		if t.Failed() {
 			t.Logf("logs kept in %s", c.LogsDir())
 			return
