@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	componentbaseconfigv1alpha1 "k8s.io/component-base/config/v1alpha1"
 	configv1 "k8s.io/kube-scheduler/config/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -31,7 +28,7 @@ func TestWriteSchedulerConfig(t *testing.T) {
 		opts    Options
 		wantTLS *configv1.ExtenderTLSConfig
 		// wantLE is the leader election the replicas get; nil: none.
-		wantLE  *componentbaseconfigv1alpha1.LeaderElectionConfiguration
+		wantLE  *election
 		wantErr string
 	}{
 		{name: "plain", opts: Options{SchedulerConfig: plain, ExtenderURL: "http://127.0.0.1:1/gpushare-scheduler"}},
@@ -51,10 +48,7 @@ func TestWriteSchedulerConfig(t *testing.T) {
 				Replicas:      []SchedulerReplica{{Host: "scheduler-1"}, {Host: "scheduler-2", ExtenderURL: "http://127.0.0.1:2/gpushare-scheduler"}},
 				RenewDeadline: 3 * time.Second,
 			}},
-			wantLE: &componentbaseconfigv1alpha1.LeaderElectionConfiguration{
-				LeaderElect: ptr.To(true), ResourceLock: "leases", ResourceNamespace: "kube-system", ResourceName: "kube-scheduler",
-				LeaseDuration: metav1.Duration{Duration: 15 * time.Second}, RenewDeadline: metav1.Duration{Duration: 3 * time.Second}, RetryPeriod: metav1.Duration{Duration: 2 * time.Second},
-			},
+			wantLE: &election{Elect: true, Lock: "leases", Namespace: "kube-system", Name: "kube-scheduler", Lease: 15 * time.Second, Renew: 3 * time.Second, Retry: 2 * time.Second},
 		},
 		{
 			name:    "TLS files for a configuration without tlsConfig",
@@ -92,13 +86,23 @@ func TestWriteSchedulerConfig(t *testing.T) {
 					if le.LeaderElect == nil || *le.LeaderElect {
 						t.Errorf("replica %d: leaderElect %v, want false", r, le.LeaderElect)
 					}
-				} else if diff := cmp.Diff(*tc.wantLE, le); diff != "" {
+				} else if diff := cmp.Diff(*tc.wantLE, election{
+					Elect: *le.LeaderElect, Lock: le.ResourceLock, Namespace: le.ResourceNamespace, Name: le.ResourceName,
+					Lease: le.LeaseDuration.Duration, Renew: le.RenewDeadline.Duration, Retry: le.RetryPeriod.Duration,
+				}); diff != "" {
 					t.Errorf("replica %d: leaderElection (-want +got):\n%s", r, diff)
 				}
 				checkExtenders(t, cfg, w.ExtenderURL, tc.wantTLS)
 			}
 		})
 	}
+}
+
+// election is the part of leaderElection the replicas' configuration sets.
+type election struct {
+	Elect                 bool
+	Lock, Namespace, Name string
+	Lease, Renew, Retry   time.Duration
 }
 
 // readSchedulerConfig decodes the file of kube-scheduler's --config=FILE

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
@@ -165,7 +164,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 	log.printf("checks: %d continuous rounds (%d skipped while the API did not answer)", checker.rounds, checker.skipped)
 	if ns, name := c.CP.SchedulerLease(); name != "" {
 		if l, err := c.Admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			log.printf("lease %s/%s: held by %s after %d transitions", ns, name, ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, 0))
+			holder, transitions := "nobody", int32(0)
+			if l.Spec.HolderIdentity != nil {
+				holder = *l.Spec.HolderIdentity
+			}
+			if l.Spec.LeaseTransitions != nil {
+				transitions = *l.Spec.LeaseTransitions
+			}
+			log.printf("lease %s/%s: held by %s after %d transitions", ns, name, holder, transitions)
 		}
 	}
 	writeTables(cfg.Out, faults, inj.LeaderKills(), vs)

@@ -105,8 +105,11 @@ func ClusterTargets(c *cluster.Cluster) Targets {
 }
 
 // role says whether replica i (extender sidecar i, kube-scheduler replica
-// i: the same index) leads; "" with one replica or when the Lease cannot
-// be read.
+// i: the same index) leads, by the Lease's holder; "" with one replica or
+// when the Lease cannot be read. Right after a leading kube-scheduler was
+// killed and started again, its replica still reads as the leader until
+// the Lease of its previous process expires (LeaseDuration): its sidecar
+// is the one that may bind until then.
 func role(ctx context.Context, c *cluster.Cluster, i int) string {
 	if c.ExtenderReplicas() < 2 {
 		return ""
