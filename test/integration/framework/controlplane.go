@@ -98,9 +98,10 @@ type ControlPlane struct {
 	tokens      map[string]string
 	kubeconfigs map[string]string
 
-	mu       sync.Mutex
-	procs    []*Proc // in start order
-	stopOnce sync.Once
+	mu          sync.Mutex
+	procs       []*Proc              // in start order
+	leaseClient kubernetes.Interface // SchedulerLeader's, made on first use
+	stopOnce    sync.Once
 }
 
 // StartT starts a control plane for a test: it calls t.Fatal on error and
@@ -557,6 +558,21 @@ func (cp *ControlPlane) Stop() {
 			procs[i].Stop(stopGrace)
 		}
 	})
+}
+
+// Exited returns how each component that has ended did, with the end of
+// its log (a kube-scheduler replica killed by KillScheduler counts until
+// StartScheduler). Empty while everything runs.
+func (cp *ControlPlane) Exited() []error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []error
+	for _, p := range cp.procs {
+		if p.Exited() {
+			out = append(out, p.ExitError())
+		}
+	}
+	return out
 }
 
 // Dir is the control plane's directory (PKI, kubeconfigs, etcd data, logs).

@@ -169,7 +169,13 @@ func (cp *ControlPlane) SchedulerLeader(ctx context.Context) (int, string, error
 	if cp.lease == nil {
 		return -1, "", errors.New("reading the scheduler leader: kube-scheduler runs without leader election")
 	}
-	l, err := cp.Client(AdminUser).CoordinationV1().Leases(cp.lease.LeaseNamespace).Get(ctx, cp.lease.LeaseName, metav1.GetOptions{})
+	cp.mu.Lock()
+	if cp.leaseClient == nil {
+		cp.leaseClient = cp.Client(AdminUser)
+	}
+	client := cp.leaseClient
+	cp.mu.Unlock()
+	l, err := client.CoordinationV1().Leases(cp.lease.LeaseNamespace).Get(ctx, cp.lease.LeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return -1, "", nil
 	}

@@ -47,12 +47,18 @@ func TestSchedulerReplicasElectOneLeader(t *testing.T) {
 	if err := cp.KillScheduler(first); err != nil {
 		t.Fatal(err)
 	}
+	if exited := cp.Exited(); len(exited) != 1 || !strings.Contains(exited[0].Error(), cp.SchedulerHost(first)+" exited") {
+		t.Errorf("after killing replica %d, Exited() = %v, want it alone", first, exited)
+	}
 	second, holder := waitLeader(first)
 	if host := cp.SchedulerHost(second); !strings.HasPrefix(holder, host+"_") {
 		t.Fatalf("holder %q of replica %d does not start with its host name %q", holder, second, host)
 	}
 	if err := cp.StartScheduler(ctx, first); err != nil {
 		t.Fatal(err)
+	}
+	if exited := cp.Exited(); len(exited) != 0 {
+		t.Errorf("after the restart, Exited() = %v, want none", exited)
 	}
 	if i, holder, err := cp.SchedulerLeader(ctx); err != nil || i != second {
 		t.Fatalf("after the restart the leader is replica %d (%q, %v), want %d still", i, holder, err, second)

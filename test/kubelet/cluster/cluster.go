@@ -694,11 +694,16 @@ func (c *Cluster) Processes() []ProcInfo {
 }
 
 // Exited returns the processes of the cluster that have ended, each with
-// its log's tail, without the ones stopped on purpose.
+// its log's tail, without the ones stopped on purpose: the control plane's
+// (a kube-scheduler replica that lost its Lease exits), the extenders',
+// the nodes'.
 func (c *Cluster) Exited() []error {
+	var out []error
+	if c.CP != nil {
+		out = c.CP.Exited()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []error
 	check := func(p *framework.Proc) {
 		if p != nil && p.Exited() {
 			out = append(out, p.ExitError())

@@ -292,6 +292,10 @@ func final(ctx context.Context, c *cluster.Cluster, cfg Config, checker *Checker
 	for _, n := range c.Nodes() {
 		total[n.Spec.Name] = n.TotalGiB()
 	}
+	vs.Checked(InvRecover)
+	for _, err := range c.Exited() {
+		vs.Add(InvRecover, fmt.Sprintf("at the end, a process is not running: %v", err))
+	}
 	deadline := time.Now().Add(cfg.InspectBound)
 	for {
 		diffs, url, ok := checker.Once(ctx)
