@@ -24,9 +24,10 @@ type Proc struct {
 	Args    []string // without the executable
 	LogPath string   // stdout and stderr, appended
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process has exited
-	err  error         // the Wait result, valid once done is closed
+	cmd     *exec.Cmd
+	started time.Time     // just before it was started
+	done    chan struct{} // closed once the process has exited
+	err     error         // the Wait result, valid once done is closed
 }
 
 // StartProc starts path with args, stdout and stderr appended to logPath.
@@ -40,11 +41,12 @@ func StartProc(name, path string, args []string, logPath string) (*Proc, error) 
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = childAttr()
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
-	p := &Proc{Name: name, Path: path, Args: args, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Path: path, Args: args, LogPath: logPath, cmd: cmd, started: started, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		_ = lf.Close()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -166,8 +167,31 @@ func (cp *ControlPlane) SchedulerLease() (namespace, name string) {
 // by this reading until another takes the Lease, LeaseDuration after its
 // last renewal: its identity is still there.
 func (cp *ControlPlane) SchedulerLeader(ctx context.Context) (int, string, error) {
+	i, l, err := cp.schedulerLease(ctx)
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return i, "", err
+	}
+	return i, *l.Spec.HolderIdentity, err
+}
+
+// SchedulerLeads reports whether replica i's running process holds the
+// Lease: SchedulerLeader names it, and the Lease was acquired after this
+// process started (not by the process killed before it, whose Lease has not
+// expired yet). kube-scheduler writes acquireTime with this machine's clock.
+func (cp *ControlPlane) SchedulerLeads(ctx context.Context, i int) (bool, error) {
+	holder, l, err := cp.schedulerLease(ctx)
+	if err != nil || holder != i || l.Spec.AcquireTime == nil {
+		return false, err
+	}
+	p := cp.proc(cp.schedulers[i].name)
+	return p != nil && !p.Exited() && !l.Spec.AcquireTime.Time.Before(p.started), nil
+}
+
+// schedulerLease reads the Lease and returns it with the index of the
+// replica whose host name its holder starts with (-1: none, or no Lease).
+func (cp *ControlPlane) schedulerLease(ctx context.Context) (int, *coordinationv1.Lease, error) {
 	if cp.lease == nil {
-		return -1, "", errors.New("reading the scheduler leader: kube-scheduler runs without leader election")
+		return -1, nil, errors.New("reading the scheduler leader: kube-scheduler runs without leader election")
 	}
 	cp.mu.Lock()
 	if cp.leaseClient == nil {
@@ -177,19 +201,18 @@ func (cp *ControlPlane) SchedulerLeader(ctx context.Context) (int, string, error
 	cp.mu.Unlock()
 	l, err := client.CoordinationV1().Leases(cp.lease.LeaseNamespace).Get(ctx, cp.lease.LeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return -1, "", nil
+		return -1, nil, nil
 	}
 	if err != nil {
-		return -1, "", fmt.Errorf("reading lease %s/%s: %w", cp.lease.LeaseNamespace, cp.lease.LeaseName, err)
+		return -1, nil, fmt.Errorf("reading lease %s/%s: %w", cp.lease.LeaseNamespace, cp.lease.LeaseName, err)
 	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return -1, l, nil
 	}
 	for i, r := range cp.schedulers {
-		if holder != "" && leader.Ours(holder, r.host) {
-			return i, holder, nil
+		if leader.Ours(*l.Spec.HolderIdentity, r.host) {
+			return i, l, nil
 		}
 	}
-	return -1, holder, nil
+	return -1, l, nil
 }

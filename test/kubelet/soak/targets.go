@@ -109,7 +109,8 @@ func ClusterTargets(c *cluster.Cluster) Targets {
 // when the Lease cannot be read. Right after a leading kube-scheduler was
 // killed and started again, its replica still reads as the leader until
 // the Lease of its previous process expires (LeaseDuration): its sidecar
-// is the one that may bind until then.
+// is the one that may bind until then, but its new kube-scheduler process
+// does not lead (scheduler.Role says so).
 func role(ctx context.Context, c *cluster.Cluster, i int) string {
 	if c.ExtenderReplicas() < 2 {
 		return ""
@@ -152,7 +153,25 @@ func (s scheduler) Name() string {
 }
 func (s scheduler) Kill() error                     { return s.c.CP.KillScheduler(s.i) }
 func (s scheduler) Start(ctx context.Context) error { return s.c.CP.StartScheduler(ctx, s.i) }
-func (s scheduler) Role(ctx context.Context) string { return role(ctx, s.c, s.i) }
+
+// Role is role's, but a replica whose running process does not hold the
+// Lease (its killed predecessor's has not expired yet) is no leader.
+func (s scheduler) Role(ctx context.Context) string {
+	r := role(ctx, s.c, s.i)
+	if r != "leader" {
+		return r
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	leads, err := s.c.CP.SchedulerLeads(rctx, s.i)
+	switch {
+	case err != nil:
+		return ""
+	case !leads:
+		return "follower, the lease still its killed predecessor's"
+	}
+	return r
+}
 
 type plugin struct {
 	c    *cluster.Cluster
