@@ -164,8 +164,9 @@ e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plug
 # --- chaos soak (issue 15) ---
 DURATION     ?= 10m
 SEED         ?= 0
+OVERLAP      ?= 2
 SOAK_TIMEOUT ?= 3h
 
 .PHONY: soak
-soak: controlplane ## Chaos soak: mixed pods over 4 simulated GPU nodes while faults kill the extender, kube-scheduler, device plugins and kubelets, pause the API server and fail cards, for DURATION (10m); SEED=S replays a run. Ends with one line "soak: seed=S faults=N kinds=K pods=P violations=V"; fails on any violation.
-	cd test/kubelet && $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./soak/ -args -soak.duration=$(DURATION) -soak.seed=$(SEED)
+soak: controlplane ## Chaos soak: mixed pods over 4 simulated GPU nodes, 2 kube-scheduler replicas electing a leader each with its extender sidecar, while faults kill extender and kube-scheduler leaders and followers, device plugins and kubelets, pause the API server and fail cards, up to OVERLAP (2) at once, for DURATION (10m); SEED=S replays a run. Ends with one line "soak: seed=S faults=N kinds=K pods=P violations=V overlapped=O"; fails on any violation.
+	cd test/kubelet && $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./soak/ -args -soak.duration=$(DURATION) -soak.seed=$(SEED) -soak.overlap=$(OVERLAP)

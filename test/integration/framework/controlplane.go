@@ -54,7 +54,7 @@ type Options struct {
 	Scheduler bool
 	// SchedulerConfig is the KubeSchedulerConfiguration file to load;
 	// default <repo>/config/kube-scheduler-config.yaml. Only
-	// clientConnection.kubeconfig, leaderElection.leaderElect, the
+	// clientConnection.kubeconfig, leaderElection (off, or SchedulerHA), the
 	// extenders' urlPrefix and, with ExtenderTLS, their tlsConfig file
 	// paths are overridden.
 	SchedulerConfig string
@@ -64,6 +64,9 @@ type Options struct {
 	// config/kube-scheduler-config-https.yaml. An empty path removes its
 	// key (e.g. no client certificate).
 	ExtenderTLS *ExtenderTLS
+	// SchedulerHA, when set, starts several kube-scheduler replicas that
+	// elect a leader instead of one without leader election.
+	SchedulerHA *SchedulerHA
 	// Users are extra identities, each with its own token and kubeconfig.
 	Users []User
 	// Dir holds the PKI, kubeconfigs, etcd data and logs/. Default: a new
@@ -81,23 +84,24 @@ type ExtenderTLS struct {
 
 // ControlPlane is a running etcd, kube-apiserver and, optionally, kube-scheduler.
 type ControlPlane struct {
-	dir          string
-	logsDir      string
-	bins         Binaries
-	pki          pki
-	caData       []byte
-	etcdURL      string
-	apiURL       string
-	schedulerURL string
-	// schedulerArgs are kube-scheduler's arguments, for StartScheduler;
-	// nil when it was not started.
-	schedulerArgs []string
-	tokens        map[string]string
-	kubeconfigs   map[string]string
+	dir     string
+	logsDir string
+	bins    Binaries
+	pki     pki
+	caData  []byte
+	etcdURL string
+	apiURL  string
+	// schedulers are kube-scheduler's replicas, for StartScheduler: one
+	// without Options.SchedulerHA, none when it was not started.
+	schedulers  []*schedulerReplica
+	lease       *SchedulerHA // nil without leader election
+	tokens      map[string]string
+	kubeconfigs map[string]string
 
-	mu       sync.Mutex
-	procs    []*Proc // in start order
-	stopOnce sync.Once
+	mu          sync.Mutex
+	procs       []*Proc              // in start order
+	leaseClient kubernetes.Interface // SchedulerLeader's, made on first use
+	stopOnce    sync.Once
 }
 
 // StartT starts a control plane for a test: it calls t.Fatal on error and
@@ -295,36 +299,36 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	if opts.ExtenderURL == "" && !opts.Scheduler {
+	if opts.ExtenderURL == "" && !opts.Scheduler && opts.SchedulerHA == nil {
 		return nil
 	}
-	cfgPath, err := cp.writeSchedulerConfig(opts)
+	replicas, err := cp.schedulerReplicas(opts)
 	if err != nil {
 		return err
 	}
-	ports, err := freePorts(1)
-	if err != nil {
-		return err
+	cp.schedulers = replicas
+	for _, r := range replicas {
+		p, err := r.start(cp.bins.Scheduler, filepath.Join(cp.logsDir, r.name+".log"))
+		if err != nil {
+			return err
+		}
+		cp.mu.Lock()
+		cp.procs = append(cp.procs, p)
+		cp.mu.Unlock()
 	}
-	cp.schedulerURL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
-	cp.schedulerArgs = []string{
-		"--config=" + cfgPath,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[0]),
-		"--v=2",
+	for i, r := range replicas {
+		if err := cp.waitScheduler(ctx, cp.proc(r.name), i); err != nil {
+			return err
+		}
 	}
-	scheduler, err := cp.start(SchedulerName, cp.bins.Scheduler, cp.schedulerArgs...)
-	if err != nil {
-		return err
-	}
-	return cp.waitScheduler(ctx, scheduler)
+	return nil
 }
 
-// waitScheduler waits until kube-scheduler answers /healthz.
-func (cp *ControlPlane) waitScheduler(ctx context.Context, p *Proc) error {
+// waitScheduler waits until kube-scheduler replica i answers /healthz.
+func (cp *ControlPlane) waitScheduler(ctx context.Context, p *Proc, i int) error {
 	// The scheduler serves a self-signed certificate it makes up at start.
 	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
-	return waitHealthy(ctx, p, schedulerTimeout, insecure, cp.schedulerURL+"/healthz", "", func(body string) bool {
+	return waitHealthy(ctx, p, schedulerTimeout, insecure, cp.schedulers[i].url+"/healthz", "", func(body string) bool {
 		return strings.TrimSpace(body) == "ok"
 	})
 }
@@ -357,29 +361,37 @@ func (cp *ControlPlane) Signal(name string, sig syscall.Signal) error {
 	return p.Signal(sig)
 }
 
-// KillScheduler SIGKILLs kube-scheduler (a crash) and returns once it has
-// exited; StartScheduler brings it back.
-func (cp *ControlPlane) KillScheduler() error {
-	p := cp.proc(SchedulerName)
+// KillScheduler SIGKILLs kube-scheduler replica i (0 without
+// Options.SchedulerHA; a crash) and returns once it has exited;
+// StartScheduler brings it back.
+func (cp *ControlPlane) KillScheduler(i int) error {
+	if i < 0 || i >= len(cp.schedulers) {
+		return fmt.Errorf("killing %s replica %d: there are %d", SchedulerName, i, len(cp.schedulers))
+	}
+	p := cp.proc(cp.schedulers[i].name)
 	if p == nil {
-		return fmt.Errorf("killing %s: it was not started", SchedulerName)
+		return fmt.Errorf("killing %s: it was not started", cp.schedulers[i].name)
 	}
 	p.Kill()
 	return nil
 }
 
-// StartScheduler starts kube-scheduler again, with the arguments and port
-// of its first start, after KillScheduler, and waits until it is healthy.
-// It returns an error when kube-scheduler is still running.
-func (cp *ControlPlane) StartScheduler(ctx context.Context) error {
-	old := cp.proc(SchedulerName)
-	if old == nil || cp.schedulerArgs == nil {
-		return fmt.Errorf("restarting %s: it was never started", SchedulerName)
+// StartScheduler starts kube-scheduler replica i again, with the arguments,
+// port and host name of its first start, after KillScheduler, and waits
+// until it is healthy. It returns an error when it is still running.
+func (cp *ControlPlane) StartScheduler(ctx context.Context, i int) error {
+	if i < 0 || i >= len(cp.schedulers) {
+		return fmt.Errorf("restarting %s replica %d: there are %d", SchedulerName, i, len(cp.schedulers))
+	}
+	r := cp.schedulers[i]
+	old := cp.proc(r.name)
+	if old == nil {
+		return fmt.Errorf("restarting %s: it was never started", r.name)
 	}
 	if !old.Exited() {
-		return fmt.Errorf("restarting %s: pid %d is still running", SchedulerName, old.PID())
+		return fmt.Errorf("restarting %s: pid %d is still running", r.name, old.PID())
 	}
-	p, err := StartProc(SchedulerName, cp.bins.Scheduler, cp.schedulerArgs, old.LogPath)
+	p, err := r.start(cp.bins.Scheduler, old.LogPath)
 	if err != nil {
 		return err
 	}
@@ -390,12 +402,13 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context) error {
 		}
 	}
 	cp.mu.Unlock()
-	return cp.waitScheduler(ctx, p)
+	return cp.waitScheduler(ctx, p, i)
 }
 
-// writeSchedulerConfig loads opts.SchedulerConfig, applies the overrides and
-// writes the result into the control-plane directory.
-func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
+// writeSchedulerConfig loads opts.SchedulerConfig, applies the overrides
+// (the extenders pointed at extenderURL) and writes the result into the
+// control-plane directory as file.
+func (cp *ControlPlane) writeSchedulerConfig(opts Options, extenderURL, file string) (string, error) {
 	src := opts.SchedulerConfig
 	if src == "" {
 		root, err := RepoRoot()
@@ -437,26 +450,32 @@ func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
 		return "", err
 	}
 	le["leaderElect"] = false
+	if ha := opts.SchedulerHA; ha != nil {
+		le["leaderElect"] = true
+		le["resourceLock"] = "leases"
+		le["resourceNamespace"], le["resourceName"] = ha.LeaseNamespace, ha.LeaseName
+		le["leaseDuration"], le["renewDeadline"], le["retryPeriod"] = ha.LeaseDuration.String(), ha.RenewDeadline.String(), ha.RetryPeriod.String()
+	}
 
-	if opts.ExtenderURL == "" {
+	if extenderURL == "" {
 		delete(cfg, "extenders")
 	} else {
 		exts, _ := cfg["extenders"].([]any)
 		if len(exts) == 0 {
-			return "", fmt.Errorf("pointing the scheduler at %s: %s has no extenders", opts.ExtenderURL, src)
+			return "", fmt.Errorf("pointing the scheduler at %s: %s has no extenders", extenderURL, src)
 		}
 		for i, e := range exts {
 			m, ok := e.(map[string]any)
 			if !ok {
 				return "", fmt.Errorf("parsing the scheduler config %s: extenders[%d] is a %T, not a mapping", src, i, e)
 			}
-			m["urlPrefix"] = opts.ExtenderURL
+			m["urlPrefix"] = extenderURL
 			if opts.ExtenderTLS == nil {
 				continue
 			}
 			tc, ok := m["tlsConfig"].(map[string]any)
 			if !ok {
-				return "", fmt.Errorf("pointing the scheduler at %s over HTTPS: extenders[%d] of %s has no tlsConfig", opts.ExtenderURL, i, src)
+				return "", fmt.Errorf("pointing the scheduler at %s over HTTPS: extenders[%d] of %s has no tlsConfig", extenderURL, i, src)
 			}
 			for key, path := range map[string]string{"certFile": opts.ExtenderTLS.CertFile, "keyFile": opts.ExtenderTLS.KeyFile, "caFile": opts.ExtenderTLS.CAFile} {
 				if path == "" {
@@ -471,7 +490,7 @@ func (cp *ControlPlane) writeSchedulerConfig(opts Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding the scheduler config: %w", err)
 	}
-	path := filepath.Join(cp.dir, "kube-scheduler-config.yaml")
+	path := filepath.Join(cp.dir, file)
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		return "", fmt.Errorf("writing the scheduler config: %w", err)
 	}
@@ -541,6 +560,21 @@ func (cp *ControlPlane) Stop() {
 	})
 }
 
+// Exited returns how each component that has ended did, with the end of
+// its log (a kube-scheduler replica killed by KillScheduler counts until
+// StartScheduler). Empty while everything runs.
+func (cp *ControlPlane) Exited() []error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	var out []error
+	for _, p := range cp.procs {
+		if p.Exited() {
+			out = append(out, p.ExitError())
+		}
+	}
+	return out
+}
+
 // Dir is the control plane's directory (PKI, kubeconfigs, etcd data, logs).
 func (cp *ControlPlane) Dir() string { return cp.dir }
 
@@ -553,9 +587,14 @@ func (cp *ControlPlane) APIServerURL() string { return cp.apiURL }
 // EtcdURL is etcd's client URL, http://127.0.0.1:PORT.
 func (cp *ControlPlane) EtcdURL() string { return cp.etcdURL }
 
-// SchedulerURL is kube-scheduler's https://127.0.0.1:PORT, or "" when it
-// was not started.
-func (cp *ControlPlane) SchedulerURL() string { return cp.schedulerURL }
+// SchedulerURL is kube-scheduler's https://127.0.0.1:PORT (the first
+// replica's), or "" when it was not started.
+func (cp *ControlPlane) SchedulerURL() string {
+	if len(cp.schedulers) == 0 {
+		return ""
+	}
+	return cp.schedulers[0].url
+}
 
 // CACertFile is the PEM file of the CA that signed the apiserver's certificate.
 func (cp *ControlPlane) CACertFile() string { return cp.pki.CACert }

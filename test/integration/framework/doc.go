@@ -14,4 +14,9 @@
 // Every child process, the control plane's and those of the tests (the
 // extender binary, test/kubelet's simulated nodes), is a Proc: its own
 // process group, killed with the test binary on Linux.
+//
+// Options.SchedulerHA starts kube-scheduler as replicas that elect a leader
+// on one Lease, each in its own UTS namespace with its own host name (its
+// identity in the Lease is HOST_UUID), each calling its own extender URL:
+// the sidecar topology. SchedulerLeader reads which replica holds the Lease.
 package framework

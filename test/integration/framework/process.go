@@ -24,9 +24,10 @@ type Proc struct {
 	Args    []string // without the executable
 	LogPath string   // stdout and stderr, appended
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed once the process has exited
-	err  error         // the Wait result, valid once done is closed
+	cmd     *exec.Cmd
+	started time.Time     // just before it was started
+	done    chan struct{} // closed once the process has exited
+	err     error         // the Wait result, valid once done is closed
 }
 
 // StartProc starts path with args, stdout and stderr appended to logPath.
@@ -41,13 +42,14 @@ func StartProc(name, path string, args []string, logPath string) (*Proc, error) 
 // So two kube-schedulers on this machine have distinct leader identities
 // (kube-scheduler's is "<host name>_<uuid>") while sharing its network.
 // Linux only: the namespace needs root or unprivileged user namespaces,
-// and the child is started through /bin/sh and hostname(1).
+// and the child is started through /bin/sh, which names the host and
+// execs path (so the process id is path's).
 func StartProcWithHostname(name, hostname, path string, args []string, logPath string) (*Proc, error) {
 	attr, err := utsAttr()
 	if err != nil {
 		return nil, fmt.Errorf("starting %s on host %s: %w", name, hostname, err)
 	}
-	sh := append([]string{"-c", `hostname "$0" && exec "$@"`, hostname, path}, args...)
+	sh := append([]string{"-c", `echo "$0" > /proc/sys/kernel/hostname && exec "$@"`, hostname, path}, args...)
 	return startProc(name, path, args, logPath, exec.Command("/bin/sh", sh...), attr)
 }
 
@@ -59,11 +61,12 @@ func startProc(name, path string, args []string, logPath string, cmd *exec.Cmd, 
 	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = attr
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		_ = lf.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, path, err)
 	}
-	p := &Proc{Name: name, Path: path, Args: args, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Path: path, Args: args, LogPath: logPath, cmd: cmd, started: started, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		_ = lf.Close()

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	configv1 "k8s.io/kube-scheduler/config/v1"
@@ -26,6 +27,8 @@ func TestWriteSchedulerConfig(t *testing.T) {
 		name    string
 		opts    Options
 		wantTLS *configv1.ExtenderTLSConfig
+		// wantLE is the leader election the replicas get; nil: none.
+		wantLE  *election
 		wantErr string
 	}{
 		{name: "plain", opts: Options{SchedulerConfig: plain, ExtenderURL: "http://127.0.0.1:1/gpushare-scheduler"}},
@@ -40,6 +43,14 @@ func TestWriteSchedulerConfig(t *testing.T) {
 			wantTLS: &configv1.ExtenderTLSConfig{CAFile: "/ca"},
 		},
 		{
+			name: "replicas electing a leader",
+			opts: Options{SchedulerConfig: plain, ExtenderURL: "http://127.0.0.1:1/gpushare-scheduler", SchedulerHA: &SchedulerHA{
+				Replicas:      []SchedulerReplica{{Host: "scheduler-1"}, {Host: "scheduler-2", ExtenderURL: "http://127.0.0.1:2/gpushare-scheduler"}},
+				RenewDeadline: 3 * time.Second,
+			}},
+			wantLE: &election{Elect: true, Lock: "leases", Namespace: "kube-system", Name: "kube-scheduler", Lease: 15 * time.Second, Renew: 3 * time.Second, Retry: 2 * time.Second},
+		},
+		{
 			name:    "TLS files for a configuration without tlsConfig",
 			opts:    Options{SchedulerConfig: plain, ExtenderURL: "https://127.0.0.1:1/gpushare-scheduler", ExtenderTLS: &ExtenderTLS{CAFile: "/ca"}},
 			wantErr: "has no tlsConfig",
@@ -48,7 +59,7 @@ func TestWriteSchedulerConfig(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cp := &ControlPlane{dir: t.TempDir(), kubeconfigs: map[string]string{AdminUser: "/admin.kubeconfig"}}
-			path, err := cp.writeSchedulerConfig(tc.opts)
+			replicas, err := cp.schedulerReplicas(tc.opts)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
@@ -58,38 +69,82 @@ func TestWriteSchedulerConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
+			want := []SchedulerReplica{{ExtenderURL: tc.opts.ExtenderURL}}
+			if tc.opts.SchedulerHA != nil {
+				want = tc.opts.SchedulerHA.Replicas
 			}
-			var cfg configv1.KubeSchedulerConfiguration
-			if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-				t.Fatalf("%s does not decode strictly: %v", tc.opts.SchedulerConfig, err)
+			if len(replicas) != len(want) {
+				t.Fatalf("%d replicas, want %d", len(replicas), len(want))
 			}
-			// As shipped: the GPU entry (filter, bind, the managed resource)
-			// and the entry that prioritizes every pod, both pointed at the
-			// test's extender.
-			if len(cfg.Extenders) != 2 {
-				t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
-			}
-			for i, ext := range cfg.Extenders {
-				if ext.URLPrefix != tc.opts.ExtenderURL || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
-					t.Errorf("extender %d: urlPrefix %q kubeconfig %q not overridden", i, ext.URLPrefix, cfg.ClientConnection.Kubeconfig)
+			for r, w := range want {
+				if w.ExtenderURL == "" {
+					w.ExtenderURL = tc.opts.ExtenderURL
 				}
-				if ext.EnableHTTPS != (tc.wantTLS != nil) {
-					t.Errorf("extender %d: enableHTTPS = %v", i, ext.EnableHTTPS)
+				cfg := readSchedulerConfig(t, replicas[r].args[0])
+				le := cfg.LeaderElection
+				if tc.wantLE == nil {
+					if le.LeaderElect == nil || *le.LeaderElect {
+						t.Errorf("replica %d: leaderElect %v, want false", r, le.LeaderElect)
+					}
+				} else if diff := cmp.Diff(*tc.wantLE, election{
+					Elect: *le.LeaderElect, Lock: le.ResourceLock, Namespace: le.ResourceNamespace, Name: le.ResourceName,
+					Lease: le.LeaseDuration.Duration, Renew: le.RenewDeadline.Duration, Retry: le.RetryPeriod.Duration,
+				}); diff != "" {
+					t.Errorf("replica %d: leaderElection (-want +got):\n%s", r, diff)
 				}
-				if diff := cmp.Diff(tc.wantTLS, ext.TLSConfig); diff != "" {
-					t.Errorf("extender %d: tlsConfig (-want +got):\n%s", i, diff)
-				}
-			}
-			gpu, all := cfg.Extenders[0], cfg.Extenders[1]
-			if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || len(gpu.ManagedResources) != 1 || gpu.Ignorable {
-				t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resource, not ignorable, as shipped", gpu)
-			}
-			if all.PrioritizeVerb != "prioritize" || len(all.ManagedResources) != 0 || !all.Ignorable || all.BindVerb != "" {
-				t.Errorf("extender 1 %+v: want prioritize for every pod, ignorable, as shipped", all)
+				checkExtenders(t, cfg, w.ExtenderURL, tc.wantTLS)
 			}
 		})
+	}
+}
+
+// election is the part of leaderElection the replicas' configuration sets.
+type election struct {
+	Elect                 bool
+	Lock, Namespace, Name string
+	Lease, Renew, Retry   time.Duration
+}
+
+// readSchedulerConfig decodes the file of kube-scheduler's --config=FILE
+// strictly (a misspelt field fails).
+func readSchedulerConfig(t *testing.T, flag string) configv1.KubeSchedulerConfiguration {
+	t.Helper()
+	data, err := os.ReadFile(strings.TrimPrefix(flag, "--config="))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg configv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		t.Fatalf("%s does not decode strictly: %v", flag, err)
+	}
+	return cfg
+}
+
+// checkExtenders checks cfg's extenders: as shipped, pointed at url.
+func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url string, wantTLS *configv1.ExtenderTLSConfig) {
+	t.Helper()
+	// As shipped: the GPU entry (filter, bind, the managed resource)
+	// and the entry that prioritizes every pod, both pointed at the
+	// test's extender.
+	if len(cfg.Extenders) != 2 {
+		t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
+	}
+	for i, ext := range cfg.Extenders {
+		if ext.URLPrefix != url || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
+			t.Errorf("extender %d: urlPrefix %q kubeconfig %q not overridden", i, ext.URLPrefix, cfg.ClientConnection.Kubeconfig)
+		}
+		if ext.EnableHTTPS != (wantTLS != nil) {
+			t.Errorf("extender %d: enableHTTPS = %v", i, ext.EnableHTTPS)
+		}
+		if diff := cmp.Diff(wantTLS, ext.TLSConfig); diff != "" {
+			t.Errorf("extender %d: tlsConfig (-want +got):\n%s", i, diff)
+		}
+	}
+	gpu, all := cfg.Extenders[0], cfg.Extenders[1]
+	if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || len(gpu.ManagedResources) != 1 || gpu.Ignorable {
+		t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resource, not ignorable, as shipped", gpu)
+	}
+	if all.PrioritizeVerb != "prioritize" || len(all.ManagedResources) != 0 || !all.Ignorable || all.BindVerb != "" {
+		t.Errorf("extender 1 %+v: want prioritize for every pod, ignorable, as shipped", all)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
@@ -86,8 +87,17 @@ type Config struct {
 	Dir string
 	// Bins are the executables (Build).
 	Bins Binaries
-	// ExtenderAddr is the extender's host:port; empty picks a free port.
+	// ExtenderAddr is the extender's host:port (the first replica's with
+	// SchedulerReplicas); empty picks a free port.
 	ExtenderAddr string
+	// SchedulerReplicas, 2 or more, runs the sidecar topology of high
+	// availability: that many kube-scheduler replicas electing a leader
+	// on the Lease kube-system/kube-scheduler, replica N with host name
+	// scheduler-N (its pod's name) and calling its own extender sidecar
+	// extender-N, run with --follow-scheduler-lease and identity
+	// scheduler-N. 0 or 1: one kube-scheduler without leader election and
+	// one extender.
+	SchedulerReplicas int
 	// Nodes to simulate.
 	Nodes []NodeSpec
 	// RecoveryWindow is the device plugins' --recovery-window; 0 keeps
@@ -129,9 +139,17 @@ type Cluster struct {
 	extenderKubeconfig string
 	logsDir            string
 
-	mu       sync.Mutex
-	extender *framework.Proc // nil while stopped
-	nodes    []*Node         // in Config.Nodes order
+	mu        sync.Mutex
+	extenders []*extenderReplica // one per kube-scheduler replica
+	nodes     []*Node            // in Config.Nodes order
+}
+
+// extenderReplica is one extender process: the only one, or the sidecar of
+// one kube-scheduler replica.
+type extenderReplica struct {
+	name string          // "extender", or "extender-N" beside scheduler-N
+	addr string          // host:port
+	proc *framework.Proc // nil while stopped; guarded by the cluster's mu
 }
 
 // Node is a simulated node: the node agent (kubelet's device manager) and
@@ -198,6 +216,19 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, logsDir: filepath.Join(dir, "logs")}
+	if cfg.SchedulerReplicas < 2 {
+		c.extenders = []*extenderReplica{{name: "extender", addr: cfg.ExtenderAddr}}
+	} else {
+		for i := range cfg.SchedulerReplicas {
+			addr := cfg.ExtenderAddr
+			if i > 0 {
+				if addr, err = framework.FreeAddr(); err != nil {
+					return nil, err
+				}
+			}
+			c.extenders = append(c.extenders, &extenderReplica{name: fmt.Sprintf("extender-%d", i+1), addr: addr})
+		}
+	}
 	for _, s := range cfg.Nodes {
 		cards, err := gpu.ParseFakeGPUs(s.FakeGPUs, s.Name)
 		if err != nil {
@@ -228,17 +259,30 @@ func (c *Cluster) progress(format string, args ...any) {
 
 func (c *Cluster) start(ctx context.Context) error {
 	start := time.Now()
-	cp, err := framework.Start(ctx, framework.Options{
+	opts := framework.Options{
 		ExtenderURL: "http://" + c.cfg.ExtenderAddr + extenderPrefix,
 		Dir:         filepath.Join(c.cfg.Dir, "controlplane"),
-	})
+	}
+	if len(c.extenders) > 1 {
+		ha := &framework.SchedulerHA{RenewDeadline: leader.DefaultRenewDeadline}
+		for i, e := range c.extenders {
+			ha.Replicas = append(ha.Replicas, framework.SchedulerReplica{Host: schedulerHost(i), ExtenderURL: "http://" + e.addr + extenderPrefix})
+		}
+		opts.SchedulerHA = ha
+	}
+	cp, err := framework.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
 	c.CP = cp
 	c.Admin = cp.Client(framework.AdminUser)
-	c.progress("control plane up in %.1fs: etcd, kube-apiserver %s (TLS, RBAC), kube-scheduler calling the extender at http://%s%s",
-		time.Since(start).Seconds(), cp.APIServerURL(), c.cfg.ExtenderAddr, extenderPrefix)
+	if ns, lease := cp.SchedulerLease(); lease != "" {
+		c.progress("control plane up in %.1fs: etcd, kube-apiserver %s (TLS, RBAC), %d kube-scheduler replicas electing a leader on lease %s/%s, each calling its own extender sidecar",
+			time.Since(start).Seconds(), cp.APIServerURL(), len(c.extenders), ns, lease)
+	} else {
+		c.progress("control plane up in %.1fs: etcd, kube-apiserver %s (TLS, RBAC), kube-scheduler calling the extender at http://%s%s",
+			time.Since(start).Seconds(), cp.APIServerURL(), c.cfg.ExtenderAddr, extenderPrefix)
+	}
 
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -264,7 +308,21 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.StartExtender(ctx); err != nil {
 		return err
 	}
-	c.progress("extender ready on %s as service account %s/%s", c.cfg.ExtenderAddr, systemNamespace, extenderAccount)
+	for _, e := range c.extenders {
+		c.progress("%s ready on %s as service account %s/%s", e.name, e.addr, systemNamespace, extenderAccount)
+	}
+	if len(c.extenders) > 1 {
+		var i int
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			i, err = c.Leader(ctx)
+			return err == nil && i >= 0, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for a kube-scheduler replica to take the lease: %w", err)
+		}
+		c.progress("%s leads, beside %s", schedulerHost(i), c.extenders[i].name)
+	}
 
 	start = time.Now()
 	for _, n := range c.nodes {
@@ -290,8 +348,34 @@ func (c *Cluster) start(ctx context.Context) error {
 // AdminKubeconfig is the kubeconfig of the cluster admin.
 func (c *Cluster) AdminKubeconfig() string { return c.CP.AdminKubeconfig() }
 
-// ExtenderURL is http://ADDR of the extender.
-func (c *Cluster) ExtenderURL() string { return "http://" + c.cfg.ExtenderAddr }
+// ExtenderURL is http://ADDR of the extender (the first replica's).
+func (c *Cluster) ExtenderURL() string { return c.ExtenderReplicaURL(0) }
+
+// ExtenderReplicas is the number of extender processes: one, or one beside
+// each kube-scheduler replica (Config.SchedulerReplicas).
+func (c *Cluster) ExtenderReplicas() int { return len(c.extenders) }
+
+// ExtenderReplicaURL is http://ADDR of extender replica i.
+func (c *Cluster) ExtenderReplicaURL(i int) string { return "http://" + c.extenders[i].addr }
+
+// ExtenderName is extender replica i's name: "extender", or "extender-N",
+// the sidecar of kube-scheduler replica N-1.
+func (c *Cluster) ExtenderName(i int) string { return c.extenders[i].name }
+
+// schedulerHost is kube-scheduler replica i's host name, its pod's name.
+func schedulerHost(i int) string { return fmt.Sprintf("scheduler-%d", i+1) }
+
+// Leader returns the index of the kube-scheduler replica that holds the
+// Lease, whose extender sidecar is the one that places pods (its index is
+// the same); 0 with one kube-scheduler; -1 when no replica holds it. A
+// replica just killed keeps it until another takes it over.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	if len(c.extenders) == 1 {
+		return 0, nil
+	}
+	i, _, err := c.CP.SchedulerLeader(ctx)
+	return i, err
+}
 
 // Bins are the executables the cluster runs.
 func (c *Cluster) Bins() Binaries { return c.cfg.Bins }
@@ -311,20 +395,42 @@ func (c *Cluster) Node(name string) *Node {
 
 func (c *Cluster) v() string { return "-v=" + strconv.Itoa(c.cfg.Verbosity) }
 
-// StartExtender starts the extender process and waits for /readyz.
+// StartExtender starts every extender replica that is stopped and waits
+// for each one's /readyz.
 func (c *Cluster) StartExtender(ctx context.Context) error {
-	p, err := framework.StartProc("extender", c.cfg.Bins.Extender, []string{
-		"--kubeconfig=" + c.extenderKubeconfig, "--listen=" + c.cfg.ExtenderAddr, c.v(),
-	}, filepath.Join(c.logsDir, "extender.log"))
+	for i := range c.extenders {
+		c.mu.Lock()
+		running := c.extenders[i].proc != nil
+		c.mu.Unlock()
+		if running {
+			continue
+		}
+		if err := c.StartExtenderReplica(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartExtenderReplica starts extender replica i and waits for /readyz (a
+// sidecar reports ready whether its scheduler leads or not).
+func (c *Cluster) StartExtenderReplica(ctx context.Context, i int) error {
+	e := c.extenders[i]
+	args := []string{"--kubeconfig=" + c.extenderKubeconfig, "--listen=" + e.addr, c.v()}
+	if ns, lease := c.CP.SchedulerLease(); lease != "" {
+		args = append(args, "--follow-scheduler-lease="+ns+"/"+lease, "--leader-elect-identity="+schedulerHost(i),
+			"--leader-elect-renew-deadline="+leader.DefaultRenewDeadline.String())
+	}
+	p, err := framework.StartProc(e.name, c.cfg.Bins.Extender, args, filepath.Join(c.logsDir, e.name+".log"))
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.extender = p
+	e.proc = p
 	c.mu.Unlock()
 	client := &http.Client{Timeout: 2 * time.Second}
-	return waitFor(ctx, p, 60*time.Second, "the extender's /readyz", func() bool {
-		resp, err := client.Get(c.ExtenderURL() + "/readyz")
+	return waitFor(ctx, p, 60*time.Second, e.name+"'s /readyz", func() bool {
+		resp, err := client.Get("http://" + e.addr + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -333,11 +439,20 @@ func (c *Cluster) StartExtender(ctx context.Context) error {
 	})
 }
 
-// StopExtender stops the extender: SIGTERM, or SIGKILL when crash is set.
+// StopExtender stops every extender replica: SIGTERM, or SIGKILL when
+// crash is set.
 func (c *Cluster) StopExtender(crash bool) {
+	for i := range c.extenders {
+		c.StopExtenderReplica(i, crash)
+	}
+}
+
+// StopExtenderReplica stops extender replica i: SIGTERM, or SIGKILL when
+// crash is set.
+func (c *Cluster) StopExtenderReplica(i int, crash bool) {
 	c.mu.Lock()
-	p := c.extender
-	c.extender = nil
+	p := c.extenders[i].proc
+	c.extenders[i].proc = nil
 	c.mu.Unlock()
 	if p == nil {
 		return
@@ -555,11 +670,21 @@ func (c *Cluster) Processes() []ProcInfo {
 		add(n.Plugin)
 		add(n.Agent)
 	}
-	add(c.extender)
+	for _, e := range c.extenders {
+		add(e.proc)
+	}
 	if c.CP != nil {
 		bins := c.cfg.Bins.ControlPlane
 		exe := map[string]string{"etcd": bins.Etcd, "kube-apiserver": bins.APIServer, "kube-scheduler": bins.Scheduler}
-		for _, name := range []string{"kube-scheduler", "kube-apiserver", "etcd"} {
+		names := []string{"kube-scheduler"}
+		if c.CP.SchedulerReplicas() > 1 {
+			names = names[:0]
+			for i := range c.CP.SchedulerReplicas() {
+				names = append(names, c.CP.SchedulerHost(i))
+				exe[c.CP.SchedulerHost(i)] = bins.Scheduler
+			}
+		}
+		for _, name := range append(names, "kube-apiserver", "etcd") {
 			if pid, ok := c.CP.PIDs()[name]; ok {
 				out = append(out, ProcInfo{Name: name, PID: pid, Exe: exe[name]})
 			}
@@ -569,17 +694,24 @@ func (c *Cluster) Processes() []ProcInfo {
 }
 
 // Exited returns the processes of the cluster that have ended, each with
-// its log's tail, without the ones stopped on purpose.
+// its log's tail, without the ones stopped on purpose: the control plane's
+// (a kube-scheduler replica that lost its Lease exits), the extenders',
+// the nodes'.
 func (c *Cluster) Exited() []error {
+	var out []error
+	if c.CP != nil {
+		out = c.CP.Exited()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []error
 	check := func(p *framework.Proc) {
 		if p != nil && p.Exited() {
 			out = append(out, p.ExitError())
 		}
 	}
-	check(c.extender)
+	for _, e := range c.extenders {
+		check(e.proc)
+	}
 	for _, n := range c.nodes {
 		check(n.Agent)
 		check(n.Plugin)
@@ -596,8 +728,10 @@ func (c *Cluster) Stop() {
 		procs = append(procs, n.Plugin, n.Agent)
 		n.Plugin, n.Agent = nil, nil
 	}
-	procs = append(procs, c.extender)
-	c.extender = nil
+	for _, e := range c.extenders {
+		procs = append(procs, e.proc)
+		e.proc = nil
+	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range procs {
@@ -616,7 +750,8 @@ func (c *Cluster) Stop() {
 	}
 }
 
-// LogsDir holds extender.log, NODE-agent.log and NODE-plugin.log.
+// LogsDir holds extender.log (extender-N.log with SchedulerReplicas),
+// NODE-agent.log and NODE-plugin.log.
 func (c *Cluster) LogsDir() string { return c.logsDir }
 
 // waitFor polls ok until it holds, p exits, ctx ends or timeout passes.

@@ -6,6 +6,9 @@
 // account with a token bound to a pod on its node (as a DaemonSet pod's),
 // under the RBAC and admission policies of manifests/. Every process is a
 // child in its own process group that dies with its parent; Stop ends them
-// all. Rows and CheckCards compare what the extender chose with what each
-// container got.
+// all. Config.SchedulerReplicas runs the sidecar topology of high
+// availability instead of one kube-scheduler and one extender: replicas
+// electing a leader, each with its own host name and extender sidecar
+// following the Lease (Leader says which leads). Rows and CheckCards
+// compare what the extender chose with what each container got.
 package cluster

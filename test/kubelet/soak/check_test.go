@@ -185,8 +185,8 @@ func TestLasting(t *testing.T) {
 }
 
 func TestSummaryLine(t *testing.T) {
-	s := Summary{Seed: 42, Faults: map[Kind]int{KindExtenderKill: 3, KindCardUnhealthy: 2, KindPluginKill: 0}, Pods: 120, Violations: 1}
-	if got, want := s.Line(), "soak: seed=42 faults=5 kinds=2 pods=120 violations=1"; got != want {
+	s := Summary{Seed: 42, Faults: map[Kind]int{KindExtenderKill: 3, KindCardUnhealthy: 2, KindPluginKill: 0}, Pods: 120, Violations: 1, Overlapped: 4}
+	if got, want := s.Line(), "soak: seed=42 faults=5 kinds=2 pods=120 violations=1 overlapped=4"; got != want {
 		t.Errorf("Line() = %q, want %q", got, want)
 	}
 }

@@ -2,6 +2,8 @@ package soak
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -49,21 +51,24 @@ func (k *Checker) Run(ctx context.Context, period time.Duration) {
 }
 
 // Once runs one check of every continuous invariant and returns the
-// differences between the extender's inspect and the API seen now (nil
-// when the extender could not be read: then ok is false).
-func (k *Checker) Once(ctx context.Context) (inspectDiffs []string, ok bool) {
+// differences between the leading extender's inspect and the API seen now
+// and where it read the inspect (nil when the extender could not be read:
+// then ok is false). The leading extender is the sidecar of the
+// kube-scheduler replica that holds the Lease: the followers' caches may
+// lag by design (no one binds through them), so they are not compared.
+func (k *Checker) Once(ctx context.Context) (inspectDiffs []string, url string, ok bool) {
 	k.rounds++
 	rctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	nodes, err := k.c.Admin.CoreV1().Nodes().List(rctx, metav1.ListOptions{})
 	if err != nil {
 		k.skipped++
-		return nil, false
+		return nil, "", false
 	}
 	pods, err := k.c.Admin.CoreV1().Pods(metav1.NamespaceAll).List(rctx, metav1.ListOptions{})
 	if err != nil {
 		k.skipped++
-		return nil, false
+		return nil, "", false
 	}
 	k.vs.Checked(InvCards)
 	for _, b := range cluster.CheckCards(nodes.Items, pods.Items) {
@@ -87,16 +92,34 @@ func (k *Checker) Once(ctx context.Context) (inspectDiffs []string, ok bool) {
 			k.vs.Add(InvKubelet, b)
 		}
 	}
-	views, err := readInspect(rctx, k.http, k.c.ExtenderURL())
+	url, err = leaderURL(rctx, k.c)
 	if err != nil {
-		return nil, false // the extender is down or restarting
+		return nil, err.Error(), false // no leader now (a failover)
+	}
+	views, err := readInspect(rctx, k.http, url)
+	if err != nil {
+		return nil, url, false // the extender is down or restarting
 	}
 	k.vs.Checked(InvInspect)
 	diffs := InspectDiff(views, nodes.Items, pods.Items)
 	for _, b := range k.lasting.Observe(time.Now(), diffs) {
 		k.vs.Add(InvInspect, b)
 	}
-	return diffs, true
+	return diffs, url, true
+}
+
+// leaderURL returns the URL of the extender that places pods now: the
+// sidecar of the kube-scheduler replica that holds the Lease, or the only
+// extender.
+func leaderURL(ctx context.Context, c *cluster.Cluster) (string, error) {
+	i, err := c.Leader(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading which kube-scheduler replica leads: %w", err)
+	}
+	if i < 0 {
+		return "", errors.New("no kube-scheduler replica holds the lease")
+	}
+	return c.ExtenderReplicaURL(i), nil
 }
 
 // Close releases the PodResources connections.

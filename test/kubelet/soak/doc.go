@@ -10,6 +10,10 @@
 // decisions; the timing around them is the machine's.
 //
 // The parts a fault acts on are small interfaces (Component, Pausable,
-// Restarter, Cards) gathered in Targets, so that more replicas (extender
-// followers, a second kube-scheduler) are more entries of the same kind.
+// Restarter, Cards) gathered in Targets: with the sidecar topology of high
+// availability (cluster.Config.SchedulerReplicas) every kube-scheduler
+// replica and every extender sidecar, leader or follower, is an entry of
+// its kind, and a Replica names its role when it is killed. The checker
+// compares the leading sidecar's inspect only. Up to Config.Overlap faults
+// are in flight together, one per target.
 package soak

@@ -106,6 +106,8 @@ type Summary struct {
 	Faults     map[Kind]int
 	Pods       int
 	Violations int
+	// Overlapped counts the faults begun while another was in flight.
+	Overlapped int
 }
 
 // Line is the one summary line a run ends with.
@@ -117,16 +119,20 @@ func (s Summary) Line() string {
 			kinds++
 		}
 	}
-	return fmt.Sprintf("soak: seed=%d faults=%d kinds=%d pods=%d violations=%d", s.Seed, total, kinds, s.Pods, s.Violations)
+	return fmt.Sprintf("soak: seed=%d faults=%d kinds=%d pods=%d violations=%d overlapped=%d", s.Seed, total, kinds, s.Pods, s.Violations, s.Overlapped)
 }
 
 // writeTables prints the faults by kind and the invariants with how often
 // each was checked and held.
-func writeTables(w io.Writer, faults map[Kind]int, v *Violations) {
+func writeTables(w io.Writer, faults, leaders map[Kind]int, v *Violations) {
 	var b strings.Builder
 	b.WriteString("faults injected by kind:\n")
 	for _, k := range Kinds {
-		fmt.Fprintf(&b, "  %-17s %d\n", k, faults[k])
+		fmt.Fprintf(&b, "  %-17s %d", k, faults[k])
+		if n, ok := leaders[k]; ok {
+			fmt.Fprintf(&b, " (%d of the leading replica)", n)
+		}
+		b.WriteString("\n")
 	}
 	b.WriteString("invariants:\n")
 	v.mu.Lock()

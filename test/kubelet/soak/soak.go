@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 )
 
@@ -27,8 +28,11 @@ type Config struct {
 	Duration time.Duration
 	// MinFaults is the fewest faults a run injects.
 	MinFaults int
-	// MaxFaultGap bounds the quiet time after each fault.
+	// MaxFaultGap bounds the quiet time after each fault (with Overlap
+	// above 1, between the beginnings of two faults).
 	MaxFaultGap time.Duration
+	// Overlap is how many faults may be in flight together; 0 is 2.
+	Overlap int
 	// CheckPeriod is how often the continuous invariants are checked.
 	CheckPeriod time.Duration
 	// InspectBound is how long the extender's inspect may differ from the
@@ -69,6 +73,9 @@ func (cfg *Config) Defaults() {
 	if cfg.MinFaults <= 0 {
 		cfg.MinFaults = 20
 	}
+	if cfg.Overlap <= 0 {
+		cfg.Overlap = 2
+	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "soak"
 	}
@@ -104,14 +111,14 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 	if bounds.TwoCard == 0 {
 		bounds.TwoCard = cards / 4
 	}
-	log.printf("soak starting with seed %d: duration=%s min-faults=%d nodes=%d (%d GiB, %d cards); live pods: at most %d, asking at most %d GiB, at most %d split over two cards (negative: unbounded)",
-		cfg.Seed, cfg.Duration, cfg.MinFaults, len(c.Nodes()), capacity, cards, bounds.Pods, bounds.Units, bounds.TwoCard)
+	log.printf("soak starting with seed %d: duration=%s min-faults=%d overlap=%d nodes=%d (%d GiB, %d cards); %d kube-scheduler and %d extender replicas; live pods: at most %d, asking at most %d GiB, at most %d split over two cards (negative: unbounded)",
+		cfg.Seed, cfg.Duration, cfg.MinFaults, cfg.Overlap, len(c.Nodes()), capacity, cards, c.CP.SchedulerReplicas(), c.ExtenderReplicas(), bounds.Pods, bounds.Units, bounds.TwoCard)
 	if err := c.CP.CreateNamespace(ctx, cfg.Namespace); err != nil {
 		return Summary{}, nil, err
 	}
 	vs := NewViolations(log)
 	targets := ClusterTargets(c)
-	inj := NewInjector(targets, NewPlanner(cfg.Seed, targets, cfg.MaxFaultGap), log, vs)
+	inj := NewInjector(targets, NewPlanner(cfg.Seed, targets, cfg.MaxFaultGap), cfg.Overlap, log, vs)
 	wl := NewWorkload(cfg.Seed, cfg.Namespace, bounds, cfg.MaxOpWait)
 	checker := NewChecker(c, vs, log, cfg.InspectBound)
 	defer checker.Close()
@@ -142,8 +149,8 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 	workDone.Wait()
 	faults, total := inj.Counts()
 	last := inj.Healed()
-	log.printf("chaos over after %.1fs: %d faults; the workload created %d pods; waiting for every pod to run or fail with a reason (bound %s)",
-		time.Since(begin).Seconds(), total, wl.Created(), cfg.PendingBound)
+	log.printf("chaos over after %.1fs: %d faults, %d begun while another was in flight; the workload created %d pods; waiting for every pod to run or fail with a reason (bound %s)",
+		time.Since(begin).Seconds(), total, inj.Overlapped(), wl.Created(), cfg.PendingBound)
 
 	settle(ctx, c, cfg, last, vs, log)
 	stopChecks()
@@ -155,8 +162,20 @@ func Run(ctx context.Context, c *cluster.Cluster, cfg Config) (Summary, []string
 		return Summary{}, nil, fmt.Errorf("soak interrupted: %w", ctx.Err())
 	}
 	log.printf("checks: %d continuous rounds (%d skipped while the API did not answer)", checker.rounds, checker.skipped)
-	writeTables(cfg.Out, faults, vs)
-	s := Summary{Seed: cfg.Seed, Faults: faults, Pods: wl.Created(), Violations: vs.Count()}
+	if ns, name := c.CP.SchedulerLease(); name != "" {
+		if l, err := c.Admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			holder, transitions := "nobody", int32(0)
+			if l.Spec.HolderIdentity != nil {
+				holder = *l.Spec.HolderIdentity
+			}
+			if l.Spec.LeaseTransitions != nil {
+				transitions = *l.Spec.LeaseTransitions
+			}
+			log.printf("lease %s/%s: held by %s after %d transitions", ns, name, holder, transitions)
+		}
+	}
+	writeTables(cfg.Out, faults, inj.LeaderKills(), vs)
+	s := Summary{Seed: cfg.Seed, Faults: faults, Pods: wl.Created(), Violations: vs.Count(), Overlapped: inj.Overlapped()}
 	fmt.Fprintln(cfg.Out, s.Line())
 	if total < cfg.MinFaults {
 		return s, vs.List(), fmt.Errorf("only %d faults injected in %s, want at least %d", total, 3*cfg.Duration, cfg.MinFaults)
@@ -273,9 +292,13 @@ func final(ctx context.Context, c *cluster.Cluster, cfg Config, checker *Checker
 	for _, n := range c.Nodes() {
 		total[n.Spec.Name] = n.TotalGiB()
 	}
+	vs.Checked(InvRecover)
+	for _, err := range c.Exited() {
+		vs.Add(InvRecover, fmt.Sprintf("at the end, a process is not running: %v", err))
+	}
 	deadline := time.Now().Add(cfg.InspectBound)
 	for {
-		diffs, ok := checker.Once(ctx)
+		diffs, url, ok := checker.Once(ctx)
 		var sick []string
 		nodes, err := c.Admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -289,7 +312,7 @@ func final(ctx context.Context, c *cluster.Cluster, cfg Config, checker *Checker
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			if !ok {
-				vs.Add(InvInspect, fmt.Sprintf("the extender's inspect at %s could not be read at the end", c.ExtenderURL()))
+				vs.Add(InvInspect, fmt.Sprintf("the leading extender's inspect (%s) could not be read at the end", url))
 			}
 			for _, d := range diffs {
 				vs.Add(InvInspect, "at the end, "+d)
@@ -387,7 +410,11 @@ func released(ctx context.Context, c *cluster.Cluster, cfg Config, vs *Violation
 	client := &http.Client{Timeout: checkTimeout}
 	var held []string
 	for {
-		views, err := readInspect(ctx, client, c.ExtenderURL())
+		var views []cache.NodeView
+		url, err := leaderURL(ctx, c)
+		if err == nil {
+			views, err = readInspect(ctx, client, url)
+		}
 		held = held[:0]
 		if err == nil {
 			for _, n := range views {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
@@ -19,6 +20,15 @@ type Component interface {
 	// Start starts it again and returns once it serves (or, for a device
 	// plugin, once the process runs: it registers on its own).
 	Start(ctx context.Context) error
+}
+
+// Replica is a Component that is one of several replicas of which one
+// leads (an extender sidecar, a kube-scheduler replica); the injector
+// names its role when it kills it.
+type Replica interface {
+	// Role says whether it leads now: "leader", "follower", or "" when
+	// it cannot tell (the API does not answer).
+	Role(ctx context.Context) string
 }
 
 // Pausable is a process a fault can freeze (SIGSTOP) and thaw (SIGCONT).
@@ -74,14 +84,17 @@ func (t Targets) count(k Kind) int {
 	return 0
 }
 
-// ClusterTargets returns the targets of a cluster: its one extender, its
-// one kube-scheduler, its kube-apiserver, and each node's plugin, node
-// agent and cards.
+// ClusterTargets returns the targets of a cluster: every extender and
+// kube-scheduler replica (leader and followers alike, with the sidecar
+// topology), its kube-apiserver, and each node's plugin, node agent and
+// cards.
 func ClusterTargets(c *cluster.Cluster) Targets {
-	t := Targets{
-		Extenders:  []Component{extender{c}},
-		Schedulers: []Component{scheduler{c.CP}},
-		APIServers: []Pausable{apiServer{c.CP}},
+	t := Targets{APIServers: []Pausable{apiServer{c.CP}}}
+	for i := range c.ExtenderReplicas() {
+		t.Extenders = append(t.Extenders, extender{c, i})
+	}
+	for i := range c.CP.SchedulerReplicas() {
+		t.Schedulers = append(t.Schedulers, scheduler{c, i})
 	}
 	for _, n := range c.Nodes() {
 		t.Plugins = append(t.Plugins, plugin{c, n.Spec.Name})
@@ -91,20 +104,74 @@ func ClusterTargets(c *cluster.Cluster) Targets {
 	return t
 }
 
-type extender struct{ c *cluster.Cluster }
+// role says whether replica i (extender sidecar i, kube-scheduler replica
+// i: the same index) leads, by the Lease's holder; "" with one replica or
+// when the Lease cannot be read. Right after a leading kube-scheduler was
+// killed and started again, its replica still reads as the leader until
+// the Lease of its previous process expires (LeaseDuration): its sidecar
+// is the one that may bind until then, but its new kube-scheduler process
+// does not lead (scheduler.Role says so).
+func role(ctx context.Context, c *cluster.Cluster, i int) string {
+	if c.ExtenderReplicas() < 2 {
+		return ""
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	leader, err := c.Leader(rctx)
+	switch {
+	case err != nil:
+		return ""
+	case leader == i:
+		return "leader"
+	}
+	return "follower"
+}
 
-func (extender) Name() string { return "extender" }
+type extender struct {
+	c *cluster.Cluster
+	i int
+}
+
+func (e extender) Name() string { return e.c.ExtenderName(e.i) }
 func (e extender) Kill() error {
-	e.c.StopExtender(true)
+	e.c.StopExtenderReplica(e.i, true)
 	return nil
 }
-func (e extender) Start(ctx context.Context) error { return e.c.StartExtender(ctx) }
+func (e extender) Start(ctx context.Context) error { return e.c.StartExtenderReplica(ctx, e.i) }
+func (e extender) Role(ctx context.Context) string { return role(ctx, e.c, e.i) }
 
-type scheduler struct{ cp *framework.ControlPlane }
+type scheduler struct {
+	c *cluster.Cluster
+	i int
+}
 
-func (scheduler) Name() string                      { return framework.SchedulerName }
-func (s scheduler) Kill() error                     { return s.cp.KillScheduler() }
-func (s scheduler) Start(ctx context.Context) error { return s.cp.StartScheduler(ctx) }
+func (s scheduler) Name() string {
+	if h := s.c.CP.SchedulerHost(s.i); h != "" {
+		return h
+	}
+	return framework.SchedulerName
+}
+func (s scheduler) Kill() error                     { return s.c.CP.KillScheduler(s.i) }
+func (s scheduler) Start(ctx context.Context) error { return s.c.CP.StartScheduler(ctx, s.i) }
+
+// Role is role's, but a replica whose running process does not hold the
+// Lease (its killed predecessor's has not expired yet) is no leader.
+func (s scheduler) Role(ctx context.Context) string {
+	r := role(ctx, s.c, s.i)
+	if r != "leader" {
+		return r
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	leads, err := s.c.CP.SchedulerLeads(rctx, s.i)
+	switch {
+	case err != nil:
+		return ""
+	case !leads:
+		return "follower, the lease still its killed predecessor's"
+	}
+	return r
+}
 
 type plugin struct {
 	c    *cluster.Cluster
