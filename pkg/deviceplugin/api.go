@@ -27,8 +27,9 @@ type NodeAPI interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	// PatchNodeAnnotation sets one annotation.
 	PatchNodeAnnotation(ctx context.Context, name, key, value string) error
-	// PatchNodeCapacity sets status capacity and allocatable of resources.
-	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]string) error
+	// PatchNodeCapacity sets status capacity and allocatable of resources;
+	// a nil value removes the resource.
+	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error
 }
 
 // ClientAPI implements PodAPI and NodeAPI with a clientset.
@@ -70,7 +71,7 @@ func (a ClientAPI) PatchNodeAnnotation(ctx context.Context, name, key, value str
 	return err
 }
 
-func (a ClientAPI) PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]string) error {
+func (a ClientAPI) PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error {
 	body, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": values, "allocatable": values}})
 	if err != nil {
 		return err

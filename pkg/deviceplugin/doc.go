@@ -12,8 +12,9 @@
 // memory. The ListAndWatch message (one entry per unit) must stay under
 // kubelet's 4 MiB gRPC limit: the plugin computes its size at start and
 // refuses a unit that does not fit, naming one that does (one 80 GiB card
-// in MiB is 81920 devices, 4.8 MiB). aliyun.com/gpu-count (cards) is
-// patched into the node status, and the inventory annotation
+// in MiB is 81920 devices, 4.8 MiB). An aliyun.com/gpu-count capacity is
+// removed from the node status (kubelet would count pods' card counts
+// against it; see Publisher), and the inventory annotation
 // gpushare.io/devices (index, UUID, model, memory in units, health) is
 // published and re-asserted every minute and on every health change.
 //

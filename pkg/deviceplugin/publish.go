@@ -3,7 +3,6 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,8 +11,14 @@ import (
 )
 
 // Publisher keeps the node's inventory annotation (gpushare.io/devices)
-// and its aliyun.com/gpu-count capacity current. kubelet reports
-// aliyun.com/gpu-mem itself, from ListAndWatch.
+// current and the node free of an aliyun.com/gpu-count capacity. kubelet
+// reports aliyun.com/gpu-mem itself, from ListAndWatch. A card count in
+// the node's capacity would make kubelet's admission count pods' gpu-count
+// requests against it (a 4-card node would admit two 2-card pods whatever
+// memory is free); the extender checks card counts against each card's
+// memory, and the shipped scheduler configuration marks gpu-count
+// ignoredByScheduler, so nothing needs it published. An older version of
+// this plugin, and Aliyun's, published it: Publish removes it.
 type Publisher struct {
 	API  NodeAPI
 	Node string
@@ -44,8 +49,8 @@ func (p *Publisher) Inventory() *gpushare.Inventory {
 	return inv
 }
 
-// Publish patches the node where its inventory annotation or gpu-count
-// capacity differ from what they should be.
+// Publish patches the node where its inventory annotation differs from
+// what it should be, and removes a gpu-count capacity.
 func (p *Publisher) Publish(ctx context.Context) error {
 	node, err := p.API.GetNode(ctx, p.Node)
 	if err != nil {
@@ -60,12 +65,11 @@ func (p *Publisher) Publish(ctx context.Context) error {
 			return fmt.Errorf("publishing the inventory of node %s: %w", p.Node, err)
 		}
 	}
-	count := strconv.Itoa(len(p.Cards))
-	c, okC := node.Status.Capacity[gpushare.ResourceGPUCount]
-	a, okA := node.Status.Allocatable[gpushare.ResourceGPUCount]
-	if !okC || !okA || c.String() != count || a.String() != count {
-		if err := p.API.PatchNodeCapacity(ctx, p.Node, map[corev1.ResourceName]string{gpushare.ResourceGPUCount: count}); err != nil {
-			return fmt.Errorf("publishing %s of node %s: %w", gpushare.ResourceGPUCount, p.Node, err)
+	_, inCapacity := node.Status.Capacity[gpushare.ResourceGPUCount]
+	_, inAllocatable := node.Status.Allocatable[gpushare.ResourceGPUCount]
+	if inCapacity || inAllocatable {
+		if err := p.API.PatchNodeCapacity(ctx, p.Node, map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil}); err != nil {
+			return fmt.Errorf("removing %s from node %s: %w", gpushare.ResourceGPUCount, p.Node, err)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -12,8 +13,12 @@ import (
 	"github.com/gpushare/gpushare/test/util"
 )
 
+// TestPublisher: the inventory annotation follows the cards' health, and
+// an aliyun.com/gpu-count capacity (an older plugin's, or Aliyun's) is
+// removed: kubelet would count it as a consumable resource and refuse a
+// third 2-card pod on four cards.
 func TestPublisher(t *testing.T) {
-	client := fake.NewClientset(util.MakeNode("n1").Obj())
+	client := fake.NewClientset(util.MakeNode("n1").Capacity(112, 3).Obj())
 	p := &Publisher{API: ClientAPI{Client: client}, Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards}
 	ctx := context.Background()
 	if err := p.Publish(ctx); err != nil {
@@ -29,7 +34,7 @@ func TestPublisher(t *testing.T) {
 			patches++
 		}
 	}
-	// annotation + capacity, then the annotation again; not the capacity.
+	// annotation + the capacity's removal, then the annotation again.
 	if patches != 3 {
 		t.Errorf("%d patches, want 3: %v", patches, client.Actions())
 	}
@@ -49,8 +54,12 @@ func TestPublisher(t *testing.T) {
 	if diff := cmp.Diff(want, inv); diff != "" {
 		t.Errorf("inventory mismatch (-want +got):\n%s", diff)
 	}
-	c, a := node.Status.Capacity[gpushare.ResourceGPUCount], node.Status.Allocatable[gpushare.ResourceGPUCount]
-	if c.Value() != 3 || a.Value() != 3 {
-		t.Errorf("gpu-count capacity %s allocatable %s, want 3", c.String(), a.String())
+	for _, rl := range []corev1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
+		if q, ok := rl[gpushare.ResourceGPUCount]; ok {
+			t.Errorf("gpu-count %s still published", q.String())
+		}
+	}
+	if q := node.Status.Capacity[gpushare.ResourceGPUMem]; q.Value() != 112 {
+		t.Errorf("gpu-mem capacity %s, want 112 (kubelet's, untouched)", q.String())
 	}
 }

@@ -15,10 +15,14 @@
 //
 //   - aliyun.com/gpu-mem: units of memory on one card (node capacity: the sum
 //     over all cards).
-//   - aliyun.com/gpu-count: number of cards. On a node: how many cards it has.
-//     On a container (optional): how many distinct cards the container's
-//     gpu-mem is split across, evenly (gpu-mem 32, gpu-count 2 = 16 units on
-//     each of two cards). Absent or 1: one card.
+//   - aliyun.com/gpu-count: number of cards. On a container (optional): how
+//     many distinct cards the container's gpu-mem is split across, evenly
+//     (gpu-mem 32, gpu-count 2 = 16 units on each of two cards); absent or
+//     1: one card. The extender checks it against each card's memory; it is
+//     not a consumable resource: the shipped scheduler configuration marks
+//     it ignoredByScheduler and our device plugin publishes none on the
+//     node (Aliyun's plugin publishes the node's number of cards, which the
+//     extender reads only for a node without an inventory).
 //
 // # Annotations written at bind (pod)
 //

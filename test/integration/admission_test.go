@@ -303,8 +303,8 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		{name: "node-a: inventory", do: func(ctx context.Context) error {
 			return api.PatchNodeAnnotation(ctx, "node-a", gpushare.AnnotationInventory, inv)
 		}},
-		{name: "node-a: gpu-count", do: func(ctx context.Context) error {
-			return api.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]string{gpushare.ResourceGPUCount: "1"})
+		{name: "node-a: remove gpu-count", do: func(ctx context.Context) error {
+			return api.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil})
 		}},
 		{name: "event from node-a", do: createEvent(a, "node-a")},
 

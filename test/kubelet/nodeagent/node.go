@@ -71,7 +71,7 @@ func (a *agent) readyCondition() corev1.NodeCondition {
 
 // patchNodeStatus strategic-merges status into the node's status: map keys
 // (capacity) and list entries keyed by type (conditions, addresses) that it
-// does not name are left alone, so the device plugin's gpu-count stays.
+// does not name are left alone, so what the device plugin publishes stays.
 func (a *agent) patchNodeStatus(ctx context.Context, status corev1.NodeStatus) error {
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {

@@ -19,7 +19,7 @@ var (
 	nodesFlag    = flag.Int("soak.nodes", 4, "simulated GPU nodes (cluster.DefaultNodes)")
 	overlapFlag  = flag.Int("soak.overlap", 2, "faults in flight together at most (1: one after the other)")
 	replicaFlag  = flag.Int("soak.schedulers", 2, "kube-scheduler replicas electing a leader, each with its extender sidecar (1: one kube-scheduler and one extender, no election)")
-	twoCardFlag  = flag.Int("soak.max-two-card", 0, "live pods split over two cards at most; 0: a quarter of the cards, negative: no bound (kube-scheduler then leaves some pending: it counts aliyun.com/gpu-count as consumed)")
+	twoCardFlag  = flag.Int("soak.max-two-card", -1, "live pods split over two cards at most; negative: no bound (the default), 0: a quarter of the cards")
 )
 
 // TestSoak runs the chaos soak on a fresh cluster of four simulated GPU

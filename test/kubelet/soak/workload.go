@@ -79,10 +79,10 @@ type Bounds struct {
 	Pods  int
 	Units int64
 	// TwoCard bounds the live ShapeTwoCard pods; negative for no bound.
-	// kube-scheduler counts a container's aliyun.com/gpu-count as consumed
-	// from the node's (its number of cards), so a node of 4 cards takes
-	// two such pods whatever memory is free; the soak keeps below that
-	// unless told otherwise.
+	// (The soak bounded them until the shipped configuration marked
+	// aliyun.com/gpu-count ignoredByScheduler and the device plugin
+	// stopped publishing it: kube-scheduler had counted it as consumed, so
+	// a node of 4 cards took two such pods whatever memory was free.)
 	TwoCard int
 }
 

@@ -49,6 +49,9 @@ extenders:
   managedResources:
   - name: aliyun.com/gpu-mem
     ignoredByScheduler: false
+  # Card counts are the extender's to check (config/kube-scheduler-config.yaml).
+  - name: aliyun.com/gpu-count
+    ignoredByScheduler: true
 - urlPrefix: {{ .url }}
   prioritizeVerb: prioritize
   weight: 10
