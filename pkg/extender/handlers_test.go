@@ -421,15 +421,20 @@ func TestInFlightBound(t *testing.T) {
 			blockingBinds(f, release)
 			srv := httptest.NewServer(f.h.Router())
 			defer srv.Close()
-			bind := func(i int) (*http.Response, error) {
+			// The holding binds wait for release, which comes only after
+			// the extra bind was answered: a refusal that waited for a slot
+			// would never come, and its client's timeout says so. Both
+			// timeouts are generous: on a loaded machine getting every
+			// holder into its slot takes seconds.
+			bind := func(i int, timeout time.Duration) (*http.Response, error) {
 				body := fmt.Sprintf(`{"PodName":"p%d","PodNamespace":"default","PodUID":"uid-p%d","Node":"mixed"}`, i, i)
-				client := &http.Client{Timeout: 5 * time.Second}
+				client := &http.Client{Timeout: timeout}
 				return client.Post(srv.URL+"/gpushare-scheduler/bind", "application/json", strings.NewReader(body))
 			}
 			done := make(chan int, tc.holding)
 			for i := range tc.holding {
 				go func() {
-					resp, err := bind(i)
+					resp, err := bind(i, 2*time.Minute)
 					if err == nil {
 						resp.Body.Close()
 						done <- resp.StatusCode
@@ -439,14 +444,14 @@ func TestInFlightBound(t *testing.T) {
 				}()
 			}
 			// Wait until all hold their slot.
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(time.Minute)
 			for f.h.inFlight() < tc.holding && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if got := f.h.inFlight(); got != tc.holding {
 				t.Fatalf("%d requests hold a slot, want %d", got, tc.holding)
 			}
-			resp, err := bind(tc.holding)
+			resp, err := bind(tc.holding, 30*time.Second)
 			if err != nil {
 				t.Fatalf("bind %d: %v (it should be refused at once, not wait for a slot)", tc.holding+1, err)
 			}
@@ -457,7 +462,7 @@ func TestInFlightBound(t *testing.T) {
 			close(release)
 			for range tc.holding {
 				if code := <-done; code != http.StatusOK {
-					t.Errorf("a bind holding a slot answered %d", code)
+					t.Errorf("a bind holding a slot answered %d (0: no answer)", code)
 				}
 			}
 		})
