@@ -56,7 +56,18 @@ import (
 //	                            each measured on its own: "shipped" (the configurations as
 //	                            they are), "unset" (the key removed: kube-scheduler's adaptive
 //	                            default) or 0..100 ("shipped")
-//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, comma-separated (all)
+//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, cpu-mix, cpu-only,
+//	                            comma-separated (all)
+//	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
+//
+// cpu-mix measures what the shipped configuration's second extender entry
+// (prioritize for every pod, no managedResources) costs: the same pods, a
+// share of them asking only CPU and memory (4 cores, 8 GiB) between GPU
+// pods, on the same nodes (8 cards, 96 cores, 512 GiB), through (a) the
+// shipped configuration and (b) the same configuration without that entry,
+// each on its own fresh control plane and extender. cpu-only runs the
+// CPU-only pods of that mix alone through (a) and (b): their own pods/s,
+// and the extender's prioritize latency for them alone.
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -64,6 +75,10 @@ func TestSchedulingThroughput(t *testing.T) {
 	nodes, pods := envInt(t, "GPUSHARE_BENCH_NODES", 1000), envInt(t, "GPUSHARE_BENCH_PODS", 2000)
 	settings := percentageSettings(t, os.Getenv("GPUSHARE_BENCH_PERCENTAGES"))
 	configs := benchConfigs(t, os.Getenv("GPUSHARE_BENCH_CONFIGS"))
+	cpuShare := envInt(t, "GPUSHARE_BENCH_CPU_SHARE", 50)
+	if cpuShare > 100 {
+		t.Fatalf("GPUSHARE_BENCH_CPU_SHARE=%d: want a percentage, 1..100", cpuShare)
+	}
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +89,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bin string
-	if configs["extender"] || configs["filter-all"] {
+	if configs["extender"] || configs["filter-all"] || configs["cpu-mix"] || configs["cpu-only"] {
 		bin = buildExtender(t)
 	}
 	gpuNode := func(name string) *corev1.Node {
@@ -112,24 +127,26 @@ func TestSchedulingThroughput(t *testing.T) {
 			floorCP.Stop()
 		}
 
-		// The extender through the shipped scheduler configuration, as shipped
-		// and with --filter-best=false.
-		withExtender := func(args ...string) (float64, histograms) {
+		// The extender (the real binary, with args) through the scheduler
+		// configuration cfg: pods made by pod on nodes made by node.
+		extenderRun := func(cfg string, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
 			listen := freeAddr(t)
-			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: set.apply(t, shipped)})
+			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
 			_, stop := startExtender(t, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
 				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
 			defer stop()
 			waitReady(t, listen)
-			rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
+			rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, node, pod)
 			return rate, scrape(t, listen)
 		}
+		// The GPU pods through the shipped scheduler configuration, as
+		// shipped and with --filter-best=false.
 		if configs["extender"] {
-			best, bestHist = withExtender() // --filter-best is the default
+			best, bestHist = extenderRun(set.apply(t, shipped), pods, gpuNode, gpuPod) // --filter-best is the default
 		}
 		if configs["filter-all"] {
-			with, hist = withExtender("--filter-best=false")
+			with, hist = extenderRun(set.apply(t, shipped), pods, gpuNode, gpuPod, "--filter-best=false")
 		}
 
 		latencies := func(h histograms) string {
@@ -172,9 +189,104 @@ func TestSchedulingThroughput(t *testing.T) {
 				cols = append(cols, fmt.Sprintf("%.2f filter-all-ratio", with/base))
 			}
 		}
-		t.Logf("%s: %s", logName, strings.Join(logs, "; "))
-		fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+		if len(logs) > 0 {
+			t.Logf("%s: %s", logName, strings.Join(logs, "; "))
+			fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+		}
+
+		if !configs["cpu-mix"] && !configs["cpu-only"] {
+			continue
+		}
+		// What the second extender entry (prioritize for every pod) costs:
+		// (a) the configuration as shipped, (b) without that entry.
+		asShipped := set.apply(t, shipped)
+		noEveryPod := withoutEveryPodEntry(t, asShipped)
+		mixNode := func(name string) *corev1.Node {
+			return util.MakeNode(name).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
+		}
+		mixPod := func(i int) *corev1.Pod {
+			if cpuOnly(i, cpuShare) {
+				return util.MakePod(fmt.Sprintf("p%05d", i)).Requests("4", "8Gi").Obj()
+			}
+			return gpuPod(i)
+		}
+		var cpuPods []int // indices of the mix's CPU-only pods
+		for i := range pods {
+			if cpuOnly(i, cpuShare) {
+				cpuPods = append(cpuPods, i)
+			}
+		}
+		mixName := fmt.Sprintf("%s/cpu-share=%d", name, cpuShare)
+		mixLog := fmt.Sprintf("%s, %d%% of the pods CPU-only (%d)", logName, cpuShare, len(cpuPods))
+		compare := func(what string, n int, pod func(int) *corev1.Pod) {
+			shippedRate, shippedHist := extenderRun(asShipped, n, mixNode, pod)
+			gpuOnlyRate, gpuOnlyHist := extenderRun(noEveryPod, n, mixNode, pod)
+			t.Logf("%s, %s: shipped (prioritize for every pod) %.1f pods/s (%s); without the every-pod entry %.1f pods/s (%s); ratio shipped/without %.2f",
+				mixLog, what, shippedRate, latencies(shippedHist), gpuOnlyRate, latencies(gpuOnlyHist), shippedRate/gpuOnlyRate)
+			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t1\t%.1f shipped-pods/s\t%.1f without-every-pod-pods/s\t%.2f ratio\n",
+				mixName, what, shippedRate, gpuOnlyRate, shippedRate/gpuOnlyRate)
+		}
+		if configs["cpu-mix"] {
+			compare("mix", pods, mixPod)
+		}
+		if configs["cpu-only"] && len(cpuPods) > 0 {
+			compare("cpu-only", len(cpuPods), func(j int) *corev1.Pod { return mixPod(cpuPods[j]) })
+		}
 	}
+}
+
+// cpuOnly reports whether pod i of a mix asks only CPU and memory: share
+// of every 100 consecutive pods, spread evenly (every other one at 50).
+func cpuOnly(i, share int) bool { return (i+1)*share/100 > i*share/100 }
+
+// withoutEveryPodEntry returns a scheduler configuration file: src without
+// its extender entries that name no managedResources (those kube-scheduler
+// calls for every pod). It fails the test unless it removed exactly one
+// and another is left.
+func withoutEveryPodEntry(t *testing.T, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := dropEveryPodEntry(data)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	path := filepath.Join(t.TempDir(), "without-every-pod-"+filepath.Base(src))
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dropEveryPodEntry removes the extender entries without managedResources
+// from a KubeSchedulerConfiguration (YAML); exactly one must go and at
+// least one stay.
+func dropEveryPodEntry(data []byte) ([]byte, error) {
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("parsing the scheduler configuration: %w", err)
+	}
+	exts, _ := cfg["extenders"].([]any)
+	var kept []any
+	for _, e := range exts {
+		if m, ok := e.(map[string]any); ok {
+			if rs, _ := m["managedResources"].([]any); len(rs) == 0 {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	if removed := len(exts) - len(kept); removed != 1 || len(kept) == 0 {
+		return nil, fmt.Errorf("removing the every-pod extender entry: %d of %d entries name no managedResources, want 1 and another", removed, len(exts))
+	}
+	cfg["extenders"] = kept
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the scheduler configuration: %w", err)
+	}
+	return out, nil
 }
 
 // TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
@@ -334,7 +446,7 @@ func (s percentageSetting) apply(t *testing.T, src string) string {
 // benchConfigs parses GPUSHARE_BENCH_CONFIGS ("" is all of them).
 func benchConfigs(t *testing.T, list string) map[string]bool {
 	t.Helper()
-	all := []string{"plain", "noop", "extender", "filter-all"}
+	all := []string{"plain", "noop", "extender", "filter-all", "cpu-mix", "cpu-only"}
 	if list == "" {
 		list = strings.Join(all, ",")
 	}
@@ -616,4 +728,79 @@ func (h histograms) quantile(verb string, q float64) string {
 		lower, prev = b.le, b.count
 	}
 	return "n/a"
+}
+
+// TestDropEveryPodEntry: the cpu-mix comparison's second configuration is
+// the shipped one less exactly its every-pod prioritize entry, and a
+// configuration without such an entry (or with nothing else) is refused
+// rather than measured against itself.
+func TestDropEveryPodEntry(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type entry struct {
+		FilterVerb     string `json:"filterVerb"`
+		PrioritizeVerb string `json:"prioritizeVerb"`
+		BindVerb       string `json:"bindVerb"`
+	}
+	for _, tc := range []struct {
+		name    string
+		in      []byte
+		want    []entry
+		wantErr bool
+	}{
+		{name: "shipped", in: shipped, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}}},
+		{name: "no every-pod entry", in: []byte("extenders:\n- {filterVerb: filter, managedResources: [{name: aliyun.com/gpu-mem}]}\n"), wantErr: true},
+		{name: "only the every-pod entry", in: []byte("extenders:\n- {prioritizeVerb: prioritize}\n"), wantErr: true},
+		{name: "no extenders", in: []byte("kind: KubeSchedulerConfiguration\n"), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := dropEveryPodEntry(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("dropEveryPodEntry: error %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			var got struct {
+				Extenders []entry `json:"extenders"`
+			}
+			if err := yaml.Unmarshal(out, &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Extenders); diff != "" {
+				t.Errorf("extenders left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCPUOnlyShare: cpuOnly picks share of every 100 pods, evenly.
+func TestCPUOnlyShare(t *testing.T) {
+	for _, tc := range []struct {
+		share, pods int
+		want        string // pods 0..pods-1: c CPU-only, g GPU
+	}{
+		{50, 6, "gcgcgc"},
+		{25, 8, "gggcgggc"},
+		{100, 3, "ccc"},
+		{1, 100, strings.Repeat("g", 99) + "c"},
+	} {
+		var got strings.Builder
+		for i := range tc.pods {
+			if cpuOnly(i, tc.share) {
+				got.WriteByte('c')
+			} else {
+				got.WriteByte('g')
+			}
+		}
+		if diff := cmp.Diff(tc.want, got.String()); diff != "" {
+			t.Errorf("share %d (-want +got):\n%s", tc.share, diff)
+		}
+	}
 }
