@@ -59,6 +59,8 @@ import (
 //	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, cpu-mix, cpu-only,
 //	                            comma-separated (all)
 //	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
+//	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
+//	                            in alternating order (1)
 //
 // cpu-mix measures what the shipped configuration's second extender entry
 // (prioritize for every pod, no managedResources) costs: the same pods, a
@@ -67,7 +69,9 @@ import (
 // shipped configuration and (b) the same configuration without that entry,
 // each on its own fresh control plane and extender. cpu-only runs the
 // CPU-only pods of that mix alone through (a) and (b): their own pods/s,
-// and the extender's prioritize latency for them alone.
+// and the extender's prioritize latency for them alone. As everywhere
+// here, pods are created while the scheduler works, on the same cores, so
+// a rate is of creation and scheduling together.
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -75,7 +79,7 @@ func TestSchedulingThroughput(t *testing.T) {
 	nodes, pods := envInt(t, "GPUSHARE_BENCH_NODES", 1000), envInt(t, "GPUSHARE_BENCH_PODS", 2000)
 	settings := percentageSettings(t, os.Getenv("GPUSHARE_BENCH_PERCENTAGES"))
 	configs := benchConfigs(t, os.Getenv("GPUSHARE_BENCH_CONFIGS"))
-	cpuShare := envInt(t, "GPUSHARE_BENCH_CPU_SHARE", 50)
+	cpuShare, rounds := envInt(t, "GPUSHARE_BENCH_CPU_SHARE", 50), envInt(t, "GPUSHARE_BENCH_ROUNDS", 1)
 	if cpuShare > 100 {
 		t.Fatalf("GPUSHARE_BENCH_CPU_SHARE=%d: want a percentage, 1..100", cpuShare)
 	}
@@ -218,13 +222,35 @@ func TestSchedulingThroughput(t *testing.T) {
 		}
 		mixName := fmt.Sprintf("%s/cpu-share=%d", name, cpuShare)
 		mixLog := fmt.Sprintf("%s, %d%% of the pods CPU-only (%d)", logName, cpuShare, len(cpuPods))
+		// compare runs n pods through (a) and (b) rounds times, the order
+		// swapped every round so that a machine growing busier or calmer
+		// favours neither.
 		compare := func(what string, n int, pod func(int) *corev1.Pod) {
-			shippedRate, shippedHist := extenderRun(asShipped, n, mixNode, pod)
-			gpuOnlyRate, gpuOnlyHist := extenderRun(noEveryPod, n, mixNode, pod)
-			t.Logf("%s, %s: shipped (prioritize for every pod) %.1f pods/s (%s); without the every-pod entry %.1f pods/s (%s); ratio shipped/without %.2f",
-				mixLog, what, shippedRate, latencies(shippedHist), gpuOnlyRate, latencies(gpuOnlyHist), shippedRate/gpuOnlyRate)
-			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t1\t%.1f shipped-pods/s\t%.1f without-every-pod-pods/s\t%.2f ratio\n",
-				mixName, what, shippedRate, gpuOnlyRate, shippedRate/gpuOnlyRate)
+			var shippedSum, withoutSum float64
+			var ratios []string
+			for r := range rounds {
+				var shippedRate, withoutRate float64
+				var shippedHist, withoutHist histograms
+				runShipped := func() { shippedRate, shippedHist = extenderRun(asShipped, n, mixNode, pod) }
+				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, n, mixNode, pod) }
+				if r%2 == 0 {
+					runShipped()
+					runWithout()
+				} else {
+					runWithout()
+					runShipped()
+				}
+				shippedSum += shippedRate
+				withoutSum += withoutRate
+				ratios = append(ratios, fmt.Sprintf("%.2f", shippedRate/withoutRate))
+				t.Logf("%s, %s, round %d: shipped (prioritize for every pod) %.1f pods/s (%s); without the every-pod entry %.1f pods/s (%s); ratio shipped/without %.2f",
+					mixLog, what, r+1, shippedRate, latencies(shippedHist), withoutRate, latencies(withoutHist), shippedRate/withoutRate)
+			}
+			shippedMean, withoutMean := shippedSum/float64(rounds), withoutSum/float64(rounds)
+			t.Logf("%s, %s: mean of %d rounds shipped %.1f pods/s, without the every-pod entry %.1f pods/s, ratio %.2f (rounds: %s)",
+				mixLog, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean, strings.Join(ratios, ", "))
+			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t%d\t%.1f shipped-pods/s\t%.1f without-every-pod-pods/s\t%.2f ratio\n",
+				mixName, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean)
 		}
 		if configs["cpu-mix"] {
 			compare("mix", pods, mixPod)
