@@ -69,9 +69,11 @@ import (
 // shipped configuration and (b) the same configuration without that entry,
 // each on its own fresh control plane and extender. cpu-only runs the
 // CPU-only pods of that mix alone through (a) and (b): their own pods/s,
-// and the extender's prioritize latency for them alone. As everywhere
-// here, pods are created while the scheduler works, on the same cores, so
-// a rate is of creation and scheduling together.
+// and the extender's prioritize latency for them alone. Unlike the other
+// configurations, whose pods are created while the scheduler works (on
+// the same cores: their rate is of creation and scheduling together),
+// cpu-mix and cpu-only create their pods with kube-scheduler stopped and
+// measure how fast it drains them (runBacklog).
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -133,7 +135,9 @@ func TestSchedulingThroughput(t *testing.T) {
 
 		// The extender (the real binary, with args) through the scheduler
 		// configuration cfg: pods made by pod on nodes made by node.
-		extenderRun := func(cfg string, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
+		// With backlog, the pods are created while kube-scheduler is
+		// stopped (runBacklog).
+		extenderRun := func(cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
 			listen := freeAddr(t)
 			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
@@ -141,16 +145,21 @@ func TestSchedulingThroughput(t *testing.T) {
 				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
 			defer stop()
 			waitReady(t, listen)
-			rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, node, pod)
+			var rate float64
+			if backlog {
+				rate = runBacklog(t, cp.Client(framework.AdminUser), cp, nodes, pods, node, pod)
+			} else {
+				rate = runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, node, pod)
+			}
 			return rate, scrape(t, listen)
 		}
 		// The GPU pods through the shipped scheduler configuration, as
 		// shipped and with --filter-best=false.
 		if configs["extender"] {
-			best, bestHist = extenderRun(set.apply(t, shipped), pods, gpuNode, gpuPod) // --filter-best is the default
+			best, bestHist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod) // --filter-best is the default
 		}
 		if configs["filter-all"] {
-			with, hist = extenderRun(set.apply(t, shipped), pods, gpuNode, gpuPod, "--filter-best=false")
+			with, hist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod, "--filter-best=false")
 		}
 
 		latencies := func(h histograms) string {
@@ -231,8 +240,8 @@ func TestSchedulingThroughput(t *testing.T) {
 			for r := range rounds {
 				var shippedRate, withoutRate float64
 				var shippedHist, withoutHist histograms
-				runShipped := func() { shippedRate, shippedHist = extenderRun(asShipped, n, mixNode, pod) }
-				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, n, mixNode, pod) }
+				runShipped := func() { shippedRate, shippedHist = extenderRun(asShipped, true, n, mixNode, pod) }
+				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, true, n, mixNode, pod) }
 				if r%2 == 0 {
 					runShipped()
 					runWithout()
@@ -610,6 +619,28 @@ func waitReady(t *testing.T, listen string) {
 // little.
 func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
 	t.Helper()
+	return measureThroughput(t, c, nil, nodes, pods, node, pod)
+}
+
+// runBacklog is runThroughput with kube-scheduler stopped while the pods
+// are created: it returns the rate at which the scheduler drains that
+// backlog, pods-1 over the time from the first binding to the last, so
+// that neither creating the pods nor the scheduler's start counts.
+func runBacklog(t *testing.T, c kubernetes.Interface, sched schedulerHolder, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
+	t.Helper()
+	return measureThroughput(t, c, sched, nodes, pods, node, pod)
+}
+
+// schedulerHolder stops and restarts kube-scheduler (a
+// *framework.ControlPlane).
+type schedulerHolder interface {
+	KillScheduler(i int) error
+	StartScheduler(ctx context.Context, i int) error
+}
+
+// measureThroughput is runThroughput, or runBacklog when sched is not nil.
+func measureThroughput(t *testing.T, c kubernetes.Interface, sched schedulerHolder, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	parallel(t, nodes, func(i int) error {
@@ -619,12 +650,13 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 	time.Sleep(time.Duration(max(2000, 2*nodes)) * time.Millisecond)
 	// An informer counts the pods bound (it re-lists if its watch breaks).
 	var mu sync.Mutex
+	var firstBound time.Time
 	bound := map[string]bool{}
 	allBound := make(chan struct{})
 	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace("default"))
 	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { countBound(obj, &mu, bound, pods, allBound) },
-		UpdateFunc: func(_, obj any) { countBound(obj, &mu, bound, pods, allBound) },
+		AddFunc:    func(obj any) { countBound(obj, &mu, bound, &firstBound, pods, allBound) },
+		UpdateFunc: func(_, obj any) { countBound(obj, &mu, bound, &firstBound, pods, allBound) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -635,6 +667,11 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		factory.Shutdown()
 	}()
 	factory.WaitForCacheSync(ctx.Done())
+	if sched != nil {
+		if err := sched.KillScheduler(0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now()
 	created := make(chan time.Duration, 1)
 	createErr := make(chan error, 1)
@@ -647,6 +684,15 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		})
 		created <- time.Since(start)
 	}()
+	if sched != nil {
+		if err := <-createErr; err != nil {
+			t.Fatalf("creating pods: %v", err)
+		}
+		createErr <- nil
+		if err := sched.StartScheduler(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	select {
 	case <-allBound:
 	case <-ctx.Done():
@@ -656,18 +702,26 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		t.Fatalf("creating pods: %v", err)
 	}
 	mu.Lock()
-	n := len(bound)
+	n, first := len(bound), firstBound
 	mu.Unlock()
-	t.Logf("%d pods created in %v, %d bound after %v", pods, (<-created).Round(time.Millisecond), n, elapsed.Round(time.Millisecond))
+	if sched == nil {
+		t.Logf("%d pods created in %v, %d bound after %v", pods, (<-created).Round(time.Millisecond), n, elapsed.Round(time.Millisecond))
+	} else {
+		t.Logf("%d pods created in %v with kube-scheduler stopped, %d bound from %v to %v", pods, (<-created).Round(time.Millisecond),
+			n, first.Sub(start).Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	}
 	if n != pods {
 		t.Fatalf("only %d of %d pods bound", n, pods)
+	}
+	if sched != nil && pods > 1 {
+		return float64(pods-1) / (elapsed - first.Sub(start)).Seconds()
 	}
 	return float64(pods) / elapsed.Seconds()
 }
 
-// countBound records obj in bound if it is a bound pod, and closes done
-// when all want pods are.
-func countBound(obj any, mu *sync.Mutex, bound map[string]bool, want int, done chan struct{}) {
+// countBound records obj in bound if it is a bound pod (the time of the
+// first in first), and closes done when all want pods are.
+func countBound(obj any, mu *sync.Mutex, bound map[string]bool, first *time.Time, want int, done chan struct{}) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok || p.Spec.NodeName == "" {
 		return
@@ -675,6 +729,9 @@ func countBound(obj any, mu *sync.Mutex, bound map[string]bool, want int, done c
 	mu.Lock()
 	defer mu.Unlock()
 	if !bound[p.Name] {
+		if len(bound) == 0 {
+			*first = time.Now()
+		}
 		bound[p.Name] = true
 		if len(bound) == want {
 			close(done)
