@@ -56,7 +56,24 @@ import (
 //	                            each measured on its own: "shipped" (the configurations as
 //	                            they are), "unset" (the key removed: kube-scheduler's adaptive
 //	                            default) or 0..100 ("shipped")
-//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, comma-separated (all)
+//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, cpu-mix, cpu-only,
+//	                            comma-separated (all)
+//	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
+//	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
+//	                            in alternating order (1)
+//
+// cpu-mix measures what the shipped configuration's second extender entry
+// (prioritize for every pod, no managedResources) costs: the same pods, a
+// share of them asking only CPU and memory (4 cores, 8 GiB) between GPU
+// pods, on the same nodes (8 cards, 96 cores, 512 GiB), through (a) the
+// shipped configuration and (b) the same configuration without that entry,
+// each on its own fresh control plane and extender. cpu-only runs the
+// CPU-only pods of that mix alone through (a) and (b): their own pods/s,
+// and the extender's prioritize latency for them alone. Unlike the other
+// configurations, whose pods are created while the scheduler works (on
+// the same cores: their rate is of creation and scheduling together),
+// cpu-mix and cpu-only create their pods with kube-scheduler stopped and
+// measure how fast it drains them (runBacklog).
 func TestSchedulingThroughput(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -64,6 +81,10 @@ func TestSchedulingThroughput(t *testing.T) {
 	nodes, pods := envInt(t, "GPUSHARE_BENCH_NODES", 1000), envInt(t, "GPUSHARE_BENCH_PODS", 2000)
 	settings := percentageSettings(t, os.Getenv("GPUSHARE_BENCH_PERCENTAGES"))
 	configs := benchConfigs(t, os.Getenv("GPUSHARE_BENCH_CONFIGS"))
+	cpuShare, rounds := envInt(t, "GPUSHARE_BENCH_CPU_SHARE", 50), envInt(t, "GPUSHARE_BENCH_ROUNDS", 1)
+	if cpuShare > 100 {
+		t.Fatalf("GPUSHARE_BENCH_CPU_SHARE=%d: want a percentage, 1..100", cpuShare)
+	}
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +95,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bin string
-	if configs["extender"] || configs["filter-all"] {
+	if configs["extender"] || configs["filter-all"] || configs["cpu-mix"] || configs["cpu-only"] {
 		bin = buildExtender(t)
 	}
 	gpuNode := func(name string) *corev1.Node {
@@ -112,24 +133,33 @@ func TestSchedulingThroughput(t *testing.T) {
 			floorCP.Stop()
 		}
 
-		// The extender through the shipped scheduler configuration, as shipped
-		// and with --filter-best=false.
-		withExtender := func(args ...string) (float64, histograms) {
+		// The extender (the real binary, with args) through the scheduler
+		// configuration cfg: pods made by pod on nodes made by node.
+		// With backlog, the pods are created while kube-scheduler is
+		// stopped (runBacklog).
+		extenderRun := func(cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
 			listen := freeAddr(t)
-			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: set.apply(t, shipped)})
+			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
 			_, stop := startExtender(t, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
 				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
 			defer stop()
 			waitReady(t, listen)
-			rate := runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
+			var rate float64
+			if backlog {
+				rate = runBacklog(t, cp.Client(framework.AdminUser), cp, nodes, pods, node, pod)
+			} else {
+				rate = runThroughput(t, cp.Client(framework.AdminUser), nodes, pods, node, pod)
+			}
 			return rate, scrape(t, listen)
 		}
+		// The GPU pods through the shipped scheduler configuration, as
+		// shipped and with --filter-best=false.
 		if configs["extender"] {
-			best, bestHist = withExtender() // --filter-best is the default
+			best, bestHist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod) // --filter-best is the default
 		}
 		if configs["filter-all"] {
-			with, hist = withExtender("--filter-best=false")
+			with, hist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod, "--filter-best=false")
 		}
 
 		latencies := func(h histograms) string {
@@ -172,9 +202,142 @@ func TestSchedulingThroughput(t *testing.T) {
 				cols = append(cols, fmt.Sprintf("%.2f filter-all-ratio", with/base))
 			}
 		}
-		t.Logf("%s: %s", logName, strings.Join(logs, "; "))
-		fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+		if len(logs) > 0 {
+			t.Logf("%s: %s", logName, strings.Join(logs, "; "))
+			fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+		}
+
+		if !configs["cpu-mix"] && !configs["cpu-only"] {
+			continue
+		}
+		// What the second extender entry (prioritize for every pod) costs:
+		// (a) the configuration as shipped, (b) without that entry.
+		asShipped := set.apply(t, shipped)
+		noEveryPod := withoutEveryPodEntry(t, asShipped)
+		mixNode := func(name string) *corev1.Node {
+			return util.MakeNode(name).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
+		}
+		mixPod := func(i int) *corev1.Pod {
+			if cpuOnly(i, cpuShare) {
+				return util.MakePod(fmt.Sprintf("p%05d", i)).Requests("4", "8Gi").Obj()
+			}
+			return gpuPod(i)
+		}
+		var cpuPods []int // indices of the mix's CPU-only pods
+		for i := range pods {
+			if cpuOnly(i, cpuShare) {
+				cpuPods = append(cpuPods, i)
+			}
+		}
+		mixName := fmt.Sprintf("%s/cpu-share=%d", name, cpuShare)
+		mixLog := fmt.Sprintf("%s, %d%% of the pods CPU-only (%d)", logName, cpuShare, len(cpuPods))
+		// compare runs n pods through (a) and (b) rounds times, the order
+		// swapped every round so that a machine growing busier or calmer
+		// favours neither.
+		compare := func(what string, n int, pod func(int) *corev1.Pod) {
+			var shippedSum, withoutSum float64
+			var ratios []float64
+			for r := range rounds {
+				var shippedRate, withoutRate float64
+				var shippedHist, withoutHist histograms
+				runShipped := func() { shippedRate, shippedHist = extenderRun(asShipped, true, n, mixNode, pod) }
+				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, true, n, mixNode, pod) }
+				if r%2 == 0 {
+					runShipped()
+					runWithout()
+				} else {
+					runWithout()
+					runShipped()
+				}
+				shippedSum += shippedRate
+				withoutSum += withoutRate
+				ratios = append(ratios, shippedRate/withoutRate)
+				t.Logf("%s, %s, round %d: shipped (prioritize for every pod) %.1f pods/s (%s); without the every-pod entry %.1f pods/s (%s); ratio shipped/without %.2f",
+					mixLog, what, r+1, shippedRate, latencies(shippedHist), withoutRate, latencies(withoutHist), shippedRate/withoutRate)
+			}
+			shippedMean, withoutMean := shippedSum/float64(rounds), withoutSum/float64(rounds)
+			each := make([]string, len(ratios))
+			for i, r := range ratios {
+				each[i] = fmt.Sprintf("%.2f", r)
+			}
+			t.Logf("%s, %s: mean of %d rounds shipped %.1f pods/s, without the every-pod entry %.1f pods/s, ratio %.2f; median ratio of the rounds %.2f (%s)",
+				mixLog, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean, median(ratios), strings.Join(each, ", "))
+			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t%d\t%.1f shipped-pods/s\t%.1f without-every-pod-pods/s\t%.2f ratio\t%.2f median-ratio\n",
+				mixName, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean, median(ratios))
+		}
+		if configs["cpu-mix"] {
+			compare("mix", pods, mixPod)
+		}
+		if configs["cpu-only"] && len(cpuPods) > 0 {
+			compare("cpu-only", len(cpuPods), func(j int) *corev1.Pod { return mixPod(cpuPods[j]) })
+		}
 	}
+}
+
+// median returns the median of vs (the mean of the middle two when even).
+func median(vs []float64) float64 {
+	s := slices.Sorted(slices.Values(vs))
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// cpuOnly reports whether pod i of a mix asks only CPU and memory: share
+// of every 100 consecutive pods, spread evenly (every other one at 50).
+func cpuOnly(i, share int) bool { return (i+1)*share/100 > i*share/100 }
+
+// withoutEveryPodEntry returns a scheduler configuration file: src without
+// its extender entries that name no managedResources (those kube-scheduler
+// calls for every pod). It fails the test unless it removed exactly one
+// and another is left.
+func withoutEveryPodEntry(t *testing.T, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := dropEveryPodEntry(data)
+	if err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	path := filepath.Join(t.TempDir(), "without-every-pod-"+filepath.Base(src))
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dropEveryPodEntry removes the extender entries without managedResources
+// from a KubeSchedulerConfiguration (YAML); exactly one must go and at
+// least one stay.
+func dropEveryPodEntry(data []byte) ([]byte, error) {
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return nil, fmt.Errorf("parsing the scheduler configuration: %w", err)
+	}
+	exts, _ := cfg["extenders"].([]any)
+	var kept []any
+	for _, e := range exts {
+		if m, ok := e.(map[string]any); ok {
+			if rs, _ := m["managedResources"].([]any); len(rs) == 0 {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	if removed := len(exts) - len(kept); removed != 1 || len(kept) == 0 {
+		return nil, fmt.Errorf("removing the every-pod extender entry: %d of %d entries name no managedResources, want 1 and another", removed, len(exts))
+	}
+	cfg["extenders"] = kept
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the scheduler configuration: %w", err)
+	}
+	return out, nil
 }
 
 // TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
@@ -334,7 +497,7 @@ func (s percentageSetting) apply(t *testing.T, src string) string {
 // benchConfigs parses GPUSHARE_BENCH_CONFIGS ("" is all of them).
 func benchConfigs(t *testing.T, list string) map[string]bool {
 	t.Helper()
-	all := []string{"plain", "noop", "extender", "filter-all"}
+	all := []string{"plain", "noop", "extender", "filter-all", "cpu-mix", "cpu-only"}
 	if list == "" {
 		list = strings.Join(all, ",")
 	}
@@ -472,6 +635,28 @@ func waitReady(t *testing.T, listen string) {
 // little.
 func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
 	t.Helper()
+	return measureThroughput(t, c, nil, nodes, pods, node, pod)
+}
+
+// runBacklog is runThroughput with kube-scheduler stopped while the pods
+// are created: it returns the rate at which the scheduler drains that
+// backlog, pods-1 over the time from the first binding to the last, so
+// that neither creating the pods nor the scheduler's start counts.
+func runBacklog(t *testing.T, c kubernetes.Interface, sched schedulerHolder, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
+	t.Helper()
+	return measureThroughput(t, c, sched, nodes, pods, node, pod)
+}
+
+// schedulerHolder stops and restarts kube-scheduler (a
+// *framework.ControlPlane).
+type schedulerHolder interface {
+	KillScheduler(i int) error
+	StartScheduler(ctx context.Context, i int) error
+}
+
+// measureThroughput is runThroughput, or runBacklog when sched is not nil.
+func measureThroughput(t *testing.T, c kubernetes.Interface, sched schedulerHolder, nodes, pods int, node func(name string) *corev1.Node, pod func(int) *corev1.Pod) float64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	parallel(t, nodes, func(i int) error {
@@ -481,12 +666,13 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 	time.Sleep(time.Duration(max(2000, 2*nodes)) * time.Millisecond)
 	// An informer counts the pods bound (it re-lists if its watch breaks).
 	var mu sync.Mutex
+	var firstBound time.Time
 	bound := map[string]bool{}
 	allBound := make(chan struct{})
 	factory := informers.NewSharedInformerFactoryWithOptions(c, 0, informers.WithNamespace("default"))
 	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { countBound(obj, &mu, bound, pods, allBound) },
-		UpdateFunc: func(_, obj any) { countBound(obj, &mu, bound, pods, allBound) },
+		AddFunc:    func(obj any) { countBound(obj, &mu, bound, &firstBound, pods, allBound) },
+		UpdateFunc: func(_, obj any) { countBound(obj, &mu, bound, &firstBound, pods, allBound) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -497,6 +683,11 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		factory.Shutdown()
 	}()
 	factory.WaitForCacheSync(ctx.Done())
+	if sched != nil {
+		if err := sched.KillScheduler(0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now()
 	created := make(chan time.Duration, 1)
 	createErr := make(chan error, 1)
@@ -509,6 +700,15 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		})
 		created <- time.Since(start)
 	}()
+	if sched != nil {
+		if err := <-createErr; err != nil {
+			t.Fatalf("creating pods: %v", err)
+		}
+		createErr <- nil
+		if err := sched.StartScheduler(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	select {
 	case <-allBound:
 	case <-ctx.Done():
@@ -518,18 +718,26 @@ func runThroughput(t *testing.T, c kubernetes.Interface, nodes, pods int, node f
 		t.Fatalf("creating pods: %v", err)
 	}
 	mu.Lock()
-	n := len(bound)
+	n, first := len(bound), firstBound
 	mu.Unlock()
-	t.Logf("%d pods created in %v, %d bound after %v", pods, (<-created).Round(time.Millisecond), n, elapsed.Round(time.Millisecond))
+	if sched == nil {
+		t.Logf("%d pods created in %v, %d bound after %v", pods, (<-created).Round(time.Millisecond), n, elapsed.Round(time.Millisecond))
+	} else {
+		t.Logf("%d pods created in %v with kube-scheduler stopped, %d bound from %v to %v", pods, (<-created).Round(time.Millisecond),
+			n, first.Sub(start).Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	}
 	if n != pods {
 		t.Fatalf("only %d of %d pods bound", n, pods)
+	}
+	if sched != nil && pods > 1 {
+		return float64(pods-1) / (elapsed - first.Sub(start)).Seconds()
 	}
 	return float64(pods) / elapsed.Seconds()
 }
 
-// countBound records obj in bound if it is a bound pod, and closes done
-// when all want pods are.
-func countBound(obj any, mu *sync.Mutex, bound map[string]bool, want int, done chan struct{}) {
+// countBound records obj in bound if it is a bound pod (the time of the
+// first in first), and closes done when all want pods are.
+func countBound(obj any, mu *sync.Mutex, bound map[string]bool, first *time.Time, want int, done chan struct{}) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok || p.Spec.NodeName == "" {
 		return
@@ -537,6 +745,9 @@ func countBound(obj any, mu *sync.Mutex, bound map[string]bool, want int, done c
 	mu.Lock()
 	defer mu.Unlock()
 	if !bound[p.Name] {
+		if len(bound) == 0 {
+			*first = time.Now()
+		}
 		bound[p.Name] = true
 		if len(bound) == want {
 			close(done)
@@ -616,4 +827,94 @@ func (h histograms) quantile(verb string, q float64) string {
 		lower, prev = b.le, b.count
 	}
 	return "n/a"
+}
+
+// TestDropEveryPodEntry: the cpu-mix comparison's second configuration is
+// the shipped one less exactly its every-pod prioritize entry, and a
+// configuration without such an entry (or with nothing else) is refused
+// rather than measured against itself.
+func TestDropEveryPodEntry(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type entry struct {
+		FilterVerb     string `json:"filterVerb"`
+		PrioritizeVerb string `json:"prioritizeVerb"`
+		BindVerb       string `json:"bindVerb"`
+	}
+	for _, tc := range []struct {
+		name    string
+		in      []byte
+		want    []entry
+		wantErr bool
+	}{
+		{name: "shipped", in: shipped, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}}},
+		{name: "no every-pod entry", in: []byte("extenders:\n- {filterVerb: filter, managedResources: [{name: aliyun.com/gpu-mem}]}\n"), wantErr: true},
+		{name: "only the every-pod entry", in: []byte("extenders:\n- {prioritizeVerb: prioritize}\n"), wantErr: true},
+		{name: "no extenders", in: []byte("kind: KubeSchedulerConfiguration\n"), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := dropEveryPodEntry(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("dropEveryPodEntry: error %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			var got struct {
+				Extenders []entry `json:"extenders"`
+			}
+			if err := yaml.Unmarshal(out, &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Extenders); diff != "" {
+				t.Errorf("extenders left (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCPUOnlyShare: cpuOnly picks share of every 100 pods, evenly.
+func TestCPUOnlyShare(t *testing.T) {
+	for _, tc := range []struct {
+		share, pods int
+		want        string // pods 0..pods-1: c CPU-only, g GPU
+	}{
+		{50, 6, "gcgcgc"},
+		{25, 8, "gggcgggc"},
+		{100, 3, "ccc"},
+		{1, 100, strings.Repeat("g", 99) + "c"},
+	} {
+		var got strings.Builder
+		for i := range tc.pods {
+			if cpuOnly(i, tc.share) {
+				got.WriteByte('c')
+			} else {
+				got.WriteByte('g')
+			}
+		}
+		if diff := cmp.Diff(tc.want, got.String()); diff != "" {
+			t.Errorf("share %d (-want +got):\n%s", tc.share, diff)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{0.29, 0.58, 0.55}, 0.55},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{7}, 7},
+	} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
 }
