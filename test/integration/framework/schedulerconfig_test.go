@@ -123,9 +123,9 @@ func readSchedulerConfig(t *testing.T, flag string) configv1.KubeSchedulerConfig
 // checkExtenders checks cfg's extenders: as shipped, pointed at url.
 func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url string, wantTLS *configv1.ExtenderTLSConfig) {
 	t.Helper()
-	// As shipped: the GPU entry (filter, bind, the managed resource)
-	// and the entry that prioritizes every pod, both pointed at the
-	// test's extender.
+	// As shipped: the GPU entry (filter, bind, gpu-mem managed and
+	// gpu-count ignored by the scheduler) and the entry that prioritizes
+	// every pod, both pointed at the test's extender.
 	if len(cfg.Extenders) != 2 {
 		t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
 	}
@@ -141,8 +141,12 @@ func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url s
 		}
 	}
 	gpu, all := cfg.Extenders[0], cfg.Extenders[1]
-	if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || len(gpu.ManagedResources) != 1 || gpu.Ignorable {
-		t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resource, not ignorable, as shipped", gpu)
+	wantManaged := []configv1.ExtenderManagedResource{
+		{Name: "aliyun.com/gpu-mem", IgnoredByScheduler: false},
+		{Name: "aliyun.com/gpu-count", IgnoredByScheduler: true},
+	}
+	if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || cmp.Diff(wantManaged, gpu.ManagedResources) != "" || gpu.Ignorable {
+		t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resources, not ignorable, as shipped", gpu)
 	}
 	if all.PrioritizeVerb != "prioritize" || len(all.ManagedResources) != 0 || !all.Ignorable || all.BindVerb != "" {
 		t.Errorf("extender 1 %+v: want prioritize for every pod, ignorable, as shipped", all)
