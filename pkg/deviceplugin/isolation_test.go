@@ -39,14 +39,7 @@ exit 0
 // CDI annotation) and mps (the card's daemon directories and the
 // client's own limit; the two-card container runs unenforced).
 func TestAllocateIsolationGolden(t *testing.T) {
-	h := assignments{
-		"GPU-2::0": {Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 16},
-		"GPU-0::0": {Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4}, {Index: 1, UUID: "GPU-1", Units: 4}}, PodUnits: 16},
-	}
-	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
-		{DevicesIds: unitsOn("GPU-2", 0, 8)},
-		{DevicesIds: append(unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 4)...)},
-	}}
+	h, req := goldenRequest()
 	tests := []struct {
 		name     string
 		mode     gpushare.Isolation
@@ -150,6 +143,9 @@ func TestFailedEnforcementRevokesTheGrant(t *testing.T) {
 	}
 	if n := ht.h.Waiting(); n != 1 {
 		t.Errorf("Waiting() = %d, want 1: the pod waits for kubelet's next try", n)
+	}
+	if st := ht.h.Stats(); st.Revoked != 2 {
+		t.Errorf("Stats().Revoked = %d, want 2", st.Revoked)
 	}
 	// kubelet tries again once the cause is gone.
 	s.SetEnforcer(failingEnforcer{})

@@ -148,10 +148,10 @@ func (a assignments) Allocate(_ context.Context, ids []string) (*Assignment, err
 }
 func (assignments) Revoke(context.Context, *Assignment) {}
 
-// TestAllocateResponseGolden: the whole Allocate response, as kubelet
-// receives it, for every device list strategy: one request for two
-// containers, one on card 2 and one on cards 0 and 1.
-func TestAllocateResponseGolden(t *testing.T) {
+// goldenRequest is the request of the golden Allocate tests, one for two
+// containers (8 GiB on card 2; 4 GiB on each of cards 0 and 1), and the
+// handoff's answers to it.
+func goldenRequest() (assignments, *pluginapi.AllocateRequest) {
 	h := assignments{
 		"GPU-2::0": {Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 16},
 		"GPU-0::0": {Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4}, {Index: 1, UUID: "GPU-1", Units: 4}}, PodUnits: 16},
@@ -160,6 +160,14 @@ func TestAllocateResponseGolden(t *testing.T) {
 		{DevicesIds: unitsOn("GPU-2", 0, 8)},
 		{DevicesIds: append(unitsOn("GPU-0", 0, 4), unitsOn("GPU-1", 0, 4)...)},
 	}}
+	return h, req
+}
+
+// TestAllocateResponseGolden: the whole Allocate response, as kubelet
+// receives it, for every device list strategy: one request for two
+// containers, one on card 2 and one on cards 0 and 1.
+func TestAllocateResponseGolden(t *testing.T) {
+	h, req := goldenRequest()
 	for _, strategy := range Strategies {
 		t.Run(strategy, func(t *testing.T) {
 			s := NewServer(testLogger(t), h, testCards, gpushare.UnitGiB, strategy, nil)
