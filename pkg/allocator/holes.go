@@ -2,8 +2,10 @@ package allocator
 
 // Holes summarises the cluster's cards for FragAware's waste model (see
 // Waste): how many partly used cards have each amount of memory free, and
-// the free memory overall. The extender's cache and the simulator keep one
-// up to date with AddNode around every change of a node's cards. The zero
+// the free memory overall; and, for its CPU pressure (see
+// FragAware.SetCPUDemand), the CPU free beside the cards. The extender's
+// cache and the simulator keep one up to date with AddNode and AddHost
+// around every change of a node's cards, CPU and requests. The zero
 // value is not ready; use NewHoles. It is not safe for concurrent use.
 type Holes struct {
 	// Cards: free units → healthy cards with that many units free that
@@ -11,6 +13,13 @@ type Holes struct {
 	Cards map[int64]int
 	// FreeUnits is the memory free on all healthy cards, in units.
 	FreeUnits int64
+	// FreeMilliCPU is the CPU, in millicores, not yet requested on the
+	// nodes that have cards and report their CPU (AddHost): what the pods
+	// still to come share with the memory of FreeUnits. It may be
+	// negative on over-committed nodes. HostNodes counts those nodes: with
+	// none the CPU is unknown, not used up.
+	FreeMilliCPU int64
+	HostNodes    int
 }
 
 // NewHoles returns the summary of a cluster without cards.
@@ -35,4 +44,13 @@ func (h *Holes) AddNode(n *Node, sign int) {
 			delete(h.Cards, free)
 		}
 	}
+}
+
+// AddHost adds (sign 1) or takes away (sign −1) the free CPU, in
+// millicores, of a node that has cards and reports its CPU: call it with −1
+// before changing the node's CPU, its requests or its cards, and with 1
+// after, as AddNode.
+func (h *Holes) AddHost(freeMilliCPU int64, sign int) {
+	h.FreeMilliCPU += int64(sign) * freeMilliCPU
+	h.HostNodes += sign
 }

@@ -249,6 +249,7 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 	ns.seen = true
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	c.holes.AddNode(&ns.node, -1)
+	c.addHost(ns, -1)
 	ns.node = allocator.Node{Name: in.name, Unit: in.unit, Cards: in.cards}
 	ns.source = in.source
 	ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = in.hostKnown, in.cpu, in.mem
@@ -275,6 +276,7 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 		ns.charge(ps, 1)
 	}
 	c.holes.AddNode(&ns.node, 1)
+	c.addHost(ns, 1)
 	return newly
 }
 
@@ -300,6 +302,7 @@ func (c *Cache) DeleteNode(name string) {
 		return
 	}
 	c.holes.AddNode(&ns.node, -1) // a node without cards adds nothing back
+	c.addHost(ns, -1)
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
@@ -359,9 +362,39 @@ func (c *Cache) setHost(uid types.UID, h hostUse) {
 	}
 	c.hosts[uid] = h
 	ns := c.nodeState(h.node)
+	c.addHost(ns, -1)
 	ns.reqMilliCPU += h.milliCPU
 	ns.reqMemMiB += h.memMiB
 	ns.hostPods++
+	c.addHost(ns, 1)
+}
+
+// addHost adds (sign 1) or takes away (sign −1) ns's free CPU in the
+// holes' FreeMilliCPU, if ns has cards and reports its CPU: call it with −1
+// before changing its cards, CPU or requests and with 1 after. The caller
+// holds c.mu.
+func (c *Cache) addHost(ns *nodeState, sign int) {
+	if ns.hostKnown && len(ns.node.Cards) > 0 {
+		c.holes.AddHost(ns.allocMilliCPU-ns.reqMilliCPU, sign)
+	}
+}
+
+// observeCPUOnly feeds the workload model, once per pod, the CPU of a pod
+// that asks no GPU memory and is bound to a node with cards: it shares
+// that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
+// caller holds c.mu.
+func (c *Cache) observeCPUOnly(pod *PodInfo) {
+	if pod.Demand != nil || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
+		return
+	}
+	if _, seen := c.observed[pod.UID]; seen {
+		return
+	}
+	if ns, ok := c.nodes[pod.NodeName]; !ok || len(ns.node.Cards) == 0 {
+		return
+	}
+	c.observed[pod.UID] = struct{}{}
+	c.workload.ObserveCPUOnly(pod.MilliCPU)
 }
 
 // dropHost forgets what uid holds on its node, if anything. The caller holds c.mu.
@@ -372,9 +405,11 @@ func (c *Cache) dropHost(uid types.UID) {
 	}
 	delete(c.hosts, uid)
 	if ns, ok := c.nodes[h.node]; ok {
+		c.addHost(ns, -1)
 		ns.reqMilliCPU -= h.milliCPU
 		ns.reqMemMiB -= h.memMiB
 		ns.hostPods--
+		c.addHost(ns, 1)
 	}
 }
 
@@ -478,6 +513,7 @@ func (c *Cache) upsertAndUnlock(pod *PodInfo) {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	c.syncHost(pod)
+	c.observeCPUOnly(pod)
 	now := c.ignoredReason(pod.UID)
 	c.mu.Unlock()
 	if now != "" && now != was {
@@ -766,7 +802,11 @@ func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
 	if name == "" {
 		name = c.policy
 	}
-	return allocator.New(name, c.workload.Typical(), c.holes)
+	p, err := allocator.New(name, c.workload.Typical(), c.holes)
+	if f, ok := p.(*allocator.FragAware); ok {
+		f.SetCPUDemand(c.workload.CPUPerUnit())
+	}
+	return p, err
 }
 
 // gpuNode returns name's state if the node has cards and takes new pods;

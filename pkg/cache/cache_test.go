@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -29,7 +30,7 @@ func newCache(t *testing.T, clk *clocktesting.FakeClock) *Cache {
 }
 
 // checkHoles fails unless the holes the cache kept in step with its
-// changes are those of its nodes' cards as they are now.
+// changes are those of its nodes' cards and free CPU as they are now.
 func checkHoles(t *testing.T, c *Cache) {
 	t.Helper()
 	c.mu.Lock()
@@ -37,6 +38,9 @@ func checkHoles(t *testing.T, c *Cache) {
 	want := allocator.NewHoles()
 	for _, ns := range c.nodes {
 		want.AddNode(&ns.node, 1)
+		if ns.hostKnown && len(ns.node.Cards) > 0 {
+			want.AddHost(ns.allocMilliCPU-ns.reqMilliCPU, 1)
+		}
 	}
 	if diff := cmp.Diff(want, c.holes); diff != "" {
 		t.Errorf("holes kept in step differ from the cards' (-recomputed +kept):\n%s", diff)
@@ -918,5 +922,58 @@ func TestAssumeKeepsABindInFlight(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
 		t.Errorf("n1 after moving (-want +got):\n%s", diff)
+	}
+}
+
+// TestCPUPressureLearnsPodsOnGPUNodes: the workload's CPU per unit of GPU
+// memory counts the pods without GPU memory bound to nodes with cards, once
+// each, and no others; the policy the cache builds gets the pressure from
+// it and from the free CPU the holes keep.
+func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	for _, n := range []*corev1.Node{
+		util.MakeNode("gpu").Host("32", "128Gi").Cards("T4", 16, 16).Obj(),
+		util.MakeNode("cpu").Host("64", "256Gi").Obj(),
+	} {
+		if err := c.SetNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const d = 0.999 // allocator's workloadDecay
+	gpuPod := util.MakePod("train").GPUMem(4).Requests("2", "4Gi")
+	web := util.MakePod("web").Requests("1", "1Gi")
+	steps := []struct {
+		name string
+		do   func()
+		want float64 // millicores per GiB
+	}{
+		{"a GPU pod: 2 cores for 4 GiB", func() { c.UpsertPod(gpuPod.Obj()) }, 500},
+		{"a pending pod without GPU memory is not counted", func() { c.UpsertPod(web.Obj()) }, 500},
+		{"bound to the GPU node, it is", func() { c.UpsertPod(web.Node("gpu").Obj()) }, (2000*d + 1000) / (4 * d)},
+		{"once, whatever its updates", func() { c.UpsertPod(web.Node("gpu").Obj()) }, (2000*d + 1000) / (4 * d)},
+		{"one on a node without cards is not", func() {
+			c.UpsertPod(util.MakePod("batch").Requests("8", "1Gi").Node("cpu").Obj())
+		}, (2000*d + 1000) / (4 * d)},
+	}
+	for _, s := range steps {
+		s.do()
+		c.mu.Lock()
+		got := c.workload.CPUPerUnit()
+		c.mu.Unlock()
+		if diff := cmp.Diff(s.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
+		}
+	}
+	// The GPU node: 32 cores less the bound pod's 1 free beside 32 GiB;
+	// the CPU node has no cards and does not count.
+	c.mu.Lock()
+	p, err := c.newPolicy(allocator.NameFragAware)
+	c.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := (2000*d + 1000) / (4 * d) * 32 / 31000
+	if diff := cmp.Diff(want, p.(*allocator.FragAware).Pressure(), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+		t.Errorf("pressure (-want +got):\n%s", diff)
 	}
 }

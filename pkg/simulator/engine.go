@@ -311,6 +311,9 @@ func newReplay(tr *Trace, opts Options) (*replay, error) {
 			alloc: allocator.Node{Name: n.Name, Unit: n.Unit, Cards: slices.Clone(n.Cards)}}
 		ns.kube = kubeUsage{allocCPU: n.MilliCPU, allocMem: n.MemoryMiB, allocGPU: ns.alloc.Capacity()}
 		r.holes.AddNode(&ns.alloc, 1)
+		if r.hostCounted(ns) {
+			r.holes.AddHost(ns.cpuFree, 1)
+		}
 		r.maxCPU = max(r.maxCPU, n.MilliCPU)
 		r.maxGPU = max(r.maxGPU, ns.alloc.Capacity())
 	}
@@ -374,7 +377,9 @@ func (r *replay) observe(pod *Pod) allocator.Policy {
 	if pod.Demand != nil {
 		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 	}
-	return allocator.NewFragAware(r.work.Typical(), r.holes)
+	f := allocator.NewFragAware(r.work.Typical(), r.holes)
+	f.SetCPUDemand(r.work.CPUPerUnit())
+	return f
 }
 
 // decide returns the nodes (indexes of r.nodes) that kube-scheduler, with
@@ -545,9 +550,20 @@ func usageOf(pod *Pod) podUsage {
 // records it in d.
 func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision) {
 	ns := &r.nodes[best]
+	counted := r.hostCounted(ns)
+	if counted {
+		r.holes.AddHost(ns.cpuFree, -1)
+	}
 	ns.take(pod)
 	d.Node = ns.spec.Name
+	if counted {
+		r.holes.AddHost(ns.cpuFree, 1)
+	}
 	if pod.Demand == nil {
+		if len(ns.alloc.Cards) > 0 && r.policy == nil {
+			// As the extender's cache learns it from the bound pod.
+			r.work.ObserveCPUOnly(pod.MilliCPU)
+		}
 		return
 	}
 	if err := allocator.FitWith(&ns.alloc, pod.Demand, pod.Constraints, policy, r.best); err != nil {
@@ -566,6 +582,13 @@ func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision)
 		}
 		slices.Sort(d.Cards[c]) // by index, as the allocation annotation lists them
 	}
+}
+
+// hostCounted says whether ns's free CPU counts in the holes'
+// FreeMilliCPU: it has cards, and the extender would know its CPU (not
+// with Options.GPUOnly, which replays nodes that report none).
+func (r *replay) hostCounted(ns *nodeState) bool {
+	return len(ns.alloc.Cards) > 0 && !r.opts.GPUOnly
 }
 
 // take charges pod's CPU and memory to the node.
