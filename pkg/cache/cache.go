@@ -927,6 +927,13 @@ func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed 
 	if err != nil {
 		return nil, nil, err
 	}
+	n := 0
+	for i := range nodes {
+		if fits[i] && scores[i] == allocator.MaxScore {
+			n++
+		}
+	}
+	best = make([]string, 0, n) // one allocation, however many pass
 	for i, name := range nodes {
 		if fits[i] && scores[i] == allocator.MaxScore {
 			best = append(best, name)
@@ -989,7 +996,7 @@ func (c *Cache) scoreNodes(pod *PodInfo, nodes []string, failed map[string]strin
 	if err != nil {
 		return nil, nil, err
 	}
-	var raw []float64 // of the nodes that fit, in order
+	raw := make([]float64, 0, len(nodes)) // of the nodes that fit, in order
 	fits = make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
