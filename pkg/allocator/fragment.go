@@ -63,7 +63,12 @@ type Shape struct {
 // balance as it was; plus a packing term of a tenth of a card times the
 // node's GPU utilisation afterwards, so that among placements of equal
 // waste the pod fills busy nodes and keeps empty ones whole for multi-card
-// requests.
+// requests; minus, given a Host, the dead memory the pod makes: the free
+// GPU memory it leaves on a node whose CPU or memory then holds no typical
+// request (less what was dead before). Example: typical requests asking 3
+// cores or more; a 15-core single-card pod on a node of two cards and 16
+// cores leaves its other card dead (−1000), where the multi-card term alone
+// would rather put it there than break an empty node of eight cards.
 //
 // CPU pressure. Packing is right while GPU memory is what runs out first.
 // When the pods arriving (those without GPU memory included) ask more CPU
@@ -139,8 +144,12 @@ type FragAware struct {
 	// hostNodes: the nodes with cards that report their CPU.
 	freeUnits, freeMilliCPU int64
 	hostNodes               int
-	// pressure is κ (see CPU pressure), 0 until SetCPUDemand.
-	pressure float64
+	// pressure is κ (see CPU pressure), 0 until SetCPUDemand; pack is the
+	// packing weight for it, in cards.
+	pressure, pack float64
+	// need*: the least and the most CPU (millicores) and memory (MiB) a
+	// typical request asks, 0 when unknown, for starved's quick answers.
+	needCPULo, needCPUHi, needMemLo, needMemHi float64
 }
 
 // unitMemo bounds the hole sizes whose Waste is memoised by unit: every
@@ -153,7 +162,7 @@ const unitMemo = 4096
 // every hole is waste, so it fills partly used cards before empty ones,
 // and the packing term prefers busier nodes.
 func NewFragAware(typical []Shape, holes *Holes) *FragAware {
-	f := &FragAware{shapes: typical, fill: make([]float64, len(typical))}
+	f := &FragAware{shapes: typical, fill: make([]float64, len(typical)), pack: packWeight}
 	var mean float64 // units of the mean typical request
 	for i, s := range typical {
 		mean += s.Weight * float64(s.Units) * float64(max(1, s.Cards))
@@ -162,6 +171,7 @@ func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 		}
 	}
 	f.setGrid()
+	f.setNeeds()
 	if holes != nil {
 		f.freeUnits, f.freeMilliCPU, f.hostNodes = holes.FreeUnits, holes.FreeMilliCPU, holes.HostNodes
 	}
@@ -183,6 +193,38 @@ func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 		}
 	}
 	return f
+}
+
+// setNeeds records the least and most CPU and memory of the typical
+// requests (see starved).
+func (f *FragAware) setNeeds() {
+	for i, s := range f.shapes {
+		if i == 0 {
+			f.needCPULo, f.needMemLo = s.MilliCPU, s.MemoryMiB
+		}
+		f.needCPULo, f.needCPUHi = min(f.needCPULo, s.MilliCPU), max(f.needCPUHi, s.MilliCPU)
+		f.needMemLo, f.needMemHi = min(f.needMemLo, s.MemoryMiB), max(f.needMemHi, s.MemoryMiB)
+	}
+}
+
+// starved reports whether a node with cpu millicores and mem MiB free can
+// hold no typical request, whatever its cards: then its free GPU memory is
+// dead. A shape of unknown CPU and memory (0) fits anywhere; with no
+// typical request nothing is starved.
+func (f *FragAware) starved(cpu, mem int64) bool {
+	c, m := float64(cpu), float64(mem)
+	switch {
+	case len(f.shapes) == 0 || c >= f.needCPUHi && m >= f.needMemHi:
+		return false
+	case c < f.needCPULo || m < f.needMemLo:
+		return true
+	}
+	for i := range f.shapes {
+		if c >= f.shapes[i].MilliCPU && m >= f.shapes[i].MemoryMiB {
+			return false
+		}
+	}
+	return true
 }
 
 // maxWasteSteps bounds the hole sizes, in grid steps, that Waste's
@@ -338,6 +380,7 @@ func (f *FragAware) SetCPUDemand(milliCPUPerUnit float64) {
 	default:
 		f.pressure = milliCPUPerUnit * float64(f.freeUnits) / float64(f.freeMilliCPU)
 	}
+	f.pack = f.packing()
 }
 
 // Pressure returns κ as SetCPUDemand set it.
@@ -480,6 +523,18 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 		delta += s.Weight * float64(-taken-dSlots*s.Units*int64(s.Cards))
 	}
 	score := -wasteWeight*waste - delta
+	if h != nil {
+		// Dead memory: what the pod leaves on a node whose CPU or memory
+		// then holds no typical request, less what was dead before.
+		var dead float64
+		if f.starved(h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB) {
+			dead += float64(free - taken)
+		}
+		if f.starved(h.FreeMilliCPU, h.FreeMemoryMiB) {
+			dead -= float64(free)
+		}
+		score -= dead
+	}
 	if healthy == 0 {
 		return score
 	}
@@ -500,7 +555,7 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 	}
 	// Packing (spreading under CPU pressure): a tenth of the node's mean
 	// card × its utilisation after.
-	return score + alignWeight*card*align + f.packing()*float64(usedAfter)/float64(healthy)
+	return score + alignWeight*card*align + f.pack*float64(usedAfter)/float64(healthy)
 }
 
 // slotsAfter is gpuSlots for the cards' free units frees once pl is placed.

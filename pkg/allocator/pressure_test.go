@@ -152,3 +152,57 @@ func TestAlignmentCountsMemory(t *testing.T) {
 		t.Errorf("aligned − memory-starved (-want +got):\n%s", diff)
 	}
 }
+
+// TestDeadMemory: the doc's example. A 15-core pod on a two-card node of
+// 16 cores leaves the other card no CPU for any typical request (3 cores
+// or more): its 1000 units are dead. On a node of 96 cores they are not;
+// nor on a node that was already starved before the pod.
+func TestDeadMemory(t *testing.T) {
+	typical := []Shape{{Units: 1000, Cards: 1, Weight: 0.5, MilliCPU: 11000, MemoryMiB: 4096}, {Units: 300, Cards: 1, Weight: 0.5, MilliCPU: 3000, MemoryMiB: 8192}}
+	f := NewFragAware(typical, nil)
+	node := &Node{Name: "n", Cards: []Card{{Index: 0, Total: 1000, Healthy: true}, {Index: 1, Total: 1000, Healthy: true}}}
+	pl := &Placement{Reserved: []int64{1000, 0}}
+	tests := []struct {
+		name string
+		h    Host
+		want float64 // dead units the pod makes
+	}{
+		{"doc: 16 cores, 15 taken", Host{FreeMilliCPU: 16000, FreeMemoryMiB: 1 << 16, PodMilliCPU: 15000}, 1000},
+		{"96 cores", Host{FreeMilliCPU: 96000, FreeMemoryMiB: 1 << 16, PodMilliCPU: 15000}, 0},
+		{"exactly the smallest request's CPU left", Host{FreeMilliCPU: 18000, FreeMemoryMiB: 1 << 16, PodMilliCPU: 15000}, 0},
+		{"memory left for none", Host{FreeMilliCPU: 96000, FreeMemoryMiB: 4096, PodMilliCPU: 15000, PodMemoryMiB: 3584}, 1000},
+		// Starved before: both cards were dead; the pod takes one of them.
+		{"already starved", Host{FreeMilliCPU: 2000, FreeMemoryMiB: 1 << 16}, -1000},
+		// 10 cores and 6000 MiB left: too little CPU for the 1000s, too
+		// little memory for the 300s.
+		{"each shape misses one resource", Host{FreeMilliCPU: 26000, FreeMemoryMiB: 1 << 16, PodMilliCPU: 16000, PodMemoryMiB: 1<<16 - 6000}, 1000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// The same pod with CPU and memory to spare everywhere makes
+			// no dead memory; the difference is the dead term alone.
+			spare := tc.h
+			spare.FreeMilliCPU, spare.FreeMemoryMiB = 1<<40, 1<<40
+			spare.PodMilliCPU = tc.h.PodMilliCPU
+			got := f.score(node, pl, &spare) - f.score(node, pl, &tc.h)
+			// Alignment differs too; take it out.
+			got -= alignWeight * 1000 * (alignOf(&spare, 1000, 2000) - alignOf(&tc.h, 1000, 2000))
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(1e-9, 1e-9)); diff != "" {
+				t.Errorf("dead units (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// alignOf is the alignment term's factor for a pod taking taken of free
+// units on a node with h (see FragAware).
+func alignOf(h *Host, taken, free int64) float64 {
+	pc, pg := float64(h.PodMilliCPU)/float64(h.FreeMilliCPU), float64(taken)/float64(free)
+	if h.FreeMemoryMiB > 0 {
+		pc = max(pc, float64(h.PodMemoryMiB)/float64(h.FreeMemoryMiB))
+	}
+	if hi := max(pc, pg); hi > 0 {
+		return min(pc, pg) / hi
+	}
+	return 0
+}
