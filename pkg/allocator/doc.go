@@ -33,11 +33,13 @@
 //     cards that those requests will not fill, given how many such cards
 //     (Holes) compete for them; for multi-card requests, a capacity model
 //     that counts how many the cards, and (given a Host) the CPU and
-//     memory, still admit. See FragAware.
+//     memory, still admit; memory left dead beside exhausted CPU or memory;
+//     packing, or spreading under CPU pressure (SetCPUDemand). See
+//     FragAware.
 //
 // BestFit, FGD and FragAware also implement HostScorer: given a node's free
-// CPU they weigh it too, and FragAware its free memory for multi-card
-// requests (the extender's cache and the simulator both pass them).
+// CPU they weigh it too, and FragAware its free memory (the extender's cache
+// and the simulator both pass them).
 //
 // Node scores are mapped to the extender range 0..10 across the nodes of one
 // request by NormalizeScores.
