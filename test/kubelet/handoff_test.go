@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ func newEnv(t *testing.T, s setup) *env {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	dir := t.TempDir()
+	dir := managerDir(t)
 	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
 		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
 		ListAfterAdmit:     s.listAfterAdmit,
@@ -92,6 +93,33 @@ func newEnv(t *testing.T, s setup) *env {
 		t.Fatal(err)
 	}
 	return &env{t: t, ctx: ctx, dir: dir, setup: s, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
+}
+
+// managerDir is t.TempDir for a directory kubelet's device manager writes
+// in. The manager does not wait for its endpoint goroutines when it stops,
+// so the checkpoint written for a plugin's last ListAndWatch update may land
+// while the directory is being removed, and t.TempDir's cleanup then fails
+// the test with "directory not empty" (seen once, TestHealthAndRecovery on
+// a loaded machine). This one retries the removal for up to 2 s.
+func managerDir(t *testing.T) string {
+	t.Helper()
+	name := strings.ReplaceAll(t.Name(), "/", "_")
+	name = name[:min(len(name), 40)] // unix socket paths stay short
+	dir, err := os.MkdirTemp("", name+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var err error
+		for range 100 {
+			if err = os.RemoveAll(dir); err == nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("removing %s: %v", dir, err)
+	})
+	return dir
 }
 
 // plugin is one run of the device plugin.
