@@ -230,6 +230,21 @@ func (f *FragAware) starved(cpu, mem int64) bool {
 	return true
 }
 
+// deadMade is the dead memory, in units, a pod taking taken of a node's
+// free units makes given h: what it leaves on a node whose CPU or memory
+// then holds no typical request, less what was dead before (negative when
+// it takes memory that was dead).
+func (f *FragAware) deadMade(free, taken int64, h *Host) float64 {
+	var dead float64
+	if f.starved(h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB) {
+		dead += float64(free - taken)
+	}
+	if f.starved(h.FreeMilliCPU, h.FreeMemoryMiB) {
+		dead -= float64(free)
+	}
+	return dead
+}
+
 // maxWasteSteps bounds the hole sizes, in grid steps, that Waste's
 // recursion visits per request.
 const maxWasteSteps = 4096
@@ -527,16 +542,7 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 	}
 	score := -wasteWeight*waste - delta
 	if h != nil {
-		// Dead memory: what the pod leaves on a node whose CPU or memory
-		// then holds no typical request, less what was dead before.
-		var dead float64
-		if f.starved(h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB) {
-			dead += float64(free - taken)
-		}
-		if f.starved(h.FreeMilliCPU, h.FreeMemoryMiB) {
-			dead -= float64(free)
-		}
-		score -= dead
+		score -= f.deadMade(free, taken, h)
 	}
 	if healthy == 0 {
 		return score

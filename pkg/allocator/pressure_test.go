@@ -179,30 +179,19 @@ func TestDeadMemory(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			// The same pod with CPU and memory to spare everywhere makes
-			// no dead memory; the difference is the dead term alone.
-			spare := tc.h
-			spare.FreeMilliCPU, spare.FreeMemoryMiB = 1<<40, 1<<40
-			spare.PodMilliCPU = tc.h.PodMilliCPU
-			got := f.score(node, pl, &spare) - f.score(node, pl, &tc.h)
-			// Alignment differs too; take it out.
-			got -= alignWeight * 1000 * (alignOf(&spare, 1000, 2000) - alignOf(&tc.h, 1000, 2000))
-			if diff := cmp.Diff(tc.want, got, cmpopts.EquateApprox(1e-9, 1e-9)); diff != "" {
+			// The pod takes one card of the two, 1000 of 2000 free units.
+			if diff := cmp.Diff(tc.want, f.deadMade(2000, 1000, &tc.h)); diff != "" {
 				t.Errorf("dead units (-want +got):\n%s", diff)
 			}
 		})
 	}
-}
-
-// alignOf is the alignment term's factor for a pod taking taken of free
-// units on a node with h (see FragAware).
-func alignOf(h *Host, taken, free int64) float64 {
-	pc, pg := float64(h.PodMilliCPU)/float64(h.FreeMilliCPU), float64(taken)/float64(free)
-	if h.FreeMemoryMiB > 0 {
-		pc = max(pc, float64(h.PodMemoryMiB)/float64(h.FreeMemoryMiB))
+	// And the node score carries it: the doc's node scored by the typical
+	// requests above and by ones that need 1 core, which the card left
+	// over still serves. Whole cards waste nothing and there are no
+	// multi-card shapes, so the dead card is the only difference.
+	h := Host{FreeMilliCPU: 16000, FreeMemoryMiB: 1 << 16, PodMilliCPU: 15000}
+	lean := NewFragAware([]Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 1000}}, nil)
+	if got := lean.score(node, pl, &h) - f.score(node, pl, &h); got != 1000 {
+		t.Errorf("score without dead memory − score with = %g, want 1000", got)
 	}
-	if hi := max(pc, pg); hi > 0 {
-		return min(pc, pg) / hi
-	}
-	return 0
 }
