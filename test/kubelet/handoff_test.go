@@ -96,11 +96,12 @@ func newEnv(t *testing.T, s setup) *env {
 }
 
 // managerDir is t.TempDir for a directory kubelet's device manager writes
-// in. The manager does not wait for its endpoint goroutines when it stops,
-// so the checkpoint written for a plugin's last ListAndWatch update may land
-// while the directory is being removed, and t.TempDir's cleanup then fails
-// the test with "directory not empty" (seen once, TestHealthAndRecovery on
-// a loaded machine). This one retries the removal for up to 2 s.
+// in. Once, on a loaded machine, TestHealthAndRecovery failed only in
+// t.TempDir's cleanup ("directory not empty"): a file appeared in the
+// directory after the manager and the plugin had stopped, most likely the
+// manager's checkpoint for the plugin's last ListAndWatch update (not
+// proven: the failure did not recur). This one retries the removal for up
+// to 2 s.
 func managerDir(t *testing.T) string {
 	t.Helper()
 	name := strings.ReplaceAll(t.Name(), "/", "_")
