@@ -86,8 +86,8 @@ type Cache struct {
 	// An entry leaves when the informer delivers that version or a newer
 	// one, or the pod's delete.
 	floor map[types.UID]uint64
-	// catchUp is non-nil while a catch-up runs (BeginCatchUp).
-	catchUp *catchUpState
+	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
+	catchUp *CatchUp
 
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable

@@ -7,10 +7,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// catchUpState records, while a catch-up runs, the informer events applied
-// meanwhile, so a quorum-listed pod older than them is not applied over
-// them.
-type catchUpState struct {
+// CatchUp is one catch-up (BeginCatchUp). While it is the cache's current
+// one it records the informer events applied meanwhile, so a quorum-listed
+// pod older than them is not applied over them. A catch-up that a newer one
+// replaced (a lease flap started another term's before it ended) applies
+// nothing more and its end changes nothing: the newer one lists every
+// bound pod again.
+type CatchUp struct {
 	// applied: pod UID -> resourceVersion of the last informer event
 	// applied during the catch-up; math.MaxUint64 for a delete.
 	applied map[types.UID]uint64
@@ -24,36 +27,43 @@ func resourceVersion(s string) (rv uint64, ok bool) {
 	return rv, err == nil
 }
 
-// BeginCatchUp starts a catch-up: pods from a quorum list of the API are
-// about to be applied with ApplyQuorum. A new leader runs one before it
-// places pods, so Bindings the previous leader made that this replica's
-// lagging informer has not delivered yet are charged (see pkg/leader).
-func (c *Cache) BeginCatchUp() {
+// BeginCatchUp starts a catch-up, replacing any still running: pods from a
+// quorum list of the API are about to be applied with ApplyQuorum. A new
+// leader runs one before it places pods, so Bindings the previous leader
+// made that this replica's lagging informer has not delivered yet are
+// charged (see pkg/leader).
+func (c *Cache) BeginCatchUp() *CatchUp {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.catchUp = &catchUpState{applied: map[types.UID]uint64{}}
+	c.catchUp = &CatchUp{applied: map[types.UID]uint64{}}
+	return c.catchUp
 }
 
-// EndCatchUp ends the catch-up BeginCatchUp started.
-func (c *Cache) EndCatchUp() {
+// EndCatchUp ends cu, if it is still the current catch-up.
+func (c *Cache) EndCatchUp(cu *CatchUp) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.catchUp = nil
+	if c.catchUp == cu {
+		c.catchUp = nil
+	}
 }
 
-// ApplyQuorum applies a pod read by a quorum list of the API during a
-// catch-up, unless an informer event already applied a newer version of it
-// (or its delete). The pod's resourceVersion becomes its floor: informer
-// events older than it (a lagging watch delivering the pod as still
-// pending) are ignored until the informer reaches it.
-func (c *Cache) ApplyQuorum(pod *PodInfo) {
+// ApplyQuorum applies a pod read by a quorum list of the API during the
+// catch-up cu, unless an informer event already applied a newer version of
+// it (or its delete) since cu began, or cu is no longer the current
+// catch-up. The pod's resourceVersion becomes its floor: informer events
+// older than it (a lagging watch delivering the pod as still pending) are
+// ignored until the informer reaches it.
+func (c *Cache) ApplyQuorum(cu *CatchUp, pod *PodInfo) {
 	rv, ok := resourceVersion(pod.ResourceVersion)
 	c.mu.Lock()
-	if c.catchUp != nil {
-		if seen, applied := c.catchUp.applied[pod.UID]; applied && (!ok || seen >= rv) {
-			c.mu.Unlock()
-			return
-		}
+	if c.catchUp != cu || cu == nil {
+		c.mu.Unlock()
+		return
+	}
+	if seen, applied := cu.applied[pod.UID]; applied && (!ok || seen >= rv) {
+		c.mu.Unlock()
+		return
 	}
 	if ok {
 		c.floor[pod.UID] = rv

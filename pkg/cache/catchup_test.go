@@ -29,10 +29,11 @@ func TestCatchUp(t *testing.T) {
 	}
 	type step struct {
 		informer *PodInfo // an informer add or update
-		quorum   *PodInfo // applied by the catch-up
+		quorum   *PodInfo // applied by the latest catch-up, or by catch-up `of`
 		delete   bool     // an informer delete of pod a
 		begin    bool     // BeginCatchUp
-		end      bool     // EndCatchUp
+		end      bool     // EndCatchUp of the latest catch-up, or of catch-up `of`
+		of       int      // 1: the first catch-up begun, 2: the second...
 	}
 	for _, tc := range []struct {
 		name  string
@@ -56,6 +57,12 @@ func TestCatchUp(t *testing.T) {
 		{name: "a later delete releases the card",
 			steps: []step{{begin: true}, {quorum: bound("10")}, {end: true}, {delete: true}},
 			want:  []int64{0}},
+		{name: "a flap: the first term's late end leaves the second's guard, so a delete still wins over its list",
+			steps: []step{{begin: true}, {begin: true}, {end: true, of: 1}, {delete: true}, {quorum: bound("10")}, {end: true}},
+			want:  []int64{0}},
+		{name: "a replaced catch-up applies nothing more",
+			steps: []step{{begin: true}, {begin: true}, {quorum: bound("10"), of: 1}, {end: true}},
+			want:  []int64{0}},
 		{name: "without a catch-up the stale event is all there is",
 			steps: []step{{informer: pending("5")}},
 			want:  []int64{0}},
@@ -65,14 +72,21 @@ func TestCatchUp(t *testing.T) {
 			if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
 				t.Fatal(err)
 			}
+			var cus []*CatchUp // in the order begun
+			which := func(s step) *CatchUp {
+				if s.of > 0 {
+					return cus[s.of-1]
+				}
+				return cus[len(cus)-1]
+			}
 			for _, s := range tc.steps {
 				switch {
 				case s.begin:
-					c.BeginCatchUp()
+					cus = append(cus, c.BeginCatchUp())
 				case s.end:
-					c.EndCatchUp()
+					c.EndCatchUp(which(s))
 				case s.quorum != nil:
-					c.ApplyQuorum(s.quorum)
+					c.ApplyQuorum(which(s), s.quorum)
 				case s.informer != nil:
 					c.UpsertPodInfo(s.informer)
 				case s.delete:

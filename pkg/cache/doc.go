@@ -48,7 +48,11 @@
 // it, which a lagging watch still delivers (the pod pending, its card
 // free), are dropped until the informer reaches it. resourceVersions of one
 // pod are compared as integers (etcd's revisions); a non-integer one
-// disables the floor for that event.
+// disables the floor for that event. Catch-ups may overlap (a lease flap
+// begins a new term's while the old one's list is still being applied):
+// BeginCatchUp returns a handle, only the latest catch-up applies pods and
+// records informer events, and an older one's end leaves the latest's
+// record in place.
 //
 // Which cards a new pod may use is allocator.Exclude's answer for the pod's
 // card annotations (PodInfo.Constraints, parsed once when the pod arrives)

@@ -241,8 +241,8 @@ const catchUpPageSize = 500
 // charged, however far behind the informer is. See pkg/leader for who calls
 // it and why.
 func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
-	f.cache.BeginCatchUp()
-	defer f.cache.EndCatchUp()
+	cu := f.cache.BeginCatchUp()
+	defer f.cache.EndCatchUp(cu)
 	opts := metav1.ListOptions{
 		FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
 		Limit:         catchUpPageSize,
@@ -253,7 +253,7 @@ func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
 			return pods, fmt.Errorf("listing bound pods from the API (quorum read): %w", err)
 		}
 		for i := range list.Items {
-			f.cache.ApplyQuorum(NewPodInfo(&list.Items[i]))
+			f.cache.ApplyQuorum(cu, NewPodInfo(&list.Items[i]))
 		}
 		pods += len(list.Items)
 		if list.Continue == "" {
