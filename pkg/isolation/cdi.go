@@ -231,7 +231,7 @@ func (s *CDISpec) write() error {
 	if err != nil {
 		return fmt.Errorf("encoding the CDI spec %s: %w", s.path, err)
 	}
-	tmp := s.path + ".tmp.yaml"
+	tmp := tempSpecPath(s.path)
 	if err := os.WriteFile(tmp, data, 0o644); err != nil { //nolint:gosec // runtimes read CDI specs
 		return fmt.Errorf("writing the CDI spec %s: %w", tmp, err)
 	}
@@ -243,6 +243,15 @@ func (s *CDISpec) write() error {
 		return fmt.Errorf("replacing the CDI spec %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// tempSpecPath is where write puts the next spec before renaming it over
+// path: beside it (a rename stays within one file system), hidden and
+// without the .yaml or .json suffix, so a runtime that rescans the
+// directory meanwhile never reads two specs defining the same devices
+// (CDI's cache then refuses both: "unresolvable CDI devices").
+func tempSpecPath(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 }
 
 // ValidateCDISpecFile reads a spec file with the CDI library, which

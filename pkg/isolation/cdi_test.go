@@ -135,3 +135,46 @@ func TestCDISpecRetain(t *testing.T) {
 		t.Errorf("Retain again = %d, %v; want 0, nil", removed, err)
 	}
 }
+
+// TestCDISpecTempFileHidden: between writing the next spec and renaming it
+// over the current one, both files are in the directory runtimes scan. A
+// runtime's CDI cache that rescans then must still resolve every device:
+// the temporary file must be one it skips, not a second spec defining the
+// same devices (which it refuses as a conflict).
+func TestCDISpecTempFileHidden(t *testing.T) {
+	dir := t.TempDir()
+	s, err := NewCDISpec(dir, "/usr/local/bin/nvidia-cdi-hook", map[int]int64{0: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := s.Device([]Limit{{Index: 0, MiB: 4096}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(filepath.Join(dir, CDISpecFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The moment before the rename: the next spec (here the same devices)
+	// at the temporary path.
+	tmp := tempSpecPath(filepath.Join(dir, CDISpecFile))
+	if filepath.Dir(tmp) != dir {
+		t.Fatalf("temporary spec %s is not beside %s: the rename would cross directories", tmp, dir)
+	}
+	if err := os.WriteFile(tmp, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateCDISpecFile(tmp); err != nil {
+		t.Fatalf("the temporary spec cannot be validated where it is written: %v", err)
+	}
+	runtime, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatalf("a runtime's CDI cache over %s: %v", dir, err)
+	}
+	if errs := runtime.GetErrors(); len(errs) > 0 {
+		t.Errorf("a runtime's CDI cache reports %v while the next spec waits at %s", errs, tmp)
+	}
+	if runtime.GetDevice(name) == nil {
+		t.Errorf("a runtime's CDI cache cannot resolve %s while the next spec waits at %s (devices: %v)", name, tmp, runtime.ListDevices())
+	}
+}
