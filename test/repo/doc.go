@@ -1,0 +1,2 @@
+// Package repo checks the repository itself: what git tracks.
+package repo
