@@ -11,9 +11,17 @@
 // of its app containers' sum there and its largest init container there.
 // Fit searches placements depth-first, largest slices first, trying cards in
 // the policy's order and skipping cards that are interchangeable with one
-// already tried (same free memory), so it finds a placement whenever one
-// exists (the property test checks this against brute force) and usually
-// takes the first path it tries.
+// already tried (same free memory; for a pod whose plain init containers
+// follow sidecars, also the same containers on them and the same memory
+// free before the pod), and partial placements that already leave such an
+// init container too little room, so it finds a placement whenever one
+// exists (property tests check this against brute force) and usually takes
+// the first path it tries.
+//
+// The search is bounded twice: each node by its own step budget, and each
+// request, over all its nodes, by a Budget (FitBudget): a number of steps
+// and the request's context. A demand whose search a budget stops is
+// refused with a reason that says so (FitError.Budget), never placed.
 //
 // # Scoring
 //

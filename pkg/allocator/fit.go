@@ -1,7 +1,9 @@
 package allocator
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +47,16 @@ func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 // one GPU of model A100*; 3 GPUs excluded (model Tesla T4 not A100*: 2,
 // cordoned by the operator: 1); largest free eligible GPU has 7 of 80 GiB".
 func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement) error {
+	return FitBudget(n, d, cc, p, pl, nil)
+}
+
+// FitBudget is FitWith spending the search steps it takes from b, the
+// request's budget (nil: none beyond the node's own searchBudget). A
+// single-card pod of one container takes no step. Once b has ended, a
+// demand that needs a search is refused without one; either way the
+// *FitError says the search stopped (Budget), never that the demand fits
+// when it was not shown to.
+func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement, b *Budget) error {
 	pl.reset(len(d), len(n.Cards))
 	if len(d) == 1 && !d[0].Init && d[0].Cards == 1 {
 		units := d[0].Units
@@ -88,13 +100,20 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	// Largest first; stable so one container's slices stay adjacent.
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
-		s := &search{node: n, policy: p, demand: d, slices: slices, xs: xs, frees: frees, pl: pl, budget: searchBudget, sidecars: sidecarsBeforeInit(d)}
+		if err := b.Err(); err != nil {
+			return &FitError{Node: n.Name, Budget: true, Reason: "not examined: " + err.Error()}
+		}
+		s := newSearch(n, p, d, slices, xs, frees, pl, b)
 		if !s.place(0) {
 			reason := "the containers' slices (" + sliceList(slices, n.Unit) + ") do not fit together on the free " + eligibleWord(xs) + "cards (" + freeList(n, xs) + ")"
-			if s.budget <= 0 {
-				reason = "no placement found within the search budget for slices (" + sliceList(slices, n.Unit) + ")"
+			switch {
+			case !s.halted:
+			case b.Err() != nil:
+				reason = "no placement found before the request's search ended (" + b.Err().Error() + ") for slices (" + sliceList(slices, n.Unit) + ")"
+			default:
+				reason = "no placement found within the node's search budget (" + strconv.Itoa(searchBudget) + " placements) for slices (" + sliceList(slices, n.Unit) + ")"
 			}
-			return &FitError{Node: n.Name, Reason: reason + excludedSuffix(n, cc, xs)}
+			return &FitError{Node: n.Name, Budget: s.halted, Reason: reason + excludedSuffix(n, cc, xs)}
 		}
 	}
 	if !placeInits(n, d, p, pl, xs) {
@@ -284,20 +303,58 @@ type search struct {
 	// (eligibleFrees) less the slices placed so far.
 	frees  []int64
 	pl     *Placement
-	budget int // placements left to examine
+	budget int     // placements left to examine on this node
+	req    *Budget // the request's, nil for none
+	// halted: budget or req ran out; the search unwinds.
+	halted bool
 	// sidecars: a plain init container follows a sidecar, so a complete
 	// placement holds only if the init containers fit beside the sidecars
-	// (initsFit), and cards of equal free memory are no longer
-	// interchangeable (the sidecars on them differ).
+	// (initsFit), and cards of equal free memory are interchangeable only
+	// when the same containers hold them (masks) and the same memory was
+	// free to begin with (base).
 	sidecars bool
+	// base: card position -> eligibleFree before the search; masks: card
+	// position -> the containers (bit i: demand[i]) placed there so far;
+	// nil unless sidecars and the demand has at most 64 containers (with
+	// more, no card is taken for another's twin).
+	base  []int64
+	masks []uint64
+	// side: initsFit's scratch, parallel to node.Cards.
+	side []int64
+}
+
+func newSearch(n *Node, p Policy, d gpushare.Demand, slices []slice, xs exclusions, frees []int64, pl *Placement, b *Budget) *search {
+	s := &search{node: n, policy: p, demand: d, slices: slices, xs: xs, frees: frees, pl: pl, budget: searchBudget, req: b,
+		sidecars: sidecarsBeforeInit(d)}
+	if s.sidecars {
+		s.side = make([]int64, len(n.Cards))
+		if len(d) <= 64 {
+			s.base = append([]int64(nil), frees...)
+			s.masks = make([]uint64, len(n.Cards))
+		}
+	}
+	return s
+}
+
+// twin reports whether the card at a is interchangeable with the card at
+// b for what is left of the search: if placing the slice on one failed,
+// placing it on the other fails too.
+func (s *search) twin(a, b int) bool {
+	if s.frees[a] != s.frees[b] {
+		return false
+	}
+	if !s.sidecars {
+		return true
+	}
+	return s.masks != nil && s.masks[a] == s.masks[b] && s.base[a] == s.base[b]
 }
 
 func (s *search) place(k int) bool {
 	if k == len(s.slices) {
-		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs)
+		return !s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs, s.side)
 	}
-	s.budget--
-	if s.budget <= 0 {
+	if s.budget--; s.budget <= 0 || !s.req.step() {
+		s.halted = true
 		return false
 	}
 	sl := s.slices[k]
@@ -314,26 +371,32 @@ func (s *search) place(k int) bool {
 		}
 		cands = append(cands, cand{pos: i, key: s.policy.CardKey(&s.node.Cards[i], s.frees[i], sl.units)})
 	}
-	sort.SliceStable(cands, func(a, b int) bool { return cands[a].key < cands[b].key })
-	var tried [16]int64
-	triedFree := tried[:0]
+	slices.SortStableFunc(cands, func(a, b cand) int { return cmp.Compare(a.key, b.key) })
+	var tried [16]int
+	triedPos := tried[:0]
 	for _, c := range cands {
-		// Cards with equal free memory are interchangeable for what is
-		// left of the search: if one failed, the other fails too.
-		if !s.sidecars && containsInt64(triedFree, s.frees[c.pos]) {
+		if slices.ContainsFunc(triedPos, func(t int) bool { return s.twin(t, c.pos) }) {
 			continue
 		}
-		triedFree = append(triedFree, s.frees[c.pos])
+		triedPos = append(triedPos, c.pos)
 		s.frees[c.pos] -= sl.units
 		s.pl.Cards[sl.container] = append(mine, c.pos)
 		s.pl.Reserved[c.pos] += sl.units
-		if s.place(k + 1) {
+		if s.masks != nil {
+			s.masks[c.pos] ^= 1 << sl.container
+		}
+		// With sidecars, an init container's room only shrinks as more
+		// sidecars are placed: once it is short, no completion fits.
+		if (!s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs, s.side)) && s.place(k+1) {
 			return true
 		}
 		s.frees[c.pos] += sl.units
 		s.pl.Cards[sl.container] = mine
 		s.pl.Reserved[c.pos] -= sl.units
-		if s.budget <= 0 {
+		if s.masks != nil {
+			s.masks[c.pos] ^= 1 << sl.container
+		}
+		if s.halted {
 			return false
 		}
 	}
@@ -393,9 +456,11 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, xs exclusio
 // number of cards with room for its Units plus the sidecars declared before
 // it there, given where pl put the non-init containers. Init containers run
 // one at a time, so each is checked on its own. xs are Exclude's answers
-// for the pod (see eligibleFree).
-func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions) bool {
-	side := make([]int64, len(n.Cards))
+// for the pod (see eligibleFree); side is scratch, parallel to n.Cards.
+// Placing more sidecars only takes room, so when pl is a partial placement
+// and initsFit fails, every completion of it fails too.
+func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions, side []int64) bool {
+	clear(side)
 	for i, c := range d {
 		if !c.Init {
 			for _, pos := range pl.Cards[i] {
@@ -436,15 +501,6 @@ func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation 
 }
 
 func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-func containsInt64(s []int64, v int64) bool {
 	for _, x := range s {
 		if x == v {
 			return true

@@ -362,6 +362,69 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 	return reflect.ValueOf(scenario{Node: n, Demand: d, Constraints: cc})
 }
 
+// sidecarScenario is a random node and a demand with sidecars before a
+// plain init container on several cards (the shapes that turn off the
+// search's free-memory pruning), for the property test: at most 4 cards
+// and 7 card slots, so brute force stays quick.
+type sidecarScenario struct {
+	Node   *Node
+	Demand gpushare.Demand
+}
+
+func (sidecarScenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quick.Generator
+	n := &Node{Name: "n", Unit: "GiB"}
+	cards := 2 + r.Intn(3)
+	for i := range cards {
+		total := []int64{8, 16}[r.Intn(2)]
+		n.Cards = append(n.Cards, Card{Index: i, Total: total, Used: r.Int63n(total/2 + 1), Healthy: r.Intn(8) > 0})
+	}
+	var d gpushare.Demand
+	slots := 0
+	add := func(init bool, maxCards int) {
+		c := gpushare.ContainerDemand{Name: string(rune('a' + len(d))), Init: init, Units: 1 + r.Int63n(6), Cards: 1 + r.Intn(maxCards)}
+		if slots+c.Cards <= 7 {
+			d = append(d, c)
+			slots += c.Cards
+		}
+	}
+	for range 1 + r.Intn(3) {
+		add(false, 2) // sidecars
+	}
+	add(true, cards) // the plain init container after them
+	for range r.Intn(3) {
+		add(r.Intn(3) == 0, 2)
+	}
+	return reflect.ValueOf(sidecarScenario{Node: n, Demand: d})
+}
+
+// TestFitMatchesBruteForceSidecars is TestFitMatchesBruteForce for pods
+// whose plain init containers follow sidecars: the search prunes cards
+// that are twins (same free memory, same containers) and partial
+// placements that leave an init container too little room.
+func TestFitMatchesBruteForceSidecars(t *testing.T) {
+	typical := []Shape{{Units: 4, Cards: 1, Weight: 0.5}, {Units: 8, Cards: 2, Weight: 0.5}}
+	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical, nil)} {
+		t.Run(p.Name(), func(t *testing.T) {
+			prop := func(s sidecarScenario) bool {
+				want := bruteForceFits(s.Node, s.Demand, nil)
+				pl := &Placement{}
+				err := FitWith(s.Node, s.Demand, nil, p, pl)
+				if got := err == nil; got != want {
+					t.Logf("node %+v demand %+v: FitWith ok=%v (err %v), brute force %v", s.Node.Cards, s.Demand, got, err, want)
+					return false
+				}
+				if err == nil {
+					checkPlacement(t, s.Node, s.Demand, pl)
+				}
+				return true
+			}
+			if err := quick.Check(prop, &quick.Config{MaxCount: 800, Rand: rand.New(rand.NewSource(1))}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 func TestFitMatchesBruteForce(t *testing.T) {
 	typical := []Shape{{Units: 4, Cards: 1, Weight: 0.5}, {Units: 8, Cards: 1, Weight: 0.3}, {Units: 8, Cards: 2, Weight: 0.2}}
 	for _, p := range []Policy{Binpack{}, Spread{}, NewFragAware(typical, nil), NewFragAware(typical, &Holes{Cards: map[int64]int{3: 2, 7: 1}, FreeUnits: 40}), NewFragAware(nil, nil)} {

@@ -90,6 +90,9 @@ func (p *Placement) Total() int64 {
 type FitError struct {
 	Node   string
 	Reason string
+	// Budget: the search stopped on a budget (the node's, or the
+	// request's, FitBudget) before it could tell; the demand may fit.
+	Budget bool
 }
 
 func (e *FitError) Error() string { return fmt.Sprintf("node %s: %s", e.Node, e.Reason) }
