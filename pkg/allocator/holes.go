@@ -25,6 +25,16 @@ type Holes struct {
 // NewHoles returns the summary of a cluster without cards.
 func NewHoles() *Holes { return &Holes{Cards: map[int64]int{}} }
 
+// Clone returns a copy of h that shares nothing with it.
+func (h *Holes) Clone() *Holes {
+	c := *h
+	c.Cards = make(map[int64]int, len(h.Cards))
+	for k, v := range h.Cards {
+		c.Cards[k] = v
+	}
+	return &c
+}
+
 // AddNode adds (sign 1) or takes away (sign −1) n's healthy cards: call it
 // with −1 before changing a node's cards and with 1 after.
 func (h *Holes) AddNode(n *Node, sign int) {

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -70,13 +71,13 @@ func benchVerb(b *testing.B, policy string, verb func(b *testing.B, c *Cache, na
 
 // filterVerb is filter with --filter-best=false.
 func filterVerb(b *testing.B, c *Cache, names []string) {
-	if fit, _, err := c.Filter(benchPod, names); err != nil || len(fit) == 0 {
+	if fit, _, err := c.Filter(context.Background(), benchPod, names); err != nil || len(fit) == 0 {
 		b.Fatal("nothing fits")
 	}
 }
 
 func prioritizeVerb(b *testing.B, c *Cache, names []string) {
-	if _, err := c.Score(benchPod, names); err != nil {
+	if _, err := c.Score(context.Background(), benchPod, names); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -93,7 +94,7 @@ func BenchmarkPrioritize(b *testing.B) {
 // --filter-best=false: the target is under 2 ms of CPU at 5,000 nodes.
 func BenchmarkFilterAndPrioritize(b *testing.B) {
 	benchVerb(b, allocator.DefaultPolicy, func(b *testing.B, c *Cache, names []string) {
-		fit, _, _ := c.Filter(benchPod, names)
+		fit, _, _ := c.Filter(context.Background(), benchPod, names)
 		prioritizeVerb(b, c, fit)
 	})
 }
@@ -102,7 +103,7 @@ func BenchmarkFilterAndPrioritize(b *testing.B) {
 // only call of a scheduling cycle: the target is under 2 ms at 5,000 nodes.
 func BenchmarkFilterBest(b *testing.B) {
 	benchVerb(b, allocator.DefaultPolicy, func(b *testing.B, c *Cache, names []string) {
-		if best, _, err := c.FilterBest(benchPod, names); err != nil || len(best) == 0 {
+		if best, _, err := c.FilterBest(context.Background(), benchPod, names); err != nil || len(best) == 0 {
 			b.Fatalf("FilterBest: %v nodes, err %v", len(best), err)
 		}
 	})
@@ -135,7 +136,7 @@ func BenchmarkFilterBestConstrained(b *testing.B) {
 					pod.Constraints = &gpushare.CardConstraints{Models: []string{tc.models}}
 					b.ReportAllocs()
 					for b.Loop() {
-						if best, _, err := c.FilterBest(&pod, names); err != nil || len(best) == 0 {
+						if best, _, err := c.FilterBest(context.Background(), &pod, names); err != nil || len(best) == 0 {
 							b.Fatalf("FilterBest: %v nodes, err %v", len(best), err)
 						}
 					}
@@ -156,7 +157,7 @@ func BenchmarkBindDecision(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				pod.UID = types.UID(fmt.Sprint(i))
-				if _, err := c.Assume(pod, names[i%len(names)]); err != nil {
+				if _, err := c.Assume(context.Background(), pod, names[i%len(names)]); err != nil {
 					b.Fatal(err)
 				}
 				c.Forget(pod.UID)

@@ -1,10 +1,12 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,7 +62,9 @@ type Cache struct {
 	nodes map[string]*nodeState
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
-	// workload learns typical requests from every gpu-mem pod seen once.
+	// workload learns typical requests from every gpu-mem pod placed
+	// (assumed by our bind or seen bound), once each; pending pods teach
+	// it nothing.
 	workload *allocator.Workload
 	// observed: UIDs of pods already fed to workload; entries leave on delete.
 	observed map[types.UID]struct{}
@@ -89,6 +93,18 @@ type Cache struct {
 	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
 	catchUp *CatchUp
 
+	// snaps: node name -> *nodeSnap, the last published copy of every node
+	// seen (not placeholders); inputs: the policy's inputs as last
+	// published. Both are written under mu by publish and read without
+	// it (see nodeSnap).
+	snaps  sync.Map
+	inputs atomic.Pointer[policyInputs]
+	// dirty: the nodes changed since the last publish (touch);
+	// inputsDirty: holes, maxima or hosts changed; workloadDirty: the
+	// workload model learned a pod.
+	dirty                      []*nodeState
+	inputsDirty, workloadDirty bool
+
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable
 	clock     clock.PassiveClock
@@ -112,6 +128,10 @@ type nodeState struct {
 	cordonMissing []string
 	// pods: UIDs of the pods charged to this node.
 	pods map[types.UID]struct{}
+	// dirty: changed since the last publish (in Cache.dirty); gen counts
+	// the publishes of this node (nodeSnap.gen).
+	dirty bool
+	gen   uint64
 	// missing: units pods hold on card indexes the node no longer has.
 	missing int64
 	// unattributed: units of gpu-mem pods on this node whose cards are unknown.
@@ -196,7 +216,7 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Cache{
+	c := &Cache{
 		nodes:          map[string]*nodeState{},
 		pods:           map[types.UID]*podState{},
 		workload:       allocator.NewWorkload(),
@@ -209,7 +229,9 @@ func New(cfg Config) (*Cache, error) {
 		assumeTTL:      cfg.AssumeTTL,
 		clock:          cfg.Clock,
 		onIgnored:      cfg.OnIgnored,
-	}, nil
+	}
+	c.inputs.Store(&policyInputs{defaultPolicy: c.policy, holes: c.holes.Clone()})
+	return c, nil
 }
 
 // SetNode adds or updates a node. An error reports an inventory annotation
@@ -223,6 +245,7 @@ func (c *Cache) SetNode(node *corev1.Node) error {
 	in.cpu, in.mem, in.hostKnown = NodeAllocatable(node)
 	c.mu.Lock()
 	newly := c.setNode(&in)
+	c.publish()
 	c.mu.Unlock()
 	c.report(newly)
 	return errors.Join(in.invErr, in.cordonErr)
@@ -247,6 +270,7 @@ type nodeInput struct {
 func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 	ns := c.nodeState(in.name)
 	ns.seen = true
+	c.touch(ns)
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
 	c.holes.AddNode(&ns.node, -1)
 	c.addHost(ns, -1)
@@ -297,10 +321,12 @@ func (c *Cache) report(newly []IgnoredView) {
 func (c *Cache) DeleteNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.publish()
 	ns, ok := c.nodes[name]
 	if !ok {
 		return
 	}
+	c.touch(ns)
 	c.holes.AddNode(&ns.node, -1) // a node without cards adds nothing back
 	c.addHost(ns, -1)
 	oldCPU, oldUnits := ns.allocMilliCPU, ns.node.Capacity()
@@ -362,6 +388,7 @@ func (c *Cache) setHost(uid types.UID, h hostUse) {
 	}
 	c.hosts[uid] = h
 	ns := c.nodeState(h.node)
+	c.touch(ns)
 	c.addHost(ns, -1)
 	ns.reqMilliCPU += h.milliCPU
 	ns.reqMemMiB += h.memMiB
@@ -395,6 +422,7 @@ func (c *Cache) observeCPUOnly(pod *PodInfo) {
 	}
 	c.observed[pod.UID] = struct{}{}
 	c.workload.ObserveCPUOnly(pod.MilliCPU)
+	c.workloadDirty = true
 }
 
 // dropHost forgets what uid holds on its node, if anything. The caller holds c.mu.
@@ -405,6 +433,7 @@ func (c *Cache) dropHost(uid types.UID) {
 	}
 	delete(c.hosts, uid)
 	if ns, ok := c.nodes[h.node]; ok {
+		c.touch(ns)
 		c.addHost(ns, -1)
 		ns.reqMilliCPU -= h.milliCPU
 		ns.reqMemMiB -= h.memMiB
@@ -469,6 +498,7 @@ func (c *Cache) add(uid types.UID, ps *podState) {
 		ns.resolve(ps)
 	}
 	ns.pods[uid] = struct{}{}
+	c.touch(ns)
 	c.holes.AddNode(&ns.node, -1)
 	ns.charge(ps, 1)
 	c.holes.AddNode(&ns.node, 1)
@@ -487,6 +517,7 @@ func (c *Cache) remove(uid types.UID) {
 	}
 	if ns, ok := c.nodes[ps.node]; ok {
 		delete(ns.pods, uid)
+		c.touch(ns)
 		c.holes.AddNode(&ns.node, -1)
 		ns.charge(ps, -1)
 		c.holes.AddNode(&ns.node, 1)
@@ -515,6 +546,7 @@ func (c *Cache) upsertAndUnlock(pod *PodInfo) {
 	c.syncHost(pod)
 	c.observeCPUOnly(pod)
 	now := c.ignoredReason(pod.UID)
+	c.publish()
 	c.mu.Unlock()
 	if now != "" && now != was {
 		c.report([]IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}})
@@ -544,9 +576,8 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		c.forgetPod(pod.UID)
 		return
 	}
-	if _, seen := c.observed[pod.UID]; !seen {
-		c.observed[pod.UID] = struct{}{}
-		c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+	if pod.NodeName != "" {
+		c.observePlaced(pod)
 	}
 	if pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		c.forgetPod(pod.UID)
@@ -667,6 +698,20 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 	return a, ""
 }
 
+// observePlaced feeds the workload model, once per pod, a pod that asks
+// GPU memory and was placed: bound to a node (the informer's view), or
+// assumed by our bind. Pending pods teach it nothing: anyone may create
+// pods that never schedule, and they must not steer the policy. The caller
+// holds c.mu.
+func (c *Cache) observePlaced(pod *PodInfo) {
+	if _, seen := c.observed[pod.UID]; seen {
+		return
+	}
+	c.observed[pod.UID] = struct{}{}
+	c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+	c.workloadDirty = true
+}
+
 // forgetPod drops everything uid holds on cards and what is known of its
 // annotation. The caller holds c.mu.
 func (c *Cache) forgetPod(uid types.UID) {
@@ -678,6 +723,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.publish()
 	c.forgetPod(uid)
 	c.dropHost(uid)
 	delete(c.observed, uid)
@@ -693,49 +739,108 @@ func (c *Cache) DeletePod(uid types.UID) {
 // node has not ended (or ended with an unknown outcome), ErrUnknownNode for
 // a node the extender has not seen, or an *allocator.FitError (one with
 // filter's reason for a node without GPUs).
-func (c *Cache) Assume(pod *PodInfo, node string) (*gpushare.Allocation, error) {
+//
+// The search runs on the node's published copy without the lock, spending
+// a request budget that ends with ctx; the choice is then held only if the
+// node has not changed meanwhile (else it is made again, at most
+// optimisticTries times, then under the lock, still within the budget).
+// So a bind's search never holds the lock that informer events and other
+// binds take.
+func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushare.Allocation, error) {
 	if err := pod.placeable(); err != nil {
 		return nil, err
 	}
-	demand := pod.Demand
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	uid := pod.GetUID()
-	if ps, ok := c.pods[uid]; ok {
+	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+	pl := &allocator.Placement{}
+	for try := 0; ; try++ {
+		c.mu.Lock()
+		ns, done, err := c.assumable(pod, node)
+		if done != nil || err != nil {
+			c.mu.Unlock()
+			return done, err
+		}
+		p, err := c.inputs.Load().policy(pod.Policy)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if try >= optimisticTries {
+			reason := fitReason(&ns.node, ns.source, ns.invErr, pod, p, pl, b)
+			alloc, err := c.hold(pod, ns, pl, reason)
+			c.mu.Unlock()
+			return alloc, err
+		}
+		gen, snap := ns.gen, c.snapOf(node) // published before the lock was released: snap.gen == gen
+		c.mu.Unlock()
+
+		reason := fitReason(&snap.node, snap.source, snap.invErr, pod, p, pl, b)
+
+		c.mu.Lock()
+		ns, done, err = c.assumable(pod, node)
+		switch {
+		case done != nil || err != nil:
+			c.mu.Unlock()
+			return done, err
+		case ns.gen != gen:
+			c.mu.Unlock()
+			continue // the node changed under the search: choose again
+		}
+		alloc, err := c.hold(pod, ns, pl, reason)
+		c.mu.Unlock()
+		return alloc, err
+	}
+}
+
+// optimisticTries is how many times Assume searches a node's published
+// copy before it searches under the lock: a node changes between two of
+// its tries only when an informer event or another bind hits that very
+// node in the meantime.
+const optimisticTries = 3
+
+// assumable returns node's state if pod may be placed there now; done is
+// the allocation the pod already holds there (Assume is idempotent), err
+// why it may not. The caller holds c.mu.
+func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
+	if ps, ok := c.pods[pod.GetUID()]; ok {
 		switch {
 		case ps.node == node && ps.alloc != nil:
-			return ps.alloc, nil
+			return nil, ps.alloc, nil
 		case ps.state == StateBound:
-			return nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
+			return nil, nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
 		default:
 			// Our own assumption for another node: its Binding may still
 			// be made (the scheduler gave up waiting, or its answer was
 			// lost). Releasing it now could hand its cards out twice.
-			return nil, fmt.Errorf("pod %s/%s: a bind to node %s has not ended or its outcome is unknown; its cards stay held until the API shows the pod or %s passes: %w",
+			return nil, nil, fmt.Errorf("pod %s/%s: a bind to node %s has not ended or its outcome is unknown; its cards stay held until the API shows the pod or %s passes: %w",
 				pod.GetNamespace(), pod.GetName(), ps.node, ps.deadline.Sub(c.clock.Now()).Round(time.Second), ErrBindInFlight)
 		}
 	}
 	ns, reason, unknown := c.gpuNode(node)
 	switch {
 	case unknown:
-		return nil, fmt.Errorf("node %s: %w", node, ErrUnknownNode)
+		return nil, nil, fmt.Errorf("node %s: %w", node, ErrUnknownNode)
 	case ns == nil:
-		return nil, &allocator.FitError{Node: node, Reason: reason}
+		return nil, nil, &allocator.FitError{Node: node, Reason: reason}
 	}
-	p, err := c.newPolicy(pod.Policy)
-	if err != nil {
-		return nil, err
+	return ns, nil, nil
+}
+
+// hold records pl, placed on ns's cards as they are now, as pod's assumed
+// allocation, with its CPU and memory, and publishes the change; reason
+// non-empty says the pod does not fit instead. The caller holds c.mu.
+func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
+	if reason != "" {
+		return nil, &allocator.FitError{Node: ns.node.Name, Reason: reason}
 	}
-	pl := &allocator.Placement{}
-	if reason := fitReason(ns, pod, p, pl); reason != "" {
-		return nil, &allocator.FitError{Node: node, Reason: reason}
-	}
-	alloc := allocator.Allocation(&ns.node, demand, pl)
-	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: node, state: StateAssumed, ours: true,
+	uid := pod.GetUID()
+	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
+	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
 		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
-		c.setHost(uid, hostUse{node: node, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
+		c.setHost(uid, hostUse{node: ns.node.Name, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
 	}
+	c.observePlaced(pod)
+	c.publish()
 	return alloc, nil
 }
 
@@ -763,6 +868,7 @@ func (c *Cache) FinishBinding(uid types.UID) {
 func (c *Cache) Forget(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.publish()
 	if ps, ok := c.pods[uid]; ok && ps.state == StateAssumed {
 		c.remove(uid)
 	}
@@ -783,6 +889,7 @@ func (c *Cache) Expire() []Expired {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.publish()
 	var out []Expired
 	for uid, ps := range c.pods {
 		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {
@@ -793,20 +900,6 @@ func (c *Cache) Expire() []Expired {
 		c.dropHost(uid)
 	}
 	return out
-}
-
-// newPolicy returns the named policy (the default for ""), fed with the
-// current typical requests (fragaware and fgd use them; the others ignore
-// them) and, for fragaware, the cluster's holes. The caller holds c.mu.
-func (c *Cache) newPolicy(name string) (allocator.Policy, error) {
-	if name == "" {
-		name = c.policy
-	}
-	p, err := allocator.New(name, c.workload.Typical(), c.holes)
-	if f, ok := p.(*allocator.FragAware); ok {
-		f.SetCPUDemand(c.workload.CPUPerUnit())
-	}
-	return p, err
 }
 
 // gpuNode returns name's state if the node has cards and takes new pods;
@@ -829,45 +922,6 @@ func (c *Cache) gpuNode(name string) (ns *nodeState, reason string, unknown bool
 	return ns, "", false
 }
 
-// fitOn places pod's Demand on node name with policy p into pl; reason
-// says why it does not fit ("" when it does). The caller holds c.mu.
-func (c *Cache) fitOn(name string, pod *PodInfo, p allocator.Policy, pl *allocator.Placement) (ns *nodeState, reason string) {
-	ns, reason, _ = c.gpuNode(name)
-	if ns == nil {
-		return nil, reason
-	}
-	if reason := fitReason(ns, pod, p, pl); reason != "" {
-		return nil, reason
-	}
-	return ns, ""
-}
-
-// fitReason places pod's Demand on ns's cards that its constraints allow
-// with policy p into pl, and says why it does not fit ("" when it does).
-func fitReason(ns *nodeState, pod *PodInfo, p allocator.Policy, pl *allocator.Placement) string {
-	if cc := pod.Constraints; cc != nil && ns.source != SourceInventory && (cc.ReadsModel() || cc.ReadsUUID()) {
-		// Every card would be excluded as unknown: say why once.
-		reason := "the pod asks a GPU " + cc.String() + "; the node publishes no " + gpushare.AnnotationInventory +
-			" inventory (its cards come from " + string(gpushare.ResourceGPUMem) + " capacity), so their models and UUIDs are unknown"
-		if ns.invErr != "" {
-			reason += "; " + ns.invErr
-		}
-		return reason
-	}
-	// Feasibility does not depend on the policy (Filter uses Binpack) as
-	// long as the search is exhaustive, which it is for pods of a few GPU
-	// containers; only a pod that exhausts allocator's search budget could
-	// be found to fit in one policy's card order and not in another's.
-	if err := allocator.FitWith(&ns.node, pod.Demand, pod.Constraints, p, pl); err != nil {
-		var fe *allocator.FitError
-		if errors.As(err, &fe) {
-			return fe.Reason
-		}
-		return err.Error()
-	}
-	return ""
-}
-
 // scorer rates placements for one pod: with a Host for policies that weigh
 // CPU and memory, on nodes that report their CPU.
 type scorer struct {
@@ -876,54 +930,77 @@ type scorer struct {
 	host allocator.Host
 }
 
-// newScorer returns pod's scorer. The caller holds c.mu.
+// newScorer returns pod's scorer, built from the published policy inputs.
 func (c *Cache) newScorer(pod *PodInfo) (*scorer, error) {
-	p, err := c.newPolicy(pod.Policy)
+	in := c.inputs.Load()
+	p, err := in.policy(pod.Policy)
 	if err != nil {
 		return nil, err
 	}
-	sc := &scorer{p: p, host: allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}}
+	sc := &scorer{p: p, host: allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: in.maxMilliCPU, MaxUnits: in.maxUnits}}
 	sc.hs, _ = p.(allocator.HostScorer)
 	return sc, nil
 }
 
-func (sc *scorer) score(ns *nodeState, pl *allocator.Placement) float64 {
-	if sc.hs == nil || !ns.hostKnown {
-		return sc.p.NodeScore(&ns.node, pl)
+func (sc *scorer) score(s *nodeSnap, pl *allocator.Placement) float64 {
+	if sc.hs == nil || !s.hostKnown {
+		return sc.p.NodeScore(&s.node, pl)
 	}
-	sc.host.FreeMilliCPU, sc.host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
-	return sc.hs.NodeScoreHost(&ns.node, pl, &sc.host)
+	sc.host.FreeMilliCPU, sc.host.FreeMemoryMiB = s.freeMilliCPU, s.freeMemMiB
+	return sc.hs.NodeScoreHost(&s.node, pl, &sc.host)
+}
+
+// ctxCheckNodes is how many nodes a verb fits between two looks at its
+// context (a single-card pod takes no search step, so its budget never
+// looks).
+const ctxCheckNodes = 256
+
+// stopped returns an error naming pod when ctx has ended before the verb
+// examined every node, nil otherwise.
+func stopped(ctx context.Context, pod *PodInfo, done, nodes int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pod %s/%s: stopped after %d of %d nodes: %w", pod.Namespace, pod.Name, done, nodes, context.Cause(ctx))
+	}
+	return nil
 }
 
 // Filter splits nodes into those where pod's Demand fits, on the cards its
 // constraints allow, and those where it does not, with the reason for each.
-// It fails, naming the pod, when no node could take it.
-func (c *Cache) Filter(pod *PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
+// It fails, naming the pod, when no node could take it, and when ctx ends
+// before every node was examined. It reads the nodes' published copies
+// and takes no lock. The searches of all nodes together spend one request
+// budget (allocator.DefaultRequestSteps); nodes it leaves unexamined fail
+// with a reason that says so.
+func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
 	if err := pod.placeable(); err != nil {
 		return nil, nil, err
 	}
+	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
 	failed = map[string]string{}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var pl allocator.Placement // reused across nodes
-	for _, name := range nodes {
-		if _, reason := c.fitOn(name, pod, allocator.Binpack{}, &pl); reason != "" {
+	for i, name := range nodes {
+		if i%ctxCheckNodes == ctxCheckNodes-1 {
+			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+				return nil, nil, err
+			}
+		}
+		if _, reason := c.fitSnap(name, pod, allocator.Binpack{}, &pl, b); reason != "" {
 			failed[name] = reason
 			continue
 		}
 		fit = append(fit, name)
 	}
-	return fit, failed, nil
+	return fit, failed, stopped(ctx, pod, len(nodes), len(nodes))
 }
 
 // FilterBest is Filter keeping, of the nodes where pod's Demand fits, only
 // those Score rates highest (allocator.MaxScore): the extender's choice of
 // node then decides, and kube-scheduler's own scores only break ties among
 // them. The nodes left out are not failed (they fit; they are not the
-// best). Each node is fitted once, under one lock.
-func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
+// best). Each node is fitted once.
+func (c *Cache) FilterBest(ctx context.Context, pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
 	failed = map[string]string{}
-	scores, fits, err := c.scoreNodes(pod, nodes, failed)
+	scores, fits, err := c.scoreNodes(ctx, pod, nodes, failed)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -947,8 +1024,8 @@ func (c *Cache) FilterBest(pod *PodInfo, nodes []string) (best []string, failed 
 // node where the demand does not fit scores 0. Policies that weigh CPU and
 // memory too (allocator.HostScorer) are given the node's free CPU and memory
 // and the pod's requests, on nodes that report their CPU.
-func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
-	scores, _, err := c.scoreNodes(pod, nodes, nil)
+func (c *Cache) Score(ctx context.Context, pod *PodInfo, nodes []string) ([]int64, error) {
+	scores, _, err := c.scoreNodes(ctx, pod, nodes, nil)
 	return scores, err
 }
 
@@ -958,57 +1035,70 @@ func (c *Cache) Score(pod *PodInfo, nodes []string) ([]int64, error) {
 // highest (it strands the least GPU memory there), 0 for the others
 // (allocator.MarkBest). A node the cache does not know, or that reports no
 // CPU, strands nothing. A policy that is no CPUScorer rates every node
-// MaxScore (no opinion: kube-scheduler's own scores choose).
-func (c *Cache) ScoreCPU(pod *PodInfo, nodes []string) ([]int64, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p, err := c.newPolicy(pod.Policy)
+// MaxScore (no opinion: kube-scheduler's own scores choose). It takes no
+// lock.
+func (c *Cache) ScoreCPU(ctx context.Context, pod *PodInfo, nodes []string) ([]int64, error) {
+	in := c.inputs.Load()
+	p, err := in.policy(pod.Policy)
 	if err != nil {
 		return nil, err
 	}
 	raw := make([]float64, len(nodes))
 	if cs, ok := p.(allocator.CPUScorer); ok {
-		host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
+		host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: in.maxMilliCPU, MaxUnits: in.maxUnits}
 		for i, name := range nodes {
-			ns, ok := c.nodes[name]
-			if !ok || !ns.seen || !ns.hostKnown {
+			if i%ctxCheckNodes == ctxCheckNodes-1 {
+				if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+					return nil, err
+				}
+			}
+			s := c.snapOf(name)
+			if s == nil || !s.hostKnown {
 				continue
 			}
-			host.FreeMilliCPU, host.FreeMemoryMiB = ns.allocMilliCPU-ns.reqMilliCPU, ns.allocMemMiB-ns.reqMemMiB
-			raw[i] = cs.NodeScoreCPU(&ns.node, &host)
+			host.FreeMilliCPU, host.FreeMemoryMiB = s.freeMilliCPU, s.freeMemMiB
+			raw[i] = cs.NodeScoreCPU(&s.node, &host)
 		}
 	}
 	return allocator.MarkBest(raw), nil
 }
 
-// scoreNodes fits pod's Demand on each of nodes with the pod's policy,
-// under one lock, and normalises the raw scores of the nodes where it fits
-// to 0..allocator.MaxScore. scores and fits are parallel to nodes; a node
-// where the demand does not fit scores 0 and, when failed is not nil, gets
-// its reason there.
-func (c *Cache) scoreNodes(pod *PodInfo, nodes []string, failed map[string]string) (scores []int64, fits []bool, err error) {
+// scoreNodes fits pod's Demand on each of nodes with the pod's policy and
+// normalises the raw scores of the nodes where it fits to
+// 0..allocator.MaxScore, reading the nodes' published copies without a
+// lock and spending one request budget, as Filter does. scores and fits
+// are parallel to nodes; a node where the demand does not fit scores 0
+// and, when failed is not nil, gets its reason there.
+func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, failed map[string]string) (scores []int64, fits []bool, err error) {
 	if err := pod.placeable(); err != nil {
 		return nil, nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	sc, err := c.newScorer(pod)
 	if err != nil {
 		return nil, nil, err
 	}
+	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
 	raw := make([]float64, 0, len(nodes)) // of the nodes that fit, in order
 	fits = make([]bool, len(nodes))
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
-		ns, reason := c.fitOn(name, pod, sc.p, &pl)
+		if i%ctxCheckNodes == ctxCheckNodes-1 {
+			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+				return nil, nil, err
+			}
+		}
+		s, reason := c.fitSnap(name, pod, sc.p, &pl, b)
 		if reason != "" {
 			if failed != nil {
 				failed[name] = reason
 			}
 			continue
 		}
-		raw = append(raw, sc.score(ns, &pl))
+		raw = append(raw, sc.score(s, &pl))
 		fits[i] = true
+	}
+	if err := stopped(ctx, pod, len(nodes), len(nodes)); err != nil {
+		return nil, nil, err
 	}
 	norm := allocator.NormalizeScores(raw)
 	scores = make([]int64, len(nodes))

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -25,8 +26,44 @@ func newCache(t *testing.T, clk *clocktesting.FakeClock) *Cache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { checkHoles(t, c) })
+	t.Cleanup(func() {
+		checkHoles(t, c)
+		checkPublished(t, c)
+	})
 	return c
+}
+
+// checkPublished fails unless what the readers see without the lock (the
+// nodes' published copies and the policy's inputs) is the cache's state as
+// it is now: every change published what it changed.
+func checkPublished(t *testing.T, c *Cache) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, ns := range c.nodes {
+		got := c.snapOf(name)
+		if !ns.seen {
+			if got != nil {
+				t.Errorf("node %s is a placeholder but readers see a copy of it: %+v", name, got)
+			}
+			continue
+		}
+		want := ns.snap()
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeSnap{})); diff != "" {
+			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
+		}
+	}
+	c.snaps.Range(func(k, _ any) bool {
+		if ns, ok := c.nodes[k.(string)]; !ok || !ns.seen {
+			t.Errorf("readers see node %s, which the cache does not have", k)
+		}
+		return true
+	})
+	want := &policyInputs{defaultPolicy: c.policy, typical: c.workload.Typical(), holes: c.holes, cpuPerUnit: c.workload.CPUPerUnit(),
+		maxMilliCPU: c.maxMilliCPU, maxUnits: c.maxUnits}
+	if diff := cmp.Diff(want, c.inputs.Load(), cmp.AllowUnexported(policyInputs{}), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("policy inputs as readers see them (-state +published):\n%s", diff)
+	}
 }
 
 // checkHoles fails unless the holes the cache kept in step with its
@@ -82,7 +119,7 @@ func TestAssumeLifecycle(t *testing.T) {
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
 
-	a, err := c.Assume(NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +127,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("after Assume (-want +got):\n%s", diff)
 	}
 	// A retried bind holds nothing more and returns the same cards.
-	again, err := c.Assume(NewPodInfo(pod), "n1")
+	again, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +152,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("Expire() after FinishBinding and the bound event = %v, want none", got)
 	}
 	// Bound elsewhere: clear error.
-	if _, err := c.Assume(NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
+	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
 		t.Errorf("Assume on another node: err = %v, want ErrBoundElsewhere", err)
 	}
 	// Forget does not release a bound pod.
@@ -138,10 +175,10 @@ func TestForgetAndExpire(t *testing.T) {
 	}
 	p1 := util.MakePod("p1").GPUMem(4).Obj()
 	p2 := util.MakePod("p2").GPUMem(5).Obj()
-	if _, err := c.Assume(NewPodInfo(p1), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), NewPodInfo(p1), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Assume(NewPodInfo(p2), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), NewPodInfo(p2), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.Forget(p1.UID)
@@ -167,17 +204,17 @@ func TestAssumeReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("big").GPUMem(20).Obj()
-	_, err := c.Assume(NewPodInfo(pod), "n1")
+	_, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	var fe *allocator.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Assume(20 on 16+16) err = %v, want FitError", err)
 	}
-	if _, err := c.Assume(NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
+	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on unknown node: err = %v, want ErrUnknownNode", err)
 	}
 	worst := NewPodInfo(pod)
 	worst.Policy = "worstfit"
-	if _, err := c.Assume(worst, "n1"); err == nil {
+	if _, err := c.Assume(context.Background(), worst, "n1"); err == nil {
 		t.Error("Assume with an unknown policy succeeded")
 	}
 
@@ -187,16 +224,16 @@ func TestAssumeReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	small := NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
-	_, err = c.Assume(small, "cpu")
+	_, err = c.Assume(context.Background(), small, "cpu")
 	if errors.Is(err, ErrUnknownNode) || !errors.As(err, &fe) || !strings.Contains(fe.Reason, "node reports no GPU memory") {
 		t.Errorf("Assume on a node without GPUs: err = %v, want a FitError saying it reports no GPU memory", err)
 	}
 	// A node only named by a bound pod (its own event not in yet) is unknown.
 	c.UpsertPod(util.MakePod("early").GPUMem(4).Node("later").Obj())
-	if _, err := c.Assume(small, "later"); !errors.Is(err, ErrUnknownNode) {
+	if _, err := c.Assume(context.Background(), small, "later"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on a placeholder node: err = %v, want ErrUnknownNode", err)
 	}
-	if _, failed, _ := c.Filter(small, []string{"later"}); !strings.Contains(failed["later"], "unknown") {
+	if _, failed, _ := c.Filter(context.Background(), small, []string{"later"}); !strings.Contains(failed["later"], "unknown") {
 		t.Errorf("Filter on a placeholder node: reason %q, want unknown", failed["later"])
 	}
 }
@@ -317,11 +354,11 @@ func TestNodeCapacityChange(t *testing.T) {
 	if diff := cmp.Diff([]int64{0, 4}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after regrow (-want +got):\n%s", diff)
 	}
-	fit, failed, _ := c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
+	fit, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
 	if len(fit) != 1 {
 		t.Errorf("14 GiB should fit on the healthy card: failed %v", failed)
 	}
-	_, failed, _ = c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
+	_, failed, _ = c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
 	if diff := cmp.Diff(map[string]string{"n1": "container c needs 14 GiB on each of 2 GPUs; 1 of 1 healthy GPUs have that much free"}, failed); diff != "" {
 		t.Errorf("Filter reasons (-want +got):\n%s", diff)
 	}
@@ -345,7 +382,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
 		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
 	}
-	_, failed, _ := c.Filter(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
+	_, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
 	if failed["gone"] == "" {
 		t.Errorf("unknown node has no reason: %v", failed)
 	}
@@ -368,7 +405,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		units int64
 	}{{"a", "half", 8}, {"b", "full", 14}} {
 		pod := util.MakePod(p.name).GPUMem(p.units).Obj()
-		if _, err := c.Assume(NewPodInfo(pod), p.node); err != nil {
+		if _, err := c.Assume(context.Background(), NewPodInfo(pod), p.node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -381,7 +418,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		{allocator.NameBinpack, []int64{0, 10, 0}}, // full cannot take 4
 		{allocator.NameSpread, []int64{10, 0, 0}},
 	} {
-		got, err := c.Score(&PodInfo{Demand: d, Policy: tc.policy}, nodes)
+		got, err := c.Score(context.Background(), &PodInfo{Demand: d, Policy: tc.policy}, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,7 +438,7 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +463,7 @@ func TestRepairedAllocationIsRecharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,16 +496,18 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	}
 	// Node a has 10 free, b 16; the workload is all 8 GiB pods.
 	busy := util.MakePod("busy").GPUMem(6).Obj()
-	if _, err := c.Assume(NewPodInfo(busy), "a"); err != nil {
+	if _, err := c.Assume(context.Background(), NewPodInfo(busy), "a"); err != nil {
 		t.Fatal(err)
 	}
+	// The workload is learned from placed pods (here on a node not
+	// scored), never from pending ones.
 	for i := range 5 {
-		c.UpsertPod(util.MakePod(fmt.Sprintf("w%d", i)).GPUMem(8).Obj())
+		c.UpsertPod(util.MakePod(fmt.Sprintf("w%d", i)).GPUMem(8).Node("elsewhere").Obj())
 	}
 	// A 4 GiB pod on a leaves 6, which no 8 GiB pod can use; on b it
 	// leaves 12. fgd must prefer b; without the workload it sees no
 	// difference.
-	got, err := c.Score(&PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
+	got, err := c.Score(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,14 +546,14 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		{"pending CPU pod holds nothing", func() { c.UpsertPod(web.Obj()) }, [2]int64{0, 0}},
 		{"bound CPU pod", func() { c.UpsertPod(web.Node("n1").Obj()) }, [2]int64{500, 1024}},
 		{"assumed GPU pod", func() {
-			if _, err := c.Assume(NewPodInfo(gpu.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 		}, [2]int64{2500, 5120}},
 		{"its pending event keeps the assumption", func() { c.UpsertPod(gpu.Obj()) }, [2]int64{2500, 5120}},
 		{"forgotten", func() { c.Forget(gpu.Obj().UID) }, [2]int64{500, 1024}},
 		{"assumed again, then bound", func() {
-			a, err := c.Assume(NewPodInfo(gpu.Obj()), "n1")
+			a, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -523,7 +562,7 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		}, [2]int64{2500, 5120}},
 		{"a bound pod does not expire", func() { clk.Step(time.Hour); c.Expire() }, [2]int64{2500, 5120}},
 		{"assumed and expired", func() {
-			if _, err := c.Assume(NewPodInfo(other.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), NewPodInfo(other.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 			clk.Step(time.Hour)
@@ -547,7 +586,7 @@ func TestNodeDeletedAndBackKeepsItsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Requests("4", "1Gi").Obj()
-	if _, err := c.Assume(NewPodInfo(pod), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.FinishBinding(pod.UID)
@@ -591,7 +630,7 @@ func TestFragAwareWeighsCPU(t *testing.T) {
 		c.UpsertPod(w.Obj())
 	}
 	pod := NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
-	got, err := c.Score(pod, []string{"a", "b"})
+	got, err := c.Score(context.Background(), pod, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,14 +661,14 @@ func TestFilterBest(t *testing.T) {
 	}{
 		{"all empty: every node that fits ties", func() {}, []string{"busy", "empty-1", "empty-2"}, []string{"small"}},
 		{"binpack: only the fullest node", func() {
-			if _, err := c.Assume(NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
+			if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
 				t.Fatal(err)
 			}
 		}, []string{"busy"}, []string{"small"}},
 	}
 	for _, tc := range tests {
 		tc.setup()
-		best, failed, err := c.FilterBest(pod, nodes)
+		best, failed, err := c.FilterBest(context.Background(), pod, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -836,7 +875,7 @@ func TestAssumeIgnoresAPendingPodsAnnotation(t *testing.T) {
 		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 16}}}}}
 	pod := util.MakePod("p").GPUMem(4).Allocation(bogus).Obj()
 	c.UpsertPod(pod)
-	a, err := c.Assume(NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -870,7 +909,7 @@ func TestBoundButNeverSeenExpires(t *testing.T) {
 	ghost := util.MakePod("ghost").GPUMem(6).Requests("2", "2Gi").Obj()
 	seen := util.MakePod("seen").GPUMem(4).Requests("1", "1Gi").Obj()
 	for _, p := range []*corev1.Pod{ghost, seen} {
-		a, err := c.Assume(NewPodInfo(p), "n1")
+		a, err := c.Assume(context.Background(), NewPodInfo(p), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -907,17 +946,17 @@ func TestAssumeKeepsABindInFlight(t *testing.T) {
 		}
 	}
 	pod := NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
-	if _, err := c.Assume(pod, "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), pod, "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Assume(pod, "n2"); !errors.Is(err, ErrBindInFlight) {
+	if _, err := c.Assume(context.Background(), pod, "n2"); !errors.Is(err, ErrBindInFlight) {
 		t.Fatalf("Assume on n2 during a bind to n1: %v, want ErrBindInFlight", err)
 	}
 	if diff := cmp.Diff([]int64{6}, used(t, c, "n1")); diff != "" {
 		t.Errorf("n1 (-want +got):\n%s", diff)
 	}
 	c.Forget(pod.UID) // that bind failed: no Binding
-	if _, err := c.Assume(pod, "n2"); err != nil {
+	if _, err := c.Assume(context.Background(), pod, "n2"); err != nil {
 		t.Fatalf("Assume on n2 after the bind to n1 failed: %v", err)
 	}
 	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
@@ -947,7 +986,8 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 		do   func()
 		want float64 // millicores per GiB
 	}{
-		{"a GPU pod: 2 cores for 4 GiB", func() { c.UpsertPod(gpuPod.Obj()) }, 500},
+		{"a pending GPU pod is not counted: anyone may create pods that never schedule", func() { c.UpsertPod(gpuPod.Obj()) }, 0},
+		{"bound, it is: 2 cores for 4 GiB", func() { c.UpsertPod(gpuPod.Node("gpu").Obj()) }, 500},
 		{"a pending pod without GPU memory is not counted", func() { c.UpsertPod(web.Obj()) }, 500},
 		{"bound to the GPU node, it is", func() { c.UpsertPod(web.Node("gpu").Obj()) }, (2000*d + 1000) / (4 * d)},
 		{"once, whatever its updates", func() { c.UpsertPod(web.Node("gpu").Obj()) }, (2000*d + 1000) / (4 * d)},
@@ -964,16 +1004,47 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
 		}
 	}
-	// The GPU node: 32 cores less the bound pod's 1 free beside 32 GiB;
-	// the CPU node has no cards and does not count.
-	c.mu.Lock()
-	p, err := c.newPolicy(allocator.NameFragAware)
-	c.mu.Unlock()
+	// The GPU node: 32 cores less the bound pods' 2 and 1 free beside 32
+	// GiB (the GPU pod, without an allocation annotation, is charged
+	// unattributed, not on a card); the CPU node has no cards and does
+	// not count.
+	p, err := c.inputs.Load().policy(allocator.NameFragAware)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := (2000*d + 1000) / (4 * d) * 32 / 31000
+	want := (2000*d + 1000) / (4 * d) * 32 / 29000
 	if diff := cmp.Diff(want, p.(*allocator.FragAware).Pressure(), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
 		t.Errorf("pressure (-want +got):\n%s", diff)
+	}
+}
+
+// TestPendingPodsDoNotSteer: pods that never schedule (anyone may create
+// them, in any namespace) teach the workload model nothing: 200 pending
+// pods asking 1 GiB and 64 cores each leave fragaware's typical requests
+// and CPU pressure where the placed pods put them.
+func TestPendingPodsDoNotSteer(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	if err := c.SetNode(util.MakeNode("gpu").Host("64", "256Gi").Cards("T4", 16, 16, 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		c.UpsertPod(util.MakePod(fmt.Sprintf("placed-%d", i)).GPUMem(8).Requests("4", "16Gi").Node("gpu").Obj())
+	}
+	policy := func() *allocator.FragAware {
+		p, err := c.inputs.Load().policy(allocator.NameFragAware)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.(*allocator.FragAware)
+	}
+	before, typical := policy().Pressure(), c.inputs.Load().typical
+	for i := range 200 {
+		c.UpsertPod(util.MakePod(fmt.Sprintf("never-%d", i)).Namespace(fmt.Sprintf("tenant-%d", i%7)).GPUMem(1).Requests("64", "1Gi").Obj())
+	}
+	if after := policy().Pressure(); after != before {
+		t.Errorf("CPU pressure went from %g to %g with 200 pending pods", before, after)
+	}
+	if diff := cmp.Diff(typical, c.inputs.Load().typical); diff != "" {
+		t.Errorf("typical requests changed with 200 pending pods (-before +after):\n%s", diff)
 	}
 }

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -103,7 +104,7 @@ func TestCatchUp(t *testing.T) {
 				t.Errorf("%d floors left, want %d", floors, tc.wantFloors)
 			}
 			// A second 16 GiB pod fits exactly where nothing is charged.
-			_, err := c.Assume(NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(16).Obj()), "n1")
+			_, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(16).Obj()), "n1")
 			if fits := err == nil; fits != (tc.want[0] == 0) {
 				t.Errorf("Assume(b) = %v; the card holds %d", err, tc.want[0])
 			}

@@ -3,7 +3,15 @@
 // extender's own bind decisions.
 //
 // One Cache object owns all state behind one mutex; informer handlers and
-// HTTP handlers only call its methods. A pod's allocation moves through
+// HTTP handlers only call its methods. Writers (informer events, a bind's
+// Assume, Forget, Expire) hold the mutex for microseconds and, before they
+// release it, publish an immutable copy of each node they changed and of
+// the policy's inputs (typical requests, holes, CPU demand). Filter,
+// FilterBest, Score and ScoreCPU read only those copies and take no lock,
+// so they never wait behind a write, and a slow search never delays one;
+// Assume searches a node's copy without the lock and holds its choice only
+// if the node did not change meanwhile. Each request's searches share one
+// step budget and end with its context (allocator.Budget). A pod's allocation moves through
 // these states (keyed by pod UID):
 //
 //	                Assume (bind chose cards)

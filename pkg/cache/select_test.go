@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,7 +86,7 @@ func TestFilterReasons(t *testing.T) {
 	var b strings.Builder
 	for _, p := range pods {
 		info := NewPodInfo(p)
-		fit, failed, err := c.Filter(info, names)
+		fit, failed, err := c.Filter(context.Background(), info, names)
 		if err != nil {
 			t.Fatalf("Filter(%s): %v", p.Name, err)
 		}
@@ -100,7 +101,7 @@ func TestFilterReasons(t *testing.T) {
 			fmt.Fprintf(&b, "  %s: %s\n", n, failed[n])
 		}
 		// FilterBest gives the same reasons and passes only nodes that fit.
-		best, bestFailed, err := c.FilterBest(info, names)
+		best, bestFailed, err := c.FilterBest(context.Background(), info, names)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestAssumeHonoursConstraints(t *testing.T) {
 		{util.MakePod("c1").GPUMem(4).Annotation(gpushare.AnnotationGPUUUIDsExcluded, "GPU-t4-0").Obj(), "t4", []gpushare.DeviceShare{{Index: 1, UUID: "GPU-t4-1", Units: 4}}},
 	}
 	for _, tc := range tests {
-		a, err := c.Assume(NewPodInfo(tc.pod), tc.node)
+		a, err := c.Assume(context.Background(), NewPodInfo(tc.pod), tc.node)
 		if err != nil {
 			t.Fatalf("Assume(%s, %s): %v", tc.pod.Name, tc.node, err)
 		}
@@ -144,11 +145,11 @@ func TestAssumeHonoursConstraints(t *testing.T) {
 		}
 	}
 	var fe *allocator.FitError
-	if _, err := c.Assume(NewPodInfo(util.MakePod("d").GPUMem(4).GPUModels("H100*").Obj()), "t4"); !errors.As(err, &fe) ||
+	if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("d").GPUMem(4).GPUModels("H100*").Obj()), "t4"); !errors.As(err, &fe) ||
 		!strings.Contains(fe.Reason, "all 2 GPUs excluded (model Tesla T4 not H100*: 2)") {
 		t.Errorf("Assume of an H100 pod on T4s: err = %v, want a FitError counting the excluded cards", err)
 	}
-	if _, err := c.Assume(NewPodInfo(util.MakePod("e").GPUMem(4).Obj()), "typo"); !errors.As(err, &fe) || !strings.Contains(fe.Reason, "takes no new GPU pods") {
+	if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("e").GPUMem(4).Obj()), "typo"); !errors.As(err, &fe) || !strings.Contains(fe.Reason, "takes no new GPU pods") {
 		t.Errorf("Assume on a node with an invalid cordon: err = %v, want a FitError saying it takes no new pods", err)
 	}
 }
@@ -165,13 +166,13 @@ func TestInvalidConstraints(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", verb, err, want)
 		}
 	}
-	_, _, err := c.Filter(info, names)
+	_, _, err := c.Filter(context.Background(), info, names)
 	check("Filter", err)
-	_, _, err = c.FilterBest(info, names)
+	_, _, err = c.FilterBest(context.Background(), info, names)
 	check("FilterBest", err)
-	_, err = c.Score(info, names)
+	_, err = c.Score(context.Background(), info, names)
 	check("Score", err)
-	_, err = c.Assume(info, "t4")
+	_, err = c.Assume(context.Background(), info, "t4")
 	check("Assume", err)
 }
 
@@ -193,12 +194,12 @@ func TestCordonKeepsRunningPods(t *testing.T) {
 	if len(v.Ignored) != 0 || v.Cards[0].Used != 6 || !v.Cards[0].Cordoned || v.Cards[1].Cordoned {
 		t.Errorf("after the cordon: %+v, want running still charged 6 on the cordoned card 0", v)
 	}
-	_, failed, err := c.Filter(NewPodInfo(util.MakePod("wide").GPUMemCards(20, 2).Obj()), []string{"n1"})
+	_, failed, err := c.Filter(context.Background(), NewPodInfo(util.MakePod("wide").GPUMemCards(20, 2).Obj()), []string{"n1"})
 	want := "container c0 needs 10 GiB on each of 2 GPUs; 1 GPU excluded (cordoned by the operator: 1); 1 of 1 eligible healthy GPUs have that much free"
 	if err != nil || failed["n1"] != want {
 		t.Errorf("Filter reason %q (err %v), want %q", failed["n1"], err, want)
 	}
-	a, err := c.Assume(NewPodInfo(util.MakePod("new").GPUMem(10).Obj()), "n1")
+	a, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("new").GPUMem(10).Obj()), "n1")
 	if err != nil || a.Containers[0].Devices[0].Index != 1 {
 		t.Fatalf("Assume = %+v, %v; want card 1 (card 0, fuller, is cordoned)", a, err)
 	}
@@ -206,7 +207,7 @@ func TestCordonKeepsRunningPods(t *testing.T) {
 	if err := c.SetNode(n.Annotation(gpushare.AnnotationCordonedGPUs, "").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	a, err = c.Assume(NewPodInfo(util.MakePod("later").GPUMem(10).Obj()), "n1")
+	a, err = c.Assume(context.Background(), NewPodInfo(util.MakePod("later").GPUMem(10).Obj()), "n1")
 	if err != nil || a.Containers[0].Devices[0].Index != 0 {
 		t.Fatalf("Assume after uncordoning = %+v, %v; want card 0", a, err)
 	}

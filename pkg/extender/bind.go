@@ -104,6 +104,10 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	if namespace == "" || name == "" || node == "" {
 		return fmt.Errorf("bind request needs PodNamespace, PodName and Node; got %q, %q, %q", namespace, name, node)
 	}
+	// The search for cards ends with the request: once kube-scheduler has
+	// given up, nothing is held. The writes after it do not (see
+	// BindTimeout).
+	reqCtx := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BindTimeout)
 	defer cancel()
 	pod, err := b.pod(ctx, namespace, name, uid)
@@ -125,7 +129,7 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 		}
 		return fmt.Errorf("pod %s/%s: %w", namespace, name, err)
 	}
-	alloc, err := b.cache.Assume(pod, node)
+	alloc, err := b.cache.Assume(reqCtx, pod, node)
 	if err != nil {
 		return fmt.Errorf("placing pod %s/%s on node %s: %w", namespace, name, node, err)
 	}

@@ -306,7 +306,7 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			if tc.wantUsed > 0 {
 				// The held card goes to no other pod.
 				other := cache.NewPodInfo(util.MakePod("q").GPUMem(16).Obj())
-				if _, err := c.Assume(other, "n1"); err == nil {
+				if _, err := c.Assume(context.Background(), other, "n1"); err == nil {
 					t.Error("another pod was given the card the bind may hold")
 				}
 			}

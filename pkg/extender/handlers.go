@@ -34,15 +34,24 @@ const Prefix = "/gpushare-scheduler"
 // nodeCacheCapable.
 const MaxBodyBytes = 4 << 20
 
-// DefaultMaxInFlight bounds the verb requests (filter, prioritize, bind)
-// served at once. kube-scheduler sends filter and prioritize one pod at a
-// time and binds in parallel, each bind a few API round trips; more than
-// this at once is a flood. maxInspectInFlight bounds inspect requests and
-// scrapes of /metrics, which walk every node.
+// DefaultMaxInFlight bounds the filter and prioritize requests served at
+// once, and, separately, the binds: kube-scheduler sends filter and
+// prioritize one pod at a time and binds in parallel, each bind a few API
+// round trips; more than this at once is a flood. Binds waiting on a slow
+// API server hold their own slots, never those of filter and prioritize.
+// maxInspectInFlight bounds inspect requests and scrapes of /metrics,
+// which walk every node.
 const (
 	DefaultMaxInFlight = 64
 	maxInspectInFlight = 4
 )
+
+// DefaultVerbTimeout is the deadline of one filter or prioritize request:
+// past it the request stops and answers an error, and so it does as soon
+// as kube-scheduler gives up (its httpTimeout, 10 s in the shipped
+// configuration). Each request's searches also share one step budget
+// (allocator.DefaultRequestSteps), which usually ends it far sooner.
+const DefaultVerbTimeout = 5 * time.Second
 
 // slotWait is how long a request waits for a free slot before it is
 // answered 503 with Retry-After.
@@ -55,18 +64,23 @@ type Handlers struct {
 	// default), filter passes only the nodes prioritize would rate highest
 	// (Cache.FilterBest). Set before serving.
 	FilterAll bool
-	// MaxInFlight bounds the verb requests served at once; 0 means
-	// DefaultMaxInFlight. Set before Router.
+	// MaxInFlight bounds the filter and prioritize requests served at
+	// once, and the binds, each kind apart; 0 means DefaultMaxInFlight.
+	// Set before Router.
 	MaxInFlight int
+	// VerbTimeout is the deadline of a filter or prioritize request; 0
+	// means DefaultVerbTimeout. Set before serving.
+	VerbTimeout time.Duration
 	// Leader, when set (several replicas, pkg/leader), decides whether
 	// this replica answers the verbs and reports ready; nil: a single
 	// replica always does. Set before serving.
 	Leader Leadership
 
-	// verbSlots (made by Router) and inspectSlots hold one token per
-	// request being served; inspectSlots bounds inspect and /metrics, both
-	// of which walk every node.
-	verbSlots, inspectSlots chan struct{}
+	// verbSlots (filter and prioritize) and bindSlots (made by Router)
+	// and inspectSlots hold one token per request being served;
+	// inspectSlots bounds inspect and /metrics, both of which walk every
+	// node.
+	verbSlots, bindSlots, inspectSlots chan struct{}
 
 	cache   *cache.Cache
 	binder  *Binder
@@ -96,10 +110,11 @@ func (h *Handlers) Router() http.Handler {
 		h.MaxInFlight = DefaultMaxInFlight
 	}
 	h.verbSlots = make(chan struct{}, h.MaxInFlight)
+	h.bindSlots = make(chan struct{}, h.MaxInFlight)
 	r := httprouter.New()
 	r.POST(Prefix+"/filter", h.leading(h.limit(h.verbSlots, "filter", h.filter)))
 	r.POST(Prefix+"/prioritize", h.leading(h.limit(h.verbSlots, "prioritize", h.prioritize)))
-	r.POST(Prefix+"/bind", h.leading(h.limit(h.verbSlots, "bind", h.bind)))
+	r.POST(Prefix+"/bind", h.leading(h.limit(h.bindSlots, "bind", h.bind)))
 	r.GET(Prefix+"/inspect", h.limit(h.inspectSlots, "inspect", h.inspect))
 	r.GET(Prefix+"/inspect/:node", h.limit(h.inspectSlots, "inspect", h.inspect))
 	h.probeRoutes(r)
@@ -175,8 +190,22 @@ func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 // errNotLeader answers the verbs on a replica that is not serving.
 var errNotLeader = errors.New("gpushare extender replica is not the leader (or is catching up with the API); the scheduler will retry")
 
-// inFlight returns the verb requests being served.
-func (h *Handlers) inFlight() int { return len(h.verbSlots) }
+// inFlight returns the verb requests being served: filter and
+// prioritize, and binds.
+func (h *Handlers) inFlight() int { return len(h.verbSlots) + len(h.bindSlots) }
+
+// verbContext returns the context of a filter or prioritize request: it
+// ends at the request's deadline (VerbTimeout) or when kube-scheduler
+// gives up (the connection closes), and its logger names the verb.
+func (h *Handlers) verbContext(r *http.Request, verb string) (context.Context, context.CancelFunc) {
+	timeout := h.VerbTimeout
+	if timeout <= 0 {
+		timeout = DefaultVerbTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(r.Context(), timeout,
+		fmt.Errorf("the extender's %s deadline (%s) passed", verb, timeout))
+	return klog.NewContext(ctx, h.logger.WithValues("verb", verb)), cancel
+}
 
 func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
 	if !h.ready() {
@@ -288,7 +317,8 @@ func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*cache.PodInfo, []strin
 
 func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	start := time.Now()
-	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "filter"))
+	ctx, cancel := h.verbContext(r, "filter")
+	defer cancel()
 	var args extenderv1.ExtenderArgs
 	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
 		if !h.ready() {
@@ -305,9 +335,9 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		var fit []string
 		var failed map[string]string
 		if h.FilterAll {
-			fit, failed, err = h.cache.Filter(pod, names)
+			fit, failed, err = h.cache.Filter(ctx, pod, names)
 		} else {
-			fit, failed, err = h.cache.FilterBest(pod, names)
+			fit, failed, err = h.cache.FilterBest(ctx, pod, names)
 		}
 		if err != nil {
 			return nil, err
@@ -353,7 +383,8 @@ func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string
 
 func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	start := time.Now()
-	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "prioritize"))
+	ctx, cancel := h.verbContext(r, "prioritize")
+	defer cancel()
 	var args extenderv1.ExtenderArgs
 	res, err := func() (extenderv1.HostPriorityList, error) {
 		if !h.ready() {
@@ -373,7 +404,7 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 			// strand the least GPU memory.
 			score = h.cache.ScoreCPU
 		}
-		scores, err := score(pod, names)
+		scores, err := score(ctx, pod, names)
 		if err != nil {
 			return nil, err
 		}

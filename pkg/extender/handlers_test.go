@@ -243,13 +243,13 @@ func TestWireGolden(t *testing.T) {
 // TestPrioritizeCPUOnlyPod: kube-scheduler's configuration sends the
 // extender's prioritize every pod, and a pod that asks no gpu-mem gets 10
 // where its CPU strands no GPU memory and 0 elsewhere (fragaware's
-// CPUScorer). A pending pod of 16 GiB and 6 cores makes such requests
-// typical: mixed (8 cores, 6 + 80 GiB free) has cards for 5 of them but CPU
+// CPUScorer). A placed pod of 16 GiB and 6 cores (bound to a node not
+// scored) makes such requests typical: mixed (8 cores, 6 + 80 GiB free) has cards for 5 of them but CPU
 // for 1, and none once a 4-core pod is there; sick's one healthy card has
 // 7 GiB free, so it strands nothing; nogpu and a node the extender does not
 // know have no cards to strand.
 func TestPrioritizeCPUOnlyPod(t *testing.T) {
-	learner := util.MakePod("learner").GPUMem(16).Requests("6", "1Gi").Obj()
+	learner := util.MakePod("learner").GPUMem(16).Requests("6", "1Gi").Node("elsewhere").Obj()
 	f := newFixture(t, learner)
 	pod := util.MakePod("cpu").Container("x").Requests("4", "1Gi").Annotation(gpushare.AnnotationPolicy, allocator.NameFragAware).Obj()
 	status, got := f.do(t, "POST", "/gpushare-scheduler/prioritize", extenderArgs(t, pod, "mixed", "sick", "nogpu", "ghost"))

@@ -364,18 +364,16 @@ func (r *replay) submit(pod *Pod) Decision {
 }
 
 // observe counts pod's GPU memory as arrived and returns the policy that
-// rates nodes for it: for fragaware, built from the typical requests once
-// the pod's shape is learned, as the extender's cache learns it from the
-// pod informer before kube-scheduler asks about the pod.
+// rates nodes for it: for fragaware, built from the typical requests of
+// the pods placed so far, as the extender's cache learns them from the
+// pods it binds (or sees bound), never from pending ones (place learns
+// pod's own shape once it lands).
 func (r *replay) observe(pod *Pod) allocator.Policy {
 	if pod.Demand != nil {
 		r.arrived += pod.Units()
 	}
 	if r.policy != nil {
 		return r.policy
-	}
-	if pod.Demand != nil {
-		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 	}
 	f := allocator.NewFragAware(r.work.Typical(), r.holes)
 	f.SetCPUDemand(r.work.CPUPerUnit())
@@ -574,6 +572,10 @@ func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision)
 		ns.alloc.Cards[i].Used += u
 	}
 	r.holes.AddNode(&ns.alloc, 1)
+	if r.policy == nil {
+		// As the extender's cache learns it when its bind holds the cards.
+		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+	}
 	r.placed += r.best.Total()
 	d.Cards = make([][]int, len(r.best.Cards))
 	for c, poss := range r.best.Cards {

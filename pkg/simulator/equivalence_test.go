@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -247,7 +248,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 				t.Fatalf("seed %d, pod %d %s: nodes where the CPU-only pod fits (-simulator +test):\n%s", seed, i, sp.Name, diff)
 			}
 			if len(candidates) > 0 {
-				scores, err := c.ScoreCPU(info, candidates)
+				scores, err := c.ScoreCPU(context.Background(), info, candidates)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -256,14 +257,14 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 				}
 			}
 		} else {
-			fit, _, err := c.Filter(info, candidates)
+			fit, _, err := c.Filter(context.Background(), info, candidates)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(ch.Fit, fit, cmpopts.EquateEmpty()); diff != "" {
 				t.Fatalf("seed %d, pod %d %s: nodes where it fits (-simulator +extender):\n%s", seed, i, sp.Name, diff)
 			}
-			best, _, err := c.FilterBest(info, candidates)
+			best, _, err := c.FilterBest(context.Background(), info, candidates)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,7 +272,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 				t.Fatalf("seed %d, pod %d %s: nodes the filter passes (-simulator +extender):\n%s", seed, i, sp.Name, diff)
 			}
 			if len(best) > 0 {
-				scores, err := c.Score(info, best)
+				scores, err := c.Score(context.Background(), info, best)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -300,7 +301,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 			cpuPlaced++
 			continue
 		}
-		alloc, err := c.Assume(info, node)
+		alloc, err := c.Assume(context.Background(), info, node)
 		if err != nil {
 			t.Fatal(err)
 		}

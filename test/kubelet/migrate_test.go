@@ -1,6 +1,7 @@
 package kubelet_test
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -133,7 +134,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		for _, units := range []int64{4, 2} {
 			for {
 				w := util.MakePod(fmt.Sprintf("%s-%02d", prefix, n)).GPUMem(units)
-				alloc, err := c.Assume(cache.NewPodInfo(w.Obj()), nodeName)
+				alloc, err := c.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
 				if err != nil {
 					break
 				}
@@ -168,7 +169,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := util.MakePod("stale").GPUMem(4)
-	alloc, err := stale.Assume(cache.NewPodInfo(w.Obj()), nodeName)
+	alloc, err := stale.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

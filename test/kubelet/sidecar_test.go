@@ -1,6 +1,7 @@
 package kubelet_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func TestSidecarBeforeInitIsCharged(t *testing.T) {
 	var adms []admission
 	var pods []*corev1.Pod
 	for _, w := range []*util.PodWrapper{a, b} {
-		alloc, err := c.Assume(cache.NewPodInfo(w.Obj()), nodeName)
+		alloc, err := c.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
 		if err != nil {
 			t.Fatalf("placing %s: %v", w.Obj().Name, err)
 		}

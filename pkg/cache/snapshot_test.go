@@ -1,0 +1,143 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// TestReadersSeeEveryChange: after each kind of change, what the readers
+// see without the lock (checkPublished) is the cache's state.
+func TestReadersSeeEveryChange(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	alloc := &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 1, Units: 4}}}}}
+	web := util.MakePod("web").UID("uid-web").Requests("2", "1Gi")
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"a node", func() { _ = c.SetNode(util.MakeNode("n1").Host("16", "64Gi").Cards("T4", 16, 16).Obj()) }},
+		{"a second node", func() { _ = c.SetNode(util.MakeNode("n2").Host("8", "32Gi").Cards("T4", 16).Obj()) }},
+		{"a pod without GPU memory bound to it", func() { c.UpsertPod(web.Node("n1").Obj()) }},
+		{"that pod deleted", func() { c.DeletePod("uid-web") }},
+		{"a GPU pod bound with its annotation", func() {
+			c.UpsertPod(util.MakePod("a").UID("uid-a").GPUMem(4).Requests("1", "1Gi").Allocation(alloc).Node("n1").Obj())
+		}},
+		{"a bind's assumption", func() {
+			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Requests("1", "1Gi").Obj()), "n2")
+		}},
+		{"forgotten", func() { c.Forget("uid-b") }},
+		{"assumed again and bound", func() {
+			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Obj()), "n2")
+			c.FinishBinding("uid-b")
+		}},
+		{"expired unconfirmed", func() { clk.Step(time.Hour); c.Expire() }},
+		{"a node's cards change", func() { _ = c.SetNode(util.MakeNode("n1").Host("16", "64Gi").Cards("T4", 16, 16, 16).Obj()) }},
+		{"the GPU pod finished", func() {
+			p := util.MakePod("a").UID("uid-a").GPUMem(4).Allocation(alloc).Node("n1").Obj()
+			p.Status.Phase = corev1.PodSucceeded
+			c.UpsertPod(p)
+		}},
+		{"a node deleted", func() { c.DeleteNode("n2") }},
+	}
+	for _, s := range steps {
+		s.do()
+		t.Run(s.name, func(t *testing.T) { checkPublished(t, c) })
+	}
+}
+
+// TestReadersTakeNoLock: filter, prioritize and their CPU-only form answer
+// while the cache's lock is held (by an informer event or a bind in the
+// real extender): they read the published copies only.
+func TestReadersTakeNoLock(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	if err := c.SetNode(util.MakeNode("n1").Host("16", "64Gi").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	cpu := NewPodInfo(util.MakePod("c").Requests("1", "1Gi").Obj())
+	ctx := context.Background()
+	verbs := map[string]func() error{
+		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, []string{"n1"}); return err },
+		"FilterBest": func() error { _, _, err := c.FilterBest(ctx, pod, []string{"n1"}); return err },
+		"Score":      func() error { _, err := c.Score(ctx, pod, []string{"n1"}); return err },
+		"ScoreCPU":   func() error { _, err := c.ScoreCPU(ctx, cpu, []string{"n1"}); return err },
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, verb := range verbs {
+		done := make(chan error, 1)
+		go func() { done <- verb() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s still waits after 30 s while the cache's lock is held", name)
+		}
+	}
+}
+
+// TestAssumeUnderChurn: binds choosing cards on their nodes' published
+// copies while informer events change those nodes never over-commit a
+// card: a choice made on a copy that changed meanwhile is made again.
+func TestAssumeUnderChurn(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	nodes := []string{"n1", "n2"}
+	for _, n := range nodes {
+		if err := c.SetNode(util.MakeNode(n).Cards("T4", 16, 16, 16, 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				pod := NewPodInfo(util.MakePod(fmt.Sprintf("b%d-%d", w, i)).UID(fmt.Sprintf("b%d-%d", w, i)).GPUMem(int64(1 + (i+w)%5)).Obj())
+				_, _ = c.Assume(context.Background(), pod, nodes[i%2])
+				if i%3 == 0 {
+					c.Forget(pod.UID)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		// Bound pods the informer delivers, charged by their
+		// annotations whatever the binds chose.
+		for i := range 100 {
+			n := nodes[i%2]
+			a := &gpushare.Allocation{Node: n, Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: i % 4, Units: 1}}}}}
+			uid := fmt.Sprintf("inf-%d", i)
+			c.UpsertPod(util.MakePod(uid).UID(uid).GPUMem(1).Allocation(a).Node(n).Obj())
+			if i%2 == 0 {
+				c.DeletePod(k8stypes.UID(uid))
+			}
+		}
+	})
+	wg.Wait()
+	// What the binds hold never exceeds a card: with the informer's pods
+	// gone, each card holds only assumed pods, which Assume placed.
+	for i := range 100 {
+		c.DeletePod(k8stypes.UID(fmt.Sprintf("inf-%d", i)))
+	}
+	for _, n := range nodes {
+		for i, u := range used(t, c, n) {
+			if u > 16 {
+				t.Errorf("node %s card %d holds %d of 16 GiB", n, i, u)
+			}
+		}
+	}
+}
