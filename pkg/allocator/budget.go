@@ -10,12 +10,12 @@ import (
 var ErrBudgetSpent = errors.New("search budget spent")
 
 // DefaultRequestSteps is the search steps (placements examined) one request
-// may spend over all the nodes it fits: about a quarter of a second of one
-// core (BenchmarkSearchStep measures a step). A pod of a few containers
+// may spend over all the nodes it fits: at the 150-650 ns a step took
+// here (BenchmarkSearchStep), a tenth to a third of a second of one core. A pod of a few containers
 // takes tens of steps on a node, so this covers thousands of nodes; a pod
 // whose containers make the search explode is refused instead of holding a
 // core for seconds.
-const DefaultRequestSteps = 1_000_000
+const DefaultRequestSteps = 500_000
 
 // contextCheckSteps is how many steps a Budget takes between two looks at
 // its context.

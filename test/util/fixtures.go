@@ -49,6 +49,24 @@ func (p *PodWrapper) InitGPUMem(units int64) *PodWrapper {
 	return p
 }
 
+// InitGPUMemCards adds an init container "iN" asking units of gpu-mem split
+// over cards cards.
+func (p *PodWrapper) InitGPUMemCards(units, cards int64) *PodWrapper {
+	p.Spec.InitContainers = append(p.Spec.InitContainers, gpuContainer(fmt.Sprintf("i%d", len(p.Spec.InitContainers)), units, cards))
+	return p
+}
+
+// SidecarGPUMem adds a restartable init container (a sidecar) "iN" asking
+// units of gpu-mem: it runs beside the init containers after it and the
+// app containers.
+func (p *PodWrapper) SidecarGPUMem(units int64) *PodWrapper {
+	c := gpuContainer(fmt.Sprintf("i%d", len(p.Spec.InitContainers)), units, 0)
+	always := corev1.ContainerRestartPolicyAlways
+	c.RestartPolicy = &always
+	p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+	return p
+}
+
 // Container adds a container without GPU memory.
 func (p *PodWrapper) Container(name string) *PodWrapper {
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Image: "busybox"})
