@@ -58,7 +58,7 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 // when it was not shown to.
 func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement, b *Budget) error {
 	pl.reset(len(d), len(n.Cards))
-	if len(d) == 1 && !d[0].Init && d[0].Cards == 1 {
+	if !Searches(d) {
 		units := d[0].Units
 		best := -1
 		var bestKey float64
@@ -122,6 +122,13 @@ func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Polic
 		return &FitError{Node: n.Name, Reason: "the init containers do not fit beside the sidecars declared before them (" + freeList(n, xs) + ")" + excludedSuffix(n, cc, xs)}
 	}
 	return nil
+}
+
+// Searches reports whether fitting d may search placements (and so spend
+// a Budget's steps): any demand but one app container on one card, which
+// takes the best card in one pass.
+func Searches(d gpushare.Demand) bool {
+	return len(d) != 1 || d[0].Init || d[0].Cards != 1
 }
 
 // sidecarsBeforeInit reports whether a plain init container of d follows a

@@ -2,7 +2,9 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +140,34 @@ func TestAssumeUnderChurn(t *testing.T) {
 			if u > 16 {
 				t.Errorf("node %s card %d holds %d of 16 GiB", n, i, u)
 			}
+		}
+	}
+}
+
+// TestVerbsStopWithTheirContext: once a request's context has ended (its
+// deadline passed, or kube-scheduler gave up), filter and prioritize stop
+// walking the nodes and fail, naming the pod and how far they got.
+func TestVerbsStopWithTheirContext(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	var names []string
+	for i := range 300 {
+		names = append(names, fmt.Sprintf("n%03d", i))
+		if err := c.SetNode(util.MakeNode(names[i]).Cards("T4", 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	for name, verb := range map[string]func() error{
+		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, names); return err },
+		"FilterBest": func() error { _, _, err := c.FilterBest(ctx, pod, names); return err },
+		"Score":      func() error { _, err := c.Score(ctx, pod, names); return err },
+		"ScoreCPU":   func() error { _, err := c.ScoreCPU(ctx, NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names); return err },
+	} {
+		err := verb()
+		if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped after 255 of 300 nodes") {
+			t.Errorf("%s with its context ended = %v, want it stopped after 255 of 300 nodes", name, err)
 		}
 	}
 }

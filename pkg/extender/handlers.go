@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"time"
 
@@ -81,6 +82,11 @@ type Handlers struct {
 	// inspectSlots bounds inspect and /metrics, both of which walk every
 	// node.
 	verbSlots, bindSlots, inspectSlots chan struct{}
+	// searchSlots (made by Router) bound the filter and prioritize
+	// requests whose pod's cards need a search (allocator.Searches) that
+	// run at once, to half the cores: however many such requests come,
+	// the pods that need none keep the other half.
+	searchSlots chan struct{}
 
 	cache   *cache.Cache
 	binder  *Binder
@@ -111,6 +117,7 @@ func (h *Handlers) Router() http.Handler {
 	}
 	h.verbSlots = make(chan struct{}, h.MaxInFlight)
 	h.bindSlots = make(chan struct{}, h.MaxInFlight)
+	h.searchSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 	r := httprouter.New()
 	r.POST(Prefix+"/filter", h.leading(h.limit(h.verbSlots, "filter", h.filter)))
 	r.POST(Prefix+"/prioritize", h.leading(h.limit(h.verbSlots, "prioritize", h.prioritize)))
@@ -185,6 +192,22 @@ func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 		}
 		next(w, r, ps)
 	}
+}
+
+// searching runs fn holding a search slot when pod's cards need a search
+// (allocator.Searches), else at once; it fails, naming the pod, when ctx
+// ends first.
+func (h *Handlers) searching(ctx context.Context, pod *cache.PodInfo, fn func() error) error {
+	if pod.Demand == nil || !allocator.Searches(pod.Demand) {
+		return fn()
+	}
+	select {
+	case h.searchSlots <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("pod %s/%s waited for one of the %d slots of pods whose cards need a search: %w", pod.Namespace, pod.Name, cap(h.searchSlots), context.Cause(ctx))
+	}
+	defer func() { <-h.searchSlots }()
+	return fn()
 }
 
 // errNotLeader answers the verbs on a replica that is not serving.
@@ -334,11 +357,14 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		}
 		var fit []string
 		var failed map[string]string
-		if h.FilterAll {
-			fit, failed, err = h.cache.Filter(ctx, pod, names)
-		} else {
-			fit, failed, err = h.cache.FilterBest(ctx, pod, names)
-		}
+		err = h.searching(ctx, pod, func() (err error) {
+			if h.FilterAll {
+				fit, failed, err = h.cache.Filter(ctx, pod, names)
+			} else {
+				fit, failed, err = h.cache.FilterBest(ctx, pod, names)
+			}
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -404,7 +430,11 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 			// strand the least GPU memory.
 			score = h.cache.ScoreCPU
 		}
-		scores, err := score(ctx, pod, names)
+		var scores []int64
+		err = h.searching(ctx, pod, func() (err error) {
+			scores, err = score(ctx, pod, names)
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}

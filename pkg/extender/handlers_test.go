@@ -496,3 +496,34 @@ func TestOversizedBodyNotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchSlots: while every slot for pods whose cards need a search is
+// taken, such a pod's filter waits and, at its deadline, answers an error
+// naming the wait, and its prioritize likewise; a pod of one container on
+// one card needs no slot and is answered at once.
+func TestSearchSlots(t *testing.T) {
+	f := newFixture(t)
+	f.h.VerbTimeout = 200 * time.Millisecond
+	for range cap(f.h.searchSlots) {
+		f.h.searchSlots <- struct{}{}
+	}
+	two := util.MakePod("two").GPUMem(2).GPUMem(2).Obj()
+	for _, verb := range []string{"filter", "prioritize"} {
+		_, got := f.do(t, "POST", "/gpushare-scheduler/"+verb, extenderArgs(t, two, "mixed"))
+		if !strings.Contains(got, "waited for one of the") || !strings.Contains(got, "filter deadline") && !strings.Contains(got, "prioritize deadline") {
+			t.Errorf("%s of a two-container pod with every search slot taken: %s", verb, got)
+		}
+	}
+	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", extenderArgs(t, util.MakePod("one").GPUMem(2).Obj(), "mixed"))
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal([]byte(got), &res); status != http.StatusOK || err != nil || res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 1 {
+		t.Errorf("filter of a one-card pod with every search slot taken: %d %s", status, got)
+	}
+	for range cap(f.h.searchSlots) {
+		<-f.h.searchSlots
+	}
+	_, got = f.do(t, "POST", "/gpushare-scheduler/filter", extenderArgs(t, two, "mixed"))
+	if err := json.Unmarshal([]byte(got), &res); err != nil || res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 1 {
+		t.Errorf("filter of a two-container pod with the slots free: %s", got)
+	}
+}
