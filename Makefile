@@ -54,6 +54,17 @@ bench: controlplane ## Run the benchmarks, the extender RSS and the scheduling-t
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^(TestExtenderRSS|TestSchedulingThroughput)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput)_test'
 
+BASE       ?=
+BENCH      ?= .
+BENCH_PKGS ?= ./pkg/cache,./pkg/allocator
+BENCHTIME  ?= 1s
+ROUNDS     ?= 6
+
+.PHONY: bench-compare
+bench-compare: ## Compare BENCH_PKGS' benchmarks (BENCH regexp) with those of commit BASE, alternating the two trees for ROUNDS rounds in one run: medians, new/base ratios and their range.
+	@[ -n "$(BASE)" ] || { echo "bench-compare needs BASE=<commit>, e.g. make bench-compare BASE=HEAD~5 BENCH=FilterBest"; exit 2; }
+	$(GO) run ./hack/benchcmp -base $(BASE) -pkgs $(BENCH_PKGS) -bench '$(BENCH)' -benchtime $(BENCHTIME) -rounds $(ROUNDS)
+
 # Every Fuzz* target of the root module (found by name, so a new one is
 # never left out), each run for FUZZTIME. Their seed corpora already run as
 # unit tests in make test. A crash is written under the package's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -93,11 +94,12 @@ type Cache struct {
 	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
 	catchUp *CatchUp
 
-	// snaps: node name -> *nodeSnap, the last published copy of every node
-	// seen (not placeholders); inputs: the policy's inputs as last
-	// published. Both are written under mu by publish and read without
-	// it (see nodeSnap).
-	snaps  sync.Map
+	// index finds the slot holding the last published copy of every node
+	// seen (not placeholders), by name (seed hashes the names); inputs:
+	// the policy's inputs as last published. Both are written under mu
+	// by publish and read without it (see nodeSnap).
+	index  atomic.Pointer[nodeIndex]
+	seed   maphash.Seed
 	inputs atomic.Pointer[policyInputs]
 	// dirty: the nodes changed since the last publish (touch);
 	// inputsDirty: holes, maxima or hosts changed; workloadDirty: the
@@ -129,9 +131,11 @@ type nodeState struct {
 	// pods: UIDs of the pods charged to this node.
 	pods map[types.UID]struct{}
 	// dirty: changed since the last publish (in Cache.dirty); gen counts
-	// the publishes of this node (nodeSnap.gen).
+	// the publishes of this node (nodeSnap.gen); slot is where they go,
+	// nil while readers know no copy of the node.
 	dirty bool
 	gen   uint64
+	slot  *nodeSlot
 	// missing: units pods hold on card indexes the node no longer has.
 	missing int64
 	// unattributed: units of gpu-mem pods on this node whose cards are unknown.
@@ -231,6 +235,8 @@ func New(cfg Config) (*Cache, error) {
 		onIgnored:      cfg.OnIgnored,
 	}
 	c.inputs.Store(&policyInputs{defaultPolicy: c.policy, holes: c.holes.Clone()})
+	c.index.Store(&nodeIndex{})
+	c.seed = maphash.MakeSeed()
 	return c, nil
 }
 

@@ -53,12 +53,13 @@ func checkPublished(t *testing.T, c *Cache) {
 			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
 		}
 	}
-	c.snaps.Range(func(k, _ any) bool {
-		if ns, ok := c.nodes[k.(string)]; !ok || !ns.seen {
-			t.Errorf("readers see node %s, which the cache does not have", k)
+	for _, shard := range c.index.Load().shards {
+		for name := range shard {
+			if ns, ok := c.nodes[name]; !ok || !ns.seen {
+				t.Errorf("readers see node %s, which the cache does not have", name)
+			}
 		}
-		return true
-	})
+	}
 	want := &policyInputs{defaultPolicy: c.policy, typical: c.workload.Typical(), holes: c.holes, cpuPerUnit: c.workload.CPUPerUnit(),
 		maxMilliCPU: c.maxMilliCPU, maxUnits: c.maxUnits}
 	if diff := cmp.Diff(want, c.inputs.Load(), cmp.AllowUnexported(policyInputs{}), cmpopts.EquateEmpty()); diff != "" {
