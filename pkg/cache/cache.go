@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -95,11 +94,10 @@ type Cache struct {
 	catchUp *CatchUp
 
 	// index finds the slot holding the last published copy of every node
-	// seen (not placeholders), by name (seed hashes the names); inputs:
+	// seen (not placeholders), by name; inputs:
 	// the policy's inputs as last published. Both are written under mu
 	// by publish and read without it (see nodeSnap).
 	index  atomic.Pointer[nodeIndex]
-	seed   maphash.Seed
 	inputs atomic.Pointer[policyInputs]
 	// dirty: the nodes changed since the last publish (touch);
 	// inputsDirty: holes, maxima or hosts changed; workloadDirty: the
@@ -236,7 +234,6 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c.inputs.Store(&policyInputs{defaultPolicy: c.policy, holes: c.holes.Clone()})
 	c.index.Store(&nodeIndex{})
-	c.seed = maphash.MakeSeed()
 	return c, nil
 }
 

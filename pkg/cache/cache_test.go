@@ -53,9 +53,10 @@ func checkPublished(t *testing.T, c *Cache) {
 			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
 		}
 	}
-	for _, shard := range c.index.Load().shards {
-		for name := range shard {
-			if ns, ok := c.nodes[name]; !ok || !ns.seen {
+	x := c.index.Load()
+	for _, m := range []map[string]*nodeSlot{x.base, x.recent} {
+		for name := range m {
+			if ns, ok := c.nodes[name]; (!ok || !ns.seen) && x.lookup(name) != nil {
 				t.Errorf("readers see node %s, which the cache does not have", name)
 			}
 		}

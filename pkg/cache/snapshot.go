@@ -2,7 +2,6 @@ package cache
 
 import (
 	"errors"
-	"hash/maphash"
 	"sync/atomic"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -31,46 +30,61 @@ type nodeSnap struct {
 }
 
 // nodeIndex finds a node's slot by name without a lock. It is immutable:
-// adding or removing a node replaces the index and the one shard holding
-// the name (a copy of a sixteenth of a percent of the nodes at 15,000),
-// while a change of a node replaces only its slot's snapshot.
+// a change of a node replaces only its slot's snapshot; adding a node
+// replaces the index, copying only recent (the nodes added since base was
+// built) until that grows past maxRecent, when base is rebuilt with them.
+// So an add costs O(maxRecent) and, amortised, O(nodes/maxRecent). A
+// removed node's slot holds no snapshot (dead) until the next rebuild
+// drops it, and a node is looked up in base first: a reader hashes a name
+// once unless the node is new or unknown.
 type nodeIndex struct {
-	// shards: shard (a hash of the name) -> node name -> slot.
-	shards [indexShards]map[string]*nodeSlot
+	// base: node name -> slot.
+	base map[string]*nodeSlot
+	// recent: node name -> slot of the nodes added since base was built
+	// (that base lacks, or holds dead).
+	recent map[string]*nodeSlot
 }
 
-// indexShards is the number of nodeIndex shards.
-const indexShards = 256
+// maxRecent bounds nodeIndex.recent.
+const maxRecent = 256
 
 // nodeSlot holds the last published copy of one node.
 type nodeSlot struct {
 	snap atomic.Pointer[nodeSnap]
 }
 
-// shardOf returns the shard of node name.
-func shardOf(seed maphash.Seed, name string) int {
-	return int(maphash.String(seed, name) % indexShards)
+// lookup returns node name's slot, nil if the index has none (or only a
+// dead one).
+func (x *nodeIndex) lookup(name string) *nodeSlot {
+	if slot := x.base[name]; slot != nil && slot.snap.Load() != nil {
+		return slot
+	}
+	if slot := x.recent[name]; slot != nil && slot.snap.Load() != nil {
+		return slot
+	}
+	return nil
 }
 
-// lookup returns node name's slot, nil if the index has none.
-func (x *nodeIndex) lookup(seed maphash.Seed, name string) *nodeSlot {
-	return x.shards[shardOf(seed, name)][name]
-}
-
-// with returns a copy of x in which name's slot is slot (nil: removed).
-func (x *nodeIndex) with(seed maphash.Seed, name string, slot *nodeSlot) *nodeIndex {
-	y := *x
-	i := shardOf(seed, name)
-	y.shards[i] = make(map[string]*nodeSlot, len(x.shards[i])+1)
-	for k, v := range x.shards[i] {
-		y.shards[i][k] = v
+// with returns a copy of x in which name's slot is slot, whose snapshot is
+// already stored; the slot name had before must be dead.
+func (x *nodeIndex) with(name string, slot *nodeSlot) *nodeIndex {
+	if len(x.recent) < maxRecent {
+		y := &nodeIndex{base: x.base, recent: make(map[string]*nodeSlot, len(x.recent)+1)}
+		for k, v := range x.recent {
+			y.recent[k] = v
+		}
+		y.recent[name] = slot
+		return y
 	}
-	if slot != nil {
-		y.shards[i][name] = slot
-	} else {
-		delete(y.shards[i], name)
+	y := &nodeIndex{base: make(map[string]*nodeSlot, len(x.base)+len(x.recent)+1)}
+	for _, m := range []map[string]*nodeSlot{x.base, x.recent, {name: slot}} {
+		for k, v := range m {
+			if v.snap.Load() != nil {
+				y.base[k] = v
+			}
+		}
 	}
-	return &y
+	return y
 }
 
 // policyInputs is what a policy is built from (newPolicy): a copy made
@@ -108,16 +122,18 @@ func (c *Cache) publish() {
 		if cur, ok := c.nodes[name]; !ok || cur != ns || !ns.seen {
 			// Deleted, or a placeholder: readers know it not.
 			if ns.slot != nil {
-				c.index.Store(c.index.Load().with(c.seed, name, nil))
+				ns.slot.snap.Store(nil) // dead
 				ns.slot = nil
 			}
 			continue
 		}
-		if ns.slot == nil {
-			ns.slot = &nodeSlot{}
-			c.index.Store(c.index.Load().with(c.seed, name, ns.slot))
+		if ns.slot != nil {
+			ns.slot.snap.Store(ns.snap())
+			continue
 		}
+		ns.slot = &nodeSlot{}
 		ns.slot.snap.Store(ns.snap())
+		c.index.Store(c.index.Load().with(name, ns.slot))
 	}
 	c.dirty = c.dirty[:0]
 	if !c.inputsDirty && !c.workloadDirty {
@@ -150,7 +166,7 @@ func (ns *nodeState) snap() *nodeSnap {
 // snapOf returns the last published copy of node name, nil for a node the
 // cache has not seen (or only as a placeholder). It takes no lock.
 func (c *Cache) snapOf(name string) *nodeSnap {
-	if slot := c.index.Load().lookup(c.seed, name); slot != nil {
+	if slot := c.index.Load().lookup(name); slot != nil {
 		return slot.snap.Load()
 	}
 	return nil

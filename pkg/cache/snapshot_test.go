@@ -163,11 +163,63 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, names); return err },
 		"FilterBest": func() error { _, _, err := c.FilterBest(ctx, pod, names); return err },
 		"Score":      func() error { _, err := c.Score(ctx, pod, names); return err },
-		"ScoreCPU":   func() error { _, err := c.ScoreCPU(ctx, NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names); return err },
+		"ScoreCPU": func() error {
+			_, err := c.ScoreCPU(ctx, NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names)
+			return err
+		},
 	} {
 		err := verb()
 		if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped after 255 of 300 nodes") {
 			t.Errorf("%s with its context ended = %v, want it stopped after 255 of 300 nodes", name, err)
+		}
+	}
+}
+
+// TestNodeIndex: the index answers as a plain map would through adds and
+// removals (a removed node's slot dies), across the rebuilds of its base,
+// and an older index answers as it did, but for the nodes removed since.
+func TestNodeIndex(t *testing.T) {
+	x := &nodeIndex{}
+	ref := map[string]*nodeSlot{}
+	var old *nodeIndex
+	oldRef := map[string]*nodeSlot{}
+	live := func() *nodeSlot {
+		s := &nodeSlot{}
+		s.snap.Store(&nodeSnap{})
+		return s
+	}
+	for i := range 3 * maxRecent {
+		name := fmt.Sprintf("n%d", i%(maxRecent+50))
+		if slot := ref[name]; slot != nil {
+			if i%3 == 0 {
+				slot.snap.Store(nil) // removed
+				delete(ref, name)
+			}
+			continue
+		}
+		ref[name] = live()
+		x = x.with(name, ref[name])
+		if i == maxRecent/2 {
+			old = x
+			for k, v := range ref {
+				oldRef[k] = v
+			}
+		}
+		if len(x.recent) > maxRecent {
+			t.Fatalf("after %d changes recent holds %d, over %d", i+1, len(x.recent), maxRecent)
+		}
+	}
+	for i := range maxRecent + 60 {
+		name := fmt.Sprintf("n%d", i)
+		if got, want := x.lookup(name), ref[name]; got != want {
+			t.Errorf("lookup(%s) = %p, want %p", name, got, want)
+		}
+		want := oldRef[name]
+		if want != nil && want.snap.Load() == nil {
+			want = nil // removed since
+		}
+		if got := old.lookup(name); got != want {
+			t.Errorf("the older index's lookup(%s) = %p, want %p", name, got, want)
 		}
 	}
 }
