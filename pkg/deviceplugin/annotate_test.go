@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,8 +22,6 @@ type patchAPI struct {
 	patches []string // "namespace/name uid"
 	err     error
 }
-
-func (p *patchAPI) GetPod(context.Context, string, string) (*corev1.Pod, error) { return nil, nil }
 
 func (p *patchAPI) PatchPodAnnotations(_ context.Context, namespace, name string, uid types.UID, _ map[string]*string) error {
 	p.mu.Lock()

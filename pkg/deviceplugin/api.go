@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -13,9 +14,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 )
 
-// PodAPI is the part of the pod API the plugin uses.
+// PodAPI is the pod write the plugin makes (its reads: the informer and
+// NodePodLister).
 type PodAPI interface {
-	PodGetter
 	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations of
 	// the pod namespace/name whose UID is uid. It fails, and changes
 	// nothing, when that name now belongs to another pod.
@@ -38,12 +39,22 @@ type ClientAPI struct {
 }
 
 var (
-	_ PodAPI  = ClientAPI{}
-	_ NodeAPI = ClientAPI{}
+	_ PodAPI        = ClientAPI{}
+	_ NodePodLister = ClientAPI{}
+	_ NodeAPI       = ClientAPI{}
 )
 
-func (a ClientAPI) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	return a.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+// ListNodePods lists the pods of every namespace whose spec.nodeName is
+// node. Without a resourceVersion the list is consistent: the API server
+// answers as of now, not from whatever its cache holds.
+func (a ClientAPI) ListNodePods(ctx context.Context, node string) ([]corev1.Pod, error) {
+	l, err := a.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }
 
 // PatchPodAnnotations sends a merge patch that also sets metadata.uid:

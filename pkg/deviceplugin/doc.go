@@ -76,16 +76,31 @@
 //     admitted later and matched then), and the annotations are repaired to
 //     match. A grant kubelet does not show after a 10 s grace is revoked.
 //
-// When no container waits for the size kubelet asks, both calls fail with
-// FailedPrecondition and a message naming the node, the size, the pods that
-// wait and why other pods cannot be matched (no allocation annotation,
-// allocation for another node or unit, spec and annotation disagree), and
-// the reads that failed on the way; kubelet reports it as the pod's
-// admission failure. A pod never starts with a fake device name.
+// The plugin learns of pods from its informer (the pods of its node), and
+// kubelet from a watch of its own, so kubelet often admits a pod before
+// the informer has delivered it: milliseconds after the bind, and on a
+// loaded node the delivery can land while a call is matching. A new pod may
+// also have taken the name of a pod whose deletion the informer has not
+// delivered yet. So when no container waits for the size kubelet asks,
+// either call reads the node's pods from the API server (one consistent
+// list, field selector spec.nodeName=<node>), adds those it does not know
+// by UID, forgets those it knew before the read that the API server no
+// longer has, and matches once more, also when the read failed (the
+// informer may have delivered the pod meanwhile). This also covers a
+// kubelet whose PodResources does not answer or does not list the pod
+// under admission. A call that finds a waiting container reads nothing
+// from the API server.
+//
+// When still no container waits for the size kubelet asks, both calls
+// fail with FailedPrecondition and a message naming the node, the size,
+// the pods that wait and why other pods cannot be matched (no allocation
+// annotation, allocation for another node or unit, spec and annotation
+// disagree), and the reads that failed on the way; kubelet reports it as
+// the pod's admission failure. A pod never starts with a fake device name.
 //
 // Bounds and failures: kubelet makes both calls without a deadline, so
-// every read made while it waits is bounded (PodResources List 2 s, each
-// API server GET of a pod the informer lacks 3 s). A panic in any RPC
+// every read made while it waits is bounded (PodResources List 2 s, the
+// API server list of the node's pods 3 s). A panic in any RPC
 // becomes codes.Internal for that call, logged once with the stack; the
 // server serves on. The informer handler treats an update that changes a
 // pod's UID (a pod re-created under its name while the watch was down,

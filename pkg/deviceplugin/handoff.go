@@ -21,10 +21,11 @@ import (
 // on the node waits: kubelet reports it as the pod's admission failure.
 var ErrNoMatch = errors.New("no waiting pod matches")
 
-// apiTimeout bounds each API server read the handoff makes while
-// kubelet waits for GetPreferredAllocation or Allocate: kubelet calls both
-// without a deadline, so an API server that does not answer would hold
-// the pod's admission (and kubelet's admission of every later pod) forever.
+// apiTimeout bounds the API server read the handoff makes while kubelet
+// waits for GetPreferredAllocation or Allocate (catchUp): kubelet calls
+// both without a deadline, so an API server that does not answer would
+// hold the pod's admission (and kubelet's admission of every later pod)
+// forever.
 const apiTimeout = 3 * time.Second
 
 // DefaultGrace is how long a grant made by Allocate stands before the
@@ -68,10 +69,12 @@ type KubeletPods interface {
 	List(ctx context.Context) ([]KubeletPod, error)
 }
 
-// PodGetter reads a pod from the API server, for pods kubelet admits
-// before this plugin's informer has seen them.
-type PodGetter interface {
-	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+// NodePodLister reads a node's pods from the API server, for the pods
+// kubelet admits before this plugin's informer has delivered them.
+type NodePodLister interface {
+	// ListNodePods returns the pods whose spec.nodeName is node, as the
+	// API server holds them now (a consistent read, not a cache's).
+	ListNodePods(ctx context.Context, node string) ([]corev1.Pod, error)
 }
 
 // Recorder reports events on pods.
@@ -166,8 +169,9 @@ type HandoffConfig struct {
 	Cards []Card
 	// Kubelet is the PodResources client; nil disables hints and checks.
 	Kubelet KubeletPods
-	// API reads pods the informer has not delivered yet; may be nil.
-	API PodGetter
+	// API reads the node's pods when the informer lags (catchUp); may be
+	// nil.
+	API NodePodLister
 	// Notify is called with a pod whose annotations may need a patch.
 	Notify func(types.UID)
 	// Recorder reports repairs on pods; may be nil.
@@ -206,7 +210,7 @@ type Handoff struct {
 	unit     string
 	cards    map[string]Card // UUID -> card
 	kubelet  KubeletPods
-	api      PodGetter
+	api      NodePodLister
 	notify   func(types.UID)
 	recorder Recorder
 	grace    time.Duration
@@ -217,9 +221,6 @@ type Handoff struct {
 	pods map[types.UID]*podEntry
 	// byName: "namespace/name" -> UID of pods.
 	byName map[string]types.UID
-	// others: "namespace/name" of pods on this node that ask no gpu-mem, so
-	// that a pod kubelet lists but the informer lacks can be told apart.
-	others map[string]bool
 	// grants: container -> what it holds.
 	grants map[containerKey]*grant
 	// owner: device ID -> the container whose grant holds it last.
@@ -256,7 +257,7 @@ func NewHandoff(cfg HandoffConfig) *Handoff {
 	h := &Handoff{
 		node: cfg.Node, unit: cfg.Unit, cards: map[string]Card{}, kubelet: cfg.Kubelet, api: cfg.API,
 		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
-		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{}, others: map[string]bool{},
+		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{},
 		grants: map[containerKey]*grant{}, owner: map[string]containerKey{},
 		legacy: map[types.UID][]string{}, legacyChanged: make(chan struct{}, 1),
 	}
@@ -287,18 +288,23 @@ var managedAnnotations = []string{gpushare.AnnotationAllocation, gpushare.Annota
 	gpushare.AnnotationIndex, gpushare.AnnotationDevMem, gpushare.AnnotationPodMem}
 
 // UpsertPod applies a pod add or update from the informer.
-func (h *Handoff) UpsertPod(pod *corev1.Pod) {
+func (h *Handoff) UpsertPod(pod *corev1.Pod) { h.upsert(pod, false) }
+
+// upsert applies pod and reports whether it added or changed a pod entry.
+// onlyNew: only a GPU pod of this node whose UID the handoff does not know
+// (catchUp's read may be older than what the informer delivered since).
+func (h *Handoff) upsert(pod *corev1.Pod, onlyNew bool) bool {
 	demand, derr := gpushare.PodDemand(pod)
 	key := pod.Namespace + "/" + pod.Name
 	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 	if errors.Is(derr, gpushare.ErrNoGPUMem) || pod.Spec.NodeName != h.node || terminal {
+		if onlyNew {
+			return false
+		}
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.deletePod(pod.UID)
-		if pod.Spec.NodeName == h.node && !terminal {
-			h.others[key] = true
-		}
-		return
+		return false
 	}
 	// Read the annotations (the allocation is JSON) before locking:
 	// checkAllocation reads only fields that never change.
@@ -321,9 +327,11 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	old := h.pods[pod.UID]
+	if onlyNew && old != nil {
+		return false
+	}
 	h.pods[pod.UID] = e
 	h.byName[key] = pod.UID
-	delete(h.others, key)
 	if old == nil && e.alloc != nil && e.annotations[gpushare.AnnotationAssigned] == "true" && h.legacy[pod.UID] == nil {
 		// Seen for the first time already assigned: this process restarted.
 		// Trust the annotation until kubelet says otherwise.
@@ -335,6 +343,7 @@ func (h *Handoff) UpsertPod(pod *corev1.Pod) {
 		}
 	}
 	h.notify(pod.UID)
+	return true
 }
 
 // checkAllocation returns the pod's allocation, or why it cannot be used.
@@ -364,11 +373,10 @@ func (h *Handoff) checkAllocation(pod *corev1.Pod, demand gpushare.Demand, derr 
 }
 
 // DeletePod forgets a deleted pod and what its containers held.
-func (h *Handoff) DeletePod(namespace, name string, uid types.UID) {
+func (h *Handoff) DeletePod(uid types.UID) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.deletePod(uid)
-	delete(h.others, namespace+"/"+name)
 }
 
 func (h *Handoff) deletePod(uid types.UID) {

@@ -362,7 +362,7 @@ func TestHandoffRestoredGrants(t *testing.T) {
 	p = p.DeepCopy()
 	p.UID = types.UID("uid-p2") // seen for the first time, already assigned
 	p.Annotations[gpushare.AnnotationAssigned] = "true"
-	ht.h.DeletePod("default", "p", "uid-p")
+	ht.h.DeletePod("uid-p")
 	ht.h.UpsertPod(p)
 	if n := ht.h.Waiting(); n != 0 {
 		t.Fatalf("Waiting() = %d after a restart, want 0", n)
@@ -479,15 +479,15 @@ func TestHandoffReusedCardFull(t *testing.T) {
 // silentAPI is an API server that never answers a read.
 type silentAPI struct{}
 
-func (silentAPI) GetPod(ctx context.Context, _, _ string) (*corev1.Pod, error) {
+func (silentAPI) ListNodePods(ctx context.Context, _ string) ([]corev1.Pod, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
 
 // TestHandoffBoundsAPIReads: kubelet admits a pod the informer has not
-// delivered and the API server does not answer the plugin's read of it.
-// kubelet calls without a deadline, so the plugin bounds the read itself
-// and says in the admission error which read failed.
+// delivered and the API server does not answer the plugin's read of the
+// node's pods. kubelet calls without a deadline, so the plugin bounds the
+// read itself and says in the admission error which read failed.
 func TestHandoffBoundsAPIReads(t *testing.T) {
 	tests := []struct {
 		name string
@@ -513,7 +513,7 @@ func TestHandoffBoundsAPIReads(t *testing.T) {
 			go func() { done <- tc.call(ctx, h) }()
 			select {
 			case err := <-done:
-				want := "reading pod default/p from the API server: context deadline exceeded"
+				want := "listing the pods of node n1 from the API server: context deadline exceeded"
 				if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), want) {
 					t.Errorf("error = %v, want %v containing %q", err, ErrNoMatch, want)
 				}

@@ -231,7 +231,7 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ht.h.DeletePod(q.Namespace, q.Name, q.UID)
+	ht.h.DeletePod(q.UID)
 	pruneCDI(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
 	got, err := cdiDeviceNames(spec.Path())
 	if err != nil {

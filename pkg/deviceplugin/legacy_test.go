@@ -62,7 +62,7 @@ func TestHandoffLegacyPods(t *testing.T) {
 	mixed = mixed.DeepCopy()
 	mixed.Annotations[gpushare.AnnotationAssigned] = "true"
 	mixed.Annotations[gpushare.AnnotationIndex] = "2"
-	ht.h.DeletePod(mixed.Namespace, mixed.Name, mixed.UID)
+	ht.h.DeletePod(mixed.UID)
 	ht.h.UpsertPod(mixed)
 	// Ours, waiting for kubelet: the same size as the legacy pods.
 	ours := ht.pod(util.MakePod("ours").GPUMem(4), map[string][]int{"c0": {1}}, 2)
@@ -112,7 +112,7 @@ func TestHandoffLegacyPods(t *testing.T) {
 
 	// The Aliyun pod ends; kubelet lists mixed without its old devices
 	// (released), and still lists the stray pod's.
-	ht.h.DeletePod(aliyun.Namespace, aliyun.Name, aliyun.UID)
+	ht.h.DeletePod(aliyun.UID)
 	ht.kubelet.set(
 		KubeletPod{Namespace: "default", Name: "stray", Containers: map[string][]string{"c0": aliyunIDs("GPU-2", 0, 2)}},
 		KubeletPod{Namespace: "default", Name: "mixed", Containers: map[string][]string{"c0": nil}},

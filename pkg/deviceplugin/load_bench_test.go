@@ -105,7 +105,7 @@ func BenchmarkAllocateBurst(b *testing.B) {
 		}
 		b.StopTimer()
 		for _, uid := range uids {
-			h.DeletePod("default", uid, types.UID(uid))
+			h.DeletePod(types.UID(uid))
 		}
 		round++
 		uids = pods(round)
@@ -113,7 +113,7 @@ func BenchmarkAllocateBurst(b *testing.B) {
 	}
 	b.StopTimer()
 	for _, uid := range uids {
-		h.DeletePod("default", uid, types.UID(uid))
+		h.DeletePod(types.UID(uid))
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&heapAfter)

@@ -59,7 +59,7 @@ func checkManifests(t *testing.T, files []string) {
 		}
 	}
 	need := map[string][]string{ // resource -> verbs ClientAPI, the informer and the event recorder use
-		"pods": {"get", "list", "watch", "patch"}, "nodes": {"get", "patch"}, "nodes/status": {"patch"}, "events": {"create", "patch"},
+		"pods": {"list", "watch", "patch"}, "nodes": {"get", "patch"}, "nodes/status": {"patch"}, "events": {"create", "patch"},
 	}
 	var ds *appsv1.DaemonSet
 	for _, o := range objs {

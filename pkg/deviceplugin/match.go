@@ -200,11 +200,11 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 		ids, err := h.prefer(ctx, h.candidates(int64(size), listed), avail, forced, int64(size), listed)
 		h.mu.Unlock()
 		if errors.Is(err, ErrNoMatch) && attempt == 0 {
-			fetched, ferr := h.fetchMissing(ctx, kp)
-			failed = append(failed, ferr...)
-			if fetched {
-				continue
-			}
+			// The informer may lag behind kubelet: catch up, then match
+			// again even if the read failed (the informer may have
+			// delivered the pod meanwhile).
+			failed = append(failed, nonNil(h.catchUp(ctx))...)
+			continue
 		}
 		return ids, withFailures(err, failed)
 	}
@@ -534,11 +534,8 @@ func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, erro
 		a, err := h.allocate(ctx, kp, ids, groups)
 		h.mu.Unlock()
 		if errors.Is(err, ErrNoMatch) && attempt == 0 {
-			fetched, ferr := h.fetchMissing(ctx, kp)
-			failed = append(failed, ferr...)
-			if fetched {
-				continue
-			}
+			failed = append(failed, nonNil(h.catchUp(ctx))...) // as in Prefer
+			continue
 		}
 		return a, withFailures(err, failed)
 	}

@@ -203,7 +203,7 @@ func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
 			obj = t.Obj
 		}
 		if pod, ok := obj.(*corev1.Pod); ok {
-			h.DeletePod(pod.Namespace, pod.Name, pod.UID)
+			h.DeletePod(pod.UID)
 		}
 	}
 	add := func(obj any) {

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
@@ -136,48 +135,6 @@ func (h *Handoff) isInit(ck containerKey) bool {
 		}
 	}
 	return false
-}
-
-// fetchMissing reads from the API the pods kubelet lists that the informer
-// has not delivered, so a pod admitted right after its bind still matches.
-// It reports whether it read any, and the reads that failed. kubelet
-// waits on the answer without a deadline, so each read gives up after
-// apiTimeout.
-func (h *Handoff) fetchMissing(ctx context.Context, kp []KubeletPod) (fetched bool, failed []error) {
-	if h.api == nil {
-		return false, nil
-	}
-	h.mu.Lock()
-	var missing [][2]string
-	for _, lp := range kp {
-		ref := lp.Namespace + "/" + lp.Name
-		if _, ok := h.byName[ref]; !ok && !h.others[ref] {
-			missing = append(missing, [2]string{lp.Namespace, lp.Name})
-		}
-	}
-	h.mu.Unlock()
-	for _, m := range missing {
-		pod, err := h.getPod(ctx, m[0], m[1])
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Could not read a pod kubelet lists", "pod", m[0]+"/"+m[1], "err", err)
-			failed = append(failed, err)
-			continue
-		}
-		h.UpsertPod(pod)
-		fetched = true
-	}
-	return fetched, failed
-}
-
-// getPod reads a pod from the API server within apiTimeout.
-func (h *Handoff) getPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
-	defer cancel()
-	pod, err := h.api.GetPod(ctx, namespace, name)
-	if err != nil {
-		return nil, fmt.Errorf("reading pod %s/%s from the API server: %w", namespace, name, err)
-	}
-	return pod, nil
 }
 
 // withFailures adds to a failed match the reads that failed on the way,

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -288,6 +289,23 @@ func TestDevicePluginNodeScope(t *testing.T) {
 	}
 	const ann = `{"metadata":{"annotations":{"ALIYUN_COM_GPU_MEM_ASSIGNED":"true"}}}`
 	runCases(t, []admissionCase{
+		// The handoff's read of its node's pods when its informer lags
+		// (rbac.yaml grants list; reads pass no admission).
+		{name: "node-a: list its pods", do: func(ctx context.Context) error {
+			pods, err := api.ListNodePods(ctx, "node-a")
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, p := range pods {
+				got = append(got, p.Namespace+"/"+p.Name)
+			}
+			slices.Sort(got)
+			if want := []string{"default/on-a", systemNamespace + "/plugin-a"}; !slices.Equal(want, got) {
+				return fmt.Errorf("listed %v, want %v", got, want)
+			}
+			return nil
+		}},
 		// The plugin's own writes, through its own client code (not dry runs).
 		{name: "node-a pod: the handoff's annotations", do: func(ctx context.Context) error {
 			return api.PatchPodAnnotations(ctx, "default", "on-a", onA.UID, map[string]*string{

@@ -42,6 +42,9 @@ type env struct {
 	gpus    *gpu.Fake
 	cards   []gpu.Device
 	handoff *deviceplugin.Handoff
+	// podWatch stands between the plugin's pod informer and the API; nil
+	// unless setup.holdablePodWatch.
+	podWatch *podWatch
 }
 
 type setup struct {
@@ -50,6 +53,9 @@ type setup struct {
 	recovery       time.Duration
 	// strategy is --device-list-strategy; envvar when empty.
 	strategy string
+	// holdablePodWatch: the plugin's pod informer watches through
+	// env.podWatch, which a test may hold.
+	holdablePodWatch bool
 }
 
 func start(t *testing.T, s setup) *env {
@@ -92,7 +98,11 @@ func newEnv(t *testing.T, s setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, dir: dir, setup: s, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
+	e := &env{t: t, ctx: ctx, dir: dir, setup: s, host: host, client: fake.NewClientset(util.MakeNode(nodeName).Obj()), gpus: gpu.NewFake(devs), cards: devs}
+	if s.holdablePodWatch {
+		e.podWatch = newPodWatch(t, e.client)
+	}
+	return e
 }
 
 // managerDir is t.TempDir for a directory kubelet's device manager writes
