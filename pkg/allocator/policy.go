@@ -106,6 +106,15 @@ func (Spread) NodeScore(n *Node, pl *Placement) float64 { return 1 - utilisation
 // MaxScore is the highest score an extender may give (extenderv1.MaxExtenderPriority).
 const MaxScore = 10
 
+// MaxBestNodes bounds the nodes the extender's filter passes as best
+// (--filter-best): the first ones, in the order kube-scheduler sent them,
+// which it rotates from cycle to cycle. kube-scheduler's own scores then
+// choose among them, and 100 is what kube-scheduler itself deems enough to
+// choose among (its minimum of feasible nodes to find, however small
+// percentageOfNodesToScore); more only lengthens the reply and its own
+// scoring of every node passed.
+const MaxBestNodes = 100
+
 // NormalizeScores maps raw node scores to 0..MaxScore linearly, the best
 // node getting MaxScore and the worst 0. Equal scores all get MaxScore.
 // Example: raw [0.2, 0.5, 0.8] → [0, 5, 10].

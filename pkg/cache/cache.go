@@ -997,26 +997,23 @@ func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit [
 }
 
 // FilterBest is Filter keeping, of the nodes where pod's Demand fits, only
-// those Score rates highest (allocator.MaxScore): the extender's choice of
-// node then decides, and kube-scheduler's own scores only break ties among
+// those Score rates highest (allocator.MaxScore), and of those the first
+// allocator.MaxBestNodes in nodes' order: the extender's choice of node
+// then decides, and kube-scheduler's own scores only break ties among
 // them. The nodes left out are not failed (they fit; they are not the
-// best). Each node is fitted once.
+// best, or not needed). Each node is fitted once.
 func (c *Cache) FilterBest(ctx context.Context, pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
 	failed = map[string]string{}
 	scores, fits, err := c.scoreNodes(ctx, pod, nodes, failed)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := 0
-	for i := range nodes {
-		if fits[i] && scores[i] == allocator.MaxScore {
-			n++
-		}
-	}
-	best = make([]string, 0, n) // one allocation, however many pass
+	best = make([]string, 0, min(len(nodes), allocator.MaxBestNodes))
 	for i, name := range nodes {
 		if fits[i] && scores[i] == allocator.MaxScore {
-			best = append(best, name)
+			if best = append(best, name); len(best) == allocator.MaxBestNodes {
+				break
+			}
 		}
 	}
 	return best, failed, nil

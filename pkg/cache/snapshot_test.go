@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gpushare/gpushare/pkg/allocator"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
@@ -221,5 +225,27 @@ func TestNodeIndex(t *testing.T) {
 		if got := old.lookup(name); got != want {
 			t.Errorf("the older index's lookup(%s) = %p, want %p", name, got, want)
 		}
+	}
+}
+
+// TestFilterBestPassesAtMostMaxBestNodes: of 250 equally good nodes the
+// filter passes the first allocator.MaxBestNodes, in the order
+// kube-scheduler sent them (it rotates that order from cycle to cycle).
+func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	var names []string
+	for i := range 250 {
+		names = append(names, fmt.Sprintf("n%03d", i))
+		if err := c.SetNode(util.MakeNode(names[i]).Cards("T4", 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotated := append(slices.Clone(names[170:]), names[:170]...)
+	best, failed, err := c.FilterBest(context.Background(), NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), rotated)
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("FilterBest: %v, failed %v", err, failed)
+	}
+	if diff := cmp.Diff(rotated[:allocator.MaxBestNodes], best); diff != "" {
+		t.Errorf("nodes passed (-want +got):\n%s", diff)
 	}
 }

@@ -466,7 +466,7 @@ func (r *replay) extenderFilter(pod *Pod, policy allocator.Policy, sample []int,
 	r.passed = r.passed[:0]
 	var passedRaw []float64
 	for k, keep := range passBest(r.raw) {
-		if keep {
+		if keep && len(r.passed) < allocator.MaxBestNodes {
 			r.passed = append(r.passed, r.fit[k])
 			passedRaw = append(passedRaw, r.raw[k])
 		}
@@ -478,7 +478,8 @@ func (r *replay) extenderFilter(pod *Pod, policy allocator.Policy, sample []int,
 // passBest says which of the raw policy scores of the nodes where a pod
 // fits the extender's filter passes: those whose score NormalizeScores
 // maps to MaxScore (Cache.FilterBest), so within a twentieth of the range
-// of scores below the highest.
+// of scores below the highest; the caller keeps the first
+// allocator.MaxBestNodes of them, as FilterBest does.
 func passBest(raw []float64) []bool {
 	keep := make([]bool, len(raw))
 	for i, v := range allocator.NormalizeScores(raw) {
