@@ -7,8 +7,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// shippedSchedulerConfig is the kube-scheduler configuration we ship.
-const shippedSchedulerConfig = "../../config/kube-scheduler-config.yaml"
+// shippedSchedulerConfig is the kube-scheduler configuration we ship;
+// optInSchedulerConfig the opt-in one that sends every pod to the
+// extender's prioritize.
+const (
+	shippedSchedulerConfig = "../../config/kube-scheduler-config.yaml"
+	optInSchedulerConfig   = "../../config/kube-scheduler-config-score-cpu-pods.yaml"
+)
 
 // TestShippedScheduler fails when the simulator's default replays another
 // kube-scheduler configuration than the one we ship: its

@@ -55,9 +55,12 @@ type Options struct {
 	GPUOnly bool
 	// Record keeps every decision in Result.Decisions.
 	Record bool
-	// Scheduler is the kube-scheduler configuration the replay follows;
-	// nil for ShippedScheduler, what we ship.
+	// Scheduler is the kube-scheduler configuration the replay follows for
+	// the pods that ask GPU memory; nil for ShippedScheduler, what we
+	// ship. Topology says which kube-scheduler places the others
+	// (ForTopology); "" is TopologyExtender.
 	Scheduler *Scheduler
+	Topology  Topology
 	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
 	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
 	PercentageOfNodesToScore *int32
@@ -95,7 +98,9 @@ type Result struct {
 	Failed map[Kind]int
 	// CPUPods is how the pods that ask no GPU memory were handled;
 	// CPUOnly counts them, Skipped those left out (CPUPodsSkip).
+	// Topology is the topology replayed.
 	CPUPods          CPUPods
+	Topology         Topology
 	CPUOnly, Skipped int
 	// FragAt: mark of Marks -> fragmentation in percent of capacity once
 	// arrival first reaches it (see Fragmentation).
@@ -176,9 +181,13 @@ type replay struct {
 	// does.
 	holes *allocator.Holes
 	// sched samples the nodes as kube-scheduler does; scheduler is the
-	// configuration replayed.
-	sched     sampler
-	scheduler *Scheduler
+	// configuration replayed. cpuSched and cpuScheduler are those that
+	// place the pods asking no GPU memory: the same, or the cluster's own
+	// kube-scheduler's (Scheduler.CPU).
+	sched        sampler
+	scheduler    *Scheduler
+	cpuSched     *sampler
+	cpuScheduler *Scheduler
 	// fit, raw, passed and prio are what decide found in the last
 	// scheduling cycle: the nodes of the sample where the pod fits, the
 	// policy's score there (GPU pods), the nodes the extender's filter
@@ -210,8 +219,12 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsPlace, CPUPodsSkip)
 	}
-	if opts.Scheduler == nil {
-		opts.Scheduler = &ShippedScheduler
+	if opts.Topology == "" {
+		opts.Topology = TopologyExtender
+	}
+	var err error
+	if opts.Scheduler, err = ForTopology(opts.Topology, opts.Scheduler); err != nil {
+		return nil, err
 	}
 	if opts.PercentageOfNodesToScore == nil {
 		opts.PercentageOfNodesToScore = ptr.To(opts.Scheduler.PercentageOfNodesToScore)
@@ -229,7 +242,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 
 	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
-		Failed: map[Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods,
+		Failed: map[Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods, Topology: opts.Topology,
 		Percentage: *opts.PercentageOfNodesToScore, Nodes: len(r.nodes), NodesToFind: r.sched.toFind}
 	mark := 0
 	for k, idx := range order {
@@ -290,6 +303,11 @@ func newReplay(tr *Trace, opts Options) (*replay, error) {
 		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
 		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles(),
 		sched: newSampler(tr.Nodes, percentage), scheduler: sched}
+	r.cpuSched, r.cpuScheduler = &r.sched, sched
+	if sched.CPU != nil {
+		cs := newSampler(tr.Nodes, sched.CPU.PercentageOfNodesToScore)
+		r.cpuSched, r.cpuScheduler = &cs, sched.CPU
+	}
 	switch opts.Policy {
 	case allocator.NameFragAware:
 		// Rebuilt per pod from what it has seen, as the extender does.
@@ -405,17 +423,17 @@ func (r *replay) decide(pod *Pod, policy allocator.Policy) ([]int, Decision) {
 	var d Decision
 	if pod.Demand == nil {
 		d.Cycles = 1
-		sample, _ := r.sched.cycle(func(i int) bool { return r.nodes[i].admits(pod) })
+		sample, _ := r.cpuSched.cycle(func(i int) bool { return r.nodes[i].admits(pod) })
 		d.Candidates = len(sample)
 		r.fit = append(r.fit[:0], sample...)
 		r.passed, r.prio = append(r.passed[:0], sample...), nil
 		if len(sample) == 0 {
 			return nil, d
 		}
-		if r.scheduler.CPUPrioritizeWeight > 0 {
+		if r.cpuScheduler.CPUPrioritizeWeight > 0 {
 			r.prio = r.prioritizeCPU(pod, policy, sample)
 		}
-		return r.ties(pod, sample, r.prio, r.scheduler.CPUPrioritizeWeight), d
+		return r.ties(r.cpuScheduler, pod, sample, r.prio, r.cpuScheduler.CPUPrioritizeWeight), d
 	}
 	schedulerFits := func(i int) bool {
 		ns := &r.nodes[i]
@@ -427,7 +445,7 @@ func (r *replay) decide(pod *Pod, policy allocator.Policy) ([]int, Decision) {
 		examined += n
 		passed, prio := r.extenderFilter(pod, policy, sample, &d)
 		if len(passed) > 0 {
-			return r.ties(pod, passed, prio, r.scheduler.GPUPrioritizeWeight), d
+			return r.ties(r.scheduler, pod, passed, prio, r.scheduler.GPUPrioritizeWeight), d
 		}
 	}
 	return nil, d
@@ -516,7 +534,7 @@ func (r *replay) prioritizeCPU(pod *Pod, policy allocator.Policy, sample []int) 
 // the extender's prioritize scores (parallel to candidates) times weight
 // (scaled to kube-scheduler's 0..100). kube-scheduler takes one of them at
 // random (selectHost). The slice is reused by the next call.
-func (r *replay) ties(pod *Pod, candidates []int, prio []int64, weight int64) []int {
+func (r *replay) ties(sched *Scheduler, pod *Pod, candidates []int, prio []int64, weight int64) []int {
 	if len(candidates) == 1 {
 		return candidates
 	}
@@ -524,7 +542,7 @@ func (r *replay) ties(pod *Pod, candidates []int, prio []int64, weight int64) []
 	r.tied = r.tied[:0]
 	var bestScore int64
 	for k, i := range candidates {
-		s := r.scheduler.score(&r.nodes[i].kube, &pu)
+		s := sched.score(&r.nodes[i].kube, &pu)
 		if prio != nil {
 			s += weight * prio[k] * (maxNodeScore / maxExtenderScore)
 		}

@@ -197,7 +197,17 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		tr.Pods = slices.DeleteFunc(tr.Pods, func(p Pod) bool { return p.Demand != nil })
 		tr.Pods = append(tr.Pods, Pod{Name: "zz-gpu", Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}, Kind: KindShare})
 	}
-	s, err := NewStepper(tr, Options{Policy: policy, Seed: seed, GPUOnly: gpuOnly})
+	// The opt-in configuration, whose every-pod entry sends the CPU-only
+	// pods to the extender's prioritize too, so that its scores for them
+	// are compared (the shipped one sends them nowhere).
+	optIn, err := ReadSchedulerConfig(optInSchedulerConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if optIn.CPUPrioritizeWeight == 0 {
+		t.Fatalf("%s sends the pods that ask no GPU memory to no prioritize", optInSchedulerConfig)
+	}
+	s, err := NewStepper(tr, Options{Policy: policy, Seed: seed, GPUOnly: gpuOnly, Scheduler: optIn})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,8 @@ type Config struct {
 	// for ShippedScheduler; Scheduler is what Simulate reads of it.
 	SchedulerFile string
 	Scheduler     *Scheduler
+	// Topology is the chart topology replayed (ForTopology).
+	Topology Topology
 	// PercentageOfNodesToScore: see Options.PercentageOfNodesToScore.
 	PercentageOfNodesToScore *int32
 	// Variant, when not zero, is applied to the trace before the replays;
@@ -116,6 +118,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&cfg.PlotFile, "plot", "", "also draw allocation vs arrived demand, one line per policy, to this .svg or .png file")
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
+	topology := fs.String("topology", string(TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
 	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
 	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
@@ -161,6 +164,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	}
 	if cfg.Inflate < 1 || cfg.Inflate > 10 {
 		return nil, fmt.Errorf("--inflate %g: want 1 to 10 (1.3 is the study's 130%%)", cfg.Inflate)
+	}
+	cfg.Topology = Topology(*topology)
+	if !slices.Contains(Topologies, cfg.Topology) {
+		return nil, fmt.Errorf("--topology %q: want %s or %s", *topology, TopologyExtender, TopologySecondScheduler)
 	}
 	cfg.CPUPods = CPUPods(*cpuPods)
 	if cfg.CPUPods != CPUPodsSkip && cfg.CPUPods != CPUPodsPlace {
@@ -405,7 +412,7 @@ func RunAll(ctx context.Context, tr *Trace, cfg *Config) ([]Summary, error) {
 			defer wg.Done()
 			for j := range jobs {
 				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly,
-					Scheduler: cfg.Scheduler, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
+					Scheduler: cfg.Scheduler, Topology: cfg.Topology, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err

@@ -124,13 +124,13 @@ func TestGoldenSampled(t *testing.T) {
 // TestJSONShape checks the --format json contract: one array, one object
 // per policy, keys in this order, alloc_at keyed "90".."130".
 func TestJSONShape(t *testing.T) {
-	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, CPUPods: CPUPodsPlace, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612,
+	sums := []Summary{{Policy: "fgd", Seeds: []uint64{42, 43}, CPUPods: CPUPodsPlace, Topology: TopologySecondScheduler, AllocAt: map[int]float64{90: 89.9, 100: 95.2, 110: 95.3, 120: 95.3, 130: 95.4}, FailedPods: 612,
 		Retried: 3.25, Percentage: 0, Nodes: 1213, NodesToFind: 497, Seconds: 11.8}}
 	var b bytes.Buffer
 	if err := Write(&b, FormatJSON, sums); err != nil {
 		t.Fatal(err)
 	}
-	want := `[{"policy":"fgd","seeds":[42,43],"cpu_pods":"place","alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,` +
+	want := `[{"policy":"fgd","seeds":[42,43],"cpu_pods":"place","topology":"second-scheduler","alloc_at":{"90":89.9,"100":95.2,"110":95.3,"120":95.3,"130":95.4},"failed_pods":612,` +
 		`"retried_pods":3.3,"percentage_of_nodes_to_score":0,"nodes":1213,"nodes_to_find":497,"seconds":11.8}]` + "\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("json (-want +got):\n%s", diff)
@@ -195,7 +195,7 @@ func TestMainCommand(t *testing.T) {
 		{name: "missing file", args: []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", slicePods}, wantCode: 1, wantStderr: `^simulate: open .*none.csv: no such file or directory\n$`},
 		{name: "bad file names line and column", args: []string{"--nodes", bad, "--pods", slicePods}, wantCode: 1, wantStderr: `bad.csv:2:10: memory_mib is "x"; want a whole number\n$`},
 		{name: "json", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "binpack,fragaware", "--seeds", "1-2", "--format", "json"}, wantCode: 0,
-			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"cpu_pods":"place","alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"retried_pods":0,"percentage_of_nodes_to_score":0,"nodes":61,"nodes_to_find":61,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
+			wantStdout: `^\[\{"policy":"binpack","seeds":\[1,2\],"cpu_pods":"place","topology":"extender","alloc_at":\{"90":[0-9.]+,"100":[0-9.]+,"110":[0-9.]+,"120":[0-9.]+,"130":[0-9.]+\},"failed_pods":[0-9.]+,"retried_pods":0,"percentage_of_nodes_to_score":0,"nodes":61,"nodes_to_find":61,"seconds":[0-9.]+\},\{"policy":"fragaware",.*\}\]\n$`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,8 @@ type Summary struct {
 	// left out; CPUPods how they were handled.
 	Pods, CPUOnly, Skipped float64
 	CPUPods                CPUPods
+	// Topology is the topology replayed.
+	Topology Topology
 	// AllocAt: mark (percent of capacity arrived) -> mean allocated share
 	// of GPU capacity, percent; NaN where arrival never reached the mark.
 	AllocAt map[int]float64
@@ -51,7 +53,7 @@ func Summarize(policy string, results []*Result) Summary {
 	n := float64(len(results))
 	curveLen := math.MaxInt
 	s.Percentage, s.Nodes, s.NodesToFind = results[0].Percentage, results[0].Nodes, results[0].NodesToFind
-	s.CPUPods = results[0].CPUPods
+	s.CPUPods, s.Topology = results[0].CPUPods, results[0].Topology
 	for _, r := range results {
 		s.Retried += float64(r.Retried) / n
 		s.ExtraCycles += float64(r.ExtraCycles) / n
@@ -150,7 +152,11 @@ func writeTable(w io.Writer, sums []Summary) error {
 		case sums[0].Skipped > 0:
 			fmt.Fprintf(&buf, ", of which %s CPU-only pods not replayed", num(sums[0].Skipped))
 		case sums[0].CPUOnly > 0:
-			fmt.Fprintf(&buf, ",\nof which %s CPU-only pods placed as kube-scheduler would", num(sums[0].CPUOnly))
+			who := "kube-scheduler"
+			if sums[0].Topology == TopologySecondScheduler {
+				who = "the cluster's own kube-scheduler (its defaults)"
+			}
+			fmt.Fprintf(&buf, ",\nof which %s CPU-only pods placed as %s would", num(sums[0].CPUOnly), who)
 		}
 		fmt.Fprint(&buf, ")")
 		if sampled(sums) {
@@ -227,12 +233,13 @@ func percentage(p int32) string {
 
 // jsonSummary is the --format json shape, one per policy:
 //
-//	{"policy":"fgd","seeds":[42,43],"cpu_pods":"place","alloc_at":{"90":89.9,"100":95.2,...},"failed_pods":612,
+//	{"policy":"fgd","seeds":[42,43],"cpu_pods":"place","topology":"extender","alloc_at":{"90":89.9,"100":95.2,...},"failed_pods":612,
 //	 "retried_pods":0,"percentage_of_nodes_to_score":100,"nodes":1213,"nodes_to_find":1213,"seconds":11.8}
 type jsonSummary struct {
 	Policy      string   `json:"policy"`
 	Seeds       []uint64 `json:"seeds"`
 	CPUPods     CPUPods  `json:"cpu_pods"`
+	Topology    Topology `json:"topology"`
 	AllocAt     allocAt  `json:"alloc_at"`
 	FailedPods  float64  `json:"failed_pods"`
 	RetriedPods float64  `json:"retried_pods"`
@@ -268,7 +275,7 @@ func (a allocAt) MarshalJSON() ([]byte, error) {
 func writeJSON(w io.Writer, sums []Summary) error {
 	out := make([]jsonSummary, len(sums))
 	for i, s := range sums {
-		out[i] = jsonSummary{Policy: s.Policy, Seeds: s.Seeds, CPUPods: s.CPUPods, AllocAt: allocAt(s.AllocAt),
+		out[i] = jsonSummary{Policy: s.Policy, Seeds: s.Seeds, CPUPods: s.CPUPods, Topology: s.Topology, AllocAt: allocAt(s.AllocAt),
 			FailedPods: math.Round(s.FailedPods*10) / 10, RetriedPods: math.Round(s.Retried*10) / 10,
 			Percentage: s.Percentage, Nodes: s.Nodes, NodesToFind: s.NodesToFind, Seconds: math.Round(s.Seconds*10) / 10}
 		if out[i].Seeds == nil {
@@ -293,7 +300,7 @@ func writeCSV(w io.Writer, sums []Summary) error {
 	for _, k := range Kinds {
 		header = append(header, "failed_"+strings.ReplaceAll(string(k), "-", "_"))
 	}
-	header = append(header, "frag_100", "frag_130", "pods", "seconds", "retried_pods", "extra_cycles", "percentage_of_nodes_to_score", "nodes", "nodes_to_find", "cpu_pods")
+	header = append(header, "frag_100", "frag_130", "pods", "seconds", "retried_pods", "extra_cycles", "percentage_of_nodes_to_score", "nodes", "nodes_to_find", "cpu_pods", "topology")
 	if err := cw.Write(header); err != nil {
 		return err
 	}
@@ -307,7 +314,7 @@ func writeCSV(w io.Writer, sums []Summary) error {
 			row = append(row, num(s.FailedByKind[k]))
 		}
 		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
-			num(s.Retried), num(s.ExtraCycles), strconv.Itoa(int(s.Percentage)), strconv.Itoa(s.Nodes), strconv.Itoa(s.NodesToFind), string(s.CPUPods))
+			num(s.Retried), num(s.ExtraCycles), strconv.Itoa(int(s.Percentage)), strconv.Itoa(s.Nodes), strconv.Itoa(s.NodesToFind), string(s.CPUPods), string(s.Topology))
 		if err := cw.Write(row); err != nil {
 			return err
 		}

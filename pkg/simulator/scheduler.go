@@ -42,6 +42,58 @@ type Scheduler struct {
 	// them has a prioritizeVerb; CPUPrioritizeWeight likewise for pods
 	// that ask none (an entry without managedResources gets every pod).
 	GPUPrioritizeWeight, CPUPrioritizeWeight int64
+	// CPU, when set, is another kube-scheduler that places the pods
+	// asking no GPU memory, with its own node sampling (the
+	// second-scheduler topology: the cluster's own scheduler); nil: this
+	// one places them too.
+	CPU *Scheduler
+}
+
+// Topology is how the chart deploys gpushare, which decides which
+// kube-scheduler places which pods (values.yaml, topology).
+type Topology string
+
+const (
+	// TopologyExtender: the cluster's kube-scheduler, configured as
+	// config/kube-scheduler-config.yaml is (ShippedScheduler), places every
+	// pod.
+	TopologyExtender Topology = "extender"
+	// TopologySecondScheduler: the chart's own kube-scheduler, with the
+	// same extender entries, places the pods that ask GPU memory; the
+	// cluster's kube-scheduler, with its defaults (DefaultKubeScheduler),
+	// the others.
+	TopologySecondScheduler Topology = "second-scheduler"
+)
+
+// Topologies lists the topologies the chart ships.
+var Topologies = []Topology{TopologyExtender, TopologySecondScheduler}
+
+// DefaultKubeScheduler is kube-scheduler v1.34 with its default
+// configuration and no extender: what places the pods that ask no GPU
+// memory in the second-scheduler topology.
+var DefaultKubeScheduler = Scheduler{
+	Fit:               ScoringStrategy{Type: LeastAllocated, Resources: defaultResources},
+	FitWeight:         defaultFitWeight,
+	BalancedWeight:    defaultBalancedWeight,
+	BalancedResources: []string{resourceCPU, resourceMemory},
+}
+
+// ForTopology returns what a replay of topology t follows, with gpu (nil:
+// ShippedScheduler) as the kube-scheduler that places the pods asking GPU
+// memory.
+func ForTopology(t Topology, gpu *Scheduler) (*Scheduler, error) {
+	if gpu == nil {
+		gpu = &ShippedScheduler
+	}
+	switch t {
+	case TopologyExtender, "":
+		return gpu, nil
+	case TopologySecondScheduler:
+		s := *gpu
+		s.CPU = &DefaultKubeScheduler
+		return &s, nil
+	}
+	return nil, fmt.Errorf("topology %q: want %s or %s", t, TopologyExtender, TopologySecondScheduler)
 }
 
 // ScoringStrategy is NodeResourcesFit's scoringStrategy.
@@ -104,8 +156,6 @@ var ShippedScheduler = Scheduler{
 	Fit:                      ScoringStrategy{Type: LeastAllocated, Resources: defaultResources},
 	BalancedWeight:           defaultBalancedWeight,
 	BalancedResources:        []string{resourceCPU, resourceMemory},
-	GPUPrioritizeWeight:      10,
-	CPUPrioritizeWeight:      10,
 }
 
 // schedulerConfig is the part of KubeSchedulerConfiguration v1 that
@@ -203,6 +253,13 @@ func ReadSchedulerConfig(file string) (*Scheduler, error) {
 // filter, and none that gets every pod may; the prioritize weights of the
 // extenders that get each kind of pod add up.
 func ParseSchedulerConfig(data []byte) (*Scheduler, error) {
+	return ParseSchedulerConfigProfile(data, defaultSchedulerID)
+}
+
+// ParseSchedulerConfigProfile is ParseSchedulerConfig for the profile
+// whose schedulerName is profile (the chart's second scheduler names its
+// own).
+func ParseSchedulerConfigProfile(data []byte, profile string) (*Scheduler, error) {
 	var cfg schedulerConfig
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("parsing a KubeSchedulerConfiguration: %w", err)
@@ -217,17 +274,17 @@ func ParseSchedulerConfig(data []byte) (*Scheduler, error) {
 	var prof profileConfig
 	switch {
 	case len(cfg.Profiles) == 0:
-	case len(cfg.Profiles) == 1 && cfg.Profiles[0].SchedulerName == nil:
+	case len(cfg.Profiles) == 1 && cfg.Profiles[0].SchedulerName == nil && profile == defaultSchedulerID:
 		prof = cfg.Profiles[0]
 	default:
 		found := false
 		for _, p := range cfg.Profiles {
-			if p.SchedulerName != nil && *p.SchedulerName == defaultSchedulerID {
+			if p.SchedulerName != nil && *p.SchedulerName == profile {
 				prof, found = p, true
 			}
 		}
 		if !found {
-			return nil, fmt.Errorf("no profile has schedulerName %s", defaultSchedulerID)
+			return nil, fmt.Errorf("no profile has schedulerName %s", profile)
 		}
 	}
 	if prof.PercentageOfNodesToScore != nil {

@@ -62,12 +62,13 @@ import (
 //	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
 //	                            in alternating order (1)
 //
-// cpu-mix measures what the shipped configuration's second extender entry
-// (prioritize for every pod, no managedResources) costs: the same pods, a
-// share of them asking only CPU and memory (4 cores, 8 GiB) between GPU
-// pods, on the same nodes (8 cards, 96 cores, 512 GiB), through (a) the
-// shipped configuration and (b) the same configuration without that entry,
-// each on its own fresh control plane and extender. cpu-only runs the
+// cpu-mix measures what the opt-in configuration's second extender entry
+// (config/kube-scheduler-config-score-cpu-pods.yaml: prioritize for every
+// pod, no managedResources) costs: the same pods, a share of them asking
+// only CPU and memory (4 cores, 8 GiB) between GPU pods, on the same nodes
+// (8 cards, 96 cores, 512 GiB), through (a) that configuration and (b) the
+// same configuration without that entry (the shipped one), each on its own
+// fresh control plane and extender. cpu-only runs the
 // CPU-only pods of that mix alone through (a) and (b): their own pods/s,
 // and the extender's prioritize latency for them alone. Unlike the other
 // configurations, whose pods are created while the scheduler works (on
@@ -90,6 +91,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	shipped := filepath.Join(root, "config", "kube-scheduler-config.yaml")
+	optIn := filepath.Join(root, "config", "kube-scheduler-config-score-cpu-pods.yaml")
 	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
 	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
 		t.Fatal(err)
@@ -210,10 +212,10 @@ func TestSchedulingThroughput(t *testing.T) {
 		if !configs["cpu-mix"] && !configs["cpu-only"] {
 			continue
 		}
-		// What the second extender entry (prioritize for every pod) costs:
-		// (a) the configuration as shipped, (b) without that entry.
-		asShipped := set.apply(t, shipped)
-		noEveryPod := withoutEveryPodEntry(t, asShipped)
+		// What the opt-in entry (prioritize for every pod) costs: (a) the
+		// opt-in configuration, (b) without that entry, as shipped.
+		asOptIn := set.apply(t, optIn)
+		noEveryPod := withoutEveryPodEntry(t, asOptIn)
 		mixNode := func(name string) *corev1.Node {
 			return util.MakeNode(name).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
 		}
@@ -240,7 +242,7 @@ func TestSchedulingThroughput(t *testing.T) {
 			for r := range rounds {
 				var shippedRate, withoutRate float64
 				var shippedHist, withoutHist histograms
-				runShipped := func() { shippedRate, shippedHist = extenderRun(asShipped, true, n, mixNode, pod) }
+				runShipped := func() { shippedRate, shippedHist = extenderRun(asOptIn, true, n, mixNode, pod) }
 				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, true, n, mixNode, pod) }
 				if r%2 == 0 {
 					runShipped()
@@ -252,7 +254,7 @@ func TestSchedulingThroughput(t *testing.T) {
 				shippedSum += shippedRate
 				withoutSum += withoutRate
 				ratios = append(ratios, shippedRate/withoutRate)
-				t.Logf("%s, %s, round %d: shipped (prioritize for every pod) %.1f pods/s (%s); without the every-pod entry %.1f pods/s (%s); ratio shipped/without %.2f",
+				t.Logf("%s, %s, round %d: opt-in (prioritize for every pod) %.1f pods/s (%s); shipped, without the every-pod entry, %.1f pods/s (%s); ratio opt-in/shipped %.2f",
 					mixLog, what, r+1, shippedRate, latencies(shippedHist), withoutRate, latencies(withoutHist), shippedRate/withoutRate)
 			}
 			shippedMean, withoutMean := shippedSum/float64(rounds), withoutSum/float64(rounds)
@@ -260,9 +262,9 @@ func TestSchedulingThroughput(t *testing.T) {
 			for i, r := range ratios {
 				each[i] = fmt.Sprintf("%.2f", r)
 			}
-			t.Logf("%s, %s: mean of %d rounds shipped %.1f pods/s, without the every-pod entry %.1f pods/s, ratio %.2f; median ratio of the rounds %.2f (%s)",
+			t.Logf("%s, %s: mean of %d rounds opt-in %.1f pods/s, shipped (without the every-pod entry) %.1f pods/s, ratio %.2f; median ratio of the rounds %.2f (%s)",
 				mixLog, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean, median(ratios), strings.Join(each, ", "))
-			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t%d\t%.1f shipped-pods/s\t%.1f without-every-pod-pods/s\t%.2f ratio\t%.2f median-ratio\n",
+			fmt.Printf("BenchmarkSchedulingThroughput/%s/%s\t%d\t%.1f opt-in-pods/s\t%.1f shipped-pods/s\t%.2f ratio\t%.2f median-ratio\n",
 				mixName, what, rounds, shippedMean, withoutMean, shippedMean/withoutMean, median(ratios))
 		}
 		if configs["cpu-mix"] {
@@ -830,9 +832,9 @@ func (h histograms) quantile(verb string, q float64) string {
 }
 
 // TestDropEveryPodEntry: the cpu-mix comparison's second configuration is
-// the shipped one less exactly its every-pod prioritize entry, and a
-// configuration without such an entry (or with nothing else) is refused
-// rather than measured against itself.
+// the opt-in one less exactly its every-pod prioritize entry, which is the
+// shipped one, and a configuration without such an entry (or with nothing
+// else) is refused rather than measured against itself.
 func TestDropEveryPodEntry(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -841,6 +843,24 @@ func TestDropEveryPodEntry(t *testing.T) {
 	shipped, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	optIn, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config-score-cpu-pods.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped, err := dropEveryPodEntry(optIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got map[string]any
+	if err := yaml.Unmarshal(shipped, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(dropped, &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the opt-in configuration less its every-pod entry is not the shipped one (-shipped +dropped):\n%s", diff)
 	}
 	type entry struct {
 		FilterVerb     string `json:"filterVerb"`
@@ -853,7 +873,8 @@ func TestDropEveryPodEntry(t *testing.T) {
 		want    []entry
 		wantErr bool
 	}{
-		{name: "shipped", in: shipped, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}}},
+		{name: "opt-in", in: optIn, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}}},
+		{name: "shipped: no every-pod entry", in: shipped, wantErr: true},
 		{name: "no every-pod entry", in: []byte("extenders:\n- {filterVerb: filter, managedResources: [{name: aliyun.com/gpu-mem}]}\n"), wantErr: true},
 		{name: "only the every-pod entry", in: []byte("extenders:\n- {prioritizeVerb: prioritize}\n"), wantErr: true},
 		{name: "no extenders", in: []byte("kind: KubeSchedulerConfiguration\n"), wantErr: true},

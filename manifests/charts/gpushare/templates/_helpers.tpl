@@ -52,9 +52,15 @@ extenders:
   # Card counts are the extender's to check (config/kube-scheduler-config.yaml).
   - name: aliyun.com/gpu-count
     ignoredByScheduler: true
+{{- if $v.extender.scoreCPUPods }}
+{{- if ne $v.topology "extender" }}
+{{- fail "extender.scoreCPUPods needs topology: extender (in the second-scheduler topology the cluster's own kube-scheduler places the pods that ask no GPU memory, and they never reach the chart's)" }}
+{{- end }}
+# Opt-in (extender.scoreCPUPods): every pod, GPU or not, through the
+# extender's prioritize: config/kube-scheduler-config-score-cpu-pods.yaml.
 - urlPrefix: {{ .url }}
   prioritizeVerb: prioritize
-  weight: 10
+  weight: 1
   enableHTTPS: {{ .https }}
   {{- if .https }}
   tlsConfig:
@@ -65,6 +71,7 @@ extenders:
   nodeCacheCapable: true
   ignorable: true
   httpTimeout: 2s
+{{- end }}
 {{- end }}
 
 {{/* The extender's flags common to both topologies. */}}
