@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -101,11 +102,13 @@ func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
 
 // TestDryRunEveryCombination renders every combination and creates each
 // object on a real kube-apiserver (v1.34.3) with server-side dry run and
-// strict field validation: any rejection fails. The kube-scheduler roles
-// the chart binds exist there and grant no Secrets. Then, with lookup
-// reading that apiserver, the Helm-generated certificates behave as
-// documented: the webhook's are new at each upgrade with the previous CA
-// kept in caBundle; the extender topology's are kept.
+// strict field validation: any rejection fails. The built-in
+// ClusterRole the chart binds exists there and grants no Secrets. Then,
+// with lookup reading that apiserver, the Helm-generated certificates
+// behave as documented: the webhook's are new at each upgrade with the
+// previous CA kept in caBundle; the extender topology's are kept; and a
+// Lease that an elector made before the chart made its Leases is left out,
+// one of this release kept.
 func TestDryRunEveryCombination(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
@@ -139,7 +142,7 @@ func TestDryRunEveryCombination(t *testing.T) {
 	}
 
 	admin := kubernetes.NewForConfigOrDie(cfg)
-	for _, role := range []string{"system:kube-scheduler", "system:volume-scheduler"} {
+	for _, role := range []string{"system:volume-scheduler"} {
 		cr, err := admin.RbacV1().ClusterRoles().Get(ctx, role, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("the built-in role the chart binds: %v", err)
@@ -173,6 +176,34 @@ func TestDryRunEveryCombination(t *testing.T) {
 		if len(got) != 2 || !strings.Contains(string(bundle), strings.TrimSpace(string(secret.Data["ca.crt"]))) ||
 			!strings.Contains(string(bundle), strings.TrimSpace(string(newSecret.Data["ca.crt"]))) {
 			t.Errorf("caBundle after the upgrade holds %v; want the new CA and the previous one", got)
+		}
+	})
+
+	t.Run("a Lease an elector made is left out, this release's kept", func(t *testing.T) {
+		holder := "gpushare-scheduler-6d4f_0b1c"
+		made := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gpushare-scheduler"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}
+		ours := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gpushare-scheduler-extender",
+			Annotations: map[string]string{"meta.helm.sh/release-name": Release.Name, "meta.helm.sh/release-namespace": Release.Namespace}}}
+		for _, l := range []*coordinationv1.Lease{made, ours} {
+			if _, err := admin.CoordinationV1().Leases(Release.Namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, tc := range []struct {
+			values map[string]any
+			lease  string
+			want   bool
+		}{
+			{values: nil, lease: made.Name, want: false},
+			{values: map[string]any{"topology": "extender"}, lease: ours.Name, want: true},
+		} {
+			upgraded, err := Render(c, tc.values, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := find(objects(t, upgraded), "Lease", tc.lease) != nil; got != tc.want {
+				t.Errorf("values %v: the Lease %s rendered: %v, want %v", tc.values, tc.lease, got, tc.want)
+			}
 		}
 	})
 

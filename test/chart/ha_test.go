@@ -119,10 +119,16 @@ func TestExtenderTopologyHA(t *testing.T) {
 				field(terms[0], "podAffinityTerm", "labelSelector", "matchLabels", "app.kubernetes.io/name") != "gpushare-scheduler-extender" {
 				t.Errorf("podAntiAffinity %v, want one preferred term across hosts on the extender's pods", terms)
 			}
-			// The election's Lease is the one rbac.yaml grants.
-			role := find(objs, "Role", "gpushare-scheduler-extender-leases")
+			// The election's Lease is the one rbac.yaml creates and grants.
+			role := find(objs, "Role", "gpushare-scheduler-extender-leader-election")
 			if field(role, "metadata", "namespace") != Release.Namespace {
-				t.Errorf("the leases Role is in %v, want %s", field(role, "metadata", "namespace"), Release.Namespace)
+				t.Errorf("the leader election Role is in %v, want %s", field(role, "metadata", "namespace"), Release.Namespace)
+			}
+			if got := fmt.Sprint(field(role, "rules")); !strings.Contains(got, "resourceNames:[gpushare-scheduler-extender]") {
+				t.Errorf("the leader election Role %s does not name the Lease gpushare-scheduler-extender", got)
+			}
+			if find(objs, "Lease", "gpushare-scheduler-extender") == nil {
+				t.Errorf("the chart creates no Lease gpushare-scheduler-extender")
 			}
 			pdb := find(objs, "PodDisruptionBudget", "gpushare-scheduler-extender")
 			if got := field(pdb, "spec", "maxUnavailable"); got != "100%" {
@@ -190,11 +196,16 @@ func TestSidecarFollowsTheSchedulersLease(t *testing.T) {
 			if slices.Contains(envNames(sidecar), "POD_NAME") {
 				t.Errorf("the sidecar has POD_NAME: its identity must be the host name kube-scheduler uses")
 			}
-			// The Role the scheduler's election uses names the same Lease.
-			role := find(objs, "Role", "gpushare-scheduler-leader-election")
-			rules, _ := field(role, "rules").([]any)
-			if len(rules) != 2 || fmt.Sprint(field(rules[1], "resourceNames")) != fmt.Sprintf("[%v]", le["resourceName"]) {
-				t.Errorf("the scheduler's lease Role %v does not name lease %v", rules, le["resourceName"])
+			// The Roles of the scheduler's election and of the sidecars'
+			// following name the same Lease, which the chart creates.
+			for _, name := range []string{"gpushare-scheduler-leader-election", "gpushare-scheduler-extender-follow"} {
+				rules, _ := field(find(objs, "Role", name), "rules").([]any)
+				if len(rules) != 1 || fmt.Sprint(field(rules[0], "resourceNames")) != fmt.Sprintf("[%v]", le["resourceName"]) {
+					t.Errorf("the Role %s (%v) does not name lease %v alone", name, rules, le["resourceName"])
+				}
+			}
+			if find(objs, "Lease", fmt.Sprint(le["resourceName"])) == nil {
+				t.Errorf("the chart creates no Lease %v", le["resourceName"])
 			}
 		})
 	}

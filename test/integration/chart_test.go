@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,9 +90,12 @@ func (r renderedChart) configMapData(t *testing.T, name, key string) string {
 	return ""
 }
 
-// applyAccess creates the chart's service accounts, RBAC and admission
-// policies as the admin, so the components run with exactly what the chart
-// grants and under its policies.
+// applyAccess creates the chart's service accounts, RBAC, Leases and
+// admission policies as the admin, so the components run with exactly what
+// the chart grants and under its policies. (Its service-account-token
+// Secret is left out: no kube-controller-manager runs here to fill it; the
+// tests give each process a token of the account the chart mounts,
+// tokenAccount.)
 func (r renderedChart) applyAccess(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
@@ -100,6 +104,8 @@ func (r renderedChart) applyAccess(t *testing.T, admin kubernetes.Interface) {
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			_, err = admin.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *coordinationv1.Lease:
+			_, err = admin.CoordinationV1().Leases(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
 			_, err = admin.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:
@@ -117,6 +123,46 @@ func (r renderedChart) applyAccess(t *testing.T, admin kubernetes.Interface) {
 			t.Fatalf("applying %T of the chart: %v", obj, err)
 		}
 	}
+}
+
+// tokenPath is where in-cluster clients read a pod's token, kube-scheduler
+// (an empty clientConnection.kubeconfig) and the extender (no --kubeconfig)
+// alike.
+const tokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// tokenAccount is the service account (in systemNamespace) the named
+// container of the named Deployment authenticates as: the pod's account
+// where the container mounts a projected token of it at tokenPath or the
+// pod automounts its token, the account of the service-account-token
+// Secret the chart mounts there otherwise.
+func (r renderedChart) tokenAccount(t *testing.T, deployment, container string) string {
+	t.Helper()
+	pod := r.deployment(t, deployment).Spec.Template.Spec
+	c := r.container(t, deployment, container)
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != tokenPath {
+			continue
+		}
+		for _, v := range pod.Volumes {
+			switch {
+			case v.Name != m.Name:
+			case v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(p corev1.VolumeProjection) bool { return p.ServiceAccountToken != nil }):
+				return pod.ServiceAccountName
+			case v.Secret != nil:
+				for _, o := range r.objs {
+					if s, ok := o.(*corev1.Secret); ok && s.Name == v.Secret.SecretName && s.Type == corev1.SecretTypeServiceAccountToken {
+						return s.Annotations[corev1.ServiceAccountNameKey]
+					}
+				}
+				t.Fatalf("container %s mounts Secret %s at %s: the chart renders no service-account-token Secret of that name", container, v.Secret.SecretName, tokenPath)
+			}
+		}
+		t.Fatalf("container %s mounts volume %s at %s, neither a projected token nor a token Secret", container, m.Name, tokenPath)
+	}
+	if pod.AutomountServiceAccountToken != nil && !*pod.AutomountServiceAccountToken {
+		t.Fatalf("container %s of Deployment %s has no service-account token", container, deployment)
+	}
+	return pod.ServiceAccountName
 }
 
 // rewriteArgs replaces the values of the named flags ("--name=value"); a
@@ -291,10 +337,13 @@ type schedulerPod struct {
 // replicas as a pod would run it, the real kube-scheduler with the chart's
 // KubeSchedulerConfiguration (leader election on the chart's lease) and
 // container flags, under the pod's host name (a UTS namespace of its own),
-// and the extender with the sidecar's flags, following that lease; all as
-// the chart's service account with only the chart's RBAC, under the
-// chart's admission policies and MutatingWebhookConfiguration. Rewritten
-// for the harness: the kubeconfig, listen addresses and ports, the files'
+// and the extender with the sidecar's flags, following that lease; each as
+// the service account whose token the chart mounts in its container
+// (tokenAccount: kube-scheduler's own, the extender's), with only the
+// chart's RBAC and Leases, under the chart's admission policies and
+// MutatingWebhookConfiguration. Rewritten for the harness: the
+// kubeconfigs (a token of that account, where the pod reads a mounted
+// one), listen addresses and ports, the files'
 // directories, the webhook's clientConfig (the test apiserver reaches no
 // Service), and the sidecar's identity: --leader-elect-identity=<host
 // name>, what its default (the host name) reads in the pod, since the
@@ -314,7 +363,11 @@ func TestChartSecondScheduler(t *testing.T) {
 	admin := cp.Client(framework.AdminUser)
 	chart.applyAccess(t, admin)
 	waitAnnotationsPolicy(t, admin)
-	kc, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, extenderAccount, time.Hour)
+	kc, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, chart.tokenAccount(t, "gpushare-scheduler", "extender"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedKC, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, chart.tokenAccount(t, "gpushare-scheduler", "kube-scheduler"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +387,7 @@ func TestChartSecondScheduler(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(chart.configMapData(t, "gpushare-scheduler-config", "kube-scheduler-config.yaml")), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["clientConnection"].(map[string]any)["kubeconfig"] = kc
+	cfg["clientConnection"].(map[string]any)["kubeconfig"] = schedKC
 	if url := cfg["extenders"].([]any)[0].(map[string]any)["urlPrefix"].(string); !strings.HasPrefix(url, "http://127.0.0.1:") {
 		t.Fatalf("the chart's extender urlPrefix %s is not on the pod's loopback", url)
 	}
@@ -608,7 +661,7 @@ func (p *tcpProxy) forward(client net.Conn) {
 // TestChartExtenderOverHTTPS runs the extender topology from
 // manifests/rendered/extender.yaml: the Deployment's replicas with its
 // flags (HTTPS, client CA, metrics listener, leader election) and its
-// POD_NAME, as the chart's service account, behind a stand-in for its
+// POD_NAME, as the service account of its pod, behind a stand-in for its
 // Service that routes to the ready pods (tcpProxy), and the real
 // kube-scheduler with the KubeSchedulerConfiguration of the chart's
 // ConfigMap, the stanza NOTES.txt prints (test/chart checks they are
@@ -645,7 +698,7 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	})
 	admin := cp.Client(framework.AdminUser)
 	chart.applyAccess(t, admin)
-	kc, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, extenderAccount, time.Hour)
+	kc, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, chart.tokenAccount(t, "gpushare-scheduler-extender", "extender"), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,7 +76,7 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 }
 
 // Apply creates the objects of a multi-document YAML file (ServiceAccount,
-// ClusterRole, ClusterRoleBinding, Role, RoleBinding, Namespace, ValidatingAdmissionPolicy and
+// Lease, ClusterRole, ClusterRoleBinding, Role, RoleBinding, Namespace, ValidatingAdmissionPolicy and
 // its Binding). It is for the project's own manifests, so an unknown kind
 // is an error. kube-apiserver enforces a new admission policy a moment
 // after it is created, not at once: tests that need it wait for a refusal.
@@ -88,6 +89,8 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
 			_, err = client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *coordinationv1.Lease:
+			_, err = client.CoordinationV1().Leases(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.Namespace:
 			_, err = client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:

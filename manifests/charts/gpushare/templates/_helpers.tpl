@@ -193,3 +193,26 @@ spec:
 {{- define "gpushare.schedulerConfigChecksum" -}}
 {{- toJson (list .Values.scheduler .Values.extender.port) | sha256sum -}}
 {{- end }}
+
+{{/* The Lease of an election, with no holder: no account of ours may create
+a Lease (rbac.yaml says why), so the chart does. Arguments: a dict with root
+and name. Left out where the Lease exists and is not this release's: the
+elector of a release from before the chart made its Leases made it, and
+Helm would refuse to take it over; the elector keeps using it. */}}
+{{- define "gpushare.lease" -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $live := lookup "coordination.k8s.io/v1" "Lease" $ns .name -}}
+{{- $owner := list (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live) (dig "metadata" "annotations" "meta.helm.sh/release-namespace" "" $live) -}}
+{{- if or (not $live) (eq (join "/" $owner) (printf "%s/%s" .root.Release.Name $ns)) }}
+---
+# An election's Lease, created here with no holder: the elector takes it
+# with an update, the only write its Role allows.
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata:
+  name: {{ .name }}
+  namespace: {{ $ns }}
+  labels:
+    {{- include "gpushare.labels" .root | nindent 4 }}
+{{- end }}
+{{- end }}
