@@ -139,8 +139,8 @@ helm: ## Install helm $(HELM_VERSION) into bin/tools (optional: the tests render
 	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: chart-update
-chart-update: ## Rewrite manifests/rendered from manifests/charts/gpushare.
-	cd test/chart && $(GO) test -count=1 -run '^TestPlainManifests$$' . -update
+chart-update: ## Rewrite manifests/rendered and the chart README's values table from manifests/charts/gpushare.
+	cd test/chart && $(GO) test -count=1 -run '^(TestPlainManifests|TestChartReadme)$$' . -update
 
 # --- demo and end-to-end tests (issue 5) ---
 DEMO_NODES    ?= 3
