@@ -44,7 +44,7 @@ release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart
 	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).
+controlplane: ## Build etcd, kube-apiserver, kube-scheduler and kubectl (for the docs tests) from Go modules, once (cached under ~/.cache/gpushare).
 	$(GO) run ./test/cmd/controlplane build
 
 .PHONY: test
