@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -123,4 +124,25 @@ func ValuesTable(values []Value) string {
 // cell escapes what would break a table cell.
 func cell(s string) string {
 	return strings.ReplaceAll(s, "|", `\|`)
+}
+
+// valuesOf reads the documented values of a values.yaml file.
+func valuesOf(path string) ([]Value, error) {
+	data, err := os.ReadFile(path) //nolint:gosec // the chart's values.yaml
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return Values(data)
+}
+
+// documentedKey says whether a dotted --set key names a documented value
+// or something inside one (an object's field, e.g.
+// tls.certManager.issuerRef.name).
+func documentedKey(values []Value, key string) bool {
+	for _, v := range values {
+		if key == v.Key || (strings.HasPrefix(key, v.Key+".") && (v.Type == "object" || v.Type == "list")) {
+			return true
+		}
+	}
+	return false
 }
