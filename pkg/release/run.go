@@ -51,6 +51,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
 	host := Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}
+	// Before minutes of building: every C cross compiler cgo will need.
+	for _, r := range imagebuild.Recipes() {
+		for _, p := range cfg.Platforms {
+			if r.CGO {
+				if _, err := cfg.crossCompiler(r, host, p); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	var krew []KrewArchive
 	for _, r := range imagebuild.Recipes() {
 		for _, p := range cfg.Platforms {
@@ -93,15 +103,11 @@ func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platfo
 	}
 	env := append(r.GoEnv(), "GOOS="+p.OS, "GOARCH="+p.Arch)
 	if r.CGO {
-		cc, err := CrossCompiler(host, p)
+		cc, err := cfg.crossCompiler(r, host, p)
 		if err != nil {
-			return "", fmt.Errorf("%s for %s: %w", r.Name, p, err)
+			return "", err
 		}
 		if cc != "" {
-			if _, err := cfg.Runner.LookPath(cc); err != nil {
-				return "", fmt.Errorf("%s for %s needs cgo and the C cross compiler %s, which is not on PATH: install it (apt-get install %s) or leave %s out (make release PLATFORMS=%s)",
-					r.Name, p, cc, "gcc-"+strings.TrimSuffix(cc, "-gcc"), p, host)
-			}
 			env = append(env, "CC="+cc)
 		}
 	}
@@ -111,6 +117,23 @@ func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platfo
 	}
 	_, _ = fmt.Fprintln(cfg.Stdout, out)
 	return out, nil
+}
+
+// crossCompiler is the C compiler r needs for p (empty for the host's own
+// platform), found on PATH.
+func (cfg Config) crossCompiler(r imagebuild.Recipe, host, p Platform) (string, error) {
+	cc, err := CrossCompiler(host, p)
+	if err != nil {
+		return "", fmt.Errorf("%s for %s: %w", r.Name, p, err)
+	}
+	if cc == "" {
+		return "", nil
+	}
+	if _, err := cfg.Runner.LookPath(cc); err != nil {
+		return "", fmt.Errorf("%s for %s needs cgo and the C cross compiler %s, which is not on PATH: install it (apt-get install %s) or leave %s out (make release PLATFORMS=%s)",
+			r.Name, p, cc, "gcc-"+strings.TrimSuffix(cc, "-gcc"), p, host)
+	}
+	return cc, nil
 }
 
 // pluginArchive packs the kubectl plugin's binary for p with the license,

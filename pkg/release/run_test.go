@@ -165,12 +165,16 @@ func TestRun(t *testing.T) {
 		t.Errorf("builds %q: none is %q", fake.builds, wantCross)
 	}
 
-	// Without the cross compiler the release stops, saying what to install.
-	fake.cc = nil
+	// Without the cross compiler the release stops before building
+	// anything, saying what to install.
+	fake.cc, fake.builds = nil, nil
 	cfg.Out = t.TempDir()
 	err = Run(context.Background(), cfg)
 	if err == nil || !strings.Contains(err.Error(), "apt-get install gcc-") || !strings.Contains(err.Error(), "PLATFORMS="+host.String()) {
 		t.Errorf("without %s: err = %v, want the package to install and PLATFORMS to drop", cc, err)
+	}
+	if len(fake.builds) != 0 {
+		t.Errorf("without %s the release built %q first; want it to stop before building", cc, fake.builds)
 	}
 }
 
