@@ -6,8 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -158,16 +160,53 @@ func TestLinks(t *testing.T) {
 		}
 		for _, m := range mdLink.FindAllStringSubmatch(string(data), -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
+			target, frag, _ := strings.Cut(target, "#")
 			p := filepath.Join(root, filepath.Dir(f), filepath.FromSlash(target))
+			if target == "" {
+				p, target = filepath.Join(root, f), f
+			}
 			if _, err := os.Stat(p); err != nil {
 				t.Errorf("%s links to %s, which does not exist", f, m[1])
+				continue
+			}
+			if frag == "" || !strings.HasSuffix(p, ".md") {
+				continue
+			}
+			md, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(anchors(string(md)), frag) {
+				t.Errorf("%s links to %s, but %s has no heading with the anchor #%s", f, m[1], target, frag)
 			}
 		}
 	}
+}
+
+// heading matches a Markdown heading.
+var heading = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+
+// anchors are the anchors GitHub gives a Markdown file's headings:
+// lower case, only letters, digits, spaces, hyphens and underscores kept,
+// spaces made hyphens.
+func anchors(md string) []string {
+	var out []string
+	for _, m := range heading.FindAllStringSubmatch(md, -1) {
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteRune('-')
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
 
 // TestReadmeIsTheDoor: the README stays an entry point (issue 24: at most
