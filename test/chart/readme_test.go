@@ -20,18 +20,7 @@ const (
 // chart's README holds the table generated from those comments, byte for
 // byte; -update rewrites it.
 func TestChartReadme(t *testing.T) {
-	dir, err := ChartDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := Values(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, values := chartValues(t)
 	if len(values) < 40 {
 		t.Fatalf("values.yaml yields %d values; the parser lost some", len(values))
 	}
@@ -64,6 +53,20 @@ func TestChartReadme(t *testing.T) {
 	}
 }
 
+// chartValues returns the chart's directory and its documented values.
+func chartValues(t *testing.T) (string, []Value) {
+	t.Helper()
+	dir, err := ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := valuesOf(filepath.Join(dir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, values
+}
+
 // valuesRef matches a template's reference to a value.
 var valuesRef = regexp.MustCompile(`\.Values\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*)`)
 
@@ -71,18 +74,7 @@ var valuesRef = regexp.MustCompile(`\.Values\.([A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*
 // values.yaml (so documented), and every documented value is read by a
 // template.
 func TestTemplatesUseDocumentedValues(t *testing.T) {
-	dir, err := ChartDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := Values(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, values := chartValues(t)
 	files, err := filepath.Glob(filepath.Join(dir, "templates", "*"))
 	if err != nil {
 		t.Fatal(err)
