@@ -250,7 +250,8 @@ func TestNoBinaryTracked(t *testing.T) {
 		n, _ := fh.Read(head)
 		_ = fh.Close()
 		for _, m := range binaryMagic {
-			if n >= len(m) && bytes.Equal(head[:len(m)], m) && !(len(m) == 2 && !strings.HasSuffix(f, ".exe")) {
+			pe := len(m) == 2 // "MZ" also starts text; only .exe files count
+			if n >= len(m) && bytes.Equal(head[:len(m)], m) && (!pe || strings.HasSuffix(f, ".exe")) {
 				t.Errorf("%s is an executable tracked by git: git rm --cached it and ignore it", f)
 			}
 		}
