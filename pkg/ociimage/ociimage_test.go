@@ -127,6 +127,9 @@ func TestWriteRead(t *testing.T) {
 	if l.Descriptor.MediaType != types.OCIManifestSchema1 || l.Manifest.Config.MediaType != types.OCIConfigJSON || l.Manifest.Layers[0].MediaType != types.OCILayer {
 		t.Errorf("media types %s, %s, %s: want the OCI ones", l.Descriptor.MediaType, l.Manifest.Config.MediaType, l.Manifest.Layers[0].MediaType)
 	}
+	if l.Descriptor.ArtifactType != "" {
+		t.Errorf("index descriptor's artifactType %q: an image has none", l.Descriptor.ArtifactType)
+	}
 	if l.Descriptor.Platform == nil || l.Descriptor.Platform.OS != "linux" || l.Descriptor.Platform.Architecture != "amd64" {
 		t.Errorf("index descriptor's platform %+v, want linux/amd64", l.Descriptor.Platform)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -132,23 +133,27 @@ func Write(dir string, img Image) (v1.Descriptor, error) {
 	if err != nil {
 		return v1.Descriptor{}, fmt.Errorf("image %s: starting the layout: %w", img.Ref, err)
 	}
-	if err := p.AppendImage(image,
-		layout.WithAnnotations(map[string]string{AnnotationRefName: tag, AnnotationContainerdName: containerdName(img.Ref)}),
-		layout.WithPlatform(img.Platform)); err != nil {
-		return v1.Descriptor{}, fmt.Errorf("image %s: writing the layout: %w", img.Ref, err)
+	if err := p.WriteImage(image); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: writing the blobs: %w", img.Ref, err)
 	}
-	index, err := p.ImageIndex()
+	desc, err := partial.Descriptor(image)
 	if err != nil {
-		return v1.Descriptor{}, fmt.Errorf("image %s: reading the index back: %w", img.Ref, err)
+		return v1.Descriptor{}, fmt.Errorf("image %s: describing the manifest: %w", img.Ref, err)
 	}
-	im, err := index.IndexManifest()
-	if err != nil {
-		return v1.Descriptor{}, fmt.Errorf("image %s: reading the index back: %w", img.Ref, err)
+	// An image, not an artifact: go-containerregistry would fill
+	// artifactType with the config's media type, which OCI keeps for
+	// artifacts.
+	desc.ArtifactType = ""
+	desc.Annotations = map[string]string{AnnotationRefName: tag, AnnotationContainerdName: containerdName(img.Ref)}
+	platform := img.Platform
+	desc.Platform = &platform
+	if err := p.AppendDescriptor(*desc); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: writing the index: %w", img.Ref, err)
 	}
 	if err := writeDockerManifest(dir, image, img.Ref); err != nil {
 		return v1.Descriptor{}, fmt.Errorf("image %s: %w", img.Ref, err)
 	}
-	return im.Manifests[0], nil
+	return *desc, nil
 }
 
 // dockerManifest is one element of manifest.json, the docker-archive index
