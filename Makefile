@@ -33,8 +33,18 @@ REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 images: ## Build the three images as NAME:VERSION: docker (with a daemon), podman or buildah with build/*.Dockerfile, else the Go-native builder into _output/images/ (IMAGE_BUILDER=auto|docker|podman|buildah|go, IMAGE_PREFIX=registry/org/).
 	$(GO) run ./hack/ocibuild --builder=$(IMAGE_BUILDER) --version=$(VERSION) --revision=$(REVISION) --prefix=$(IMAGE_PREFIX) --out=_output/images
 
+# --- releases (issue 24) ---
+RELEASE_DIR ?= _output/release
+PLATFORMS   ?= linux/amd64,linux/arm64
+
+.PHONY: release
+release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart package, binaries for PLATFORMS (linux/amd64,linux/arm64; the device plugin needs a C cross compiler for the other one), the kubectl plugin's archives and krew manifest, the three image archives (this host's platform) and SHA256SUMS.
+	rm -rf $(RELEASE_DIR)
+	cd test/chart && $(GO) run ./cmd/packagechart --version=$(VERSION) --out=$(CURDIR)/$(RELEASE_DIR)
+	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)
+
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare).
+controlplane: ## Build etcd, kube-apiserver, kube-scheduler and kubectl (for the docs tests) from Go modules, once (cached under ~/.cache/gpushare).
 	$(GO) run ./test/cmd/controlplane build
 
 .PHONY: test
@@ -150,8 +160,8 @@ helm: ## Install helm $(HELM_VERSION) into bin/tools (optional: the tests render
 	GOBIN=$(TOOLS) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 .PHONY: chart-update
-chart-update: ## Rewrite manifests/rendered from manifests/charts/gpushare.
-	cd test/chart && $(GO) test -count=1 -run '^TestPlainManifests$$' . -update
+chart-update: ## Rewrite manifests/rendered and the chart README's values table from manifests/charts/gpushare.
+	cd test/chart && $(GO) test -count=1 -run '^(TestPlainManifests|TestChartReadme)$$' . -update
 
 # --- demo and end-to-end tests (issue 5) ---
 DEMO_NODES    ?= 3

@@ -211,8 +211,9 @@
 // cdi-cri and cdi-annotations keep working under those settings. envvar stays the default: it
 // is the only strategy that works on a stock toolkit, and the others fail
 // on nodes not set up for them (toolkit settings, CDI spec, CDI-enabled
-// runtime). None of them limits memory; --isolation does (below). The
-// README has the hardened setup and its sources.
+// runtime). None of them limits memory; --isolation does (below).
+// docs/reference/device-plugin.md ("Hardened nodes") has the hardened setup
+// and its sources.
 //
 // # Memory isolation
 //

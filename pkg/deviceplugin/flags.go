@@ -28,7 +28,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 		gpushare.ResourceGPUMem, gpushare.UnitGiB, gpushare.UnitMiB))
 	fs.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", StrategyEnvvar, fmt.Sprintf("how containers get their cards: %s (NVIDIA_VISIBLE_DEVICES=<UUID>), "+
 		"%s (/dev/null mounted at /var/run/nvidia-container-devices/<UUID>), %s (CDI annotation nvidia.com/gpu=<UUID>) or %s (CDI device nvidia.com/gpu=<UUID> in the CRI request); "+
-		"the last three keep working when the NVIDIA container toolkit ignores NVIDIA_VISIBLE_DEVICES of unprivileged containers (see the README)",
+		"the last three keep working when the NVIDIA container toolkit ignores NVIDIA_VISIBLE_DEVICES of unprivileged containers (see docs/reference/device-plugin.md, \"Hardened nodes\")",
 		StrategyEnvvar, StrategyVolumeMounts, StrategyCDIAnnotations, StrategyCDICRI))
 	fs.BoolVar(&cfg.HealthCheck, "health-check", true, "watch NVML XID events and report cards with critical XIDs unhealthy until they recover")
 	fs.DurationVar(&cfg.RecoveryWindow, "recovery-window", gpu.DefaultRecoveryWindow, "an unhealthy card comes back after this long without a critical XID, if NVML still answers for it")

@@ -8,8 +8,12 @@
 // GPU memory is counted in whole "units". A node's device plugin decides the
 // unit (GiB by default, MiB optionally) and reports it in the node inventory
 // annotation; aliyun.com/gpu-mem capacity, pod requests and every number in
-// the annotations below are in that node's unit. The extender never converts
-// between units.
+// the annotations below are in that node's unit. A pod's request is read in
+// the unit of the node it lands on, unconverted. The one conversion: when
+// the extender charges a bound pod's allocation annotation written in
+// another unit than its node's inventory, Allocation.InUnit converts it to
+// the node's, GiB to MiB times 1024, MiB to GiB rounding up (1500 MiB is 2
+// GiB), so a share never shrinks.
 //
 // # Resources
 //

@@ -3,7 +3,7 @@ package gpushare
 import "fmt"
 
 // Isolation is how a card enforces each container's share of its memory
-// (the device plugin's --isolation; see the README, "Memory isolation").
+// (the device plugin's --isolation; see docs/memory-isolation.md).
 type Isolation string
 
 // Isolation modes, strongest first.

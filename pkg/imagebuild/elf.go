@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/gpushare/gpushare/pkg/ociimage"
 )
 
 // elfPlatforms maps an ELF machine to the OCI platform it runs on.
-var elfPlatforms = map[elf.Machine]ociimage.Platform{
+var elfPlatforms = map[elf.Machine]v1.Platform{
 	elf.EM_X86_64:  {OS: "linux", Architecture: "amd64"},
 	elf.EM_AARCH64: {OS: "linux", Architecture: "arm64", Variant: "v8"},
 	elf.EM_PPC64:   {OS: "linux", Architecture: "ppc64le"},
@@ -35,7 +37,7 @@ var multiarch = map[elf.Machine]string{
 
 // binaryInfo is what packing needs to know of a binary.
 type binaryInfo struct {
-	platform ociimage.Platform
+	platform v1.Platform
 	// interp is the dynamic loader's path (PT_INTERP); empty when static.
 	interp string
 	// needed are the DT_NEEDED sonames, e.g. "libc.so.6".

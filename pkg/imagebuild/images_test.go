@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/gpushare/gpushare/pkg/ociimage"
 	"github.com/gpushare/gpushare/test/util"
@@ -162,7 +163,7 @@ func TestImages(t *testing.T) {
 					t.Errorf("label %s = %q, want %q", key, got, want)
 				}
 			}
-			if got := l.Index.Manifests[0].Annotations[ociimage.AnnotationRefName]; got != testVersion {
+			if got := l.Descriptor.Annotations[ociimage.AnnotationRefName]; got != testVersion {
 				t.Errorf("index ref.name %q, want the version %q", got, testVersion)
 			}
 
@@ -248,7 +249,7 @@ func parseUser(user string) (uid, gid uint32, err error) {
 // working directory, and nothing of the host's filesystem. As root that
 // is a plain chroot and setuid; otherwise a new user namespace maps the
 // image's user to the caller, which lets it chroot.
-func runInImage(root string, cfg ociimage.Config, args []string, stdout, stderr io.Writer) error {
+func runInImage(root string, cfg *v1.ConfigFile, args []string, stdout, stderr io.Writer) error {
 	uid, gid, err := parseUser(cfg.Config.User)
 	if err != nil {
 		return err
@@ -301,11 +302,11 @@ func TestDeterministic(t *testing.T) {
 // from its manifest.
 func firstLayer(t *testing.T, out, name string) string {
 	t.Helper()
-	var index ociimage.Index
-	var manifest ociimage.Manifest
+	var index v1.IndexManifest
+	var manifest v1.Manifest
 	readJSONFile(t, filepath.Join(out, name, "index.json"), &index)
-	readJSONFile(t, filepath.Join(out, name, "blobs", "sha256", strings.TrimPrefix(index.Manifests[0].Digest, "sha256:")), &manifest)
-	return manifest.Layers[0].Digest
+	readJSONFile(t, filepath.Join(out, name, "blobs", "sha256", index.Manifests[0].Digest.Hex), &manifest)
+	return manifest.Layers[0].Digest.String()
 }
 
 func readJSONFile(t *testing.T, p string, v any) {

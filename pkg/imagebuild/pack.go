@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
 	"github.com/gpushare/gpushare/pkg/ociimage"
 )
 
@@ -62,7 +64,7 @@ type Result struct {
 	// Layout and Archive are the paths Pack wrote.
 	Layout, Archive string
 	// Manifest is the manifest's descriptor; its digest is the image's.
-	Manifest ociimage.Descriptor
+	Manifest v1.Descriptor
 	// ArchiveSize is the archive's size in bytes (about what a registry
 	// stores: the layers are compressed).
 	ArchiveSize int64

@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/gpushare/gpushare/pkg/ociimage"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 const (
@@ -105,8 +105,8 @@ func (r Recipe) Labels(version, revision string) map[string]string {
 }
 
 // RuntimeConfig is the image config's runtime part.
-func (r Recipe) RuntimeConfig(version, revision string) ociimage.RuntimeConfig {
-	return ociimage.RuntimeConfig{
+func (r Recipe) RuntimeConfig(version, revision string) v1.Config {
+	return v1.Config{
 		User:       r.User,
 		Env:        append([]string{ImagePath}, r.Env...),
 		Entrypoint: r.Entrypoint(),

@@ -13,7 +13,7 @@ import (
 )
 
 // Environment every mode sets, in the forms frameworks read (see the
-// README, "Memory isolation").
+// docs/memory-isolation.md).
 const (
 	// EnvIsolation is the container's mode: driver, mps or none.
 	EnvIsolation = "GPUSHARE_ISOLATION"

@@ -2,9 +2,6 @@ package ociimage
 
 import (
 	"archive/tar"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -113,44 +110,22 @@ func tarMode(m fs.FileMode) int64 {
 	return mode
 }
 
-// layerDigests are the two digests of a layer, each "sha256:<hex>".
-type layerDigests struct {
-	digest string // of the gzip stream: the blob's name and manifest digest
-	diffID string // of the uncompressed tar: the config's rootfs.diff_ids
-	size   int64  // of the gzip stream, in bytes
-}
-
-// writeLayer writes entries as a gzip-compressed tar to w.
-func writeLayer(w io.Writer, entries []Entry) (layerDigests, error) {
-	entries, err := normalize(entries)
-	if err != nil {
-		return layerDigests{}, err
-	}
-	compressed := sha256.New()
-	counter := &countingWriter{w: io.MultiWriter(w, compressed)}
-	// A zero gzip.Header: no file name, no mtime, OS "unknown".
-	zw, err := gzip.NewWriterLevel(counter, gzip.DefaultCompression)
-	if err != nil {
-		return layerDigests{}, fmt.Errorf("starting gzip: %w", err)
-	}
-	uncompressed := sha256.New()
-	tw := tar.NewWriter(io.MultiWriter(zw, uncompressed))
-	for _, e := range entries {
-		if err := writeEntry(tw, e); err != nil {
-			return layerDigests{}, fmt.Errorf("writing layer entry %s: %w", e.Path, err)
+// tarStream streams entries, normalized already, as an uncompressed tar:
+// the opener of a layer, called again each time go-containerregistry reads
+// it (to hash, to compress, to write), so nothing is held in memory.
+func tarStream(entries []Entry) (io.ReadCloser, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		for _, e := range entries {
+			if err := writeEntry(tw, e); err != nil {
+				pw.CloseWithError(fmt.Errorf("writing layer entry %s: %w", e.Path, err))
+				return
+			}
 		}
-	}
-	if err := tw.Close(); err != nil {
-		return layerDigests{}, fmt.Errorf("closing the layer tar: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return layerDigests{}, fmt.Errorf("closing the layer gzip stream: %w", err)
-	}
-	return layerDigests{
-		digest: "sha256:" + hex.EncodeToString(compressed.Sum(nil)),
-		diffID: "sha256:" + hex.EncodeToString(uncompressed.Sum(nil)),
-		size:   counter.n,
-	}, nil
+		pw.CloseWithError(tw.Close())
+	}()
+	return pr, nil
 }
 
 // writeEntry writes one header and, for a file, its contents.
@@ -205,16 +180,4 @@ func writeEntry(tw *tar.Writer, e Entry) error {
 		return fmt.Errorf("source %s changed size while being read (%d bytes, then %d)", e.Source, hdr.Size, n)
 	}
 	return nil
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64 // bytes written so far
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // testImage is an image with each kind of entry; source is a host file
@@ -22,8 +24,8 @@ import (
 func testImage(source string) Image {
 	return Image{
 		Ref:      "registry.example:5000/team/app:v1.2.3",
-		Platform: Platform{OS: "linux", Architecture: "amd64"},
-		Config: RuntimeConfig{
+		Platform: v1.Platform{OS: "linux", Architecture: "amd64"},
+		Config: v1.Config{
 			User:       "65532:65532",
 			Entrypoint: []string{"/usr/local/bin/app"},
 			Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
@@ -116,18 +118,39 @@ func TestWriteRead(t *testing.T) {
 		t.Errorf("config platform %s/%s, want linux/amd64", l.Config.OS, l.Config.Architecture)
 	}
 	wantAnnotations := map[string]string{AnnotationRefName: "v1.2.3", AnnotationContainerdName: img.Ref}
-	if diff := cmp.Diff(wantAnnotations, l.Index.Manifests[0].Annotations); diff != "" {
+	if diff := cmp.Diff(wantAnnotations, l.Descriptor.Annotations); diff != "" {
 		t.Errorf("index annotations (-want +got):\n%s", diff)
 	}
-	if l.Index.Manifests[0].Digest != desc.Digest {
-		t.Errorf("index names manifest %s, Write returned %s", l.Index.Manifests[0].Digest, desc.Digest)
+	if l.Descriptor.Digest != desc.Digest {
+		t.Errorf("index names manifest %s, Write returned %s", l.Descriptor.Digest, desc.Digest)
+	}
+	if l.Descriptor.MediaType != types.OCIManifestSchema1 || l.Manifest.Config.MediaType != types.OCIConfigJSON || l.Manifest.Layers[0].MediaType != types.OCILayer {
+		t.Errorf("media types %s, %s, %s: want the OCI ones", l.Descriptor.MediaType, l.Manifest.Config.MediaType, l.Manifest.Layers[0].MediaType)
+	}
+	if l.Descriptor.ArtifactType != "" {
+		t.Errorf("index descriptor's artifactType %q: an image has none", l.Descriptor.ArtifactType)
+	}
+	if l.Descriptor.Platform == nil || l.Descriptor.Platform.OS != "linux" || l.Descriptor.Platform.Architecture != "amd64" {
+		t.Errorf("index descriptor's platform %+v, want linux/amd64", l.Descriptor.Platform)
 	}
 	var docker []dockerManifest
-	if err := readJSON(filepath.Join(dir, "manifest.json"), &docker); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, filepath.Join(dir, "manifest.json"), &docker)
 	if len(docker) != 1 || !slices.Equal(docker[0].RepoTags, []string{img.Ref}) {
 		t.Errorf("manifest.json %+v: want RepoTags [%s]", docker, img.Ref)
+	}
+}
+
+func TestContainerdName(t *testing.T) {
+	for ref, want := range map[string]string{
+		"gpushare-device-plugin:v1":              "docker.io/library/gpushare-device-plugin:v1",
+		"acme/gpushare-device-plugin:v1":         "docker.io/acme/gpushare-device-plugin:v1",
+		"ghcr.io/acme/gpushare-device-plugin:v1": "ghcr.io/acme/gpushare-device-plugin:v1",
+		"registry.example:5000/team/app:v1.2.3":  "registry.example:5000/team/app:v1.2.3",
+		"localhost/app:v1":                       "localhost/app:v1",
+	} {
+		if got := containerdName(ref); got != want {
+			t.Errorf("containerdName(%q) = %q, want %q", ref, got, want)
+		}
 	}
 }
 
@@ -135,7 +158,7 @@ func TestWriteRead(t *testing.T) {
 // time into another directory, give the same digests and archive bytes.
 func TestDeterministic(t *testing.T) {
 	source := writeSource(t)
-	build := func(reverse bool) (Descriptor, []byte) {
+	build := func(reverse bool) (v1.Descriptor, []byte) {
 		img := testImage(source)
 		if reverse {
 			slices.Reverse(img.Layers[0])
@@ -214,14 +237,14 @@ func TestReadRejects(t *testing.T) {
 		{
 			name: "a flipped byte in a layer",
 			damage: func(t *testing.T, dir string, l *Layout) {
-				flipLastByte(t, blob(t, l, l.Manifest.Layers[1]))
+				flipLastByte(t, blob(l, l.Manifest.Layers[1].Digest))
 			},
-			wantErr: "holds",
+			wantErr: "validating layers: gzip: invalid checksum",
 		},
 		{
 			name: "a layer recompressed to other bytes of the same tar",
 			damage: func(t *testing.T, dir string, l *Layout) {
-				p := blob(t, l, l.Manifest.Layers[0])
+				p := blob(l, l.Manifest.Layers[0].Digest)
 				data, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
@@ -231,21 +254,35 @@ func TestReadRejects(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			wantErr: "holds",
+			wantErr: "mismatched layer[0] digest",
 		},
 		{
 			name: "a config that lies about a diff ID, re-hashed",
 			damage: func(t *testing.T, dir string, l *Layout) {
-				cfg := l.Config
+				cfg := l.Config.DeepCopy()
 				cfg.RootFS.DiffIDs[0] = cfg.RootFS.DiffIDs[1]
 				rewriteConfig(t, dir, l, cfg)
 			},
-			wantErr: "diff ID",
+			wantErr: "unknown diffID",
+		},
+		{
+			name: "a manifest blob that is not what the index names",
+			damage: func(t *testing.T, dir string, l *Layout) {
+				p := blob(l, l.Descriptor.Digest)
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, append(data, ' '), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantErr: "holds",
 		},
 		{
 			name: "a missing blob",
 			damage: func(t *testing.T, dir string, l *Layout) {
-				if err := os.Remove(blob(t, l, l.Manifest.Config)); err != nil {
+				if err := os.Remove(blob(l, l.Manifest.Config.Digest)); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -261,11 +298,27 @@ func TestReadRejects(t *testing.T) {
 		{
 			name: "a digest that names a path",
 			damage: func(t *testing.T, dir string, l *Layout) {
-				idx := l.Index
-				idx.Manifests[0].Digest = "sha256:../../oci-layout"
+				p := filepath.Join(dir, "index.json")
+				data, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data = bytes.Replace(data, []byte(l.Descriptor.Digest.String()), []byte("sha256:../../oci-layout"), 1)
+				if err := os.WriteFile(p, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantErr: "non-hex character",
+		},
+		{
+			name: "two manifests",
+			damage: func(t *testing.T, dir string, l *Layout) {
+				var idx v1.IndexManifest
+				readJSON(t, filepath.Join(dir, "index.json"), &idx)
+				idx.Manifests = append(idx.Manifests, idx.Manifests[0])
 				writeJSON(t, filepath.Join(dir, "index.json"), idx)
 			},
-			wantErr: "is not sha256:",
+			wantErr: "names 2 manifests",
 		},
 		{
 			name: "another layout version",
@@ -296,13 +349,9 @@ func TestReadRejects(t *testing.T) {
 	}
 }
 
-func blob(t *testing.T, l *Layout, d Descriptor) string {
-	t.Helper()
-	p, err := l.blobFile(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+// blob is the file of the blob h in l.
+func blob(l *Layout, h v1.Hash) string {
+	return filepath.Join(l.Dir, filepath.FromSlash(blobPath(h)))
 }
 
 func flipLastByte(t *testing.T, p string) {
@@ -313,6 +362,17 @@ func flipLastByte(t *testing.T, p string) {
 	}
 	data[len(data)-1] ^= 0xff
 	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readJSON(t *testing.T, p string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -328,21 +388,33 @@ func writeJSON(t *testing.T, p string, v any) {
 	}
 }
 
-// rewriteConfig stores cfg as the config blob and points the manifest, the
-// index and manifest.json at it, so every digest is right but what cfg says.
-func rewriteConfig(t *testing.T, dir string, l *Layout, cfg Config) {
+// writeBlob stores v as a JSON blob of the layout dir and returns its
+// descriptor.
+func writeBlob(t *testing.T, dir string, mt types.MediaType, v any) v1.Descriptor {
 	t.Helper()
-	blobs := filepath.Join(dir, "blobs", "sha256")
-	m := l.Manifest
-	var err error
-	if m.Config, err = writeJSONBlob(blobs, MediaTypeConfig, cfg); err != nil {
-		t.Fatal(err)
-	}
-	desc, err := writeJSONBlob(blobs, MediaTypeManifest, m)
+	data, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx := l.Index
+	h, size, err := v1.SHA256(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(blobPath(h))), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return v1.Descriptor{MediaType: mt, Digest: h, Size: size}
+}
+
+// rewriteConfig stores cfg as the config blob and points the manifest, the
+// index and manifest.json at it, so every digest is right but what cfg says.
+func rewriteConfig(t *testing.T, dir string, l *Layout, cfg *v1.ConfigFile) {
+	t.Helper()
+	m := l.Manifest.DeepCopy()
+	m.Config = writeBlob(t, dir, types.OCIConfigJSON, cfg)
+	desc := writeBlob(t, dir, types.OCIManifestSchema1, m)
+	var idx v1.IndexManifest
+	readJSON(t, filepath.Join(dir, "index.json"), &idx)
 	idx.Manifests[0].Digest, idx.Manifests[0].Size = desc.Digest, desc.Size
 	writeJSON(t, filepath.Join(dir, "index.json"), idx)
 	docker := []dockerManifest{{Config: blobPath(m.Config.Digest)}}

@@ -2,9 +2,7 @@ package ociimage
 
 import (
 	"archive/tar"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,24 +11,32 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // Layout is a verified single-image layout, as Read returns it.
 type Layout struct {
 	// Dir is the layout's directory.
-	Dir      string
-	Index    Index
-	Manifest Manifest
-	Config   Config
+	Dir string
+	// Descriptor is index.json's one manifest descriptor.
+	Descriptor v1.Descriptor
+	// Image is the image it names.
+	Image    v1.Image
+	Manifest *v1.Manifest
+	Config   *v1.ConfigFile
 }
 
 // Read reads the single-image layout in dir and verifies it: oci-layout's
-// version, index.json naming one manifest, the size and sha256 of every
-// blob it reaches, each layer's uncompressed digest against the config's
-// diff ID, and manifest.json naming the same config and layers.
+// version, index.json naming one manifest whose blob has the descriptor's
+// digest and size, every blob the manifest reaches (go-containerregistry's
+// validate: digests, sizes, each layer's diff ID), and manifest.json naming
+// the same config and layers.
 func Read(dir string) (*Layout, error) {
-	l := &Layout{Dir: dir}
 	data, err := os.ReadFile(filepath.Join(dir, "oci-layout"))
 	if err != nil {
 		return nil, fmt.Errorf("reading oci-layout: %w", err)
@@ -42,31 +48,42 @@ func Read(dir string) (*Layout, error) {
 		return nil, fmt.Errorf("decoding oci-layout: %w", err)
 	}
 	if version.ImageLayoutVersion != "1.0.0" {
-		return nil, fmt.Errorf("oci-layout is %q, want %s", data, layoutVersion)
+		return nil, fmt.Errorf("oci-layout is %q, want version 1.0.0", data)
 	}
-	if err := readJSON(filepath.Join(dir, "index.json"), &l.Index); err != nil {
-		return nil, err
+	index, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading index.json: %w", err)
 	}
-	if l.Index.SchemaVersion != 2 || l.Index.MediaType != MediaTypeIndex || len(l.Index.Manifests) != 1 {
-		return nil, fmt.Errorf("index.json: want schema 2, %s and one manifest; got schema %d, %q, %d manifests",
-			MediaTypeIndex, l.Index.SchemaVersion, l.Index.MediaType, len(l.Index.Manifests))
+	im, err := index.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading index.json: %w", err)
 	}
-	if err := l.readBlobJSON(l.Index.Manifests[0], MediaTypeManifest, &l.Manifest); err != nil {
-		return nil, err
+	if len(im.Manifests) != 1 {
+		return nil, fmt.Errorf("index.json names %d manifests, want one", len(im.Manifests))
 	}
-	if l.Manifest.SchemaVersion != 2 || l.Manifest.MediaType != MediaTypeManifest {
-		return nil, fmt.Errorf("manifest: want schema 2 and %s, got %d and %q", MediaTypeManifest, l.Manifest.SchemaVersion, l.Manifest.MediaType)
+	l := &Layout{Dir: dir, Descriptor: im.Manifests[0]}
+	if l.Image, err = index.Image(l.Descriptor.Digest); err != nil {
+		return nil, fmt.Errorf("reading image %s: %w", l.Descriptor.Digest, err)
 	}
-	if err := l.readBlobJSON(l.Manifest.Config, MediaTypeConfig, &l.Config); err != nil {
-		return nil, err
+	raw, err := l.Image.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest %s: %w", l.Descriptor.Digest, err)
 	}
-	if l.Config.RootFS.Type != "layers" || len(l.Config.RootFS.DiffIDs) != len(l.Manifest.Layers) {
-		return nil, fmt.Errorf("config: rootfs %q lists %d diff IDs for %d layers", l.Config.RootFS.Type, len(l.Config.RootFS.DiffIDs), len(l.Manifest.Layers))
+	got, size, err := v1.SHA256(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("hashing manifest %s: %w", l.Descriptor.Digest, err)
 	}
-	for i, layer := range l.Manifest.Layers {
-		if err := l.verifyLayer(layer, l.Config.RootFS.DiffIDs[i]); err != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, err)
-		}
+	if got != l.Descriptor.Digest || size != l.Descriptor.Size {
+		return nil, fmt.Errorf("blob %s (%d bytes) holds %d bytes with digest %s", l.Descriptor.Digest, l.Descriptor.Size, size, got)
+	}
+	if err := validate.Image(l.Image); err != nil {
+		return nil, fmt.Errorf("verifying image %s: %w", l.Descriptor.Digest, err)
+	}
+	if l.Manifest, err = l.Image.Manifest(); err != nil {
+		return nil, fmt.Errorf("reading manifest %s: %w", l.Descriptor.Digest, err)
+	}
+	if l.Config, err = l.Image.ConfigFile(); err != nil {
+		return nil, fmt.Errorf("reading the config: %w", err)
 	}
 	if err := l.verifyDockerManifest(); err != nil {
 		return nil, err
@@ -74,110 +91,23 @@ func Read(dir string) (*Layout, error) {
 	return l, nil
 }
 
-// readJSON decodes the JSON file p into v.
-func readJSON(p string, v any) error {
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", filepath.Base(p), err)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding %s: %w", filepath.Base(p), err)
-	}
-	return nil
-}
-
-// blobFile is the path of the blob d points at, after checking the digest's
-// form (so that it cannot name a path outside the blob directory).
-func (l *Layout) blobFile(d Descriptor) (string, error) {
-	hexSum, ok := strings.CutPrefix(d.Digest, "sha256:")
-	if !ok || len(hexSum) != sha256.Size*2 || strings.ToLower(hexSum) != hexSum {
-		return "", fmt.Errorf("digest %q is not sha256:<64 lower-case hex digits>", d.Digest)
-	}
-	if _, err := hex.DecodeString(hexSum); err != nil {
-		return "", fmt.Errorf("digest %q: %w", d.Digest, err)
-	}
-	return filepath.Join(l.Dir, "blobs", "sha256", hexSum), nil
-}
-
-// readBlobJSON reads the blob d points at, verifies its media type, size
-// and digest, and decodes it into v.
-func (l *Layout) readBlobJSON(d Descriptor, mediaType string, v any) error {
-	if d.MediaType != mediaType {
-		return fmt.Errorf("blob %s: media type %q, want %q", d.Digest, d.MediaType, mediaType)
-	}
-	p, err := l.blobFile(d)
-	if err != nil {
-		return err
-	}
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", mediaType, err)
-	}
-	sum := sha256.Sum256(data)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest || int64(len(data)) != d.Size {
-		return fmt.Errorf("blob %s (%d bytes) holds %d bytes with digest %s", d.Digest, d.Size, len(data), got)
-	}
-	if err := json.Unmarshal(data, v); err != nil {
-		return fmt.Errorf("decoding %s %s: %w", mediaType, d.Digest, err)
-	}
-	return nil
-}
-
-// verifyLayer checks the layer blob's size and digest first (so that damage
-// is reported as such, not as a gzip error), then the digest of its
-// uncompressed tar against diffID.
-func (l *Layout) verifyLayer(d Descriptor, diffID string) error {
-	if d.MediaType != MediaTypeLayerGzip {
-		return fmt.Errorf("blob %s: media type %q, want %q", d.Digest, d.MediaType, MediaTypeLayerGzip)
-	}
-	p, err := l.blobFile(d)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return fmt.Errorf("opening the layer: %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	compressed := sha256.New()
-	n, err := io.Copy(compressed, f)
-	if err != nil {
-		return fmt.Errorf("reading layer %s: %w", d.Digest, err)
-	}
-	if got := "sha256:" + hex.EncodeToString(compressed.Sum(nil)); got != d.Digest || n != d.Size {
-		return fmt.Errorf("blob %s (%d bytes) holds %d bytes with digest %s", d.Digest, d.Size, n, got)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("rereading layer %s: %w", d.Digest, err)
-	}
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("layer %s: %w", d.Digest, err)
-	}
-	uncompressed := sha256.New()
-	if _, err := io.Copy(uncompressed, zr); err != nil { //nolint:gosec // the blob's digest is verified above
-		return fmt.Errorf("decompressing layer %s: %w", d.Digest, err)
-	}
-	if got := "sha256:" + hex.EncodeToString(uncompressed.Sum(nil)); got != diffID {
-		return fmt.Errorf("layer %s uncompresses to %s, but the config's diff ID is %s", d.Digest, got, diffID)
-	}
-	return nil
-}
-
 // verifyDockerManifest checks that manifest.json names the same config and
 // layers as the OCI manifest.
 func (l *Layout) verifyDockerManifest() error {
+	data, err := os.ReadFile(filepath.Join(l.Dir, "manifest.json"))
+	if err != nil {
+		return fmt.Errorf("reading manifest.json: %w", err)
+	}
 	var docker []dockerManifest
-	if err := readJSON(filepath.Join(l.Dir, "manifest.json"), &docker); err != nil {
+	if err := json.Unmarshal(data, &docker); err != nil {
+		return fmt.Errorf("decoding manifest.json: %w", err)
+	}
+	want, err := dockerManifestOf(l.Image, "")
+	if err != nil {
 		return err
 	}
-	if len(docker) != 1 || docker[0].Config != blobPath(l.Manifest.Config.Digest) || len(docker[0].Layers) != len(l.Manifest.Layers) {
-		return fmt.Errorf("manifest.json %+v does not match the OCI manifest", docker)
-	}
-	for i, layer := range l.Manifest.Layers {
-		if docker[0].Layers[i] != blobPath(layer.Digest) {
-			return fmt.Errorf("manifest.json layer %d is %s, the OCI manifest's %s", i, docker[0].Layers[i], layer.Digest)
-		}
+	if len(docker) != 1 || docker[0].Config != want.Config || !slices.Equal(docker[0].Layers, want.Layers) {
+		return fmt.Errorf("manifest.json %+v does not match the OCI manifest (config %s, layers %v)", docker, want.Config, want.Layers)
 	}
 	return nil
 }
@@ -185,8 +115,12 @@ func (l *Layout) verifyDockerManifest() error {
 // Walk calls fn for every entry of every layer, bottom layer first; r reads
 // a regular file's contents.
 func (l *Layout) Walk(fn func(layer int, hdr *tar.Header, r io.Reader) error) error {
-	for i, d := range l.Manifest.Layers {
-		if err := l.walkLayer(i, d, fn); err != nil {
+	layers, err := l.Image.Layers()
+	if err != nil {
+		return fmt.Errorf("listing the layers: %w", err)
+	}
+	for i, layer := range layers {
+		if err := walkLayer(i, layer, fn); err != nil {
 			return err
 		}
 	}
@@ -194,21 +128,13 @@ func (l *Layout) Walk(fn func(layer int, hdr *tar.Header, r io.Reader) error) er
 }
 
 // walkLayer calls fn for every entry of layer i.
-func (l *Layout) walkLayer(i int, d Descriptor, fn func(layer int, hdr *tar.Header, r io.Reader) error) error {
-	p, err := l.blobFile(d)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(p)
+func walkLayer(i int, layer v1.Layer, fn func(layer int, hdr *tar.Header, r io.Reader) error) error {
+	rc, err := layer.Uncompressed()
 	if err != nil {
 		return fmt.Errorf("opening layer %d: %w", i, err)
 	}
-	defer func() { _ = f.Close() }()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		return fmt.Errorf("layer %d: %w", i, err)
-	}
-	tr := tar.NewReader(zr)
+	defer func() { _ = rc.Close() }()
+	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {

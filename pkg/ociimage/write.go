@@ -2,8 +2,7 @@ package ociimage
 
 import (
 	"archive/tar"
-	"crypto/sha256"
-	"encoding/hex"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,18 +12,40 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// layoutVersion is the content of the oci-layout file.
-const layoutVersion = `{"imageLayoutVersion":"1.0.0"}`
+// Annotations set on the index's manifest descriptor.
+const (
+	// AnnotationRefName is the image's tag; skopeo and podman find an
+	// image in a layout by it ("oci-archive:FILE:TAG").
+	AnnotationRefName = "org.opencontainers.image.ref.name"
+	// AnnotationContainerdName is the full reference under which
+	// containerd (ctr import, kind load image-archive) and Docker 25+
+	// store a loaded OCI image, normalized as they name images
+	// (containerdName).
+	AnnotationContainerdName = "io.containerd.image.name"
+)
 
 // Image is what Write puts in a layout.
 type Image struct {
 	// Ref names the image, "REPOSITORY:TAG" (e.g.
 	// "ghcr.io/acme/gpushare-device-plugin:v1.2.0"); the tag must be given.
-	Ref      string
-	Platform Platform
-	Config   RuntimeConfig
+	Ref string
+	// Platform is the OS and CPU, in GOOS and GOARCH spelling ("linux",
+	// "amd64"); Variant "v8" for arm64.
+	Platform v1.Platform
+	// Config is what a runtime starts a container with. Keep User
+	// numeric ("UID:GID"): kubelet enforces runAsNonRoot only on a
+	// numeric user.
+	Config v1.Config
 	// Layers are applied bottom first; each is a list of entries.
 	Layers [][]Entry
 }
@@ -39,65 +60,142 @@ func splitRef(ref string) (repo, tag string, err error) {
 	return ref[:i], ref[i+1:], nil
 }
 
-// Write writes img as an OCI image layout into dir, which must be absent or
-// empty, and returns the manifest's descriptor.
-func Write(dir string, img Image) (Descriptor, error) {
-	_, tag, err := splitRef(img.Ref)
-	if err != nil {
-		return Descriptor{}, err
+// containerdName is ref as containerd and Docker name a stored image: a
+// name without a registry is Docker Hub's, docker.io, and one without a
+// path is under library/ there. kubelet asks the runtime for a pod's
+// "gpushare-device-plugin:v1" as "docker.io/library/gpushare-device-plugin:v1",
+// so an archive imported with ctr (which takes this annotation as it is)
+// must carry that form.
+func containerdName(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	switch {
+	case !found:
+		return "docker.io/library/" + ref
+	case strings.ContainsAny(first, ".:") || first == "localhost":
+		return ref
+	default:
+		return "docker.io/" + ref
 	}
-	if img.Platform.OS == "" || img.Platform.Architecture == "" {
-		return Descriptor{}, fmt.Errorf("image %s: the platform needs an OS and an architecture", img.Ref)
-	}
-	if err := emptyDir(dir); err != nil {
-		return Descriptor{}, err
-	}
-	blobs := filepath.Join(dir, "blobs", "sha256")
-	if err := os.MkdirAll(blobs, 0o755); err != nil { //nolint:gosec // G301: an image layout is world-readable
-		return Descriptor{}, fmt.Errorf("creating the blob directory: %w", err)
-	}
+}
 
-	cfg := Config{
+// Build makes img an image with OCI media types: one gzip layer per list
+// of entries and a config whose dates are the zero time.
+func Build(img Image) (v1.Image, error) {
+	if img.Platform.OS == "" || img.Platform.Architecture == "" {
+		return nil, fmt.Errorf("image %s: the platform needs an OS and an architecture", img.Ref)
+	}
+	layers := make([]v1.Layer, 0, len(img.Layers))
+	for i, entries := range img.Layers {
+		entries, err := normalize(entries)
+		if err != nil {
+			return nil, fmt.Errorf("image %s, layer %d: %w", img.Ref, i, err)
+		}
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return tarStream(entries) },
+			tarball.WithCompressionLevel(gzip.DefaultCompression), tarball.WithMediaType(types.OCILayer))
+		if err != nil {
+			return nil, fmt.Errorf("image %s, layer %d: %w", img.Ref, i, err)
+		}
+		layers = append(layers, l)
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	base, err := mutate.ConfigFile(base, &v1.ConfigFile{
 		Architecture: img.Platform.Architecture,
 		OS:           img.Platform.OS,
 		Variant:      img.Platform.Variant,
 		Config:       img.Config,
-		RootFS:       RootFS{Type: "layers", DiffIDs: []string{}},
-	}
-	manifest := Manifest{SchemaVersion: 2, MediaType: MediaTypeManifest, Layers: []Descriptor{}}
-	for i, entries := range img.Layers {
-		d, err := writeLayerBlob(blobs, entries)
-		if err != nil {
-			return Descriptor{}, fmt.Errorf("image %s, layer %d: %w", img.Ref, i, err)
-		}
-		cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, d.diffID)
-		manifest.Layers = append(manifest.Layers, Descriptor{MediaType: MediaTypeLayerGzip, Digest: d.digest, Size: d.size})
-	}
-	if manifest.Config, err = writeJSONBlob(blobs, MediaTypeConfig, cfg); err != nil {
-		return Descriptor{}, fmt.Errorf("image %s: writing the config: %w", img.Ref, err)
-	}
-	desc, err := writeJSONBlob(blobs, MediaTypeManifest, manifest)
+		RootFS:       v1.RootFS{Type: "layers"},
+	})
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("image %s: writing the manifest: %w", img.Ref, err)
+		return nil, fmt.Errorf("image %s: setting the config: %w", img.Ref, err)
 	}
+	out, err := mutate.AppendLayers(base, layers...)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: adding the layers: %w", img.Ref, err)
+	}
+	return out, nil
+}
+
+// Write writes img as an OCI image layout into dir, which must be absent or
+// empty, and returns the manifest's descriptor as index.json holds it.
+func Write(dir string, img Image) (v1.Descriptor, error) {
+	_, tag, err := splitRef(img.Ref)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	image, err := Build(img)
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	if err := emptyDir(dir); err != nil {
+		return v1.Descriptor{}, err
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: starting the layout: %w", img.Ref, err)
+	}
+	if err := p.WriteImage(image); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: writing the blobs: %w", img.Ref, err)
+	}
+	desc, err := partial.Descriptor(image)
+	if err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: describing the manifest: %w", img.Ref, err)
+	}
+	// An image, not an artifact: go-containerregistry would fill
+	// artifactType with the config's media type, which OCI keeps for
+	// artifacts.
+	desc.ArtifactType = ""
+	desc.Annotations = map[string]string{AnnotationRefName: tag, AnnotationContainerdName: containerdName(img.Ref)}
 	platform := img.Platform
 	desc.Platform = &platform
-	desc.Annotations = map[string]string{AnnotationRefName: tag, AnnotationContainerdName: img.Ref}
-	index := Index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{desc}}
-	if err := writeJSONFile(filepath.Join(dir, "index.json"), index); err != nil {
-		return Descriptor{}, err
+	if err := p.AppendDescriptor(*desc); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: writing the index: %w", img.Ref, err)
 	}
-	docker := []dockerManifest{{Config: blobPath(manifest.Config.Digest), RepoTags: []string{img.Ref}}}
-	for _, l := range manifest.Layers {
-		docker[0].Layers = append(docker[0].Layers, blobPath(l.Digest))
+	if err := writeDockerManifest(dir, image, img.Ref); err != nil {
+		return v1.Descriptor{}, fmt.Errorf("image %s: %w", img.Ref, err)
 	}
-	if err := writeJSONFile(filepath.Join(dir, "manifest.json"), docker); err != nil {
-		return Descriptor{}, err
+	return *desc, nil
+}
+
+// dockerManifest is one element of manifest.json, the docker-archive index
+// that `docker load` reads when it predates OCI support (Docker < 25).
+type dockerManifest struct {
+	Config   string   `json:"Config"`
+	RepoTags []string `json:"RepoTags"`
+	Layers   []string `json:"Layers"`
+}
+
+// dockerManifestOf is manifest.json's entry for an image of the layout.
+func dockerManifestOf(image v1.Image, ref string) (dockerManifest, error) {
+	m, err := image.Manifest()
+	if err != nil {
+		return dockerManifest{}, fmt.Errorf("reading the manifest: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "oci-layout"), []byte(layoutVersion), 0o644); err != nil { //nolint:gosec // an image layout is world-readable
-		return Descriptor{}, fmt.Errorf("writing oci-layout: %w", err)
+	d := dockerManifest{Config: blobPath(m.Config.Digest), RepoTags: []string{ref}, Layers: []string{}}
+	for _, l := range m.Layers {
+		d.Layers = append(d.Layers, blobPath(l.Digest))
 	}
-	return desc, nil
+	return d, nil
+}
+
+// writeDockerManifest writes manifest.json for image into the layout dir.
+func writeDockerManifest(dir string, image v1.Image, ref string) error {
+	d, err := dockerManifestOf(image, ref)
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent([]dockerManifest{d}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding manifest.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), append(data, '\n'), 0o644); err != nil { //nolint:gosec // an image layout is world-readable
+		return fmt.Errorf("writing manifest.json: %w", err)
+	}
+	return nil
+}
+
+// blobPath is a blob's path relative to the layout: "blobs/sha256/<hex>".
+func blobPath(h v1.Hash) string {
+	return "blobs/" + h.Algorithm + "/" + h.Hex
 }
 
 // emptyDir creates dir, or checks that it exists and is empty.
@@ -117,63 +215,9 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// blobPath is a blob's path relative to the layout: "blobs/sha256/<hex>".
-func blobPath(digest string) string {
-	return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:")
-}
-
-// writeLayerBlob writes one layer into the blob directory under its digest.
-func writeLayerBlob(blobs string, entries []Entry) (layerDigests, error) {
-	tmp, err := os.CreateTemp(blobs, ".layer-")
-	if err != nil {
-		return layerDigests{}, fmt.Errorf("creating a layer file: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // fails once renamed
-	d, err := writeLayer(tmp, entries)
-	if cerr := tmp.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("closing the layer file: %w", cerr)
-	}
-	if err != nil {
-		return layerDigests{}, err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil { //nolint:gosec // G302: an image layout is world-readable
-		return layerDigests{}, fmt.Errorf("making the layer readable: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(blobs, strings.TrimPrefix(d.digest, "sha256:"))); err != nil {
-		return layerDigests{}, fmt.Errorf("naming the layer by its digest: %w", err)
-	}
-	return d, nil
-}
-
-// writeJSONBlob writes v as a JSON blob and returns its descriptor.
-func writeJSONBlob(blobs, mediaType string, v any) (Descriptor, error) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return Descriptor{}, fmt.Errorf("encoding %s: %w", mediaType, err)
-	}
-	sum := sha256.Sum256(data)
-	hexSum := hex.EncodeToString(sum[:])
-	if err := os.WriteFile(filepath.Join(blobs, hexSum), data, 0o644); err != nil { //nolint:gosec // an image layout is world-readable
-		return Descriptor{}, fmt.Errorf("writing %s: %w", mediaType, err)
-	}
-	return Descriptor{MediaType: mediaType, Digest: "sha256:" + hexSum, Size: int64(len(data))}, nil
-}
-
-// writeJSONFile writes v as indented JSON to p.
-func writeJSONFile(p string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", filepath.Base(p), err)
-	}
-	if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil { //nolint:gosec // an image layout is world-readable
-		return fmt.Errorf("writing %s: %w", filepath.Base(p), err)
-	}
-	return nil
-}
-
 // Archive writes the layout in dir to w as one uncompressed tar (an
 // oci-archive; blobs are compressed already), deterministic like the
-// layout itself: sorted names, mtime 0, owner 0:0.
+// layout itself: sorted names, mtime 0, owner 0:0, files 0644.
 func Archive(w io.Writer, dir string) error {
 	var files []string // slash-separated paths relative to dir
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {

@@ -80,10 +80,26 @@ func Load() (*chart.Chart, error) {
 // templates' lookup calls read that API server; without, they find
 // nothing, as in `helm template`.
 func Render(c *chart.Chart, values map[string]any, cfg *rest.Config) (Rendering, error) {
+	return renderCaps(c, values, cfg, chartutil.KubeVersion{Version: KubeVersion, Major: "1", Minor: "34"})
+}
+
+// RenderAt renders c without an API server as `helm template
+// --kube-version` would for a cluster of kubeVersion (e.g. "v1.31.4", or a
+// managed cluster's "v1.31.4-eks-1552ad0").
+func RenderAt(c *chart.Chart, values map[string]any, kubeVersion string) (Rendering, error) {
+	v, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		return Rendering{}, fmt.Errorf("rendering the chart: %w", err)
+	}
+	v.Version = kubeVersion // as the API server reports it, suffix included
+	return renderCaps(c, values, nil, *v)
+}
+
+func renderCaps(c *chart.Chart, values map[string]any, cfg *rest.Config, kv chartutil.KubeVersion) (Rendering, error) {
 	caps := chartutil.DefaultCapabilities.Copy()
-	caps.KubeVersion = chartutil.KubeVersion{Version: KubeVersion, Major: "1", Minor: "34"}
-	if c.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, KubeVersion) {
-		return Rendering{}, fmt.Errorf("rendering the chart: it asks Kubernetes %s, not %s", c.Metadata.KubeVersion, KubeVersion)
+	caps.KubeVersion = kv
+	if c.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kv.Version) {
+		return Rendering{}, fmt.Errorf("rendering the chart: it asks Kubernetes %s, not %s", c.Metadata.KubeVersion, kv.Version)
 	}
 	vals, err := chartutil.ToRenderValues(c, values, Release, caps)
 	if err != nil {

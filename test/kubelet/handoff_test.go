@@ -779,7 +779,7 @@ func TestUnitChangeWhileDevicesHeld(t *testing.T) {
 // volume-mounts and cdi-cri the runtime learns the cards from the mounts
 // or the CDI device names, which an image or pod setting
 // NVIDIA_VISIBLE_DEVICES=all cannot widen once the NVIDIA container
-// toolkit ignores that variable (see the README).
+// toolkit ignores that variable (see docs/reference/device-plugin.md).
 func TestDeviceListStrategies(t *testing.T) {
 	type runtimeView struct {
 		VisibleDevices string

@@ -16,8 +16,8 @@ import (
 const usage = `usage: go run ./test/cmd/controlplane <command> [flags]
 
 Commands:
-  build   build etcd %[2]s, kube-apiserver and kube-scheduler %[1]s into the
-          cache if missing, and print the cache directory
+  build   build etcd %[2]s, kube-apiserver, kube-scheduler and kubectl %[1]s
+          into the cache if missing, and print the cache directory
   up      start etcd, kube-apiserver and kube-scheduler on 127.0.0.1, print
           the admin kubeconfig path, and run in the foreground until
           interrupted (Ctrl-C), then stop them; the directory is kept
@@ -53,6 +53,10 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 	case "build":
 		bins, err := framework.EnsureBinaries(ctx)
 		if err != nil {
+			return fail(err)
+		}
+		// kubectl, for the tests that run the docs' commands.
+		if _, err := framework.EnsureKubectl(ctx); err != nil {
 			return fail(err)
 		}
 		fmt.Println(bins.Dir)

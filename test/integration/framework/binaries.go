@@ -100,6 +100,15 @@ func buildSpecs() []buildSpec {
 	}
 }
 
+// kubectlSpec builds kubectl from the same pinned module as the control
+// plane. Only the docs tests need it (they run the commands the docs give
+// users), so EnsureBinaries leaves it out and EnsureKubectl builds it.
+func kubectlSpec() buildSpec {
+	s := buildSpecs()[2]
+	s.name, s.pkg = "kubectl", "k8s.io/kubernetes/cmd/kubectl"
+	return s
+}
+
 func specVersion(s buildSpec) string {
 	if s.name == "etcd" {
 		return EtcdVersion
@@ -150,6 +159,44 @@ func EnsureBinaries(ctx context.Context) (Binaries, error) {
 	return bins, nil
 }
 
+// EnsureKubectl returns the path of kubectl KubernetesVersion in the
+// binary cache, building it like the control plane (cold: a few minutes)
+// if it is missing, under the same lock. With GPUSHARE_SKIP_BUILD=1 a
+// missing kubectl is an error.
+func EnsureKubectl(ctx context.Context) (string, error) {
+	dir, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	spec := kubectlSpec()
+	path := filepath.Join(dir, spec.name)
+	if len(missing(dir, []buildSpec{spec})) == 0 {
+		return path, nil
+	}
+	if os.Getenv("GPUSHARE_SKIP_BUILD") == "1" {
+		return "", fmt.Errorf("ensuring kubectl: missing from %s and GPUSHARE_SKIP_BUILD=1 (build with `go run ./test/cmd/controlplane build`)", dir)
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("ensuring kubectl: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating the binary cache: %w", err)
+	}
+	unlock, err := lockDir(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if len(missing(dir, []buildSpec{spec})) == 0 { // built while we waited
+		return path, nil
+	}
+	if err := build(ctx, root, dir, spec); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 func missing(dir string, specs []buildSpec) []buildSpec {
 	var out []buildSpec
 	for _, s := range specs {
@@ -194,7 +241,7 @@ func lockDir(ctx context.Context, dir string) (func(), error) {
 }
 
 func build(ctx context.Context, root, dir string, s buildSpec) error {
-	cold := map[string]string{"etcd": "~1 min", "kube-apiserver": "~10 min", "kube-scheduler": "~5 min"}[s.name]
+	cold := map[string]string{"etcd": "~1 min", "kube-apiserver": "~10 min", "kube-scheduler": "~5 min", "kubectl": "~5 min"}[s.name]
 	fmt.Fprintf(os.Stderr, "building %s %s (cold: %s on 2 cores)\n", s.name, specVersion(s), cold)
 	start := time.Now()
 	tmp := filepath.Join(dir, s.name+".tmp")

@@ -521,7 +521,9 @@ func (c *Cluster) pluginToken(ctx context.Context, node string) (string, error) 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pluginPodPrefix + node, Namespace: systemNamespace,
-			Labels: map[string]string{"app.kubernetes.io/name": devicePluginAccount},
+			// The chart's DaemonSet pod labels, so the docs' commands that
+			// select gpushare's pods find these.
+			Labels: map[string]string{"app.kubernetes.io/name": devicePluginAccount, "app.kubernetes.io/instance": "gpushare", "app.kubernetes.io/part-of": "gpushare"},
 		},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: devicePluginAccount,

@@ -160,7 +160,7 @@ func verify(t *testing.T, c *cluster.Cluster, pods []corev1.Pod) (containers, pr
 
 // aliyunIndexAgrees reports whether the Aliyun-compatible annotation
 // ALIYUN_COM_GPU_MEM_IDX names the first app container's first card, as
-// the README's contract says.
+// the contract (docs/design/contract.md) says.
 func aliyunIndexAgrees(p *corev1.Pod) bool {
 	a, err := gpushare.ParseAllocation(p.Annotations[gpushare.AnnotationAllocation])
 	if err != nil {

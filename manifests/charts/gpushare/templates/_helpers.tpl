@@ -16,6 +16,38 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/* A pod template's labels: its name (the selector's), the release, and
+part-of, which every pod of the chart carries so that one selector finds
+them all (kubectl get pods -l app.kubernetes.io/part-of=gpushare).
+Arguments: a dict with root and name. */}}
+{{- define "gpushare.podLabels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/part-of: gpushare
+{{- end }}
+
+{{/* The second scheduler's image. Its tag is scheduler.image.tag, else the
+cluster's version (vMAJOR.MINOR.PATCH of .Capabilities.KubeVersion, the API
+server Helm talks to; helm template uses --kube-version), so kube-scheduler
+never skews against kube-apiserver. Kubernetes' skew policy lets
+kube-scheduler be at most one minor version older than kube-apiserver and
+never newer: an explicit tag that is a version outside that range fails the
+render, naming both versions and the fix. A tag that is not a version (a
+private build) is taken as is. */}}
+{{- define "gpushare.schedulerImage" -}}
+{{- $kv := semver .Capabilities.KubeVersion.Version -}}
+{{- $cluster := printf "v%d.%d.%d" $kv.Major $kv.Minor $kv.Patch -}}
+{{- $tag := .Values.scheduler.image.tag | default $cluster -}}
+{{- if and .Values.scheduler.image.tag (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+([-+].*)?$" $tag) -}}
+{{- $t := semver $tag -}}
+{{- $cm := int $kv.Minor -}}{{- $tm := int $t.Minor -}}
+{{- if or (ne (int $t.Major) (int $kv.Major)) (gt $tm $cm) (lt $tm (sub $cm 1)) -}}
+{{- fail (printf "scheduler.image.tag %s does not fit the cluster's Kubernetes %s: kube-scheduler may be at most one minor version older than kube-apiserver and never newer (https://kubernetes.io/releases/version-skew-policy/); leave scheduler.image.tag empty to run %s, or set a version from v%d.%d to v%d.%d" $tag .Capabilities.KubeVersion.Version $cluster $kv.Major (sub $cm 1) $kv.Major $cm) -}}
+{{- end -}}
+{{- end -}}
+{{ .Values.scheduler.image.repository }}:{{ $tag }}
+{{- end }}
+
 {{- define "gpushare.image" -}}
 {{- $root := index . 0 }}{{ $img := index . 1 -}}
 {{ $root.Values.image.registry }}{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
