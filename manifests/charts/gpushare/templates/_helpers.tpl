@@ -84,8 +84,8 @@ extenders:
   # Card counts are the extender's to check (config/kube-scheduler-config.yaml).
   - name: aliyun.com/gpu-count
     ignoredByScheduler: true
-{{- if $v.extender.scoreCPUPods }}
-{{- if ne $v.topology "extender" }}
+{{- if .root.Values.extender.scoreCPUPods }}
+{{- if ne .root.Values.topology "extender" }}
 {{- fail "extender.scoreCPUPods needs topology: extender (in the second-scheduler topology the cluster's own kube-scheduler places the pods that ask no GPU memory, and they never reach the chart's)" }}
 {{- end }}
 # Opt-in (extender.scoreCPUPods): every pod, GPU or not, through the
