@@ -48,11 +48,12 @@ const (
 )
 
 // DefaultVerbTimeout is the deadline of one filter or prioritize request:
-// past it the request stops and answers an error, and so it does as soon
-// as kube-scheduler gives up (its httpTimeout, 10 s in the shipped
-// configuration). Each request's searches also share one step budget
-// (allocator.DefaultRequestSteps), which usually ends it far sooner.
-const DefaultVerbTimeout = 5 * time.Second
+// past it the request stops and answers an error, before kube-scheduler
+// gives up (its httpTimeout, 2 s in the shipped configuration), and it
+// stops as soon as kube-scheduler gives up. Each request's searches also
+// share one step budget (allocator.DefaultRequestSteps), which usually
+// ends it far sooner.
+const DefaultVerbTimeout = 1500 * time.Millisecond
 
 // slotWait is how long a request waits for a free slot before it is
 // answered 503 with Retry-After.
