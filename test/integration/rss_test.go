@@ -21,14 +21,16 @@ import (
 )
 
 // TestExtenderRSS measures the extender binary's resident memory after it
-// has loaded 5,000 nodes (8 cards each) and 40,000 bound GPU pods from a real
-// API server. It is a measurement, not an assertion: it runs only with
-// GPUSHARE_BENCH=1 (make bench) and logs the figure.
+// has loaded 15,000 nodes (8 cards each) and 120,000 bound GPU pods from a
+// real API server (GPUSHARE_BENCH_RSS_NODES and GPUSHARE_BENCH_RSS_PODS_PER_NODE
+// change the sizes). It is a measurement, not an assertion: it runs only
+// with GPUSHARE_BENCH=1 (make bench) and logs the figure; issue 26's budget
+// is 400 MiB at the default sizes.
 func TestExtenderRSS(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
 	}
-	const nodes, podsPerNode = 5000, 8
+	nodes, podsPerNode := envInt(t, "GPUSHARE_BENCH_RSS_NODES", 15000), envInt(t, "GPUSHARE_BENCH_RSS_PODS_PER_NODE", 8)
 	cp := framework.StartT(t, framework.Options{})
 	admin := cp.Client(framework.AdminUser)
 	ctx := context.Background()
@@ -54,7 +56,7 @@ func TestExtenderRSS(t *testing.T) {
 	addr := freeAddr(t)
 	pid, _ := startExtender(t, buildExtender(t), "--kubeconfig", cp.AdminKubeconfig(), "--listen", addr)
 	loadStart := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
 		return metric(addr, "gpushare_extender_pods") == fmt.Sprint(nodes*podsPerNode), nil
 	})
 	if err != nil {
