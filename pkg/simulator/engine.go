@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // DefaultInflate is the study's arrival target: clones are appended until
@@ -61,6 +62,13 @@ type Options struct {
 	// (ForTopology); "" is TopologyExtender.
 	Scheduler *Scheduler
 	Topology  Topology
+	// IdleTaintMinCards is the device plugin's --idle-taint-min-cards: a
+	// node of at least that many cards, none holding GPU memory, carries
+	// gpushare.io/idle-gpus (PreferNoSchedule), which kube-scheduler's
+	// TaintToleration weighs (Scheduler.TaintWeight) for every pod; 0
+	// taints no node; nil is gpushare.DefaultIdleTaintMinCards, what the
+	// plugin does by default.
+	IdleTaintMinCards *int
 	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
 	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
 	PercentageOfNodesToScore *int32
@@ -188,6 +196,8 @@ type replay struct {
 	scheduler    *Scheduler
 	cpuSched     *sampler
 	cpuScheduler *Scheduler
+	// idleMin is Options.IdleTaintMinCards (see idleTainted).
+	idleMin int
 	// fit, raw, passed and prio are what decide found in the last
 	// scheduling cycle: the nodes of the sample where the pod fits, the
 	// policy's score there (GPU pods), the nodes the extender's filter
@@ -205,32 +215,8 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
-	if !slices.Contains(allocator.PolicyNames(), opts.Policy) {
-		_, err := allocator.New(opts.Policy, nil, nil)
+	if err := opts.complete(); err != nil {
 		return nil, err
-	}
-	if opts.Inflate == 0 {
-		opts.Inflate = DefaultInflate
-	}
-	switch opts.CPUPods {
-	case "":
-		opts.CPUPods = CPUPodsPlace
-	case CPUPodsSkip, CPUPodsPlace:
-	default:
-		return nil, fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsPlace, CPUPodsSkip)
-	}
-	if opts.Topology == "" {
-		opts.Topology = TopologyExtender
-	}
-	var err error
-	if opts.Scheduler, err = ForTopology(opts.Topology, opts.Scheduler); err != nil {
-		return nil, err
-	}
-	if opts.PercentageOfNodesToScore == nil {
-		opts.PercentageOfNodesToScore = ptr.To(opts.Scheduler.PercentageOfNodesToScore)
-	}
-	if p := *opts.PercentageOfNodesToScore; p < 0 || p > 100 {
-		return nil, fmt.Errorf("percentageOfNodesToScore %d: want 0 (kube-scheduler's adaptive default) to 100", p)
 	}
 	order, err := Arrivals(tr, opts.Seed, opts.Inflate)
 	if err != nil {
@@ -288,6 +274,44 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	return res, nil
 }
 
+// complete checks opts and fills in the defaults Options documents.
+func (opts *Options) complete() error {
+	if !slices.Contains(allocator.PolicyNames(), opts.Policy) {
+		_, err := allocator.New(opts.Policy, nil, nil)
+		return err
+	}
+	if opts.Inflate == 0 {
+		opts.Inflate = DefaultInflate
+	}
+	switch opts.CPUPods {
+	case "":
+		opts.CPUPods = CPUPodsPlace
+	case CPUPodsSkip, CPUPodsPlace:
+	default:
+		return fmt.Errorf("unknown CPU-only pod handling %q; want %q or %q", opts.CPUPods, CPUPodsPlace, CPUPodsSkip)
+	}
+	if opts.Topology == "" {
+		opts.Topology = TopologyExtender
+	}
+	var err error
+	if opts.Scheduler, err = ForTopology(opts.Topology, opts.Scheduler); err != nil {
+		return err
+	}
+	if opts.PercentageOfNodesToScore == nil {
+		opts.PercentageOfNodesToScore = ptr.To(opts.Scheduler.PercentageOfNodesToScore)
+	}
+	if opts.IdleTaintMinCards == nil {
+		opts.IdleTaintMinCards = ptr.To(gpushare.DefaultIdleTaintMinCards)
+	}
+	if p := *opts.PercentageOfNodesToScore; p < 0 || p > 100 {
+		return fmt.Errorf("percentageOfNodesToScore %d: want 0 (kube-scheduler's adaptive default) to 100", p)
+	}
+	if *opts.IdleTaintMinCards < 0 {
+		return fmt.Errorf("idle taint's minimum of cards %d: want 0 (no taint) or more", *opts.IdleTaintMinCards)
+	}
+	return nil
+}
+
 // newReplay returns the state of a replay of tr before the first pod;
 // opts are checked and completed by Run (and NewStepper).
 func newReplay(tr *Trace, opts Options) (*replay, error) {
@@ -304,6 +328,10 @@ func newReplay(tr *Trace, opts Options) (*replay, error) {
 		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles(),
 		sched: newSampler(tr.Nodes, percentage), scheduler: sched}
 	r.cpuSched, r.cpuScheduler = &r.sched, sched
+	r.idleMin = gpushare.DefaultIdleTaintMinCards
+	if opts.IdleTaintMinCards != nil {
+		r.idleMin = *opts.IdleTaintMinCards
+	}
 	if sched.CPU != nil {
 		cs := newSampler(tr.Nodes, sched.CPU.PercentageOfNodesToScore)
 		r.cpuSched, r.cpuScheduler = &cs, sched.CPU
@@ -530,19 +558,33 @@ func (r *replay) prioritizeCPU(pod *Pod, policy allocator.Policy, sample []int) 
 
 // ties returns the nodes of candidates (indexes of r.nodes, at least one)
 // that kube-scheduler rates highest for pod: the only one, else those with
-// the highest total of its own scores (Scheduler) and, when prio is not nil,
-// the extender's prioritize scores (parallel to candidates) times weight
-// (scaled to kube-scheduler's 0..100). kube-scheduler takes one of them at
-// random (selectHost). The slice is reused by the next call.
+// the highest total of its own scores (Scheduler, TaintToleration's for the
+// idle taint included) and, when prio is not nil, the extender's
+// prioritize scores (parallel to candidates) times weight (scaled to
+// kube-scheduler's 0..100). kube-scheduler takes one of them at random
+// (selectHost). The slice is reused by the next call.
 func (r *replay) ties(sched *Scheduler, pod *Pod, candidates []int, prio []int64, weight int64) []int {
 	if len(candidates) == 1 {
 		return candidates
 	}
 	pu := usageOf(pod)
+	// TaintToleration: the count of taints the pod does not tolerate,
+	// normalised over the candidates and reversed, so 100 for a node
+	// without the idle taint and 0 for one with it, once some candidate
+	// has it (else 100 everywhere, which changes no choice).
+	tainted := false
+	if sched.TaintWeight > 0 {
+		for _, i := range candidates {
+			tainted = tainted || r.idleTainted(i)
+		}
+	}
 	r.tied = r.tied[:0]
 	var bestScore int64
 	for k, i := range candidates {
 		s := sched.score(&r.nodes[i].kube, &pu)
+		if tainted && !r.idleTainted(i) {
+			s += sched.TaintWeight * maxNodeScore
+		}
 		if prio != nil {
 			s += weight * prio[k] * (maxNodeScore / maxExtenderScore)
 		}
@@ -554,6 +596,18 @@ func (r *replay) ties(sched *Scheduler, pod *Pod, candidates []int, prio []int64
 		}
 	}
 	return r.tied
+}
+
+// idleTainted reports whether node i carries the device plugin's
+// gpushare.io/idle-gpus taint now: enough cards, none holding GPU memory
+// (gpushare.WantsIdleTaint).
+func (r *replay) idleTainted(i int) bool {
+	n := &r.nodes[i].alloc
+	idle := true
+	for c := range n.Cards {
+		idle = idle && n.Cards[c].Used == 0
+	}
+	return gpushare.WantsIdleTaint(len(n.Cards), r.idleMin, idle)
 }
 
 // usageOf is what pod adds to a node's kubeUsage.

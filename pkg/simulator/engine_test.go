@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -261,6 +262,42 @@ func TestRunErrors(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestIdleTaint: a node of 4 cards none of which holds GPU memory carries
+// the device plugin's gpushare.io/idle-gpus taint, which kube-scheduler's
+// TaintToleration weighs (300 points with the default weight 3) for a pod
+// that asks no GPU memory: it goes to the node whose cards are in use,
+// where NodeResourcesFit (LeastAllocated) alone would prefer the idle,
+// emptier one. 2-card nodes are never tainted, and 0 turns the taint off.
+func TestIdleTaint(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cards   int
+		minimum *int
+		want    string
+	}{
+		{"4 cards: the idle node is tainted", 4, nil, "busy"},
+		{"taint off", 4, ptr.To(0), "idle"},
+		{"2 cards are never tainted", 2, nil, "idle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := tinyTrace(t, fmt.Sprintf("busy,64000,262144,%d,T4\nidle,64000,262144,%d,T4\n", tc.cards, tc.cards), "g,1000,1024,1,500,\ncpu,4000,1024,0,0,\n")
+			s, err := NewStepper(tr, Options{Policy: allocator.NameBinpack, IdleTaintMinCards: tc.minimum})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, cpu := &tr.Pods[0], &tr.Pods[1]
+			s.Choices(g)
+			if _, err := s.Place("busy"); err != nil {
+				t.Fatal(err)
+			}
+			ch := s.Choices(cpu)
+			if diff := cmp.Diff([]string{tc.want}, ch.Best); diff != "" {
+				t.Errorf("nodes kube-scheduler rates best for the CPU pod (-want +got):\n%s", diff)
 			}
 		})
 	}

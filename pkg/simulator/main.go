@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // DefaultPolicies is the --policy default: the study's baselines, then
@@ -45,6 +46,8 @@ type Config struct {
 	Scheduler     *Scheduler
 	// Topology is the chart topology replayed (ForTopology).
 	Topology Topology
+	// IdleTaintMinCards: Options.IdleTaintMinCards.
+	IdleTaintMinCards *int
 	// PercentageOfNodesToScore: see Options.PercentageOfNodesToScore.
 	PercentageOfNodesToScore *int32
 	// Variant, when not zero, is applied to the trace before the replays;
@@ -119,6 +122,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
 	topology := fs.String("topology", string(TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
+	idleMin := fs.Int("idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "the device plugin's --idle-taint-min-cards to replay: a node of at least this many cards, none holding GPU memory, carries the gpushare.io/idle-gpus taint (PreferNoSchedule), which kube-scheduler's TaintToleration weighs for every pod; 0: no node is tainted")
 	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
 	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
@@ -165,6 +169,10 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.Inflate < 1 || cfg.Inflate > 10 {
 		return nil, fmt.Errorf("--inflate %g: want 1 to 10 (1.3 is the study's 130%%)", cfg.Inflate)
 	}
+	if *idleMin < 0 {
+		return nil, fmt.Errorf("--idle-taint-min-cards %d: want 0 (no taint) or more", *idleMin)
+	}
+	cfg.IdleTaintMinCards = idleMin
 	cfg.Topology = Topology(*topology)
 	if !slices.Contains(Topologies, cfg.Topology) {
 		return nil, fmt.Errorf("--topology %q: want %s or %s", *topology, TopologyExtender, TopologySecondScheduler)
@@ -412,7 +420,8 @@ func RunAll(ctx context.Context, tr *Trace, cfg *Config) ([]Summary, error) {
 			defer wg.Done()
 			for j := range jobs {
 				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly,
-					Scheduler: cfg.Scheduler, Topology: cfg.Topology, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore})
+					Scheduler: cfg.Scheduler, Topology: cfg.Topology, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore,
+					IdleTaintMinCards: cfg.IdleTaintMinCards})
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err

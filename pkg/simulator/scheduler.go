@@ -17,13 +17,14 @@ import (
 // scheduling cycle samples, how kube-scheduler's own score plugins rank the
 // nodes, and which pods go through the gpushare extender.
 //
-// Of kube-scheduler's default score plugins only NodeResourcesFit and
-// NodeResourcesBalancedAllocation tell the nodes of a replay apart: the
-// others score every node alike when nodes have no taints, images or
-// volumes and pods no affinities or spread constraints (TaintToleration,
-// NodeAffinity, PodTopologySpread, InterPodAffinity, ImageLocality,
-// VolumeBinding, DynamicResources), so a replay leaves them out. A real
-// cluster's images and affinities make its choices differ from the replay's.
+// Of kube-scheduler's default score plugins only NodeResourcesFit,
+// NodeResourcesBalancedAllocation and TaintToleration (for the device
+// plugin's gpushare.io/idle-gpus taint) tell the nodes of a replay apart:
+// the others score every node alike when nodes have no images or volumes
+// and pods no affinities or spread constraints (NodeAffinity,
+// PodTopologySpread, InterPodAffinity, ImageLocality, VolumeBinding,
+// DynamicResources), so a replay leaves them out. A real cluster's images,
+// other taints and affinities make its choices differ from the replay's.
 type Scheduler struct {
 	// PercentageOfNodesToScore of the profile that schedules the pods (0:
 	// adaptive; see NodesToFind).
@@ -36,6 +37,9 @@ type Scheduler struct {
 	// when it does not score; BalancedResources the resources it balances.
 	BalancedWeight    int64
 	BalancedResources []string
+	// TaintWeight is TaintToleration's score weight, 0 when it does not
+	// score.
+	TaintWeight int64
 	// GPUPrioritizeWeight is the weight of the gpushare extender's
 	// prioritize scores (0..10, scaled by 10 to kube-scheduler's 0..100)
 	// for pods that ask GPU memory, 0 when no extender entry that gets
@@ -76,6 +80,7 @@ var DefaultKubeScheduler = Scheduler{
 	FitWeight:         defaultFitWeight,
 	BalancedWeight:    defaultBalancedWeight,
 	BalancedResources: []string{resourceCPU, resourceMemory},
+	TaintWeight:       defaultTaintWeight,
 }
 
 // ForTopology returns what a replay of topology t follows, with gpu (nil:
@@ -129,10 +134,12 @@ const (
 const (
 	pluginFit      = "NodeResourcesFit"
 	pluginBalanced = "NodeResourcesBalancedAllocation"
-	// defaultFitWeight and defaultBalancedWeight: the default profile's
-	// MultiPoint weights of the two plugins.
+	pluginTaint    = "TaintToleration"
+	// defaultFitWeight, defaultBalancedWeight and defaultTaintWeight: the
+	// default profile's MultiPoint weights of the three plugins.
 	defaultFitWeight      = 1
 	defaultBalancedWeight = 1
+	defaultTaintWeight    = 3
 	// maxNodeScore is a score plugin's best score; an extender's
 	// (extenderv1.MaxExtenderPriority) is 10.
 	maxNodeScore       = 100
@@ -156,6 +163,7 @@ var ShippedScheduler = Scheduler{
 	Fit:                      ScoringStrategy{Type: LeastAllocated, Resources: defaultResources},
 	BalancedWeight:           defaultBalancedWeight,
 	BalancedResources:        []string{resourceCPU, resourceMemory},
+	TaintWeight:              defaultTaintWeight,
 }
 
 // schedulerConfig is the part of KubeSchedulerConfiguration v1 that
@@ -293,7 +301,7 @@ func ParseSchedulerConfigProfile(data []byte, profile string) (*Scheduler, error
 	if p := s.PercentageOfNodesToScore; p < 0 || p > 100 {
 		return nil, fmt.Errorf("percentageOfNodesToScore %d: want 0 to 100", p)
 	}
-	s.FitWeight, s.BalancedWeight = scoreWeights(prof.Plugins)
+	s.FitWeight, s.BalancedWeight, s.TaintWeight = scoreWeights(prof.Plugins)
 	s.Fit = ScoringStrategy{Type: LeastAllocated, Resources: defaultResources}
 	s.BalancedResources = []string{resourceCPU, resourceMemory}
 	for _, pc := range prof.PluginConfig {
@@ -352,17 +360,18 @@ func ParseSchedulerConfigProfile(data []byte, profile string) (*Scheduler, error
 	return s, nil
 }
 
-// scoreWeights returns NodeResourcesFit's and
-// NodeResourcesBalancedAllocation's score weights in a profile with plugins
-// p (nil: the default plugins), 0 for a plugin that does not score. The
-// default plugins are enabled at MultiPoint with weights 1 and 1 (among
-// others); the profile's MultiPoint set is merged into them (a disabled
+// scoreWeights returns NodeResourcesFit's,
+// NodeResourcesBalancedAllocation's and TaintToleration's score weights in
+// a profile with plugins p (nil: the default plugins), 0 for a plugin that
+// does not score. The default plugins are enabled at MultiPoint with
+// weights 1, 1 and 3 (among others); the profile's MultiPoint set is merged into them (a disabled
 // name, or "*", removes defaults; an enabled one replaces the default of
 // its name, or is added); a plugin then scores if plugins.score enables it,
 // or if MultiPoint does and plugins.score disables neither it nor "*"; its
 // weight is the first of plugins.score's and MultiPoint's, 1 when 0.
-func scoreWeights(p *pluginsConfig) (fit, balanced int64) {
-	multi := []pluginRef{{Name: pluginFit, Weight: ptrInt32(defaultFitWeight)}, {Name: pluginBalanced, Weight: ptrInt32(defaultBalancedWeight)}}
+func scoreWeights(p *pluginsConfig) (fit, balanced, taint int64) {
+	multi := []pluginRef{{Name: pluginFit, Weight: ptrInt32(defaultFitWeight)}, {Name: pluginBalanced, Weight: ptrInt32(defaultBalancedWeight)},
+		{Name: pluginTaint, Weight: ptrInt32(defaultTaintWeight)}}
 	var score pluginSet
 	if p != nil {
 		disabled := names(p.MultiPoint.Disabled)
@@ -405,7 +414,7 @@ func scoreWeights(p *pluginsConfig) (fit, balanced int64) {
 		}
 		return int64(*w)
 	}
-	return weight(pluginFit), weight(pluginBalanced)
+	return weight(pluginFit), weight(pluginBalanced), weight(pluginTaint)
 }
 
 func names(ps []pluginRef) []string {

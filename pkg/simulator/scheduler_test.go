@@ -29,7 +29,7 @@ func TestParseSchedulerConfig(t *testing.T) {
 		{
 			name:   "kube-scheduler's defaults",
 			config: "kind: KubeSchedulerConfiguration" + gpuExtender,
-			want:   &Scheduler{FitWeight: 1, Fit: least, BalancedWeight: 1, BalancedResources: cpuMem, GPUPrioritizeWeight: 5},
+			want:   &Scheduler{FitWeight: 1, Fit: least, BalancedWeight: 1, BalancedResources: cpuMem, TaintWeight: 3, GPUPrioritizeWeight: 5},
 		},
 		{
 			name: "a second entry prioritizes every pod; the percentage of the profile wins",
@@ -40,7 +40,7 @@ extenders:
 - {prioritizeVerb: prioritize, weight: 7}
 - {prioritizeVerb: prioritize, weight: 2, managedResources: [{name: example.com/fpga}]}
 `,
-			want: &Scheduler{PercentageOfNodesToScore: 60, FitWeight: 1, Fit: least, BalancedWeight: 1, BalancedResources: cpuMem,
+			want: &Scheduler{PercentageOfNodesToScore: 60, FitWeight: 1, Fit: least, BalancedWeight: 1, BalancedResources: cpuMem, TaintWeight: 3,
 				GPUPrioritizeWeight: 7, CPUPrioritizeWeight: 7},
 		},
 		{
@@ -57,7 +57,7 @@ extenders:
         type: MostAllocated
         resources: [{name: cpu, weight: 3}, {name: memory}, {name: aliyun.com/gpu-mem, weight: 2}]
 ` + gpuExtender,
-			want: &Scheduler{FitWeight: 1, Fit: ScoringStrategy{Type: MostAllocated, Resources: []ResourceWeight{{"cpu", 3}, {"memory", 1}, {"aliyun.com/gpu-mem", 2}}},
+			want: &Scheduler{FitWeight: 1, TaintWeight: 3, Fit: ScoringStrategy{Type: MostAllocated, Resources: []ResourceWeight{{"cpu", 3}, {"memory", 1}, {"aliyun.com/gpu-mem", 2}}},
 				BalancedResources: cpuMem, GPUPrioritizeWeight: 5},
 		},
 		{
@@ -75,7 +75,7 @@ extenders:
   - name: NodeResourcesBalancedAllocation
     args: {resources: [{name: cpu}, {name: memory}, {name: aliyun.com/gpu-mem}]}
 ` + gpuExtender,
-			want: &Scheduler{FitWeight: 1, Fit: least, BalancedWeight: 4, BalancedResources: []string{"cpu", "memory", "aliyun.com/gpu-mem"}, GPUPrioritizeWeight: 5},
+			want: &Scheduler{FitWeight: 1, Fit: least, BalancedWeight: 4, BalancedResources: []string{"cpu", "memory", "aliyun.com/gpu-mem"}, TaintWeight: 3, GPUPrioritizeWeight: 5},
 		},
 		{
 			name: "every default plugin disabled, NodeResourcesFit enabled again",
@@ -93,6 +93,15 @@ extenders:
 ` + gpuExtender,
 			want: &Scheduler{FitWeight: 2, BalancedResources: cpuMem, GPUPrioritizeWeight: 5,
 				Fit: ScoringStrategy{Type: RequestedToCapacityRatio, Resources: least.Resources, Shape: []ShapePoint{{0, 0}, {100, 10}}}},
+		},
+		{
+			name: "TaintToleration's score weight from plugins.score",
+			config: `profiles:
+- plugins:
+    score:
+      enabled: [{name: TaintToleration, weight: 1}]
+` + gpuExtender,
+			want: &Scheduler{FitWeight: 1, Fit: least, BalancedWeight: 1, BalancedResources: cpuMem, TaintWeight: 1, GPUPrioritizeWeight: 5},
 		},
 		{
 			name:    "no extender filters GPU pods",

@@ -28,8 +28,8 @@ func NewStepper(tr *Trace, opts Options) (*Stepper, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
-	if opts.Scheduler == nil {
-		opts.Scheduler = &ShippedScheduler
+	if err := opts.complete(); err != nil {
+		return nil, err
 	}
 	r, err := newReplay(tr, opts)
 	if err != nil {
@@ -91,6 +91,20 @@ func (s *Stepper) names(nodes []int) []string {
 	out := make([]string, len(nodes))
 	for i, n := range nodes {
 		out[i] = s.r.nodes[n].spec.Name
+	}
+	slices.Sort(out)
+	return out
+}
+
+// IdleTainted returns the names of the nodes that carry the device
+// plugin's gpushare.io/idle-gpus taint now, sorted (see
+// Options.IdleTaintMinCards).
+func (s *Stepper) IdleTainted() []string {
+	var out []string
+	for i := range s.r.nodes {
+		if s.r.idleTainted(i) {
+			out = append(out, s.r.nodes[i].spec.Name)
+		}
 	}
 	slices.Sort(out)
 	return out

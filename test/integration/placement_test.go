@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/extender"
@@ -43,6 +45,10 @@ const placementGate = "gpushare.io/test-placement"
 // simulator rates best (kube-scheduler breaks ties at random), or fail
 // where the simulator finds no node, and a GPU pod must get the cards the
 // simulator gives it there; the simulator then follows the real choice.
+// Before each pod the nodes carry the gpushare.io/idle-gpus taint exactly
+// where the simulator's model of the device plugin puts it
+// (Stepper.IdleTainted), so kube-scheduler's TaintToleration weighs it as
+// the simulator does.
 func TestSchedulerPlacesAsSimulated(t *testing.T) {
 	nodes, pods, tr := placementTrace(t)
 	order, err := simulator.Arrivals(tr, 1, simulator.DefaultInflate)
@@ -60,8 +66,15 @@ func TestSchedulerPlacesAsSimulated(t *testing.T) {
 	waitExtenderNodes(t, c, len(nodes))
 
 	ctx := context.Background()
-	var placed, cpuPlaced, failed, ties int
+	var placed, cpuPlaced, failed, ties, taintChanges int
+	tainted := map[string]bool{} // node -> carries the idle taint
 	for k, idx := range order {
+		if syncIdleTaints(ctx, t, c.admin, step.IdleTainted(), tainted) {
+			taintChanges++
+			// kube-scheduler's node informer must see the change before
+			// the pod's gate goes.
+			time.Sleep(500 * time.Millisecond)
+		}
 		sp := &tr.Pods[idx]
 		pod := pods[idx].DeepCopy()
 		if k >= len(tr.Pods) {
@@ -110,10 +123,44 @@ func TestSchedulerPlacesAsSimulated(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pods: %d GPU pods and %d CPU-only pods placed as simulated, %d failed as simulated; %d had a choice of nodes", len(order), placed, cpuPlaced, failed, ties)
-	if placed == 0 || cpuPlaced == 0 || failed == 0 || ties == 0 {
-		t.Errorf("the slice exercises too little: want GPU and CPU-only pods placed, pods failed and ties")
+	t.Logf("%d pods: %d GPU pods and %d CPU-only pods placed as simulated, %d failed as simulated; %d had a choice of nodes; the idle taints changed %d times",
+		len(order), placed, cpuPlaced, failed, ties, taintChanges)
+	if placed == 0 || cpuPlaced == 0 || failed == 0 || ties == 0 || taintChanges < 2 {
+		t.Errorf("the slice exercises too little: want GPU and CPU-only pods placed, pods failed, ties and idle taints that change")
 	}
+}
+
+// syncIdleTaints gives exactly the nodes want the gpushare.io/idle-gpus
+// taint (PreferNoSchedule), as the device plugin keeps it; tainted is what
+// the nodes carry, kept up to date. It reports whether it changed a node.
+func syncIdleTaints(ctx context.Context, t *testing.T, client kubernetes.Interface, want []string, tainted map[string]bool) bool {
+	t.Helper()
+	wanted, names := map[string]bool{}, map[string]bool{}
+	for _, n := range want {
+		wanted[n], names[n] = true, true
+	}
+	for n := range tainted {
+		names[n] = true
+	}
+	changed := false
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		if wanted[n] == tainted[n] {
+			continue
+		}
+		node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(tt corev1.Taint) bool { return tt.Key == gpushare.TaintIdleGPUs })
+		if wanted[n] {
+			node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: gpushare.TaintIdleGPUs, Effect: corev1.TaintEffectPreferNoSchedule})
+		}
+		if _, err := client.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tainted[n], changed = wanted[n], true
+	}
+	return changed
 }
 
 // placementTrace returns the first placementNodes nodes of the openb slice
