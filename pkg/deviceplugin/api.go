@@ -42,6 +42,7 @@ var (
 	_ PodAPI        = ClientAPI{}
 	_ NodePodLister = ClientAPI{}
 	_ NodeAPI       = ClientAPI{}
+	_ NodeTaintAPI  = ClientAPI{}
 )
 
 // ListNodePods lists the pods of every namespace whose spec.nodeName is
@@ -79,6 +80,24 @@ func (a ClientAPI) PatchNodeAnnotation(ctx context.Context, name, key, value str
 		return err
 	}
 	_, err = a.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{})
+	return err
+}
+
+// SetNodeTaints replaces the node's spec.taints with a JSON patch that
+// first tests its resourceVersion, so a taint another writer added
+// meanwhile is never lost.
+func (a ClientAPI) SetNodeTaints(ctx context.Context, name, resourceVersion string, taints []corev1.Taint) error {
+	if taints == nil {
+		taints = []corev1.Taint{}
+	}
+	body, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": resourceVersion},
+		{"op": "add", "path": "/spec/taints", "value": taints},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = a.Client.CoreV1().Nodes().Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{})
 	return err
 }
 

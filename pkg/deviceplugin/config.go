@@ -96,6 +96,10 @@ type Config struct {
 	// VerifyPeriod is how often kubelet's PodResources is compared with
 	// the annotations (DefaultVerifyPeriod if 0).
 	VerifyPeriod time.Duration
+	// IdleTaintMinCards: a node of at least this many cards carries the
+	// gpushare.io/idle-gpus taint while none of its pods asks GPU memory
+	// (IdleTaint); 0 keeps no such taint.
+	IdleTaintMinCards int
 	// QPS and Burst of the API client.
 	QPS   float32
 	Burst int
@@ -182,6 +186,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RecoveryWindow <= 0 {
 		c.RecoveryWindow = gpu.DefaultRecoveryWindow
+	}
+	if c.IdleTaintMinCards < 0 {
+		errs = append(errs, fmt.Errorf("--idle-taint-min-cards %d: want 0 (no taint) or more", c.IdleTaintMinCards))
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {

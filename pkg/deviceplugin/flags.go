@@ -47,6 +47,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", isolation.DefaultCgroupRoot, "where the node's cgroup hierarchy is mounted (driver mode needs cgroup v2)")
 	fs.StringVar(&cfg.FakeControl, "fake-control", "", `test-only, with --fake-gpus: a file polled for commands, one per line, "xid INDEX CODE" (inject an XID on card INDEX) or "probe INDEX fail|ok"; it is removed once applied`)
 	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")
+	fs.IntVar(&cfg.IdleTaintMinCards, "idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "while none of its pods asks GPU memory, a node of at least this many cards carries the taint "+
+		gpushare.TaintIdleGPUs+" (PreferNoSchedule), so that pods asking no GPU memory prefer other nodes and whole idle nodes stay for multi-card pods; removed when the plugin stops; 0: no taint")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz over plain HTTP on this address (e.g. :39996); empty: off")
 	qps := fs.Float64("kube-api-qps", 50, "API client queries per second")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 100, "API client burst")

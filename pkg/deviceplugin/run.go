@@ -108,6 +108,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
+	// Every pod event may change whether the node is idle.
+	taintNow := make(chan struct{}, 1)
+	pokeTaint := func() {
+		select {
+		case taintNow <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { pokeTaint() }, UpdateFunc: func(any, any) { pokeTaint() }, DeleteFunc: func(any) { pokeTaint() },
+	}); err != nil {
+		return fmt.Errorf("registering the idle-taint handler: %w", err)
+	}
 	// The informers stop when Run returns, also on an early error.
 	ctx, stopInformers := context.WithCancel(ctx)
 	factory.Start(ctx.Done())
@@ -158,6 +171,16 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 	})
 	goRun(func() { publishLoop(ctx, pub, publishNow) })
+	idle := &IdleTaint{API: api, Node: cfg.NodeName, Cards: len(cards), MinCards: cfg.IdleTaintMinCards, Pods: func() []*corev1.Pod {
+		var pods []*corev1.Pod
+		for _, obj := range podInformer.GetStore().List() {
+			if p, ok := obj.(*corev1.Pod); ok {
+				pods = append(pods, p)
+			}
+		}
+		return pods
+	}}
+	goRun(func() { idleTaintLoop(ctx, idle, taintNow) })
 	goRun(func() { adoptLoop(ctx, h, server, cards, adoption) })
 	if cfg.HealthCheck {
 		var uuids []string

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -260,7 +262,10 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"delete"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}})
 	for _, n := range []string{"node-a", "node-b"} {
-		if err := createNode(ctx, admin, util.MakeNode(n).Capacity(32, 2).Obj()); err != nil {
+		node := util.MakeNode(n).Capacity(32, 2).Obj()
+		// Someone else's taint, which the plugin's idle taint keeps.
+		node.Spec.Taints = []corev1.Taint{{Key: "ops.example.com/drain", Effect: corev1.TaintEffectNoSchedule}}
+		if err := createNode(ctx, admin, node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -324,6 +329,24 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		{name: "node-a: remove gpu-count", do: func(ctx context.Context) error {
 			return api.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil})
 		}},
+		// The idle taint (IdleTaint, through its own client), beside a
+		// taint of someone else's that it keeps.
+		{name: "node-a: the idle taint", do: func(ctx context.Context) error {
+			idle := &deviceplugin.IdleTaint{API: api, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
+			changed, err := idle.Sync(ctx)
+			if err == nil && !changed {
+				err = errors.New("the taint was not added")
+			}
+			return err
+		}},
+		{name: "node-a: the idle taint removed", do: func(ctx context.Context) error {
+			idle := &deviceplugin.IdleTaint{API: api, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
+			if err := idle.Remove(ctx); err != nil {
+				return err
+			}
+			_, err := idle.Sync(ctx) // back on for the check below
+			return err
+		}},
 		{name: "event from node-a", do: createEvent(a, "node-a")},
 
 		// Another node.
@@ -357,7 +380,15 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		{name: "node-a: a label", do: patchNode(a, "node-a", `{"metadata":{"labels":{"gpu":"big"}}}`),
 			policy: nodeScopePolicy, refusal: "this request also changes metadata.labels"},
 		{name: "node-a: spec", do: patchNode(a, "node-a", `{"spec":{"unschedulable":true}}`),
-			policy: nodeScopePolicy, refusal: "this request also changes spec"},
+			policy: nodeScopePolicy, refusal: "this request also changes spec.unschedulable"},
+		{name: "node-a: another taint", do: patchNode(a, "node-a", `{"spec":{"taints":[{"key":"example.com/x","effect":"NoSchedule"},{"key":"gpushare.io/idle-gpus","effect":"PreferNoSchedule"},{"key":"ops.example.com/drain","effect":"NoSchedule"}]}}`),
+			policy: nodeScopePolicy, refusal: "this request also changes spec.taints"},
+		{name: "node-a: someone else's taint removed", do: patchNode(a, "node-a", `{"spec":{"taints":[{"key":"gpushare.io/idle-gpus","effect":"PreferNoSchedule"}]}}`),
+			policy: nodeScopePolicy, refusal: "this request also changes spec.taints"},
+		{name: "node-a: the idle taint as NoSchedule", do: patchNode(a, "node-a", `{"spec":{"taints":[{"key":"ops.example.com/drain","effect":"NoSchedule"},{"key":"gpushare.io/idle-gpus","effect":"NoSchedule"}]}}`),
+			policy: nodeScopePolicy, refusal: "this request also changes spec.taints"},
+		{name: "node-b: the idle taint", do: patchNode(a, "node-b", `{"spec":{"taints":[{"key":"gpushare.io/idle-gpus","effect":"PreferNoSchedule"}]}}`),
+			policy: nodeScopePolicy, refusal: "may only patch that node, not nodes node-b"},
 		{name: "node-a: cpu capacity", do: patchNode(a, "node-a", `{"status":{"capacity":{"cpu":"64"}}}`, "status"),
 			policy: nodeScopePolicy, refusal: "this request also changes status.capacity.cpu"},
 		{name: "node-a: gpu-mem allocatable", do: patchNode(a, "node-a", `{"status":{"allocatable":{"aliyun.com/gpu-mem":"64"}}}`, "status"),
@@ -398,6 +429,10 @@ func TestDevicePluginNodeScope(t *testing.T) {
 	_, inA := node.Status.Allocatable[gpushare.ResourceGPUCount]
 	if node.Annotations[gpushare.AnnotationInventory] != inv || inC || inA {
 		t.Errorf("node-a: inventory %q, gpu-count in capacity %v, in allocatable %v; want the inventory and no gpu-count", node.Annotations[gpushare.AnnotationInventory], inC, inA)
+	}
+	wantTaints := []corev1.Taint{{Key: "ops.example.com/drain", Effect: corev1.TaintEffectNoSchedule}, {Key: gpushare.TaintIdleGPUs, Effect: corev1.TaintEffectPreferNoSchedule}}
+	if diff := cmp.Diff(wantTaints, node.Spec.Taints); diff != "" {
+		t.Errorf("node-a taints (-want +got):\n%s", diff)
 	}
 }
 
