@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -933,9 +934,8 @@ type scorer struct {
 	host allocator.Host
 }
 
-// newScorer returns pod's scorer, built from the published policy inputs.
-func (c *Cache) newScorer(pod *PodInfo) (*scorer, error) {
-	in := c.inputs.Load()
+// newScorer returns pod's scorer, built from the policy inputs in.
+func newScorer(in *policyInputs, pod *PodInfo) (*scorer, error) {
 	p, err := in.policy(pod.Policy)
 	if err != nil {
 		return nil, err
@@ -1068,39 +1068,54 @@ func (c *Cache) ScoreCPU(ctx context.Context, pod *PodInfo, nodes []string) ([]i
 // 0..allocator.MaxScore, reading the nodes' published copies without a
 // lock and spending one request budget, as Filter does. scores and fits
 // are parallel to nodes; a node where the demand does not fit scores 0
-// and, when failed is not nil, gets its reason there.
+// and, when failed is not nil, gets its reason there. A pod that needs no
+// search (allocator.Searches: one container, one card) on a long list of
+// nodes is fitted by several goroutines at once (fitChunks).
 func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, failed map[string]string) (scores []int64, fits []bool, err error) {
 	if err := pod.placeable(); err != nil {
 		return nil, nil, err
 	}
-	sc, err := c.newScorer(pod)
-	if err != nil {
+	in := c.inputs.Load() // one policy for every node, whichever goroutine fits it
+	if _, err := in.policy(pod.Policy); err != nil {
 		return nil, nil, err
 	}
-	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
-	raw := make([]float64, 0, len(nodes)) // of the nodes that fit, in order
+	raw := make([]float64, len(nodes)) // parallel to nodes
 	fits = make([]bool, len(nodes))
-	var pl allocator.Placement // reused across nodes
-	for i, name := range nodes {
-		if i%ctxCheckNodes == ctxCheckNodes-1 {
-			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
-				return nil, nil, err
-			}
+	reasons := make([]string, len(nodes))
+	workers := 1
+	if !allocator.Searches(pod.Demand) {
+		workers = min(runtime.GOMAXPROCS(0), len(nodes)/parallelMinNodes)
+	}
+	if workers <= 1 {
+		b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+		if err := c.fitChunk(ctx, in, pod, nodes, 0, len(nodes), b, raw, fits, reasons); err != nil {
+			return nil, nil, err
 		}
-		s, reason := c.fitSnap(name, pod, sc.p, &pl, b)
-		if reason != "" {
-			if failed != nil {
-				failed[name] = reason
-			}
-			continue
+	} else {
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			lo, hi := w*len(nodes)/workers, (w+1)*len(nodes)/workers
+			wg.Go(func() { errs[w] = c.fitChunk(ctx, in, pod, nodes, lo, hi, nil, raw, fits, reasons) })
 		}
-		raw = append(raw, sc.score(s, &pl))
-		fits[i] = true
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := stopped(ctx, pod, len(nodes), len(nodes)); err != nil {
 		return nil, nil, err
 	}
-	norm := allocator.NormalizeScores(raw)
+	fitting := make([]float64, 0, len(nodes))
+	for i := range nodes {
+		switch {
+		case fits[i]:
+			fitting = append(fitting, raw[i])
+		case failed != nil:
+			failed[nodes[i]] = reasons[i]
+		}
+	}
+	norm := allocator.NormalizeScores(fitting)
 	scores = make([]int64, len(nodes))
 	for i, j := 0, 0; i < len(nodes); i++ {
 		if fits[i] {
@@ -1109,6 +1124,37 @@ func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, fa
 		}
 	}
 	return scores, fits, nil
+}
+
+// parallelMinNodes is how many nodes each goroutine of scoreNodes fits at
+// least: fewer are not worth starting one for (a node takes a few hundred
+// nanoseconds).
+const parallelMinNodes = 1024
+
+// fitChunk fits pod on nodes[lo:hi] with a scorer of its own built from
+// in, spending b (nil for a pod that takes no search step), and records,
+// at each node's index, whether it fits and its raw score, or why not.
+// Several run at once on disjoint ranges.
+func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, nodes []string, lo, hi int, b *allocator.Budget, raw []float64, fits []bool, reasons []string) error {
+	sc, err := newScorer(in, pod)
+	if err != nil {
+		return err
+	}
+	var pl allocator.Placement // reused across nodes
+	for i := lo; i < hi; i++ {
+		if (i-lo)%ctxCheckNodes == ctxCheckNodes-1 {
+			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+				return err
+			}
+		}
+		s, reason := c.fitSnap(nodes[i], pod, sc.p, &pl, b)
+		if reason != "" {
+			reasons[i] = reason
+			continue
+		}
+		raw[i], fits[i] = sc.score(s, &pl), true
+	}
+	return nil
 }
 
 // DefaultPolicy returns the configured default policy name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -247,5 +248,47 @@ func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
 	}
 	if diff := cmp.Diff(rotated[:allocator.MaxBestNodes], best); diff != "" {
 		t.Errorf("nodes passed (-want +got):\n%s", diff)
+	}
+}
+
+// TestParallelScoringMatchesSequential: the goroutines that fit a
+// single-card pod over a long node list answer exactly what one would: the
+// same nodes fit, with the same scores and reasons.
+func TestParallelScoringMatchesSequential(t *testing.T) {
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	var names []string
+	for i := range 3 * parallelMinNodes {
+		names = append(names, fmt.Sprintf("n%04d", i))
+		if err := c.SetNode(util.MakeNode(names[i]).Host("32", "128Gi").Cards("T4", 16, 16, 16, 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+		used := int64(i % 17)
+		if used > 0 {
+			a := &gpushare.Allocation{Node: names[i], Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: i % 4, Units: min(used, 16)}}}}}
+			c.UpsertPod(util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(min(used, 16)).Requests(fmt.Sprint(1+i%9), "1Gi").Allocation(a).Node(names[i]).Obj())
+		}
+	}
+	names = append(names, "unknown") // fails, with its reason
+	pod := NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
+	run := func(procs int) ([]int64, []bool, map[string]string) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+		failed := map[string]string{}
+		scores, fits, err := c.scoreNodes(context.Background(), pod, names, failed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return scores, fits, failed
+	}
+	s1, f1, r1 := run(1)
+	s4, f4, r4 := run(4)
+	if diff := cmp.Diff(s1, s4); diff != "" {
+		t.Errorf("scores (-1 goroutine +several):\n%s", diff)
+	}
+	if diff := cmp.Diff(f1, f4); diff != "" {
+		t.Errorf("fits (-1 goroutine +several):\n%s", diff)
+	}
+	if diff := cmp.Diff(r1, r4); diff != "" || len(r1) == 0 {
+		t.Errorf("failed nodes (-1 goroutine +several), %d of them:\n%s", len(r1), diff)
 	}
 }
