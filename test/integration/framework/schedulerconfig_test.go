@@ -123,11 +123,12 @@ func readSchedulerConfig(t *testing.T, flag string) configv1.KubeSchedulerConfig
 // checkExtenders checks cfg's extenders: as shipped, pointed at url.
 func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url string, wantTLS *configv1.ExtenderTLSConfig) {
 	t.Helper()
-	// As shipped: the GPU entry (filter, bind, gpu-mem managed and
-	// gpu-count ignored by the scheduler) and the entry that prioritizes
-	// every pod, both pointed at the test's extender.
-	if len(cfg.Extenders) != 2 {
-		t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
+	// As shipped: one entry, the GPU entry (filter, bind, gpu-mem managed
+	// and gpu-count ignored by the scheduler), pointed at the test's
+	// extender. No entry prioritizes pods that ask no GPU memory: those
+	// never wait on the extender (issue 21).
+	if len(cfg.Extenders) != 1 {
+		t.Fatalf("%d extenders, want the 1 shipped", len(cfg.Extenders))
 	}
 	for i, ext := range cfg.Extenders {
 		if ext.URLPrefix != url || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
@@ -140,7 +141,7 @@ func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url s
 			t.Errorf("extender %d: tlsConfig (-want +got):\n%s", i, diff)
 		}
 	}
-	gpu, all := cfg.Extenders[0], cfg.Extenders[1]
+	gpu := cfg.Extenders[0]
 	wantManaged := []configv1.ExtenderManagedResource{
 		{Name: "aliyun.com/gpu-mem", IgnoredByScheduler: false},
 		{Name: "aliyun.com/gpu-count", IgnoredByScheduler: true},
@@ -148,7 +149,7 @@ func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url s
 	if !gpu.NodeCacheCapable || gpu.BindVerb != "bind" || gpu.FilterVerb != "filter" || cmp.Diff(wantManaged, gpu.ManagedResources) != "" || gpu.Ignorable {
 		t.Errorf("extender 0 %+v: want filter, bind, nodeCacheCapable, the managed resources, not ignorable, as shipped", gpu)
 	}
-	if all.PrioritizeVerb != "prioritize" || len(all.ManagedResources) != 0 || !all.Ignorable || all.BindVerb != "" {
-		t.Errorf("extender 1 %+v: want prioritize for every pod, ignorable, as shipped", all)
+	if gpu.PrioritizeVerb != "" {
+		t.Errorf("extender 0 prioritizeVerb %q, want none shipped (the opt-in file adds it)", gpu.PrioritizeVerb)
 	}
 }
