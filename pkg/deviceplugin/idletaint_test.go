@@ -64,7 +64,7 @@ func TestIdleTaint(t *testing.T) {
 		wantChanged     bool
 	}{
 		{name: "idle node of 4 cards: tainted beside another taint", cards: 4, minCards: 4,
-			pods: []*corev1.Pod{util.MakePod("web").Requests("1", "1Gi").Node("n").Obj(), finished},
+			pods:   []*corev1.Pod{util.MakePod("web").Requests("1", "1Gi").Node("n").Obj(), finished},
 			before: []corev1.Taint{other}, want: []corev1.Taint{other, idle}, wantChanged: true},
 		{name: "a GPU pod: untainted", cards: 8, minCards: 4, pods: []*corev1.Pod{util.MakePod("train").GPUMem(8).Node("n").Obj()},
 			before: []corev1.Taint{idle, other}, want: []corev1.Taint{other}, wantChanged: true},

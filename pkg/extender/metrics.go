@@ -128,7 +128,7 @@ var cardFamilies = []struct {
 // written directly. At 5,000 nodes × 8 cards they are 80,000 series: as
 // client_golang const metrics they cost 0.4 to 0.9 s and 100 MB of garbage
 // per scrape on the development machine; written directly, a fraction of
-// that (see BenchmarkScrape and the README). Compressed with gzip when
+// that (see BenchmarkScrape and docs/reference/metrics.md). Compressed with gzip when
 // the client accepts it, as Prometheus does.
 func (m *metrics) serveMetrics(c *cache.Cache, w http.ResponseWriter, r *http.Request) {
 	fams, err := m.registry.Gather()

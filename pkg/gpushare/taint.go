@@ -16,8 +16,8 @@ const TaintIdleGPUs = "gpushare.io/idle-gpus"
 // idle: measured with `simulate` (docs/design/policies.md), nodes of 4 or
 // more cards, where multi-card pods need whole idle nodes; tainting 2-card
 // nodes too sent pods without GPU memory onto nodes with busy cards and
-// little CPU (0.6 points less GPU memory allocated on the default openb
-// trace).
+// little CPU (95.50% of GPU memory allocated at 100% arrival on the
+// default openb trace against 96.15%, seeds 42-44, extender topology).
 const DefaultIdleTaintMinCards = 4
 
 // WantsIdleTaint reports whether a node of cards cards carries

@@ -33,9 +33,15 @@
 //     kube-scheduler's does; the policy chooses among them only. A pod
 //     whose cards fit on none of them takes another cycle at once, until
 //     every node was examined (see replay.submit).
-//   - Pods that ask no GPU memory are skipped by default (CPUPodsSkip): the
-//     extender does not place them. CPUPodsSpread places them by CPU and memory
-//     alone, as kube-scheduler's default LeastAllocated scoring would.
+//   - Pods that ask no GPU memory are placed as the replayed topology
+//     places them (CPUPodsPlace, the default; ForTopology): by
+//     kube-scheduler's own scores (NodeResourcesFit, balanced allocation,
+//     TaintToleration over the device plugin's gpushare.io/idle-gpus taint),
+//     from the given configuration in the extender topology and from
+//     kube-scheduler's defaults in the second-scheduler one, where the
+//     cluster's own scheduler places them. No shipped configuration sends
+//     them to the extender; an opt-in one that does is replayed with
+//     --scheduler-config. CPUPodsSkip leaves them out.
 //   - "Allocation at X%" is the mean allocated share of GPU capacity over
 //     the pods submitted while the arrived GPU demand (failed pods
 //     included) rounds to X% of capacity (Result.AllocAt).
@@ -53,6 +59,7 @@
 // built from the whole trace's task distribution, as the study does, and
 // weighing CPU); fragaware, the default, is described in
 // allocator.FragAware. On the default openb trace (seeds 42–51) it
-// allocates 96.1% of GPU capacity at 100% arrival, against 94.6% for fgd
-// here and 95.23% in the study; README's "Choosing a policy" has the table.
+// allocates 96.1% of GPU capacity at 100% arrival in either topology,
+// against 95.23% for FGD in the study; docs/design/policies.md has the
+// tables and their commands.
 package simulator

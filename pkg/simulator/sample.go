@@ -11,8 +11,8 @@ import (
 // NodesToFind). Measured on the openb trace at 1,213 and 5,000 nodes, it
 // allocates 0.03 to 0.05 points of GPU capacity less than 100 (every node)
 // while kube-scheduler schedules 1.5 (1,000 nodes) to 4 (5,000 nodes)
-// times as many pods per second; README's "Choosing a policy" has the
-// numbers. TestShippedPercentageOfNodesToScore keeps the two in step.
+// times as many pods per second; docs/design/policies.md ("kube-scheduler's
+// node sampling") has the numbers. TestShippedPercentageOfNodesToScore keeps the two in step.
 const DefaultPercentageOfNodesToScore int32 = 0
 
 // kube-scheduler v1.34's bounds on sampling (pkg/scheduler/schedule_one.go,
