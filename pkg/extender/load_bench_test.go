@@ -61,9 +61,7 @@ func flood(b *testing.B, n int) {
 	f := newFixture(b, pods...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := httptest.NewUnstartedServer(f.handler)
-	srv.Config = newServer(ctx, f.handler, Timeouts{})
-	srv.Start()
+	srv := startBenchServer(ctx, f)
 	defer srv.Close()
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	client := &http.Client{Transport: transport, Timeout: 30 * time.Second}
@@ -213,9 +211,7 @@ func searchStorm(b *testing.B, attack *corev1.Pod) {
 	f := newFixture(b, objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv := httptest.NewUnstartedServer(f.handler)
-	srv.Config = newServer(ctx, f.handler, Timeouts{})
-	srv.Start()
+	srv := startBenchServer(ctx, f)
 	defer srv.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 30 * time.Second}
 	filter := func(body []byte) (*extenderv1.ExtenderFilterResult, error) {
@@ -285,4 +281,13 @@ func searchStorm(b *testing.B, attack *corev1.Pod) {
 	if r, ok := lastAttack.Load().(string); ok {
 		b.Logf("an attacker's answer names nodes failed like: %s", r)
 	}
+}
+
+// startBenchServer serves f's handler over real HTTP with the extender's
+// own server settings (newServer), as the benchmarks' clients reach it.
+func startBenchServer(ctx context.Context, f *fixture) *httptest.Server {
+	srv := httptest.NewUnstartedServer(f.handler)
+	srv.Config = newServer(ctx, f.handler, Timeouts{})
+	srv.Start()
+	return srv
 }
