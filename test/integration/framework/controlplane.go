@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -73,6 +74,48 @@ type Options struct {
 	// directory under os.TempDir() that Start leaves in place (StartT
 	// removes it after a passing test).
 	Dir string
+	// Nodes, when set, makes the control plane one that real nodes and
+	// their pods can use (test/node); see NodeAccess.
+	Nodes *NodeAccess
+}
+
+// NodeAccess is what a control plane needs for real nodes, whose pods talk
+// to the API from their own network namespaces:
+//   - kube-apiserver listens on every address, not only loopback, and
+//     advertises AdvertiseAddress in the kubernetes Service's endpoints,
+//     which kube-proxy on the node routes ClusterIP 10.0.0.1:443 to (its
+//     certificate names 10.0.0.1 and kubernetes.default.svc);
+//   - the ServiceAccount admission plugin is on, so pods get their
+//     service-account token volume;
+//   - kube-controller-manager runs the controllers that a node's workloads
+//     need (NodeControllers).
+//
+// Nodes are not tainted not-ready (TaintNodesByCondition stays off and no
+// node-lifecycle controller runs), so kube-scheduler places pods on a node
+// as soon as it is registered.
+type NodeAccess struct {
+	// AdvertiseAddress is an address of this machine that pods can reach,
+	// such as the address of its default route's interface.
+	AdvertiseAddress string
+}
+
+// NodeControllers are the kube-controller-manager controllers a control
+// plane with NodeAccess runs: Deployments, ReplicaSets and DaemonSets
+// make pods; the garbage collector deletes what their owners leave when
+// deleted (helm uninstall relies on it); each namespace gets its default
+// ServiceAccount and the kube-root-ca.crt ConfigMap every token volume
+// mounts; Services get EndpointSlices for kube-proxy; PodDisruptionBudgets
+// get their status; deleted namespaces are emptied.
+var NodeControllers = []string{
+	"daemonset-controller",
+	"deployment-controller",
+	"disruption-controller",
+	"endpointslice-controller",
+	"garbage-collector-controller",
+	"namespace-controller",
+	"replicaset-controller",
+	"root-ca-certificate-publisher-controller",
+	"serviceaccount-controller",
 }
 
 // ExtenderTLS are the files kube-scheduler reads to call an extender over
@@ -84,13 +127,15 @@ type ExtenderTLS struct {
 
 // ControlPlane is a running etcd, kube-apiserver and, optionally, kube-scheduler.
 type ControlPlane struct {
-	dir     string
-	logsDir string
-	bins    Binaries
-	pki     pki
-	caData  []byte
-	etcdURL string
-	apiURL  string
+	dir      string
+	logsDir  string
+	bins     Binaries
+	nodeBins NodeBinaries // with Options.Nodes only
+	nodes    *NodeAccess  // Options.Nodes
+	pki      pki
+	caData   []byte
+	etcdURL  string
+	apiURL   string
 	// schedulers are kube-scheduler's replicas, for StartScheduler: one
 	// without Options.SchedulerHA, none when it was not started.
 	schedulers  []*schedulerReplica
@@ -147,7 +192,15 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{bins: bins, tokens: map[string]string{}, kubeconfigs: map[string]string{}}
+	cp := &ControlPlane{bins: bins, nodes: opts.Nodes, tokens: map[string]string{}, kubeconfigs: map[string]string{}}
+	if opts.Nodes != nil {
+		if opts.Nodes.AdvertiseAddress == "" {
+			return nil, errors.New("starting a control plane for nodes: NodeAccess.AdvertiseAddress is empty")
+		}
+		if cp.nodeBins, err = EnsureNodeBinaries(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := cp.prepare(opts); err != nil {
 		return nil, err
 	}
@@ -270,10 +323,8 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.caData)
 	trusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	apiserver, err := cp.start(APIServerName, cp.bins.APIServer,
+	apiserver, err := cp.start(APIServerName, cp.bins.APIServer, append(cp.apiserverAccessArgs(),
 		"--etcd-servers="+cp.etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
 		"--secure-port="+strings.TrimPrefix(cp.apiURL, "https://127.0.0.1:"),
 		"--cert-dir="+filepath.Join(cp.dir, "apiserver-certs"),
 		"--tls-cert-file="+cp.pki.ServerCert,
@@ -286,10 +337,8 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
-		"--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
 		"--profiling=false",
-		"--endpoint-reconciler-type=none",
-	)
+	)...)
 	if err != nil {
 		return err
 	}
@@ -297,6 +346,11 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 		return strings.TrimSpace(body) == "ok"
 	}); err != nil {
 		return err
+	}
+	if cp.nodes != nil {
+		if err := cp.startControllerManager(ctx); err != nil {
+			return err
+		}
 	}
 
 	if opts.ExtenderURL == "" && !opts.Scheduler && opts.SchedulerHA == nil {
@@ -324,6 +378,57 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 	return nil
 }
 
+// apiserverAccessArgs are kube-apiserver's flags that differ with
+// NodeAccess: where it listens, what it advertises, and the admission
+// plugins that are off.
+func (cp *ControlPlane) apiserverAccessArgs() []string {
+	if cp.nodes == nil {
+		// Loopback only; no kubernetes endpoints (127.0.0.1 is refused
+		// there); pods without a service account need no token.
+		return []string{
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--endpoint-reconciler-type=none",
+			"--disable-admission-plugins=TaintNodesByCondition,ServiceAccount",
+		}
+	}
+	return []string{
+		"--bind-address=0.0.0.0",
+		"--advertise-address=" + cp.nodes.AdvertiseAddress,
+		"--disable-admission-plugins=TaintNodesByCondition",
+		// kubectl logs and exec reach a kubelet at its node's address.
+		"--kubelet-preferred-address-types=InternalIP",
+	}
+}
+
+// startControllerManager starts kube-controller-manager with
+// NodeControllers and waits until it is healthy.
+func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	kcm, err := cp.start(ControllerManagerName, cp.nodeBins.ControllerManager,
+		"--kubeconfig="+cp.AdminKubeconfig(),
+		"--controllers="+strings.Join(NodeControllers, ","),
+		"--root-ca-file="+cp.pki.CACert,
+		"--leader-elect=false",
+		"--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--v=2",
+	)
+	if err != nil {
+		return err
+	}
+	// Its serving certificate is self-signed, made up at start.
+	insecure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health check
+	return waitHealthy(ctx, kcm, schedulerTimeout, insecure, url+"/healthz", "", func(body string) bool {
+		return strings.TrimSpace(body) == "ok"
+	})
+}
+
 // waitScheduler waits until kube-scheduler replica i answers /healthz.
 func (cp *ControlPlane) waitScheduler(ctx context.Context, p *Proc, i int) error {
 	// The scheduler serves a self-signed certificate it makes up at start.
@@ -335,8 +440,9 @@ func (cp *ControlPlane) waitScheduler(ctx context.Context, p *Proc, i int) error
 
 // Names of the components, as PIDs and Signal know them.
 const (
-	APIServerName = "kube-apiserver"
-	SchedulerName = "kube-scheduler"
+	APIServerName         = "kube-apiserver"
+	SchedulerName         = "kube-scheduler"
+	ControllerManagerName = "kube-controller-manager"
 )
 
 // proc returns the latest process started under name, or nil.
@@ -403,6 +509,27 @@ func (cp *ControlPlane) StartScheduler(ctx context.Context, i int) error {
 	}
 	cp.mu.Unlock()
 	return cp.waitScheduler(ctx, p, i)
+}
+
+// ReconfigureScheduler stops kube-scheduler (started without
+// Options.SchedulerHA), rewrites its configuration from opts'
+// SchedulerConfig, ExtenderURL and ExtenderTLS as Start would, and starts
+// it again: for an extender that exists only once the control plane runs,
+// such as one installed into the cluster (test/node's extender topology).
+func (cp *ControlPlane) ReconfigureScheduler(ctx context.Context, opts Options) error {
+	if len(cp.schedulers) != 1 || cp.lease != nil {
+		return fmt.Errorf("reconfiguring %s: it runs %d replicas with leader election %v; only a single replica can be reconfigured", SchedulerName, len(cp.schedulers), cp.lease != nil)
+	}
+	if opts.SchedulerHA != nil {
+		return fmt.Errorf("reconfiguring %s: SchedulerHA cannot be added to a running control plane", SchedulerName)
+	}
+	if err := cp.KillScheduler(0); err != nil {
+		return err
+	}
+	if _, err := cp.writeSchedulerConfig(opts, opts.ExtenderURL, cp.schedulers[0].name+"-config.yaml"); err != nil {
+		return err
+	}
+	return cp.StartScheduler(ctx, 0)
 }
 
 // writeSchedulerConfig loads opts.SchedulerConfig, applies the overrides

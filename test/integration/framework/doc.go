@@ -15,6 +15,13 @@
 // extender binary, test/kubelet's simulated nodes), is a Proc: its own
 // process group, killed with the test binary on Linux.
 //
+// Options.Nodes (NodeAccess) makes a control plane that a real node
+// (test/node) and its pods can use: kube-apiserver reachable from the pods'
+// network through the kubernetes Service, service-account tokens mounted,
+// and kube-controller-manager running the workload controllers. Its
+// binary, kubelet's and kube-proxy's are NodeBinaries, built the same way
+// into the same cache (EnsureNodeBinaries).
+//
 // Options.SchedulerHA starts kube-scheduler as replicas that elect a leader
 // on one Lease, each in its own UTS namespace with its own host name (its
 // identity in the Lease is HOST_UUID), each calling its own extender URL:
