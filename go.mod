@@ -19,6 +19,7 @@ require (
 	k8s.io/apimachinery v0.34.3
 	k8s.io/cli-runtime v0.34.3
 	k8s.io/client-go v0.34.3
+	k8s.io/cri-api v0.34.3
 	k8s.io/klog/v2 v2.130.1
 	k8s.io/kube-scheduler v0.34.3
 	k8s.io/kubelet v0.34.3
