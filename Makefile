@@ -178,6 +178,23 @@ demo-down: ## Stop exactly the processes make demo started (PID files under _out
 	cd test/kubelet && $(GO) build -o ../../bin/gpushare-demo ./cmd/demo
 	bin/gpushare-demo down
 
+# --- a real node (issue 22): containerd, runc, CNI, kubelet; needs root ---
+NODE_TIMEOUT ?= 60m
+
+.PHONY: node-demo
+node-demo: ## Run gpushare on a real node (root; no GPU): control plane, containerd+runc+CNI+kubelet, helm install, GPU pods; prints inspect and KUBECONFIG=, stays up (make node-demo-down).
+	cd test/chart && $(GO) build -o ../../bin/gpushare-node-demo ./cmd/nodedemo
+	bin/gpushare-node-demo up
+
+.PHONY: node-demo-down
+node-demo-down: ## Stop every process make node-demo started and tear the real node down (mounts, iptables, bridge, cgroups).
+	cd test/chart && $(GO) build -o ../../bin/gpushare-node-demo ./cmd/nodedemo
+	bin/gpushare-node-demo down
+
+.PHONY: node-test
+node-test: controlplane ## The real-node tests alone, verbose (root): helm install in both topologies, GPU pods seen from inside, faults, helm uninstall.
+	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/
+
 .PHONY: e2e
 e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plugin -> kubelet's device manager on simulated nodes.
 	cd test/kubelet && $(GO) test -race -count=1 -timeout $(E2E_TIMEOUT) -v ./e2e/
