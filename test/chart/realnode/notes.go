@@ -6,18 +6,16 @@ import (
 	"fmt"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
 // RunUninstallNotes carries out the kubectl commands NOTES.txt lists under
-// "Uninstall:", with the API client instead of kubectl: `kubectl -n NS
-// delete lease NAME --ignore-not-found` and `kubectl annotate node
-// (-l SELECTOR | --all) KEY-`. Any other command there is an error, so
-// NOTES.txt and this stay in step.
+// "Uninstall", with the API client instead of kubectl: `kubectl annotate
+// node (-l SELECTOR | --all) KEY-`. Any other kubectl command there is an
+// error, so NOTES.txt and this stay in step.
 func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
-	_, after, ok := strings.Cut(notes, "\nUninstall:")
+	_, after, ok := strings.Cut(notes, "\nUninstall")
 	if !ok {
 		return fmt.Errorf("NOTES.txt has no Uninstall section:\n%s", notes)
 	}
@@ -42,12 +40,6 @@ func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
 // "kubectl").
 func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
 	switch {
-	case len(args) == 6 && args[0] == "-n" && args[2] == "delete" && args[3] == "lease" && args[5] == "--ignore-not-found":
-		err := c.Client.CoordinationV1().Leases(args[1]).Delete(ctx, args[4], metav1.DeleteOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
 	case len(args) >= 4 && args[0] == "annotate" && args[1] == "node" && strings.HasSuffix(args[len(args)-1], "-"):
 		key := strings.TrimSuffix(args[len(args)-1], "-")
 		sel := metav1.ListOptions{}

@@ -248,3 +248,11 @@ metadata:
     {{- include "gpushare.labels" .root | nindent 4 }}
 {{- end }}
 {{- end }}
+
+{{/* kubectl's selection of the device plugin's nodes: -l with its
+nodeSelector, or --all without one. */}}
+{{- define "gpushare.pluginNodes" -}}
+{{- $sel := list }}
+{{- range $k, $v := .Values.devicePlugin.nodeSelector }}{{ $sel = append $sel (printf "%s=%s" $k $v) }}{{ end }}
+{{- if $sel }}-l {{ join "," $sel }}{{ else }}--all{{ end }}
+{{- end }}
