@@ -83,6 +83,10 @@ type Config struct {
 	CDIDir string
 	// CDIHook is the NVIDIA container toolkit's nvidia-cdi-hook.
 	CDIHook string
+	// RuntimeCDI is --runtime-cdi: whether the node's container runtime
+	// applies CDI devices (isolation.RuntimeCDI; auto if empty: by the
+	// Node's status.nodeInfo.containerRuntimeVersion).
+	RuntimeCDI string
 	// MPSControl is nvidia-cuda-mps-control (a name looked up in PATH, or
 	// a path).
 	MPSControl string
@@ -149,6 +153,12 @@ func (c *Config) Validate() error {
 	}
 	if c.CDIHook == "" {
 		c.CDIHook = isolation.DefaultCDIHook
+	}
+	if c.RuntimeCDI == "" {
+		c.RuntimeCDI = string(isolation.RuntimeCDIAuto)
+	}
+	if _, err := isolation.ParseRuntimeCDI(c.RuntimeCDI); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MPSControl == "" {
 		c.MPSControl = isolation.DefaultMPSControl

@@ -79,29 +79,46 @@ func TestRunIsolationAtStartup(t *testing.T) {
 		fakeGPUs   string
 		fakeDriver string
 		isolation  string
-		wantErr    string
-		wantModes  []gpushare.Isolation
+		// runtime is the Node's containerRuntimeVersion; runtimeCDI
+		// --runtime-cdi.
+		runtime, runtimeCDI string
+		wantErr             string
+		wantModes           []gpushare.Isolation
 	}{
 		{name: "silent fake node, driver", fakeGPUs: "1xTesla-T4:16GiB", isolation: "driver",
-			wantErr: "isolation driver: driver version unknown (fake node states no driver (--fake-driver): no NVIDIA driver) (on node n1; choose --isolation=auto"},
+			wantErr: "isolation driver: driver version unknown (fake node states no driver (--fake-driver): no NVIDIA driver); the container runtime does not apply CDI devices: container runtime \"\" unknown"},
 		{name: "R550 on cgroup v1, driver", fakeGPUs: "1xTesla-T4:16GiB", fakeDriver: "550.54.15,cgroup-v1", isolation: "driver",
 			wantErr: "isolation driver: driver 550.54.15 < 615.00 required; cgroup v1 (v2 required)"},
 		{name: "silent fake node, auto", fakeGPUs: "2xTesla-T4:16GiB", isolation: "auto",
 			wantModes: []gpushare.Isolation{gpushare.IsolationNone, gpushare.IsolationNone}},
 		{name: "R615 fake node with a MIG card, auto", fakeGPUs: "1xTesla-T4:16GiB,1xA100:40GiB:mig", fakeDriver: "615.00", isolation: "auto",
-			wantModes: []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationNone}},
+			runtime: "containerd://2.1.4", wantModes: []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationNone}},
+		// containerd 1.6 ignores the CDI devices that carry the limits: no
+		// driver mode, whatever the driver (the real node found it).
+		{name: "R615 on containerd 1.6, auto", fakeGPUs: "2xTesla-T4:16GiB", fakeDriver: "615.00", isolation: "auto",
+			runtime: "containerd://1.6.20~ds1", wantModes: []gpushare.Isolation{gpushare.IsolationNone, gpushare.IsolationNone}},
+		{name: "R615 on containerd 1.6, driver", fakeGPUs: "2xTesla-T4:16GiB", fakeDriver: "615.00", isolation: "driver",
+			runtime: "containerd://1.6.20~ds1", wantErr: "containerd://1.6.20~ds1 ignores CDI devices"},
+		{name: "R615 on containerd 1.7, driver", fakeGPUs: "2xTesla-T4:16GiB", fakeDriver: "615.00", isolation: "driver",
+			runtime: "containerd://1.7.27", wantErr: "containerd://1.7.27 applies CDI devices only with enable_cdi = true"},
+		{name: "R615 on containerd 1.7 said to apply CDI, driver", fakeGPUs: "2xTesla-T4:16GiB", fakeDriver: "615.00", isolation: "driver",
+			runtime: "containerd://1.7.27", runtimeCDI: "true", wantModes: []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationDriver}},
+		{name: "R615 on containerd 2, said not to apply CDI, auto", fakeGPUs: "1xTesla-T4:16GiB", fakeDriver: "615.00", isolation: "auto",
+			runtime: "containerd://2.1.4", runtimeCDI: "false", wantModes: []gpushare.Isolation{gpushare.IsolationNone}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			client := fake.NewClientset(util.MakeNode("n1").Obj())
+			n1 := util.MakeNode("n1").Obj()
+			n1.Status.NodeInfo.ContainerRuntimeVersion = tc.runtime
+			client := fake.NewClientset(n1)
 			ready := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
-					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, CDIDir: t.TempDir(),
+					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, RuntimeCDI: tc.runtimeCDI, CDIDir: t.TempDir(),
 					OnReady: func(*Handoff) { close(ready) }})
 			}()
 			if tc.wantErr != "" {

@@ -26,10 +26,12 @@ var _ Enforcer = (*isolation.Enforcer)(nil)
 // for cfg.Isolation (failing, naming what is missing, when an explicit
 // mode cannot be enforced), sets cards[i].Isolation, logs the choice, and
 // starts what the modes need: driver mode's CDI spec, mps mode's daemon
-// manager. stop ends the MPS daemons. event, when set, reports an MPS
+// manager. runtimeCDIErr says why the container runtime would not apply
+// CDI devices (runtimeCDI; nil when it would): without them there is no
+// driver mode. stop ends the MPS daemons. event, when set, reports an MPS
 // daemon restart on the node.
 func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Device, cards []Card, metrics *Metrics,
-	event func(eventType, reason, msg string)) (e *isolation.Enforcer, stop func(), err error) {
+	runtimeCDIErr error, event func(eventType, reason, msg string)) (e *isolation.Enforcer, stop func(), err error) {
 	logger := klog.FromContext(ctx)
 	req, err := isolation.ParseRequest(cfg.Isolation)
 	if err != nil {
@@ -44,6 +46,7 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 		cg = isolation.FixedCgroups{V2: !fd.CgroupV1}
 	}
 	caps := isolation.Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
+	caps.RuntimeCDIErr = runtimeCDIErr
 	if cfg.FakeGPUs == "" {
 		// What mps needs of the plugin's own container (a fake node states
 		// its support with --fake-driver instead).
@@ -110,6 +113,30 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 		return nil, nil, err
 	}
 	return e, stop, nil
+}
+
+// runtimeCDI returns why the node's container runtime would not apply
+// the CDI devices kubelet passes it, or nil when it would, by
+// cfg.RuntimeCDI: the operator's word, or the runtime and version the
+// Node reports (isolation.RuntimeAppliesCDI). A Node that cannot be read
+// counts as a runtime that does not.
+func runtimeCDI(ctx context.Context, cfg *Config, nodes NodeGetter) error {
+	switch isolation.RuntimeCDI(cfg.RuntimeCDI) {
+	case isolation.RuntimeCDIOn:
+		return nil
+	case isolation.RuntimeCDIOff:
+		return fmt.Errorf("%w (--runtime-cdi=false)", isolation.ErrRuntimeNoCDI)
+	}
+	node, err := nodes.GetNode(ctx, cfg.NodeName)
+	if err != nil {
+		return fmt.Errorf("%w: reading node %s for its container runtime: %w (--runtime-cdi=true says it does)", isolation.ErrRuntimeNoCDI, cfg.NodeName, err)
+	}
+	return isolation.RuntimeAppliesCDI(node.Status.NodeInfo.ContainerRuntimeVersion)
+}
+
+// NodeGetter reads a Node (ClientAPI).
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 }
 
 // cdiPruneMinAge spares CDI limit devices younger than this from pruning:

@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
 	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
-	enforcer, stopIsolation, err := setupIsolation(ctx, &cfg, gpus, devs, cards, metrics, func(eventType, reason, msg string) {
+	enforcer, stopIsolation, err := setupIsolation(ctx, &cfg, gpus, devs, cards, metrics, runtimeCDI(ctx, &cfg, api), func(eventType, reason, msg string) {
 		recorder.Event(nodeRef, eventType, reason, msg)
 	})
 	if err != nil {

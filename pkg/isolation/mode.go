@@ -64,6 +64,11 @@ type Capabilities struct {
 	// /dev/shm with its clients (CheckMPSShm); nil when it would. Detect
 	// leaves it nil; the caller checks the host.
 	MPSShmErr error
+	// RuntimeCDIErr says why the node's container runtime would not apply
+	// the CDI devices that carry driver mode's limits (RuntimeAppliesCDI,
+	// ErrRuntimeNoCDI); nil when it would. Detect leaves it nil; the
+	// caller checks the runtime.
+	RuntimeCDIErr error
 	// Cards in index order.
 	Cards []CardCapabilities
 }
@@ -139,6 +144,9 @@ func (c *Capabilities) nodeMissing(m gpushare.Isolation) []string {
 			out = append(out, fmt.Sprintf("cgroup version unknown (%v)", c.CgroupErr))
 		case !c.CgroupV2:
 			out = append(out, "cgroup v1 (v2 required)")
+		}
+		if c.RuntimeCDIErr != nil {
+			out = append(out, c.RuntimeCDIErr.Error())
 		}
 	case gpushare.IsolationMPS:
 		if c.DriverErr != nil {

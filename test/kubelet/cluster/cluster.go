@@ -494,7 +494,10 @@ func (c *Cluster) StartPlugin(_ context.Context, name string) error {
 		"--kubelet-dir=" + n.Dir, "--fake-control=" + n.controlFile(), "--cdi-dir=" + filepath.Join(n.Dir, "cdi"), c.v(),
 	}
 	if n.Spec.FakeDriver != "" {
-		args = append(args, "--fake-driver="+n.Spec.FakeDriver)
+		// The node agent is no container runtime: it reports
+		// none://nodeagent, and what it records of a CDI device is what a
+		// CDI runtime would apply. Say so, or there is no driver mode.
+		args = append(args, "--fake-driver="+n.Spec.FakeDriver, "--runtime-cdi=true")
 	}
 	if c.cfg.RecoveryWindow > 0 {
 		args = append(args, "--recovery-window="+c.cfg.RecoveryWindow.String())
