@@ -552,7 +552,8 @@ func (n *Node) KillContainers(ctx context.Context) (int, error) {
 	for _, id := range runcContainers(n.runcNamespaceRoot()) {
 		out, err := exec.CommandContext(ctx, "runc", "--root", n.runcNamespaceRoot(), "kill", id, "KILL").CombinedOutput()
 		if err != nil {
-			if strings.Contains(string(out), "not running") || strings.Contains(string(out), "container not found") {
+			// Gone already: it exited, or containerd removed it meanwhile.
+			if strings.Contains(string(out), "not running") || strings.Contains(string(out), "does not exist") || strings.Contains(string(out), "container not found") {
 				continue
 			}
 			errs = append(errs, fmt.Errorf("runc kill %s: %w: %s", id, err, strings.TrimSpace(string(out))))

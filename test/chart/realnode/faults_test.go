@@ -23,12 +23,12 @@ const recoverTimeout = 4 * time.Minute
 // containerd killed and started again (its shims and containers keep
 // running); the device plugin's pod deleted (its DaemonSet makes another);
 // every container on the node killed, pause containers included (kubelet
-// starts them again in new sandboxes). After each: every pod of the
-// release Running and Ready again, the node's 32 GiB allocatable again
-// (the plugin registered with kubelet again), every GPU container on the
-// card it was on before, as it reports from inside (after the last fault,
-// from its new run), no card over-committed, and a new GPU pod placed and
-// seen on its card.
+// starts them again in new sandboxes). After each: the device plugin
+// registered with kubelet again where the fault calls for it (by its own
+// log), every pod of the release Running and Ready again, the node's
+// 32 GiB allocatable, every GPU container on the card it was on before, as
+// it reports from inside (after the last fault, from its new run), no card
+// over-committed, and a new GPU pod placed and seen on its card.
 func TestFaults(t *testing.T) {
 	if !*faults {
 		t.Skip("real-node faults: run with -realnode.faults (make node-test)")
@@ -51,12 +51,15 @@ func TestFaults(t *testing.T) {
 		// restarts: the fault restarts every container, so each GPU pod
 		// reports again from a new run.
 		restarts bool
-		do       func(context.Context) error
+		// reregisters: the device plugin must register with kubelet
+		// again (a new kubelet, or a new plugin process).
+		reregisters bool
+		do          func(context.Context) error
 	}{
-		{name: "kubelet killed", do: func(ctx context.Context) error { return c.Node.RestartKubelet(ctx, true) }},
+		{name: "kubelet killed", reregisters: true, do: func(ctx context.Context) error { return c.Node.RestartKubelet(ctx, true) }},
 		{name: "containerd killed", do: func(ctx context.Context) error { return c.Node.RestartContainerd(ctx, true) }},
-		{name: "device plugin pod deleted", do: c.deleteDevicePluginPod},
-		{name: "every container killed", restarts: true, do: func(ctx context.Context) error {
+		{name: "device plugin pod deleted", reregisters: true, do: c.deleteDevicePluginPod},
+		{name: "every container killed", restarts: true, reregisters: true, do: func(ctx context.Context) error {
 			n, err := c.Node.KillContainers(ctx)
 			t.Logf("killed %d containers", n)
 			return err
@@ -64,8 +67,17 @@ func TestFaults(t *testing.T) {
 	}
 	for i, s := range steps {
 		ok := t.Run(s.name, func(t *testing.T) {
+			before, err := c.pluginRegistrations(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := s.do(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if s.reregisters {
+				if err := c.waitRegisteredSince(ctx, before); err != nil {
+					t.Fatal(err)
+				}
 			}
 			checkReleasePods(ctx, t, c, SecondScheduler)
 			if err := c.waitAllocatable(ctx, 2*cardGiB); err != nil {
@@ -142,6 +154,51 @@ func (c *Cluster) deleteDevicePluginPod(ctx context.Context) error {
 		time.Sleep(time.Second)
 	}
 	return fmt.Errorf("the device plugin's DaemonSet made no Ready pod within %s of deleting %s", recoverTimeout, old.Name)
+}
+
+// registrations is how often the device plugin has logged its
+// registration with kubelet ("Registered with kubelet"), in the latest run
+// of its container in its current pod.
+type registrations struct {
+	pod   string // the plugin pod's UID
+	run   int
+	count int
+}
+
+// pluginRegistrations reads the device plugin's log on the node.
+func (c *Cluster) pluginRegistrations(ctx context.Context) (registrations, error) {
+	l, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpushare-device-plugin"})
+	if err != nil {
+		return registrations{}, fmt.Errorf("finding the device plugin's pod: %w", err)
+	}
+	for _, p := range l.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		text, run, err := c.Node.ContainerLog(p.Namespace, p.Name, string(p.UID), "device-plugin")
+		if err != nil {
+			return registrations{}, err
+		}
+		return registrations{pod: string(p.UID), run: run, count: strings.Count(text, "Registered with kubelet")}, nil
+	}
+	return registrations{}, fmt.Errorf("no device plugin pod")
+}
+
+// waitRegisteredSince waits until the device plugin has registered with
+// kubelet again since before was read: a later registration in the same
+// run, or one in a new run or a new pod.
+func (c *Cluster) waitRegisteredSince(ctx context.Context, before registrations) error {
+	deadline := time.Now().Add(recoverTimeout)
+	var now registrations
+	var err error
+	for time.Now().Before(deadline) {
+		now, err = c.pluginRegistrations(ctx)
+		if err == nil && now.count > 0 && (now.pod != before.pod || now.run != before.run || now.count > before.count) {
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("the device plugin has not registered with kubelet again within %s of the fault (before %+v, now %+v, %v)", recoverTimeout, before, now, err)
 }
 
 // waitAllocatable waits until the node offers gib GiB of aliyun.com/gpu-mem
