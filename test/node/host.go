@@ -44,14 +44,17 @@ const (
 // ErrNotRoot is returned where the node needs root (tests skip on it).
 var ErrNotRoot = errors.New("a real node needs root: containerd, runc, kubelet, iptables and mounts")
 
-// hostPackages are the Debian packages the node runs, each with a file it
-// installs that shows it is there.
-var hostPackages = []struct{ name, file string }{
-	{"containerd", "/usr/bin/containerd"}, // with ctr and containerd-shim-runc-v2
-	{"runc", "/usr/sbin/runc"},
-	{"containernetworking-plugins", "/usr/lib/cni/bridge"}, // host-local, loopback, portmap beside it
-	{"iptables", "/usr/sbin/iptables-restore"},             // kube-proxy
-	{"iproute2", "/usr/sbin/ip"},
+// hostPackages are the Debian packages the node runs, each with what
+// shows it is there: a command on PATH (from this package or another,
+// e.g. Docker's containerd.io, which ships containerd, ctr and runc), or a
+// file.
+var hostPackages = []struct{ name, command, file string }{
+	{name: "containerd", command: "containerd"}, // with ctr and containerd-shim-runc-v2
+	{name: "containerd", command: "ctr"},
+	{name: "runc", command: "runc"},
+	{name: "containernetworking-plugins", file: CNIBinDir + "/bridge"}, // host-local, loopback, portmap beside it
+	{name: "iptables", command: "iptables-restore"},                    // kube-proxy
+	{name: "iproute2", command: "ip"},
 }
 
 // CNIBinDir is where Debian's containernetworking-plugins installs.
@@ -67,7 +70,13 @@ func EnsureHost(ctx context.Context, log func(format string, args ...any)) error
 	}
 	var missing []string
 	for _, p := range hostPackages {
-		if _, err := os.Stat(p.file); err != nil {
+		var err error
+		if p.command != "" {
+			_, err = exec.LookPath(p.command)
+		} else {
+			_, err = os.Stat(p.file)
+		}
+		if err != nil && !slices.Contains(missing, p.name) {
 			missing = append(missing, p.name)
 		}
 	}

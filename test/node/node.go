@@ -193,7 +193,11 @@ func (n *Node) writeConfig() error {
 // startContainerd starts containerd with the layout's configuration and
 // waits until its CRI is ready.
 func (n *Node) startContainerd(ctx context.Context) error {
-	p, err := framework.StartProc("containerd", "/usr/bin/containerd", []string{"--config", n.lay.containerdConfig()},
+	bin, err := exec.LookPath("containerd")
+	if err != nil {
+		return fmt.Errorf("starting containerd: %w", err)
+	}
+	p, err := framework.StartProc("containerd", bin, []string{"--config", n.lay.containerdConfig()},
 		filepath.Join(n.opts.LogsDir, "containerd.log"))
 	if err != nil {
 		return err
