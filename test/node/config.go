@@ -32,8 +32,7 @@ func (l layout) criEndpoint() string   { return "unix://" + l.containerdSocket()
 func (l layout) cniConfFile() string {
 	return filepath.Join(l.cniConfDir(), "10-gpushare-node.conflist")
 }
-func (l layout) containerdOpt() string  { return filepath.Join(l.data, "containerd", "opt") }
-func (l layout) kubeletCertDir() string { return filepath.Join(KubeletDir, "pki") }
+func (l layout) containerdOpt() string { return filepath.Join(l.data, "containerd", "opt") }
 
 // CRINamespace is the containerd namespace of the CRI plugin: kubelet's
 // images and containers.
@@ -83,6 +82,47 @@ state = %[2]s
     max_conf_num = 1
 `, q(l.containerdRoot()), q(l.containerdState()), q(l.containerdSocket()), q(l.containerdOpt()),
 		q(sandboxImage), q(l.runcRoot()), q(CNIBinDir), q(l.cniConfDir()))
+}
+
+// containerd2ConfigTOML is containerd 2.x's configuration (version 3), the
+// same as containerdConfigTOML's where the two have the same settings; the
+// CRI plugin is split into runtime and images, the sandbox image is a
+// pinned image, the runc shim is the one built with this containerd
+// (shimPath, not Debian's on PATH), and CDI devices are applied from the
+// default spec directories (/etc/cdi, /var/run/cdi: always on in 2.x).
+func (l layout) containerd2ConfigTOML(sandboxImage, shimPath string) string {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	return fmt.Sprintf(`# Written by test/node for the real node's containerd 2; removed at teardown.
+version = 3
+root = %[1]s
+state = %[2]s
+
+[grpc]
+  address = %[3]s
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[4]s
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = %[5]s
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        Root = %[6]s
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%[7]s]
+    conf_dir = %[8]s
+    max_conf_num = 1
+`, q(l.containerdRoot()), q(l.containerdState()), q(l.containerdSocket()), q(sandboxImage),
+		q(shimPath), q(l.runcRoot()), q(CNIBinDir), q(l.cniConfDir()))
 }
 
 // cniConflist is the pod network: a bridge (BridgeName, the gateway) with

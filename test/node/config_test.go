@@ -21,6 +21,7 @@ func TestConfigFiles(t *testing.T) {
 		parse             func(string) error
 	}{
 		{name: "containerd", golden: "containerd.toml", got: l.containerdConfigTOML("gpushare.test/pause:realnode")},
+		{name: "containerd 2", golden: "containerd2.toml", got: l.containerd2ConfigTOML("gpushare.test/pause:realnode", "/cache/containerd-shim-runc-v2-v2.4.2")},
 		{name: "cni", golden: "cni.conflist", got: l.cniConflist(), parse: func(s string) error { return json.Unmarshal([]byte(s), new(map[string]any)) }},
 		{name: "kubelet", golden: "kubelet.yaml", got: l.kubeletConfigYAML("192.0.2.2"), parse: func(s string) error { return yaml.Unmarshal([]byte(s), new(map[string]any)) }},
 		{name: "kube-proxy", golden: "kube-proxy.yaml", got: l.proxyConfigYAML("/cp/kubeconfig-admin", "gpushare-node"), parse: func(s string) error { return yaml.Unmarshal([]byte(s), new(map[string]any)) }},

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 )
@@ -203,6 +202,9 @@ type hostState struct {
 	// are removed. Valid when ChainsRecorded.
 	KubeChains     []string `json:"kubeChains"`
 	ChainsRecorded bool     `json:"chainsRecorded"`
+	// Runtime is the runtime the node last started with: a teardown after
+	// a crash starts that containerd again.
+	Runtime Runtime `json:"runtime"`
 }
 
 const hostStateFile = DataDir + "/host-state.json"
@@ -323,6 +325,3 @@ func readProc(path string) string {
 	}
 	return string(bytes.TrimSpace(b))
 }
-
-// itoa is strconv.Itoa, for building paths.
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -36,6 +36,9 @@ type Images struct {
 	// Pause is the sandbox image (Options.SandboxImage), Probe the GPU
 	// test pods' image (test/images/gpuprobe), Scheduler kube-scheduler's.
 	Pause, Probe, Scheduler string
+	// CDIHook is the test-only stub nvidia-cdi-hook (test/images/cdihook),
+	// a binary for the host, not an image.
+	CDIHook string
 }
 
 // testRecipes are the test images built from this repository: static
@@ -54,8 +57,8 @@ func testRecipes() []imagebuild.Recipe {
 // `make images` (the Go-native builder, ImageRegistry and ImageTag, into
 // <root>/_output/images), the test images (testRecipes) and a
 // kube-scheduler image of the control plane's binary, with its shared
-// libraries from this machine, into <root>/_output/node-images. Builders'
-// output goes to w.
+// libraries from this machine, into <root>/_output/node-images, with the
+// stub nvidia-cdi-hook for the host. Builders' output goes to w.
 func BuildImages(ctx context.Context, root string, w io.Writer) (Images, error) {
 	cmd := exec.CommandContext(ctx, "make", "images", "IMAGE_BUILDER=go", "IMAGE_PREFIX="+ImageRegistry, "VERSION="+ImageTag)
 	cmd.Dir = root
@@ -68,6 +71,7 @@ func BuildImages(ctx context.Context, root string, w io.Writer) (Images, error) 
 		imgs.Archives = append(imgs.Archives, filepath.Join(root, "_output", "images", r.Name+".tar"))
 	}
 	out := filepath.Join(root, "_output", "node-images")
+	var err error
 	for _, r := range testRecipes() {
 		bin, err := imagebuild.GoBuild(ctx, imagebuild.ExecRunner{}, "go", root, r, ImageTag, filepath.Join(out, "bin"), w)
 		if err != nil {
@@ -84,6 +88,10 @@ func BuildImages(ctx context.Context, root string, w io.Writer) (Images, error) 
 		case "gpuprobe":
 			imgs.Probe = res.Ref
 		}
+	}
+	hook := imagebuild.Recipe{Name: "nvidia-cdi-hook", Package: "./test/images/cdihook"}
+	if imgs.CDIHook, err = imagebuild.GoBuild(ctx, imagebuild.ExecRunner{}, "go", root, hook, ImageTag, filepath.Join(out, "bin"), w); err != nil {
+		return Images{}, err
 	}
 	bins, err := framework.EnsureBinaries(ctx)
 	if err != nil {

@@ -31,8 +31,33 @@ const (
 	criTeardownTimeout = 2 * time.Minute
 )
 
+// Runtime is the container runtime a node runs.
+type Runtime string
+
+// The runtimes.
+const (
+	// Containerd16 is containerd 1.6 and runc from Debian (apt-get): quick
+	// to set up; it ignores CDI devices.
+	Containerd16 Runtime = "containerd-1.6"
+	// Containerd2 is containerd framework.ContainerdVersion built from its
+	// Go module (framework.EnsureContainerdBinaries), with Debian's runc:
+	// it applies CDI devices.
+	Containerd2 Runtime = "containerd-2"
+)
+
+// ParseRuntime checks a runtime's name.
+func ParseRuntime(s string) (Runtime, error) {
+	switch r := Runtime(s); r {
+	case Containerd16, Containerd2:
+		return r, nil
+	}
+	return "", fmt.Errorf("runtime %q: want %s or %s", s, Containerd16, Containerd2)
+}
+
 // Options configure Start.
 type Options struct {
+	// Runtime is the container runtime; default Containerd16.
+	Runtime Runtime
 	// Name is the node's name; default "gpushare-node".
 	Name string
 	// Labels are the node's labels (kubelet --node-labels).
@@ -69,6 +94,8 @@ type Node struct {
 	bins   framework.NodeBinaries
 	lock   *Lock
 	client kubernetes.Interface
+	// rt are the runtime's programs.
+	rt runtimeBins
 
 	mu         sync.Mutex
 	containerd *framework.Proc
@@ -86,6 +113,12 @@ type Node struct {
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.Name == "" {
 		opts.Name = "gpushare-node"
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = Containerd16
+	}
+	if _, err := ParseRuntime(string(opts.Runtime)); err != nil {
+		return nil, err
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
@@ -116,6 +149,10 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		lock.Release()
 		return nil, fmt.Errorf("cleaning up after an earlier node: %w", err)
 	}
+	if n.rt, err = findRuntime(ctx, opts.Runtime); err != nil {
+		lock.Release()
+		return nil, err
+	}
 	if n.client, err = kubeclient.New(opts.Kubeconfig, 50, 100, "gpushare-test-node"); err != nil {
 		lock.Release()
 		return nil, err
@@ -131,6 +168,10 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 func (n *Node) start(ctx context.Context) error {
 	st, err := loadHostState()
 	if err != nil {
+		return err
+	}
+	st.Runtime = n.opts.Runtime
+	if err := st.save(); err != nil {
 		return err
 	}
 	if err := st.noteCreated(&st.Created, append([]string{KubeletDir}, n.opts.HostDirs...)...); err != nil {
@@ -176,8 +217,12 @@ func (n *Node) writeConfig() error {
 			return fmt.Errorf("creating %s: %w", d, err)
 		}
 	}
+	containerdConfig := n.lay.containerdConfigTOML(n.opts.SandboxImage)
+	if n.opts.Runtime == Containerd2 {
+		containerdConfig = n.lay.containerd2ConfigTOML(n.opts.SandboxImage, n.rt.shim)
+	}
 	files := map[string]string{
-		n.lay.containerdConfig(): n.lay.containerdConfigTOML(n.opts.SandboxImage),
+		n.lay.containerdConfig(): containerdConfig,
 		n.lay.cniConfFile():      n.lay.cniConflist(),
 		n.lay.kubeletConfig():    n.lay.kubeletConfigYAML(n.opts.Address),
 		n.lay.proxyConfig():      n.lay.proxyConfigYAML(n.opts.Kubeconfig, n.opts.Name),
@@ -193,11 +238,7 @@ func (n *Node) writeConfig() error {
 // startContainerd starts containerd with the layout's configuration and
 // waits until its CRI is ready.
 func (n *Node) startContainerd(ctx context.Context) error {
-	bin, err := exec.LookPath("containerd")
-	if err != nil {
-		return fmt.Errorf("starting containerd: %w", err)
-	}
-	p, err := framework.StartProc("containerd", bin, []string{"--config", n.lay.containerdConfig()},
+	p, err := framework.StartProc("containerd", n.rt.containerd, []string{"--config", n.lay.containerdConfig()},
 		filepath.Join(n.opts.LogsDir, "containerd.log"))
 	if err != nil {
 		return err
@@ -228,7 +269,7 @@ func exitedErr(p *framework.Proc) func() error {
 // importImage imports an image archive into the CRI's namespace with ctr
 // and unpacks it for the overlayfs snapshotter.
 func (n *Node) importImage(ctx context.Context, archive string) error {
-	out, err := exec.CommandContext(ctx, "ctr", "--address", n.lay.containerdSocket(), "--namespace", CRINamespace,
+	out, err := exec.CommandContext(ctx, n.rt.ctr, "--address", n.lay.containerdSocket(), "--namespace", CRINamespace, //nolint:gosec // G204: the runtime's ctr
 		"images", "import", archive).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("importing %s into the node's containerd: %w: %s", archive, err, strings.TrimSpace(string(out)))
@@ -346,6 +387,9 @@ func (n *Node) waitNodeReady(ctx context.Context) error {
 	}
 }
 
+// Runtime is the node's container runtime.
+func (n *Node) Runtime() Runtime { return n.opts.Runtime }
+
 // Name is the node's name.
 func (n *Node) Name() string { return n.opts.Name }
 
@@ -425,7 +469,14 @@ func (n *Node) teardown(ctx context.Context, why string) error {
 	if containerd == nil && cfgErr == nil && (len(runcContainers(n.runcNamespaceRoot())) > 0 || len(shimsOf(n.lay.containerdSocket())) > 0 || dirNotEmpty(n.lay.containerdRoot())) {
 		// An earlier node's containerd: start it again to remove its pods.
 		n.opts.Logf("teardown (%s): starting containerd again to remove its pods", why)
-		if err := n.startContainerd(ctx); err != nil {
+		earlier, err := loadHostState()
+		if err == nil {
+			n.rt, err = findRuntime(ctx, earlier.Runtime)
+		}
+		if err == nil {
+			err = n.startContainerd(ctx)
+		}
+		if err != nil {
 			note(fmt.Errorf("starting the earlier node's containerd to clean up: %w", err))
 		}
 		n.mu.Lock()
@@ -504,6 +555,34 @@ func Cleanup(ctx context.Context, logf func(format string, args ...any)) error {
 	// which goes with the rest.
 	n := &Node{opts: Options{Logf: logf, LogsDir: DataDir}, lay: layout{data: DataDir}, bins: bins, lock: lock}
 	return n.teardown(ctx, "cleanup")
+}
+
+// runtimeBins are a runtime's programs.
+type runtimeBins struct {
+	containerd, shim, ctr string
+}
+
+// findRuntime finds runtime r's programs: Debian's on PATH, or those built
+// from test/tools/containerd (building them when missing). The empty
+// runtime is Containerd16 (a host state from before runtimes were
+// recorded).
+func findRuntime(ctx context.Context, r Runtime) (runtimeBins, error) {
+	if r == Containerd2 {
+		b, err := framework.EnsureContainerdBinaries(ctx)
+		return runtimeBins{containerd: b.Containerd, shim: b.Shim, ctr: b.Ctr}, err
+	}
+	var rt runtimeBins
+	for _, f := range []struct {
+		name string
+		path *string
+	}{{"containerd", &rt.containerd}, {"containerd-shim-runc-v2", &rt.shim}, {"ctr", &rt.ctr}} {
+		p, err := exec.LookPath(f.name)
+		if err != nil {
+			return rt, fmt.Errorf("finding containerd 1.6's %s: %w", f.name, err)
+		}
+		*f.path = p
+	}
+	return rt, nil
 }
 
 // runcNamespaceRoot is runc's state directory for the CRI's containers.

@@ -29,10 +29,13 @@ const Namespace = "kube-system"
 // ReleaseName is the release's name, as in docs/install.md.
 const ReleaseName = "gpushare"
 
+// HookDir is where the tests put the stub nvidia-cdi-hook on the host.
+const HookDir = "/run/gpushare-realnode-hook"
+
 // hostDirs are the host directories the chart's device plugin mounts with
-// DirectoryOrCreate (values cdiDir and mpsRoot's parent), which teardown
-// removes when the node made them.
-var hostDirs = []string{"/run/cdi", "/var/run/cdi", "/run/gpushare"}
+// DirectoryOrCreate (values cdiDir and mpsRoot's parent), and HookDir,
+// which teardown removes when the node made them.
+var hostDirs = []string{"/run/cdi", "/var/run/cdi", "/run/gpushare", HookDir}
 
 // Cluster is a control plane with one real node, gpushare's images
 // imported into it.
@@ -63,6 +66,8 @@ type Options struct {
 	Purpose string
 	// Out receives progress and the image builders' output.
 	Out io.Writer
+	// Runtime is the node's container runtime (node.Options.Runtime).
+	Runtime node.Runtime
 }
 
 // Start builds what is missing (the host's packages, the Kubernetes
@@ -125,6 +130,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := step("node", func() error {
 		c.Node, err = node.Start(ctx, node.Options{
+			Runtime:      opts.Runtime,
 			Name:         NodeName,
 			Labels:       map[string]string{"gpushare": "true"},
 			Kubeconfig:   c.CP.AdminKubeconfig(),

@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpushare/gpushare/test/node"
 )
 
 // shared is the cluster every test of this package uses: one real node
@@ -23,6 +26,8 @@ var shared struct {
 	failed  bool // a test using it failed: keep dir
 	started time.Duration
 }
+
+var runtimeFlag = flag.String("realnode.runtime", string(node.Containerd16), "the real node's container runtime: containerd-1.6 (Debian's; ignores CDI devices) or containerd-2 (built from its module; applies them)")
 
 // startTimeout bounds the start: binaries and images are built when
 // missing (a cold Kubernetes build is about 20 minutes on two cores).
@@ -41,6 +46,11 @@ func cluster(t *testing.T) *Cluster {
 		t.Skip("real node: needs root (containerd, runc, kubelet, iptables, mounts); CI runs it as root")
 	}
 	shared.once.Do(func() {
+		rt, err := node.ParseRuntime(*runtimeFlag)
+		if err != nil {
+			shared.err = err
+			return
+		}
 		shared.dir, shared.err = os.MkdirTemp("", "gpushare-realnode-")
 		if shared.err != nil {
 			return
@@ -53,7 +63,7 @@ func cluster(t *testing.T) *Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		start := time.Now()
-		shared.c, shared.err = Start(ctx, Options{Dir: shared.dir, Purpose: "go test ./realnode", Out: progress})
+		shared.c, shared.err = Start(ctx, Options{Dir: shared.dir, Purpose: "go test ./realnode", Out: progress, Runtime: rt})
 		shared.started = time.Since(start)
 		if shared.c != nil {
 			for _, s := range shared.c.Timings {
