@@ -3,16 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/test/chart/realnode"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 // Files of the state directory.
@@ -42,6 +41,11 @@ const (
 
 func (o options) path(name string) string { return filepath.Join(o.dir, name) }
 
+// files are the supervisor's files.
+func (o options) files() supervisor.Files {
+	return supervisor.Files{Dir: o.dir, PID: supervisorPIDFile, Ready: readyFile, Failed: failedFile, Log: supervisorLog}
+}
+
 // serve is the supervisor: it starts the cluster, installs the chart,
 // starts the demo's pods, writes the ready file and, on SIGTERM, tears
 // everything down.
@@ -52,10 +56,10 @@ func serve(ctx context.Context, o options) error {
 	c, err := realnode.Start(ctx, realnode.Options{
 		Dir:     o.path(clusterDir),
 		Purpose: fmt.Sprintf("make node-demo (supervisor pid %d; make node-demo-down stops it)", os.Getpid()),
-		Out:     lineWriter(logf),
+		Out:     supervisor.Lines(func(line string) { logf("%s", line) }),
 	})
 	if err != nil {
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
 	stop := func() {
 		logf("tearing the node down and stopping the control plane")
@@ -69,11 +73,11 @@ func serve(ctx context.Context, o options) error {
 	}
 	if err := demo(ctx, c, logf); err != nil {
 		stop()
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
-	if err := writeAtomic(o.path(readyFile), c.CP.AdminKubeconfig()+"\n"); err != nil {
+	if err := supervisor.WriteAtomic(o.path(readyFile), c.CP.AdminKubeconfig()+"\n"); err != nil {
 		stop()
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
 	logf("node demo up")
 	reported := map[string]bool{}
@@ -119,34 +123,3 @@ func demo(ctx context.Context, c *realnode.Cluster, logf func(string, ...any)) e
 	}
 	return nil
 }
-
-// giveUp records err for the waiting `up` and returns it.
-func giveUp(o options, err error) error {
-	_ = writeAtomic(o.path(failedFile), err.Error()+"\n")
-	return err
-}
-
-func writeAtomic(path, content string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil { //nolint:gosec // G306: paths and pids
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
-// lineWriter logs each line written to it.
-func lineWriter(logf func(string, ...any)) io.Writer {
-	return writerFunc(func(p []byte) (int, error) {
-		for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-			logf("%s", line)
-		}
-		return len(p), nil
-	})
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (w writerFunc) Write(p []byte) (int, error) { return w(p) }

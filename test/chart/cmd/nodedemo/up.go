@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -21,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/test/chart/realnode"
 	"github.com/gpushare/gpushare/test/node"
 	"github.com/gpushare/gpushare/test/node/probe"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 // startTimeout bounds the supervisor's start, builds included (a cold
@@ -32,7 +31,7 @@ const stopTimeout = 5 * time.Minute
 
 // up starts the supervisor unless one runs, and reports.
 func up(ctx context.Context, o options) error {
-	if pid, ok := supervisor(o); ok {
+	if pid, ok := supervisor.Running(o.files()); ok {
 		fmt.Printf("The node demo is already running (supervisor pid %d); here is its report. `make node-demo-down` stops it.\n\n", pid)
 		return status(ctx, o)
 	}
@@ -61,72 +60,10 @@ func startSupervisor(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("finding this program: %w", err)
 	}
-	logFile, err := os.Create(o.path(supervisorLog))
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", o.path(supervisorLog), err)
+	if err := supervisor.Start(ctx, o.files(), exe, []string{"--dir", o.dir}, os.Stdout, startTimeout); err != nil {
+		return fmt.Errorf("the node demo did not start: %w", err)
 	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(exe, "serve", "--dir", o.dir) //nolint:gosec // G204: this program
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the node demo's supervisor: %w", err)
-	}
-	if err := writeAtomic(o.path(supervisorPIDFile), fmt.Sprintf("%d %s\n", cmd.Process.Pid, exe)); err != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	var offset int64
-	echo := func() { offset = echoFrom(o.path(supervisorLog), offset) }
-	deadline := time.After(startTimeout)
-	for {
-		echo()
-		if _, err := os.Stat(o.path(readyFile)); err == nil {
-			return nil
-		}
-		select {
-		case err := <-exited:
-			echo()
-			why, _ := os.ReadFile(o.path(failedFile))
-			if len(why) == 0 {
-				why = []byte(fmt.Sprintf("the supervisor exited (%v)", err))
-			}
-			return fmt.Errorf("the node demo did not start: %s\n(logs in %s; what it had started is stopped)", strings.TrimSpace(string(why)), o.dir)
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-			return errors.New("interrupted; what the node demo had started is stopped")
-		case <-deadline:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-			return fmt.Errorf("the node demo was not up after %s; stopped it (logs in %s)", startTimeout, o.dir)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-}
-
-// echoFrom prints the complete lines of path after offset, indented, and
-// returns the new offset.
-func echoFrom(path string, offset int64) int64 {
-	f, err := os.Open(path)
-	if err != nil {
-		return offset
-	}
-	defer func() { _ = f.Close() }()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return offset
-	}
-	b, _ := io.ReadAll(f)
-	i := strings.LastIndexByte(string(b), '\n')
-	if i < 0 {
-		return offset
-	}
-	for _, line := range strings.Split(string(b[:i]), "\n") {
-		fmt.Println("  " + line)
-	}
-	return offset + int64(i+1)
+	return nil
 }
 
 // status prints `kubectl inspect gpushare`, each demo pod's card by its
@@ -187,14 +124,14 @@ func status(ctx context.Context, o options) error {
 // down stops the supervisor, which tears the node down and stops the
 // control plane, then cleans up what a supervisor that died left.
 func down(ctx context.Context, o options) error {
-	if pid, ok := supervisor(o); ok {
+	if pid, ok := supervisor.Running(o.files()); ok {
 		fmt.Printf("stopping the node demo's supervisor (pid %d), which tears the node down\n", pid)
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			return fmt.Errorf("signalling pid %d: %w", pid, err)
 		}
 		deadline := time.Now().Add(stopTimeout)
 		for {
-			if _, ok := supervisor(o); !ok {
+			if _, ok := supervisor.Running(o.files()); !ok {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -211,30 +148,4 @@ func down(ctx context.Context, o options) error {
 	}
 	fmt.Printf("node demo stopped; nothing of it runs (logs kept in %s)\n", o.dir)
 	return nil
-}
-
-// supervisor returns the running supervisor's pid, if any: the pid file's
-// process, when its command line is this program's serve.
-func supervisor(o options) (int, bool) {
-	b, err := os.ReadFile(o.path(supervisorPIDFile))
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(f[0])
-	if err != nil || pid <= 1 {
-		return 0, false
-	}
-	cmdline, err := os.ReadFile(filepath.Join("/proc", f[0], "cmdline"))
-	if err != nil {
-		return 0, false
-	}
-	argv := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-	if len(argv) < 2 || argv[0] != f[1] || argv[1] != "serve" {
-		return 0, false
-	}
-	return pid, true
 }

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 // Files of the state directory.
 const (
-	supervisorPIDFile = "demo.pid"  // "PID EXE" of the supervisor
+	supervisorPIDFile = "demo.pid"  // "PID EXE" of the supervisor (supervisor.Files)
 	processesFile     = "processes" // "PID EXE NAME" per cluster process
 	readyFile         = "ready"     // the admin kubeconfig path, once up
 	failedFile        = "failed"    // why the supervisor gave up
@@ -28,6 +29,11 @@ const demoTokenTTL = 30 * 24 * time.Hour
 
 func (o options) path(name string) string { return filepath.Join(o.dir, name) }
 
+// files are the supervisor's files.
+func (o options) files() supervisor.Files {
+	return supervisor.Files{Dir: o.dir, PID: supervisorPIDFile, Ready: readyFile, Failed: failedFile, Log: supervisorLog}
+}
+
 // serve is the supervisor: it starts the cluster, writes the PID and ready
 // files, and stops everything on SIGTERM.
 func serve(ctx context.Context, o options) error {
@@ -36,7 +42,7 @@ func serve(ctx context.Context, o options) error {
 	}
 	bins, err := cluster.Installed(ctx, filepath.Join(o.root, "bin"))
 	if err != nil {
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir:          o.path(clusterDir),
@@ -45,22 +51,22 @@ func serve(ctx context.Context, o options) error {
 		Nodes:        cluster.DefaultNodes(o.nodes),
 		TokenTTL:     demoTokenTTL,
 		Verbosity:    2,
-		Progress:     writerFunc(func(s string) { logf("%s", strings.TrimRight(s, "\n")) }),
+		Progress:     supervisor.Lines(func(s string) { logf("%s", s) }),
 	})
 	if err != nil {
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
 	var lines strings.Builder
 	for _, p := range c.Processes() {
 		fmt.Fprintf(&lines, "%d %s %s\n", p.PID, p.Exe, p.Name)
 	}
-	if err := writeAtomic(o.path(processesFile), lines.String()); err != nil {
+	if err := supervisor.WriteAtomic(o.path(processesFile), lines.String()); err != nil {
 		c.Stop()
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
-	if err := writeAtomic(o.path(readyFile), c.AdminKubeconfig()+"\n"); err != nil {
+	if err := supervisor.WriteAtomic(o.path(readyFile), c.AdminKubeconfig()+"\n"); err != nil {
 		c.Stop()
-		return giveUp(o, err)
+		return o.files().GiveUp(err)
 	}
 	logf("cluster up; %d processes recorded in %s", len(c.Processes()), o.path(processesFile))
 
@@ -86,32 +92,6 @@ func serve(ctx context.Context, o options) error {
 			}
 		}
 	}
-}
-
-// giveUp records err for the waiting `up` and returns it.
-func giveUp(o options, err error) error {
-	_ = writeAtomic(o.path(failedFile), err.Error()+"\n")
-	return err
-}
-
-func writeAtomic(path, content string) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
-}
-
-type writerFunc func(string)
-
-func (w writerFunc) Write(p []byte) (int, error) {
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		w(line)
-	}
-	return len(p), nil
 }
 
 // record is one line of the PID files.
@@ -154,18 +134,4 @@ func readRecords(path string) ([]record, error) {
 func (r record) alive() bool {
 	argv, err := cluster.Cmdline(r.pid)
 	return err == nil && argv[0] == r.exe
-}
-
-// supervisor returns the running supervisor's record, if any.
-func supervisor(o options) (record, bool) {
-	recs, err := readRecords(o.path(supervisorPIDFile))
-	if err != nil || len(recs) == 0 {
-		return record{}, false
-	}
-	r := recs[0]
-	argv, err := cluster.Cmdline(r.pid)
-	if err != nil || argv[0] != r.exe || len(argv) < 2 || argv[1] != "serve" {
-		return record{}, false
-	}
-	return r, true
 }

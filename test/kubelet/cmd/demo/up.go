@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 // startTimeout bounds the supervisor's start-up (the builds are done by then).
@@ -21,8 +19,8 @@ const startTimeout = 5 * time.Minute
 
 // up builds, starts the supervisor unless one runs, and reports.
 func up(ctx context.Context, o options) error {
-	if r, ok := supervisor(o); ok {
-		fmt.Printf("The demo is already running (supervisor pid %d); here is its report. `make demo-down` stops it.\n\n", r.pid)
+	if pid, ok := supervisor.Running(o.files()); ok {
+		fmt.Printf("The demo is already running (supervisor pid %d); here is its report. `make demo-down` stops it.\n\n", pid)
 		return status(ctx, o)
 	}
 	if err := cluster.CheckPort(fmt.Sprintf("127.0.0.1:%d", o.extenderPort)); err != nil {
@@ -64,72 +62,11 @@ func startSupervisor(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("finding this program: %w", err)
 	}
-	logPath := o.path(supervisorLog)
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", logPath, err)
+	args := []string{"--dir", o.dir, "--nodes", strconv.Itoa(o.nodes), "--extender-port", strconv.Itoa(o.extenderPort)}
+	if err := supervisor.Start(ctx, o.files(), exe, args, os.Stdout, startTimeout); err != nil {
+		return fmt.Errorf("the cluster did not start: %w", err)
 	}
-	defer func() { _ = logFile.Close() }()
-	cmd := exec.Command(exe, "serve", "--dir", o.dir, "--nodes", strconv.Itoa(o.nodes), "--extender-port", strconv.Itoa(o.extenderPort))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the demo supervisor: %w", err)
-	}
-	if err := writeAtomic(o.path(supervisorPIDFile), fmt.Sprintf("%d %s supervisor\n", cmd.Process.Pid, exe)); err != nil {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		return err
-	}
-	var waitErr error             // the supervisor's exit, valid once exited is closed
-	exited := make(chan struct{}) // closed when the supervisor has exited
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-
-	var offset int64
-	echo := func() {
-		f, err := os.Open(logPath)
-		if err != nil {
-			return
-		}
-		defer func() { _ = f.Close() }()
-		if _, err := f.Seek(offset, io.SeekStart); err != nil {
-			return
-		}
-		b, _ := io.ReadAll(f)
-		if i := strings.LastIndexByte(string(b), '\n'); i >= 0 {
-			for _, line := range strings.Split(string(b[:i]), "\n") {
-				fmt.Println("  " + line)
-			}
-			offset += int64(i + 1)
-		}
-	}
-	deadline := time.After(startTimeout)
-	for {
-		echo()
-		if _, err := os.Stat(o.path(readyFile)); err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			echo()
-			why, _ := os.ReadFile(o.path(failedFile))
-			if len(why) == 0 {
-				why = []byte(fmt.Sprintf("the supervisor exited (%v)", waitErr))
-			}
-			return fmt.Errorf("the cluster did not start: %s\n(logs in %s; every process it had started is stopped)", strings.TrimSpace(string(why)), o.dir)
-		case <-ctx.Done():
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-			return errors.New("interrupted; every process the demo had started is stopped")
-		case <-deadline:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			<-exited
-			return fmt.Errorf("the cluster was not up after %s; stopped it (logs in %s)", startTimeout, o.dir)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // down stops the supervisor, which stops the cluster, then anything of the
@@ -137,13 +74,20 @@ func startSupervisor(ctx context.Context, o options) error {
 // only processes whose /proc/PID/cmdline is the recorded executable.
 func down(o options) error {
 	stopped := 0
-	if r, ok := supervisor(o); ok {
-		fmt.Printf("stopping the demo supervisor (pid %d), which stops the cluster\n", r.pid)
-		if err := syscall.Kill(r.pid, syscall.SIGTERM); err != nil {
-			return fmt.Errorf("signalling pid %d: %w", r.pid, err)
+	if pid, ok := supervisor.Running(o.files()); ok {
+		fmt.Printf("stopping the demo supervisor (pid %d), which stops the cluster\n", pid)
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("signalling pid %d: %w", pid, err)
 		}
-		if !waitGone(r, 60*time.Second) {
-			return fmt.Errorf("the supervisor (pid %d) is still running after 60s; see %s", r.pid, o.path(supervisorLog))
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			if _, ok := supervisor.Running(o.files()); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the supervisor (pid %d) is still running after 60s; see %s", pid, o.path(supervisorLog))
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		stopped++
 	}
