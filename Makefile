@@ -9,7 +9,9 @@ LDFLAGS  := -X github.com/gpushare/gpushare/pkg/version.Version=$(VERSION)
 TOOLS    := $(CURDIR)/bin/tools
 GOLANGCI := $(TOOLS)/golangci-lint
 GOLANGCI_VERSION := v2.15.0
-# The integration tests build a real control plane the first time (~15 min on 2 cores).
+# The integration tests build a real control plane the first time (~15 min
+# on 2 cores); the real-node test (test/chart/realnode, root only) builds
+# kubelet, kube-proxy and kube-controller-manager the first time too.
 TEST_TIMEOUT ?= 45m
 
 .DEFAULT_GOAL := help
@@ -48,7 +50,7 @@ controlplane: ## Build etcd, kube-apiserver, kube-scheduler and kubectl (for the
 	$(GO) run ./test/cmd/controlplane build
 
 .PHONY: test
-test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager.
+test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, and (as root) a real node with helm install.
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	cd test/kubelet && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	cd test/chart && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
@@ -192,8 +194,9 @@ node-demo-down: ## Stop every process make node-demo started and tear the real n
 	bin/gpushare-node-demo down
 
 .PHONY: node-test
-node-test: controlplane ## The real-node tests alone, verbose (root): helm install in both topologies, GPU pods seen from inside, faults, helm uninstall.
-	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/
+node-test: controlplane ## The real-node tests alone, verbose (root): helm install in both topologies, faults, driver mode, on Debian's containerd 1.6, then on containerd 2 built from its module (which applies CDI devices).
+	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults
+	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.runtime=containerd-2
 
 .PHONY: e2e
 e2e: controlplane ## End-to-end tests: kube-scheduler -> extender -> device plugin -> kubelet's device manager on simulated nodes.
