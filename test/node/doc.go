@@ -9,8 +9,9 @@
 // (EnsureHost). There is one node per machine: kubelet's device manager
 // always serves /var/lib/kubelet/device-plugins/kubelet.sock, whatever its
 // root directory, so the node uses /var/lib/kubelet, and a lock file
-// (LockPath) keeps a second node, from another test binary or from
-// `make node-demo`, off the machine while one runs.
+// (LockPath) keeps a second node off the machine while one runs: another
+// test binary waits for it, except for `make node-demo`'s, which runs
+// until make node-demo-down (TakeLock).
 //
 // Everything else the node writes is under DataDir. Stop, and Start before
 // it begins (after a node that was not stopped, e.g. a killed test binary),

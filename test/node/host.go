@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // Paths on this machine. The node uses nothing else, except what
@@ -147,24 +148,56 @@ func HostAddress() (string, error) {
 // Lock is the machine-wide node lock (LockPath).
 type Lock struct{ f *os.File }
 
-// ErrLocked is returned by TakeLock when another process runs a node.
+// ErrLocked is returned by TakeLock when another process runs a node
+// that it does not wait for.
 var ErrLocked = errors.New("another process runs the real node on this machine")
 
-// TakeLock takes LockPath without waiting and writes this process's id and
-// purpose into it. When another process holds it, the error (ErrLocked)
-// names that process and its purpose.
-func TakeLock(purpose string) (*Lock, error) {
-	f, err := os.OpenFile(LockPath, os.O_CREATE|os.O_RDWR, 0o644)
+// demoPurpose marks the lock of `make node-demo`, which holds the node
+// until make node-demo-down: nobody waits for it.
+const demoPurpose = "make node-demo"
+
+// TakeLock takes LockPath and writes this process's id and purpose into
+// it. While another process holds it, TakeLock waits (saying so once to
+// logf) until ctx ends, unless that process is `make node-demo` (its
+// purpose starts with "make node-demo"): then, and when ctx ends, it
+// fails with ErrLocked, naming the holder.
+func TakeLock(ctx context.Context, purpose string, logf func(string, ...any)) (*Lock, error) {
+	return takeLock(ctx, LockPath, purpose, logf)
+}
+
+// takeLock is TakeLock of the lock file at path.
+func takeLock(ctx context.Context, path, purpose string, logf func(string, ...any)) (*Lock, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644) //nolint:gosec // G304: the lock's path
 	if err != nil {
 		return nil, fmt.Errorf("opening the node lock: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(LockPath)
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w (%s): stop it first (make node-demo-down stops the demo's)", ErrLocked, strings.TrimSpace(string(holder)))
+	announced := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
 		}
-		return nil, fmt.Errorf("locking %s: %w", LockPath, err)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		b, _ := os.ReadFile(path)
+		holder := strings.TrimSpace(string(b))
+		_, holderPurpose, _ := strings.Cut(holder, ": ")
+		if strings.HasPrefix(holderPurpose, demoPurpose) {
+			_ = f.Close()
+			return nil, fmt.Errorf("%w (%s): make node-demo-down stops it", ErrLocked, holder)
+		}
+		if !announced && logf != nil {
+			logf("waiting for the node lock %s, held by %s", path, holder)
+			announced = true
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("%w (%s) and kept it: %w", ErrLocked, holder, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(fmt.Sprintf("pid %d: %s\n", os.Getpid(), purpose)), 0)

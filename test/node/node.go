@@ -140,7 +140,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	lock, err := TakeLock(opts.Purpose)
+	lock, err := TakeLock(ctx, opts.Purpose, opts.Logf)
 	if err != nil {
 		return nil, err
 	}
@@ -544,7 +544,7 @@ func Cleanup(ctx context.Context, logf func(format string, args ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
-	lock, err := TakeLock("cleaning up after a node")
+	lock, err := TakeLock(ctx, "cleaning up after a node", logf)
 	if err != nil {
 		return err
 	}

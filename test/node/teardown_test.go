@@ -1,10 +1,14 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestRemoveTreeUnmountsFirst: removeTree detaches nested mounts, deepest
@@ -75,5 +79,45 @@ func TestParseRuntime(t *testing.T) {
 	}
 	if _, err := ParseRuntime("docker"); err == nil {
 		t.Error("ParseRuntime(docker) = nil, want an error")
+	}
+}
+
+// TestTakeLock: a second taker waits for the holder and gets the lock
+// once it is released; one that finds make node-demo's lock fails at once.
+func TestTakeLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	first, err := takeLock(context.Background(), path, "go test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := takeLock(ctx, path, "second", nil); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "go test") {
+		t.Errorf("a second taker while the first holds it: %v, want ErrLocked naming the holder", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := takeLock(context.Background(), path, "third", nil)
+		if err == nil {
+			l.Release()
+		}
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	first.Release()
+	if err := <-got; err != nil {
+		t.Errorf("a waiting taker after the release: %v", err)
+	}
+	demo, err := takeLock(context.Background(), path, demoPurpose+" (supervisor pid 1)", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer demo.Release()
+	start := time.Now()
+	if _, err := takeLock(context.Background(), path, "go test", nil); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "make node-demo-down") {
+		t.Errorf("a taker of the demo's lock: %v, want ErrLocked at once", err)
+	}
+	if time.Since(start) > time.Second {
+		t.Errorf("a taker of the demo's lock waited %s", time.Since(start))
 	}
 }

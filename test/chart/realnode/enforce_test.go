@@ -234,4 +234,3 @@ func (c *Cluster) waitUnschedulable(ctx context.Context, ns, name string) (strin
 		time.Sleep(time.Second)
 	}
 }
-
