@@ -28,11 +28,11 @@ func dialCRI(socket string) (*criClient, error) {
 
 func (c *criClient) close() { _ = c.conn.Close() }
 
-// waitReady waits until the runtime answers Version and says it is ready
-// (RuntimeReady; NetworkReady needs a CNI configuration, which the node
-// writes before containerd starts).
+// waitReady waits until the runtime answers Status with RuntimeReady and
+// NetworkReady (which needs a CNI configuration: the node writes it
+// before containerd starts).
 func (c *criClient) waitReady(ctx context.Context, exited func() error) error {
-	last := errors.New("no answer yet")
+	var last error
 	for {
 		if err := exited(); err != nil {
 			return err
@@ -56,7 +56,7 @@ func (c *criClient) waitReady(ctx context.Context, exited func() error) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for containerd's CRI to be ready: %w (last: %v)", ctx.Err(), last)
+			return fmt.Errorf("waiting for containerd's CRI to be ready: %w (last: %w)", ctx.Err(), last)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -85,14 +85,4 @@ func (c *criClient) removeAllSandboxes(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, errors.Join(errs...)
-}
-
-// status is the runtime's verbose status: its conditions, and its
-// configuration as containerd reports it under info["config"] (JSON).
-func (c *criClient) status(ctx context.Context) (*runtimeapi.StatusResponse, error) {
-	st, err := c.rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
-	if err != nil {
-		return nil, fmt.Errorf("reading the CRI runtime's status: %w", err)
-	}
-	return st, nil
 }

@@ -266,7 +266,7 @@ func removeLogLinks(podLogs string) error {
 
 // deleteLink deletes a network interface if it exists.
 func deleteLink(ctx context.Context, name string) error {
-	if _, err := os.Stat(filepath.Join("/sys/class/net", name)); err != nil {
+	if _, err := os.Stat(filepath.Join("/sys/class/net", name)); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
 	out, err := exec.CommandContext(ctx, "ip", "link", "delete", name).CombinedOutput()

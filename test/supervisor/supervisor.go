@@ -69,7 +69,7 @@ func Start(ctx context.Context, f Files, exe string, args []string, out io.Write
 	deadline := time.After(timeout)
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-exited
+		<-exited // stopped on purpose: how it exited is no news
 		echo()
 	}
 	for {
