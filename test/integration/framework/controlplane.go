@@ -104,8 +104,11 @@ type NodeAccess struct {
 // make pods; the garbage collector deletes what their owners leave when
 // deleted (helm uninstall relies on it); each namespace gets its default
 // ServiceAccount and the kube-root-ca.crt ConfigMap every token volume
-// mounts; Services get EndpointSlices for kube-proxy; PodDisruptionBudgets
-// get their status; deleted namespaces are emptied.
+// mounts; Secrets of type kubernetes.io/service-account-token get their
+// token (the chart's extender sidecar mounts one: without it the
+// scheduler's pods never start); Services get EndpointSlices for
+// kube-proxy; PodDisruptionBudgets get their status; deleted namespaces
+// are emptied.
 var NodeControllers = []string{
 	"daemonset-controller",
 	"deployment-controller",
@@ -116,6 +119,7 @@ var NodeControllers = []string{
 	"replicaset-controller",
 	"root-ca-certificate-publisher-controller",
 	"serviceaccount-controller",
+	"serviceaccount-token-controller",
 }
 
 // ExtenderTLS are the files kube-scheduler reads to call an extender over
@@ -413,6 +417,7 @@ func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
 		"--kubeconfig="+cp.AdminKubeconfig(),
 		"--controllers="+strings.Join(NodeControllers, ","),
 		"--root-ca-file="+cp.pki.CACert,
+		"--service-account-private-key-file="+cp.pki.SAKey,
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",
