@@ -23,6 +23,9 @@ const NodeName = "gpushare-node"
 // FakeGPUs are the node's simulated cards (devicePlugin.fakeGPUs).
 const FakeGPUs = "2xTesla-T4:16GiB"
 
+// fakeGPUCount is how many cards FakeGPUs makes.
+const fakeGPUCount = 2
+
 // Namespace is the release's namespace, as in docs/install.md.
 const Namespace = "kube-system"
 

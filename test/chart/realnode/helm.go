@@ -31,8 +31,11 @@ const ExtenderClusterIP = "10.0.0.100"
 // from `make images` (image.registry and the tags of node.BuildImages,
 // pulled never: they are imported), and the device plugin on simulated
 // cards (devicePlugin.fakeGPUs, which the chart documents for nodes
-// without GPUs, with runtimeClassName "": no NVIDIA runtime here). extra
-// is merged over them, key by key at the top level.
+// without GPUs, with runtimeClassName "": no NVIDIA runtime here), whose
+// idle taint starts at the node's two cards (devicePlugin.idleTaintMinCards;
+// the default, 4, would never taint this node) so that the tests see the
+// plugin write it through the node-scope admission policy. extra is merged
+// over them, key by key at the top level.
 func Values(topology string, extra map[string]any) map[string]any {
 	v := map[string]any{
 		"topology": topology,
@@ -43,8 +46,9 @@ func Values(topology string, extra map[string]any) map[string]any {
 			"devicePlugin": map[string]any{"tag": node.ImageTag},
 		},
 		"devicePlugin": map[string]any{
-			"fakeGPUs":         FakeGPUs,
-			"runtimeClassName": "",
+			"fakeGPUs":          FakeGPUs,
+			"runtimeClassName":  "",
+			"idleTaintMinCards": fakeGPUCount,
 		},
 	}
 	if topology == Extender {

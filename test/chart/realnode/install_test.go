@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // Timeouts of the install test; generous, for a loaded two-core machine.
@@ -29,8 +32,10 @@ const (
 // which exactly one leader is Ready) and the check lists every pod of the
 // release; three GPU pods asking 4, 8 and 12 GiB run on the card their
 // annotation names, as the container itself sees it, and no card holds
-// more than 16 GiB; `helm uninstall` and the commands NOTES.txt lists
-// after it leave nothing behind.
+// more than 16 GiB; the device plugin keeps its idle taint on the node
+// while no GPU pod is there and takes it off when one is (the node-scope
+// admission policy lets it); `helm uninstall` and the commands NOTES.txt
+// lists after it leave nothing behind.
 func TestHelmInstall(t *testing.T) {
 	c := cluster(t)
 	for _, topology := range []string{SecondScheduler, Extender} {
@@ -41,7 +46,9 @@ func TestHelmInstall(t *testing.T) {
 func testInstall(t *testing.T, c *Cluster, topology string) {
 	ctx := context.Background()
 	uninstall := install(ctx, t, c, topology, nil)
+	waitIdleTaint(ctx, t, c, true)
 	runGPUPods(ctx, t, c, "realnode-"+topology, []int64{4, 8, 12})
+	waitIdleTaint(ctx, t, c, false)
 	uninstall()
 	var left []string
 	deadline := time.Now().Add(goneTimeout)
@@ -58,6 +65,37 @@ func testInstall(t *testing.T, c *Cluster, topology string) {
 	if len(left) > 0 {
 		t.Errorf("helm uninstall left %d things behind after %s:\n  %s", len(left), goneTimeout, strings.Join(left, "\n  "))
 	}
+}
+
+// waitIdleTaint waits until the real node carries the device plugin's
+// idle taint (gpushare.io/idle-gpus:PreferNoSchedule), or no longer does,
+// as want says; it fails the test after podTimeout.
+func waitIdleTaint(ctx context.Context, t *testing.T, c *Cluster, want bool) {
+	t.Helper()
+	var taints []corev1.Taint
+	deadline := time.Now().Add(podTimeout)
+	for {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("reading node %s: %v", NodeName, err)
+		}
+		taints = n.Spec.Taints
+		has := slices.ContainsFunc(taints, func(tn corev1.Taint) bool {
+			return tn.Key == gpushare.TaintIdleGPUs && tn.Effect == corev1.TaintEffectPreferNoSchedule
+		})
+		if has == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if want {
+		t.Fatalf("node %s (%d cards, idleTaintMinCards %d, no GPU pod) has no %s taint after %s; its taints: %v (the device plugin's log says why)",
+			NodeName, fakeGPUCount, fakeGPUCount, gpushare.TaintIdleGPUs, podTimeout, taints)
+	}
+	t.Fatalf("node %s still has the %s taint %s after its GPU pods started; its taints: %v", NodeName, gpushare.TaintIdleGPUs, podTimeout, taints)
 }
 
 // install installs the release in topology with extra values, checks its

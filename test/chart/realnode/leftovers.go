@@ -50,7 +50,8 @@ var leftoverKinds = []struct {
 // "resource namespace/name" a line, sorted: every object of leftoverKinds
 // in the release namespace or cluster-scoped whose name starts with
 // "gpushare" or that carries the release's instance label, and every
-// gpushare annotation or allocatable aliyun.com resource still on a node.
+// gpushare annotation or taint or allocatable aliyun.com resource still on
+// a node.
 func (c *Cluster) Leftovers(ctx context.Context) ([]string, error) {
 	dyn, err := dynamic.NewForConfig(c.CP.RESTConfig(framework.AdminUser))
 	if err != nil {
@@ -91,6 +92,11 @@ func (c *Cluster) Leftovers(ctx context.Context) ([]string, error) {
 		for key := range n.Annotations {
 			if strings.HasPrefix(key, "gpushare.io/") {
 				out = append(out, fmt.Sprintf("node %s annotation %s", n.Name, key))
+			}
+		}
+		for _, tn := range n.Spec.Taints {
+			if strings.HasPrefix(tn.Key, "gpushare.io/") {
+				out = append(out, fmt.Sprintf("node %s taint %s:%s", n.Name, tn.Key, tn.Effect))
 			}
 		}
 		// kubelet keeps a plugin's resource in the capacity for five
