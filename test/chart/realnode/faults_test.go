@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strings"
@@ -198,7 +199,11 @@ func (c *Cluster) waitRegisteredSince(ctx context.Context, before registrations)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Errorf("the device plugin has not registered with kubelet again within %s of the fault (before %+v, now %+v, %v)", recoverTimeout, before, now, err)
+	msg := fmt.Sprintf("the device plugin has not registered with kubelet again within %s of the fault (before %+v, now %+v)", recoverTimeout, before, now)
+	if err != nil {
+		return fmt.Errorf("%s: %w", msg, err)
+	}
+	return errors.New(msg)
 }
 
 // waitAllocatable waits until the node offers gib GiB of aliyun.com/gpu-mem

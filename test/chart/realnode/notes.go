@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -39,31 +40,30 @@ func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
 // runNotesCommand runs one kubectl command of NOTES.txt (args after
 // "kubectl").
 func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
-	switch {
-	case len(args) >= 4 && args[0] == "annotate" && args[1] == "node" && strings.HasSuffix(args[len(args)-1], "-"):
-		key := strings.TrimSuffix(args[len(args)-1], "-")
-		sel := metav1.ListOptions{}
-		switch {
-		case len(args) == 5 && args[2] == "-l":
-			sel.LabelSelector = args[3]
-		case len(args) == 4 && args[2] == "--all":
-		default:
-			return fmt.Errorf("want annotate node (-l SELECTOR | --all) KEY-")
-		}
-		nodes, err := c.Client.CoreV1().Nodes().List(ctx, sel)
-		if err != nil {
-			return err
-		}
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: nil}}})
-		if err != nil {
-			return err
-		}
-		for _, n := range nodes.Items {
-			if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return err
-			}
-		}
-		return nil
+	if len(args) < 4 || args[0] != "annotate" || args[1] != "node" || !strings.HasSuffix(args[len(args)-1], "-") {
+		return errors.New("not a command this test knows how to run")
 	}
-	return fmt.Errorf("not a command this test knows how to run")
+	key := strings.TrimSuffix(args[len(args)-1], "-")
+	sel := metav1.ListOptions{}
+	switch {
+	case len(args) == 5 && args[2] == "-l":
+		sel.LabelSelector = args[3]
+	case len(args) == 4 && args[2] == "--all":
+	default:
+		return errors.New("want annotate node (-l SELECTOR | --all) KEY-")
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, sel)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: nil}}})
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

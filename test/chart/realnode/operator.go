@@ -46,8 +46,11 @@ func (c *Cluster) operatorFiles(ctx context.Context) (operatorFiles, error) {
 			URLPrefix string `json:"urlPrefix"`
 		} `json:"extenders"`
 	}
-	if err := yaml.Unmarshal([]byte(cfg), &parsed); err != nil || len(parsed.Extenders) == 0 {
-		return operatorFiles{}, fmt.Errorf("the ConfigMap's scheduler configuration has no extenders (%v):\n%s", err, cfg)
+	if err := yaml.Unmarshal([]byte(cfg), &parsed); err != nil {
+		return operatorFiles{}, fmt.Errorf("reading the ConfigMap's scheduler configuration: %w\n%s", err, cfg)
+	}
+	if len(parsed.Extenders) == 0 {
+		return operatorFiles{}, fmt.Errorf("the ConfigMap's scheduler configuration has no extenders:\n%s", cfg)
 	}
 	f.urlPrefix = parsed.Extenders[0].URLPrefix
 	for path, data := range map[string][]byte{

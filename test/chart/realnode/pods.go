@@ -86,16 +86,17 @@ func (c *Cluster) WaitReport(ctx context.Context, namespace, name string, minRun
 			last = describePod(pod)
 			if pod.Status.Phase == corev1.PodRunning {
 				text, run, err := c.Node.ContainerLog(namespace, name, string(pod.UID), ProbeContainer)
-				if err == nil && run < minRun {
+				switch {
+				case err != nil:
+					last = fmt.Sprintf("running, log: %v", err)
+				case run < minRun:
 					last = fmt.Sprintf("running, its container's run %d not started yet (at %d)", minRun, run)
-				} else if err == nil {
+				default:
 					r, perr := probe.Parse(text)
 					if perr == nil {
 						return pod, r, run, nil
 					}
 					last = fmt.Sprintf("running, report: %v", perr)
-				} else {
-					last = fmt.Sprintf("running, log: %v", err)
 				}
 			}
 		}
