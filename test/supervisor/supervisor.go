@@ -67,10 +67,13 @@ func Start(ctx context.Context, f Files, exe string, args []string, out io.Write
 	var offset int64
 	echo := func() { offset = echoFrom(out, f.Path(f.Log), offset) }
 	deadline := time.After(timeout)
-	stop := func() {
+	// stop stops the supervisor and returns how it exited, which is no
+	// news when it was stopped on purpose.
+	stop := func() error {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		<-exited // stopped on purpose: how it exited is no news
+		err := <-exited
 		echo()
+		return err
 	}
 	for {
 		echo()
@@ -86,10 +89,10 @@ func Start(ctx context.Context, f Files, exe string, args []string, out io.Write
 			}
 			return fmt.Errorf("%s\n(logs in %s; everything it had started is stopped)", strings.TrimSpace(string(why)), f.Dir)
 		case <-ctx.Done():
-			stop()
+			_ = stop()
 			return errors.New("interrupted; everything the supervisor had started is stopped")
 		case <-deadline:
-			stop()
+			_ = stop()
 			return fmt.Errorf("not up after %s; stopped it (logs in %s)", timeout, f.Dir)
 		case <-time.After(300 * time.Millisecond):
 		}
