@@ -27,6 +27,7 @@ import (
 	"syscall"
 
 	"github.com/gpushare/gpushare/test/chart"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 const usage = `usage: gpushare-node-demo <command> [flags]
@@ -51,26 +52,13 @@ func run() int {
 	fs := flag.NewFlagSet("gpushare-node-demo", flag.ExitOnError)
 	var o options
 	fs.StringVar(&o.dir, "dir", "", "state directory: PID file, logs, kubeconfigs (default <repo>/_output/node-demo)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+	cmd, exit, err := supervisor.ParseCommand(fs, usage, os.Args[1:])
+	if err != nil {
+		return fail(err)
 	}
-	if len(os.Args) < 2 {
-		fs.Usage()
-		return 2
+	if cmd == "" {
+		return exit
 	}
-	cmd := os.Args[1]
-	switch cmd {
-	case "help", "-h", "-help", "--help":
-		fs.SetOutput(os.Stdout)
-		fs.Usage()
-		return 0
-	case "up", "status", "down", "serve":
-	default:
-		fs.Usage()
-		return fail(fmt.Errorf("unknown command %q", cmd))
-	}
-	_ = fs.Parse(os.Args[2:])
 	root, err := chart.RepoRoot()
 	if err != nil {
 		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))

@@ -28,6 +28,7 @@ import (
 	"syscall"
 
 	"github.com/gpushare/gpushare/test/integration/framework"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 const usage = `usage: gpushare-demo <command> [flags]
@@ -57,27 +58,13 @@ func run() int {
 	fs.StringVar(&o.dir, "dir", "", "state directory: PID files, logs, kubeconfigs, etcd data (default <repo>/_output/demo)")
 	fs.IntVar(&o.nodes, "nodes", 3, "simulated GPU nodes, cycling 4×T4 16 GiB, 2×A100 80 GiB, 8×V100 32 GiB")
 	fs.IntVar(&o.extenderPort, "extender-port", 39999, "the extender's port on 127.0.0.1")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
+	cmd, exit, err := supervisor.ParseCommand(fs, usage, os.Args[1:])
+	if err != nil {
+		return fail(err)
 	}
-	if len(os.Args) < 2 {
-		fs.Usage()
-		return 2
+	if cmd == "" {
+		return exit
 	}
-	cmd := os.Args[1]
-	switch cmd {
-	case "help", "-h", "-help", "--help":
-		// Before RepoRoot: help works anywhere, not only inside the repository.
-		fs.SetOutput(os.Stdout)
-		fs.Usage()
-		return 0
-	case "up", "status", "down", "serve":
-	default:
-		fs.Usage()
-		return fail(fmt.Errorf("unknown command %q", cmd))
-	}
-	_ = fs.Parse(os.Args[2:])
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
