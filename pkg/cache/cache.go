@@ -93,6 +93,9 @@ type Cache struct {
 	floor map[types.UID]uint64
 	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
 	catchUp *CatchUp
+	// reservations counts the entries of pods in StateReserved (Reserve),
+	// read without the lock: while it is 0 no pod's fit needs its credit.
+	reservations atomic.Int64
 
 	// index finds the slot holding the last published copy of every node
 	// seen (not placeholders), by name; inputs:
@@ -195,6 +198,9 @@ type podState struct {
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
 	confirmed bool
+	// victims: for a StateReserved entry (preempt.go), the UIDs of the
+	// pods evicted for it, which later preemptions count as gone.
+	victims []types.UID
 }
 
 // ignoredPod is a pending pod whose allocation annotation is ignored.
@@ -456,7 +462,7 @@ func (c *Cache) syncHost(pod *PodInfo) {
 	case h.node != "":
 		c.setHost(pod.UID, h)
 	default:
-		if ps, ok := c.pods[pod.UID]; ok && ps.state == StateAssumed {
+		if ps, ok := c.pods[pod.UID]; ok && (ps.state == StateAssumed || ps.state == StateReserved) {
 			h.node, h.assumed = ps.node, true
 			c.setHost(pod.UID, h)
 			return
@@ -516,6 +522,9 @@ func (c *Cache) remove(uid types.UID) {
 		return
 	}
 	delete(c.pods, uid)
+	if ps.state == StateReserved {
+		c.reservations.Add(-1)
+	}
 	if h, ok := c.hosts[uid]; ok && h.assumed {
 		c.dropHost(uid)
 	}
@@ -768,13 +777,14 @@ func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushar
 			c.mu.Unlock()
 			return nil, err
 		}
+		cr := c.creditLocked(pod.GetUID()) // room reserved for the pod (preempt.go) is free to it
 		if try >= optimisticTries {
-			reason := fitReason(&ns.node, ns.source, ns.invErr, pod, p, pl, b)
+			reason := fitReason(cr.onNode(&ns.node), ns.source, ns.invErr, pod, p, pl, b)
 			alloc, err := c.hold(pod, ns, pl, reason)
 			c.mu.Unlock()
 			return alloc, err
 		}
-		gen, snap := ns.gen, c.snapOf(node) // published before the lock was released: snap.gen == gen
+		gen, snap := ns.gen, cr.on(c.snapOf(node)) // published before the lock was released: snap.gen == gen
 		c.mu.Unlock()
 
 		reason := fitReason(&snap.node, snap.source, snap.invErr, pod, p, pl, b)
@@ -786,8 +796,10 @@ func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushar
 			c.mu.Unlock()
 			return done, err
 		case ns.gen != gen:
+			// The node changed under the search (so did the pod's room
+			// reserved there, if any: Reserve and its release touch it).
 			c.mu.Unlock()
-			continue // the node changed under the search: choose again
+			continue // choose again
 		}
 		alloc, err := c.hold(pod, ns, pl, reason)
 		c.mu.Unlock()
@@ -805,7 +817,7 @@ const optimisticTries = 3
 // the allocation the pod already holds there (Assume is idempotent), err
 // why it may not. The caller holds c.mu.
 func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
-	if ps, ok := c.pods[pod.GetUID()]; ok {
+	if ps, ok := c.pods[pod.GetUID()]; ok && ps.state != StateReserved {
 		switch {
 		case ps.node == node && ps.alloc != nil:
 			return nil, ps.alloc, nil
@@ -829,7 +841,8 @@ func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpush
 	return ns, nil, nil
 }
 
-// hold records pl, placed on ns's cards as they are now, as pod's assumed
+// hold records pl, placed on ns's cards as they are now (less the room
+// reserved for the pod, which it takes in its place), as pod's assumed
 // allocation, with its CPU and memory, and publishes the change; reason
 // non-empty says the pod does not fit instead. The caller holds c.mu.
 func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
@@ -837,6 +850,9 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 		return nil, &allocator.FitError{Node: ns.node.Name, Reason: reason}
 	}
 	uid := pod.GetUID()
+	if ps, ok := c.pods[uid]; ok && ps.state == StateReserved {
+		c.remove(uid) // the reservation, on this node or another
+	}
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
 		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
@@ -885,10 +901,14 @@ type Expired struct {
 	// (it was deleted before the watch delivered it); otherwise the bind
 	// never completed.
 	Bound bool
+	// Reserved: room a preemption kept for the pod, which was not bound
+	// in time (Reserve).
+	Reserved bool
 }
 
-// Expire releases assumed allocations whose deadline has passed, and bound
-// ones the informer has not confirmed by theirs, and returns them.
+// Expire releases assumed allocations and reserved room whose deadline has
+// passed, and bound allocations the informer has not confirmed by theirs,
+// and returns them.
 func (c *Cache) Expire() []Expired {
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -899,7 +919,7 @@ func (c *Cache) Expire() []Expired {
 		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {
 			continue
 		}
-		out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node, Bound: ps.state == StateBound})
+		out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node, Bound: ps.state == StateBound, Reserved: ps.state == StateReserved})
 		c.remove(uid)
 		c.dropHost(uid)
 	}
@@ -979,6 +999,7 @@ func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit [
 		return nil, nil, err
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+	cr := c.creditFor(pod.UID)
 	failed = map[string]string{}
 	var pl allocator.Placement // reused across nodes
 	for i, name := range nodes {
@@ -987,7 +1008,7 @@ func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit [
 				return nil, nil, err
 			}
 		}
-		if _, reason := c.fitSnap(name, pod, allocator.Binpack{}, &pl, b); reason != "" {
+		if _, reason := c.fitSnap(name, pod, cr, allocator.Binpack{}, &pl, b); reason != "" {
 			failed[name] = reason
 			continue
 		}
@@ -1079,6 +1100,7 @@ func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, fa
 	if _, err := in.policy(pod.Policy); err != nil {
 		return nil, nil, err
 	}
+	cr := c.creditFor(pod.UID)         // room reserved for the pod (preempt.go) is free to it
 	raw := make([]float64, len(nodes)) // parallel to nodes
 	fits = make([]bool, len(nodes))
 	reasons := make([]string, len(nodes))
@@ -1088,7 +1110,7 @@ func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, fa
 	}
 	if workers <= 1 {
 		b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
-		if err := c.fitChunk(ctx, in, pod, nodes, 0, len(nodes), b, raw, fits, reasons); err != nil {
+		if err := c.fitChunk(ctx, in, pod, cr, nodes, 0, len(nodes), b, raw, fits, reasons); err != nil {
 			return nil, nil, err
 		}
 	} else {
@@ -1096,7 +1118,7 @@ func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, fa
 		var wg sync.WaitGroup
 		for w := range workers {
 			lo, hi := w*len(nodes)/workers, (w+1)*len(nodes)/workers
-			wg.Go(func() { errs[w] = c.fitChunk(ctx, in, pod, nodes, lo, hi, nil, raw, fits, reasons) })
+			wg.Go(func() { errs[w] = c.fitChunk(ctx, in, pod, cr, nodes, lo, hi, nil, raw, fits, reasons) })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -1132,10 +1154,11 @@ func (c *Cache) scoreNodes(ctx context.Context, pod *PodInfo, nodes []string, fa
 const parallelMinNodes = 1024
 
 // fitChunk fits pod on nodes[lo:hi] with a scorer of its own built from
-// in, spending b (nil for a pod that takes no search step), and records,
-// at each node's index, whether it fits and its raw score, or why not.
-// Several run at once on disjoint ranges.
-func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, nodes []string, lo, hi int, b *allocator.Budget, raw []float64, fits []bool, reasons []string) error {
+// in, spending b (nil for a pod that takes no search step), with cr the
+// room reserved for the pod (nil when none) free to it, and records, at
+// each node's index, whether it fits and its raw score, or why not.
+// Several run at once on disjoint ranges (cr is only read).
+func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, cr *credit, nodes []string, lo, hi int, b *allocator.Budget, raw []float64, fits []bool, reasons []string) error {
 	sc, err := newScorer(in, pod)
 	if err != nil {
 		return err
@@ -1147,7 +1170,7 @@ func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, no
 				return err
 			}
 		}
-		s, reason := c.fitSnap(nodes[i], pod, sc.p, &pl, b)
+		s, reason := c.fitSnap(nodes[i], pod, cr, sc.p, &pl, b)
 		if reason != "" {
 			reasons[i] = reason
 			continue

@@ -88,4 +88,19 @@
 // (allocator.HostScorer), so the extender ranks nodes exactly as the
 // simulator does. The cache never filters on CPU or memory: kube-scheduler
 // does.
+//
+// Preemption (preempt.go, docs/design/preemption.md): PlanPreemption finds
+// the lower-priority pods of one card whose eviction lets a pending pod
+// fit, and Reserve holds the room they leave for that pod under the pod's
+// own UID, in a third state beside assumed and bound:
+//
+//	(absent) ──Reserve──► reserved ──Assume of the pod (any node)──► assumed
+//	                         │
+//	                         └──Release, the pod deleted or bound by another,
+//	                            or the deadline (ttl + the victims' grace)──► (absent)
+//
+// Reserved room is charged to the cards, and its CPU and memory to the
+// node, for every pod but its own: that pod's Filter, FilterBest, Score and
+// Assume see it as free (its credit), so the pod fits there once its
+// victims have gone, and nobody else fits in their place meanwhile.
 package cache

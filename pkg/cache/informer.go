@@ -143,6 +143,10 @@ func (f *Feeder) Start(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	go wait.UntilWithContext(ctx, func(context.Context) {
 		for _, e := range f.cache.Expire() {
+			if e.Reserved {
+				logger.Info("Released the room a preemption reserved for a pod that was not bound in time", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node)
+				continue
+			}
 			if e.Bound {
 				logger.Info("Released the allocation of a pod bound by the extender that the informer never showed (deleted before its watch event?)", "pod", klog.KRef(e.Namespace, e.Name), "node", e.Node)
 				continue

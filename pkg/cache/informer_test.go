@@ -149,17 +149,32 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	pod.Spec.InitContainers = []corev1.Container{{Name: "side", RestartPolicy: &restart, Resources: pod.Spec.Containers[0].Resources}}
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	pod.ResourceVersion = "42"
+	pod.Labels = map[string]string{"app": "infer"}
+	prio, grace, never := int32(1000), int64(90), corev1.PreemptNever
+	pod.Spec.Priority, pod.Spec.TerminationGracePeriodSeconds, pod.Spec.PreemptionPolicy = &prio, &grace, &never
+	started := metav1.NewTime(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))
+	pod.Status.StartTime = &started
 	want, _ := gpushare.PodDemand(pod)
 	got := NewPodInfo(pod)
 	wantInfo := &PodInfo{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42"},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42", Labels: map[string]string{"app": "infer"}},
 		NodeName:   "n1", Phase: corev1.PodRunning, Demand: want, LegacyIndex: 1, Policy: "spread",
+		Priority: 1000, PreemptNever: true, GraceSeconds: 90, StartTime: started.Time,
 	}
 	if diff := cmp.Diff(wantInfo, got); diff != "" {
 		t.Errorf("NewPodInfo (-want +got):\n%s", diff)
 	}
 	if info := NewPodInfo(util.MakePod("cpu").Container("x").Obj()); info.Demand != nil || info.LegacyIndex != -1 {
 		t.Errorf("NewPodInfo of a CPU pod = %+v", info)
+	}
+	// A CPU pod's labels are not kept (only GPU pods are ever evicted for
+	// a preemption); a deleted pod is terminating, for its deletion's grace.
+	cpu := util.MakePod("cpu").Container("x").Obj()
+	cpu.Labels = map[string]string{"app": "web"}
+	now, short := metav1.Now(), int64(5)
+	cpu.DeletionTimestamp, cpu.DeletionGracePeriodSeconds = &now, &short
+	if info := NewPodInfo(cpu); info.Labels != nil || !info.Terminating || info.GraceSeconds != 5 {
+		t.Errorf("NewPodInfo of a terminating CPU pod = %+v", info)
 	}
 }
 

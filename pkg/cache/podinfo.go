@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +14,9 @@ import (
 // PodInfo is what the extender keeps of a pod, decoded once when the pod
 // arrives: the pod informer stores PodInfo instead of the Pod, which
 // keeps 40,000 pods in tens of MiB rather than hundreds. Its ObjectMeta
-// holds only name, namespace, UID and resourceVersion.
+// holds only name, namespace, UID and resourceVersion, and the labels of a
+// pod that asks gpu-mem (a preemption matches them against
+// PodDisruptionBudgets).
 type PodInfo struct {
 	metav1.ObjectMeta
 	NodeName string
@@ -37,6 +40,19 @@ type PodInfo struct {
 	// MilliCPU and MemoryMiB are the pod's CPU (millicores) and memory
 	// (MiB) requests as kube-scheduler counts them (PodRequests).
 	MilliCPU, MemoryMiB int64
+
+	// Priority is spec.priority (0 when unset); PreemptNever: its
+	// preemptionPolicy is Never, so it evicts nobody.
+	Priority     int32
+	PreemptNever bool
+	// Terminating: the pod has a deletionTimestamp; its memory comes free
+	// when it is gone. GraceSeconds is its termination grace period
+	// (seconds), StartTime its status.startTime (its creation until it
+	// has one): a preemption prefers to evict the younger of two pods of
+	// one priority, as kube-scheduler does.
+	Terminating  bool
+	GraceSeconds int64
+	StartTime    time.Time
 }
 
 // NewPodInfo extracts a PodInfo from a pod.
@@ -50,6 +66,23 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	info.MilliCPU, info.MemoryMiB = PodRequests(pod)
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
+		info.Labels = pod.Labels
+	}
+	if pod.Spec.Priority != nil {
+		info.Priority = *pod.Spec.Priority
+	}
+	info.PreemptNever = pod.Spec.PreemptionPolicy != nil && *pod.Spec.PreemptionPolicy == corev1.PreemptNever
+	info.Terminating = pod.DeletionTimestamp != nil
+	info.GraceSeconds = corev1.DefaultTerminationGracePeriodSeconds
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		info.GraceSeconds = *g
+	}
+	if pod.DeletionGracePeriodSeconds != nil {
+		info.GraceSeconds = *pod.DeletionGracePeriodSeconds
+	}
+	info.StartTime = pod.CreationTimestamp.Time
+	if pod.Status.StartTime != nil {
+		info.StartTime = pod.Status.StartTime.Time
 	}
 	info.Constraints, info.ConstraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
 	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {

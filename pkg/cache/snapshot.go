@@ -208,12 +208,14 @@ func (c *Cache) gpuSnap(name string) (s *nodeSnap, reason string, unknown bool) 
 
 // fitSnap places pod's Demand on the cards of node name that its
 // constraints allow, with policy p into pl, spending b; reason says why it
-// does not fit ("" when it does). It takes no lock.
-func (c *Cache) fitSnap(name string, pod *PodInfo, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) (s *nodeSnap, reason string) {
+// does not fit ("" when it does). cr is the room reserved for the pod
+// (creditFor), free to it; nil when none. It takes no lock.
+func (c *Cache) fitSnap(name string, pod *PodInfo, cr *credit, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) (s *nodeSnap, reason string) {
 	s, reason, _ = c.gpuSnap(name)
 	if s == nil {
 		return nil, reason
 	}
+	s = cr.on(s)
 	if reason := fitReason(&s.node, s.source, s.invErr, pod, p, pl, b); reason != "" {
 		return nil, reason
 	}
