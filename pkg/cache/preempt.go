@@ -536,3 +536,36 @@ func (k planKey) less(o planKey) bool {
 	return cmp.Or(cmp.Compare(k.highest, o.highest), cmp.Compare(k.sum, o.sum), cmp.Compare(k.victims, o.victims),
 		-k.earliest.Compare(o.earliest)) < 0
 }
+
+// FitsOutside returns a node not among nodes where pod's demand fits its
+// cards as they are now, and whether there is one (or may be: a search
+// its budget or ctx ended, the node then ""). kube-scheduler sends
+// the extender only the first nodes that pass its own filters in a large
+// cluster (percentageOfNodesToScore): a pod that fits none of those may
+// fit one it did not send, and then nobody should be evicted for it. It
+// reads the published copies and takes no lock.
+func (c *Cache) FitsOutside(ctx context.Context, pod *PodInfo, nodes []string) (string, bool) {
+	if pod.placeable() != nil {
+		return "", false
+	}
+	sent := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		sent[n] = true
+	}
+	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+	cr := c.creditFor(pod.UID)
+	var pl allocator.Placement
+	x := c.index.Load()
+	for _, m := range []map[string]*nodeSlot{x.base, x.recent} {
+		for name := range m {
+			if sent[name] || b.Err() != nil {
+				continue
+			}
+			if s, _ := c.fitSnap(name, pod, cr, allocator.Binpack{}, &pl, b); s != nil {
+				return name, true
+			}
+		}
+	}
+	// A search the budget cut short may have missed a fit: say so.
+	return "", b.Err() != nil
+}

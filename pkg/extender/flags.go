@@ -35,6 +35,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 200, "API client burst")
 	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed (or whose outcome is unknown), and for a Binding the informer never shows")
 	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
+	preemption := fs.Bool("preemption", true, "evict, through the Eviction API, the lower-priority pods of one card for a pending GPU pod that fits no node otherwise (PodDisruptionBudgets and grace periods honoured; the room kept for the pod); kube-scheduler's preemptVerb must name the extender's preempt verb, which refuses kube-scheduler's own preemption by node totals; false: nobody is evicted for a GPU pod's memory")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "standalone replicas behind one Service: elect a leader with a coordination.k8s.io Lease; only the leader reports ready on /readyz (so the Service routes to it) and answers filter, prioritize and bind, after reading every bound pod from the API; the others answer them 503 with Retry-After")
 	fs.StringVar(&cfg.FollowSchedulerLease, "follow-scheduler-lease", "", "sidecar of a kube-scheduler with leader election: the Lease it holds, namespace/name (e.g. kube-system/kube-scheduler); the extender answers the verbs only while the holder is its own pod's scheduler (identity --leader-elect-identity or --leader-elect-identity_*), after reading every bound pod from the API; /readyz does not depend on it")
 	fs.StringVar(&cfg.Election.Namespace, "leader-elect-resource-namespace", "kube-system", "namespace of the --leader-elect Lease")
@@ -54,6 +55,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	}
 	cfg.QPS = float32(*qps)
 	cfg.FilterAll = !*filterBest
+	cfg.NoPreemption = !*preemption
 	return cfg, showVersion, nil
 }
 

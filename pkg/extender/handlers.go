@@ -77,6 +77,10 @@ type Handlers struct {
 	// this replica answers the verbs and reports ready; nil: a single
 	// replica always does. Set before serving.
 	Leader Leadership
+	// Preempt, when set, evicts lower-priority pods of one card for a pod
+	// that fits no node (preempt.go); nil: the preempt verb lets
+	// kube-scheduler evict nobody for a GPU pod. Set before serving.
+	Preempt *Preemptor
 
 	// verbSlots (filter and prioritize) and bindSlots (made by Router)
 	// and inspectSlots hold one token per request being served;
@@ -123,6 +127,7 @@ func (h *Handlers) Router() http.Handler {
 	r.POST(Prefix+"/filter", h.leading(h.limit(h.verbSlots, "filter", h.filter)))
 	r.POST(Prefix+"/prioritize", h.leading(h.limit(h.verbSlots, "prioritize", h.prioritize)))
 	r.POST(Prefix+"/bind", h.leading(h.limit(h.bindSlots, "bind", h.bind)))
+	r.POST(Prefix+"/preempt", h.leading(h.limit(h.verbSlots, "preempt", h.preempt)))
 	r.GET(Prefix+"/inspect", h.limit(h.inspectSlots, "inspect", h.inspect))
 	r.GET(Prefix+"/inspect/:node", h.limit(h.inspectSlots, "inspect", h.inspect))
 	h.probeRoutes(r)
@@ -368,6 +373,12 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		})
 		if err != nil {
 			return nil, err
+		}
+		if len(fit) == 0 && h.Preempt != nil {
+			_ = h.searching(ctx, pod, func() error {
+				h.Preempt.Unschedulable(ctx, pod, args.Pod.Status.NominatedNodeName, names)
+				return nil
+			})
 		}
 		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
 		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {

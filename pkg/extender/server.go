@@ -73,6 +73,10 @@ type Config struct {
 	// FilterAll: filter passes every node that fits, not only the
 	// best-scoring ones (see Handlers.FilterAll); --filter-best=false.
 	FilterAll bool
+	// NoPreemption: never evict pods for a pod of higher priority
+	// (--preemption=false); the preempt verb then lets kube-scheduler
+	// evict nobody for a GPU pod either.
+	NoPreemption bool
 	// Timeouts of the HTTP server; zero fields take DefaultTimeouts'.
 	Timeouts Timeouts
 
@@ -242,13 +246,27 @@ func Run(ctx context.Context, cfg Config) error {
 	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
 	h := NewHandlers(logger, c, binder, feeder.Synced)
 	h.FilterAll = cfg.FilterAll
+	var preemptor *Preemptor
+	if !cfg.NoPreemption {
+		preemptor = NewPreemptor(logger.WithName("preempt"), c, ClientPreemptAPI{Client: client}, feeder, client)
+		preemptor.TTL = cmp.Or(cfg.AssumeTTL, cache.DefaultAssumeTTL)
+		h.Preempt = preemptor
+	}
 	var gate *leader.Gate
 	if cfg.LeaderElect || cfg.FollowSchedulerLease != "" {
 		gate = leader.NewGate(feeder.CatchUp, cfg.Election.RenewDeadline, cfg.LeaderElect, nil)
 		h.Leader, binder.Fence = gate, gate
+		if preemptor != nil {
+			preemptor.Fence = gate
+		}
 	}
 	pending := newPendingPods(client)
 	reg := h.Registerer()
+	if preemptor != nil {
+		if err := preemptor.Register(reg); err != nil {
+			return err
+		}
+	}
 	if err := pending.register(reg); err != nil {
 		return err
 	}
@@ -301,11 +319,14 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Info("Serving", "listener", ep.name, "address", ep.ln.Addr().String(), "https", ep.tls != nil,
 			"clientCertificates", ep.tls != nil && ep.tls.ClientAuth == tls.RequireAndVerifyClientCert)
 	}
-	logger.Info("Scheduler extender started", "policy", cfg.Policy, "filterBest", !cfg.FilterAll)
+	logger.Info("Scheduler extender started", "policy", cfg.Policy, "filterBest", !cfg.FilterAll, "preemption", !cfg.NoPreemption)
 	files.watch(ctx, cfg.CertCheckPeriod)
 
 	feeder.Start(ctx)
 	pending.Start(ctx)
+	if preemptor != nil {
+		preemptor.Start(ctx)
+	}
 	// synced ends when the informers have synced and the leadership (if
 	// any) has stopped: Run waits for it, so a stopping leader releases
 	// its Lease before the process exits.

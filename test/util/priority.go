@@ -3,6 +3,7 @@ package util
 import (
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -38,4 +39,29 @@ func (p *PodWrapper) Terminating() *PodWrapper {
 	now := metav1.Now()
 	p.DeletionTimestamp = &now
 	return p
+}
+
+// NodeSelector adds k=v to spec.nodeSelector.
+func (p *PodWrapper) NodeSelector(k, v string) *PodWrapper {
+	if p.Spec.NodeSelector == nil {
+		p.Spec.NodeSelector = map[string]string{}
+	}
+	p.Spec.NodeSelector[k] = v
+	return p
+}
+
+// PreemptNever sets preemptionPolicy: Never (the pod evicts nobody).
+func (p *PodWrapper) PreemptNever() *PodWrapper {
+	never := corev1.PreemptNever
+	p.Spec.PreemptionPolicy = &never
+	return p
+}
+
+// Label sets node label k to v.
+func (n *NodeWrapper) Label(k, v string) *NodeWrapper {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[k] = v
+	return n
 }

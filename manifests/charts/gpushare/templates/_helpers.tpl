@@ -68,6 +68,8 @@ extenders:
 - urlPrefix: {{ .url }}
   filterVerb: filter
   bindVerb: bind
+  # GPU pods' preemption: the extender's (docs/design/preemption.md).
+  preemptVerb: preempt
   enableHTTPS: {{ .https }}
   {{- if .https }}
   tlsConfig:
