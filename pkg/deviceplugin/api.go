@@ -26,8 +26,9 @@ type PodAPI interface {
 // NodeAPI is the part of the node API the plugin uses.
 type NodeAPI interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
-	// PatchNodeAnnotation sets one annotation.
-	PatchNodeAnnotation(ctx context.Context, name, key, value string) error
+	// PatchNodeMetadata sets (non-nil) or removes (nil) labels and
+	// annotations of the node, in one patch.
+	PatchNodeMetadata(ctx context.Context, name string, labels, annotations map[string]*string) error
 	// PatchNodeCapacity sets status capacity and allocatable of resources;
 	// a nil value removes the resource.
 	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error
@@ -74,8 +75,17 @@ func (a ClientAPI) GetNode(ctx context.Context, name string) (*corev1.Node, erro
 	return a.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 }
 
-func (a ClientAPI) PatchNodeAnnotation(ctx context.Context, name, key, value string) error {
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}})
+// PatchNodeMetadata sends a merge patch of metadata.labels and
+// metadata.annotations, each only when it changes something.
+func (a ClientAPI) PatchNodeMetadata(ctx context.Context, name string, labels, annotations map[string]*string) error {
+	meta := map[string]any{}
+	if len(labels) > 0 {
+		meta["labels"] = labels
+	}
+	if len(annotations) > 0 {
+		meta["annotations"] = annotations
+	}
+	body, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}

@@ -7,11 +7,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // Publisher keeps the node's inventory annotation (gpushare.io/devices)
-// current and the node free of an aliyun.com/gpu-count capacity. kubelet
+// and its labels that describe the cards (labels.go,
+// docs/reference/node-labels.md) current, and the node free of an
+// aliyun.com/gpu-count capacity. kubelet
 // reports aliyun.com/gpu-mem itself, from ListAndWatch. A card count in
 // the node's capacity would make kubelet's admission count pods' gpu-count
 // requests against it (a 4-card node would admit two 2-card pods whatever
@@ -25,6 +28,9 @@ type Publisher struct {
 	Unit string
 	// Cards in index order.
 	Cards []Card
+	// Driver is what the node's driver states; nil when it states none
+	// (a fake node without --fake-driver).
+	Driver *gpu.Driver
 
 	mu sync.Mutex
 	// unhealthy: UUIDs of the cards currently unhealthy.
@@ -49,8 +55,9 @@ func (p *Publisher) Inventory() *gpushare.Inventory {
 	return inv
 }
 
-// Publish patches the node where its inventory annotation differs from
-// what it should be, and removes a gpu-count capacity.
+// Publish patches the node where its inventory annotation or its labels
+// differ from what they should be, in one patch, and removes a gpu-count
+// capacity.
 func (p *Publisher) Publish(ctx context.Context) error {
 	node, err := p.API.GetNode(ctx, p.Node)
 	if err != nil {
@@ -60,9 +67,16 @@ func (p *Publisher) Publish(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.mu.Lock()
+	own, nvidia := nodeLabels(p.Cards, p.unhealthy, p.Driver)
+	p.mu.Unlock()
+	labels, annotations := labelPatch(node, own, nvidia)
 	if node.Annotations[gpushare.AnnotationInventory] != inv {
-		if err := p.API.PatchNodeAnnotation(ctx, p.Node, gpushare.AnnotationInventory, inv); err != nil {
-			return fmt.Errorf("publishing the inventory of node %s: %w", p.Node, err)
+		annotations[gpushare.AnnotationInventory] = &inv
+	}
+	if len(labels)+len(annotations) > 0 {
+		if err := p.API.PatchNodeMetadata(ctx, p.Node, labels, annotations); err != nil {
+			return fmt.Errorf("publishing the inventory and labels of node %s: %w", p.Node, err)
 		}
 	}
 	_, inCapacity := node.Status.Capacity[gpushare.ResourceGPUCount]

@@ -152,6 +152,11 @@ func Run(ctx context.Context, cfg Config) error {
 	server.SetAdopted(adoption.ByCard)
 	logAdoption(logger, cards, nil, adoption)
 	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
+	if drv, err := gpus.Driver(); err == nil {
+		pub.Driver = &drv
+	} else if !errors.Is(err, gpu.ErrNoDriver) {
+		logger.Error(err, "Reading the driver's version: the node's driver and CUDA labels are left out")
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()

@@ -262,7 +262,7 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"delete"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch"}})
 	for _, n := range []string{"node-a", "node-b"} {
-		node := util.MakeNode(n).Capacity(32, 2).Obj()
+		node := util.MakeNode(n).Capacity(32, 2).Label(corev1.LabelTopologyZone, "a").Obj()
 		// Someone else's taint, which the plugin's idle taint keeps.
 		node.Spec.Taints = []corev1.Taint{{Key: "ops.example.com/drain", Effect: corev1.TaintEffectNoSchedule}}
 		if err := createNode(ctx, admin, node); err != nil {
@@ -323,8 +323,16 @@ func TestDevicePluginNodeScope(t *testing.T) {
 		}},
 		{name: "node-a pod: annotations with a uid precondition", do: patchPod(a, "on-a",
 			`{"metadata":{"uid":"`+string(onA.UID)+`","annotations":{"ALIYUN_COM_GPU_MEM_ASSIGNED":"false"}}}`)},
-		{name: "node-a: inventory", do: func(ctx context.Context) error {
-			return api.PatchNodeAnnotation(ctx, "node-a", gpushare.AnnotationInventory, inv)
+		{name: "node-a: inventory and labels", do: func(ctx context.Context) error {
+			labels := map[string]*string{}
+			for _, k := range append(slices.Clone(gpushare.OwnLabels), gpushare.NVIDIALabels...) {
+				labels[k] = ptr.To("1")
+			}
+			return api.PatchNodeMetadata(ctx, "node-a", labels, map[string]*string{
+				gpushare.AnnotationInventory: &inv, gpushare.AnnotationNVIDIALabels: ptr.To(`{"nvidia.com/gpu.count":"1"}`)})
+		}},
+		{name: "node-a: remove a label", do: func(ctx context.Context) error {
+			return api.PatchNodeMetadata(ctx, "node-a", map[string]*string{gpushare.LabelDriver: nil}, nil)
 		}},
 		{name: "node-a: remove gpu-count", do: func(ctx context.Context) error {
 			return api.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil})
@@ -378,7 +386,11 @@ func TestDevicePluginNodeScope(t *testing.T) {
 			return a.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{DryRun: dryRun})
 		}, policy: nodeScopePolicy, refusal: "not DELETE nodes node-a"},
 		{name: "node-a: a label", do: patchNode(a, "node-a", `{"metadata":{"labels":{"gpu":"big"}}}`),
-			policy: nodeScopePolicy, refusal: "this request also changes metadata.labels"},
+			policy: nodeScopePolicy, refusal: "this request also changes metadata.labels.gpu"},
+		{name: "node-a: GFD's timestamp label", do: patchNode(a, "node-a", `{"metadata":{"labels":{"nvidia.com/gfd.timestamp":"1"}}}`),
+			policy: nodeScopePolicy, refusal: "this request also changes metadata.labels.nvidia.com/gfd.timestamp"},
+		{name: "node-a: remove the zone label", do: patchNode(a, "node-a", `{"metadata":{"labels":{"topology.kubernetes.io/zone":null}}}`),
+			policy: nodeScopePolicy, refusal: "this request also changes metadata.labels.topology.kubernetes.io/zone"},
 		{name: "node-a: spec", do: patchNode(a, "node-a", `{"spec":{"unschedulable":true}}`),
 			policy: nodeScopePolicy, refusal: "this request also changes spec.unschedulable"},
 		{name: "node-a: another taint", do: patchNode(a, "node-a", `{"spec":{"taints":[{"key":"example.com/x","effect":"NoSchedule"},{"key":"gpushare.io/idle-gpus","effect":"PreferNoSchedule"},{"key":"ops.example.com/drain","effect":"NoSchedule"}]}}`),
@@ -433,6 +445,9 @@ func TestDevicePluginNodeScope(t *testing.T) {
 	wantTaints := []corev1.Taint{{Key: "ops.example.com/drain", Effect: corev1.TaintEffectNoSchedule}, {Key: gpushare.TaintIdleGPUs, Effect: corev1.TaintEffectPreferNoSchedule}}
 	if diff := cmp.Diff(wantTaints, node.Spec.Taints); diff != "" {
 		t.Errorf("node-a taints (-want +got):\n%s", diff)
+	}
+	if _, ok := node.Labels[gpushare.LabelDriver]; node.Labels[gpushare.LabelCount] != "1" || ok {
+		t.Errorf("node-a labels %v: want %s=1 and no %s", node.Labels, gpushare.LabelCount, gpushare.LabelDriver)
 	}
 }
 

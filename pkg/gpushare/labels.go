@@ -1,0 +1,89 @@
+package gpushare
+
+import (
+	"strings"
+)
+
+// Node labels the device plugin publishes (docs/reference/node-labels.md).
+// Ours, always; values are label values (at most 63 characters of
+// [A-Za-z0-9._-]).
+const (
+	// LabelProduct: the model of the node's first card (by index), spaces
+	// and other characters a label value may not hold made '-', e.g.
+	// "Tesla-T4".
+	LabelProduct = "gpushare.io/gpu.product"
+	// LabelMemory: the first card's memory, MiB, e.g. "15360".
+	LabelMemory = "gpushare.io/gpu.memory"
+	// LabelCount: the node's healthy cards, e.g. "4"; "0" while all have
+	// failed.
+	LabelCount = "gpushare.io/gpu.count"
+	// LabelDriver: the NVIDIA driver's version, e.g. "550.54.15"; absent
+	// when the node states none.
+	LabelDriver = "gpushare.io/driver-version"
+	// LabelCUDA: the newest CUDA the driver supports, MAJOR.MINOR, e.g.
+	// "12.4"; absent when unknown.
+	LabelCUDA = "gpushare.io/cuda-version"
+	// LabelIsolation: how the node's cards enforce each container's share
+	// (the device plugin's --isolation): driver, mps or none when every
+	// card does the same, mixed otherwise.
+	LabelIsolation = "gpushare.io/gpu.isolation"
+)
+
+// OwnLabels lists the labels above.
+var OwnLabels = []string{LabelProduct, LabelMemory, LabelCount, LabelDriver, LabelCUDA, LabelIsolation}
+
+// The labels of NVIDIA GPU Feature Discovery (GFD) the device plugin also
+// publishes, with GFD's meaning, where no other component manages them
+// (AnnotationNVIDIALabels). Unlike GFD's, NVIDIALabelCount counts healthy
+// cards.
+const (
+	NVIDIALabelProduct      = "nvidia.com/gpu.product"
+	NVIDIALabelMemory       = "nvidia.com/gpu.memory"
+	NVIDIALabelCount        = "nvidia.com/gpu.count"
+	NVIDIALabelDriverFull   = "nvidia.com/cuda.driver-version.full"
+	NVIDIALabelDriverMajor  = "nvidia.com/cuda.driver-version.major"
+	NVIDIALabelDriverMinor  = "nvidia.com/cuda.driver-version.minor"
+	NVIDIALabelDriverRev    = "nvidia.com/cuda.driver-version.revision"
+	NVIDIALabelRuntimeFull  = "nvidia.com/cuda.runtime-version.full"
+	NVIDIALabelRuntimeMajor = "nvidia.com/cuda.runtime-version.major"
+	NVIDIALabelRuntimeMinor = "nvidia.com/cuda.runtime-version.minor"
+)
+
+// NVIDIALabels lists the GFD labels above.
+var NVIDIALabels = []string{NVIDIALabelProduct, NVIDIALabelMemory, NVIDIALabelCount,
+	NVIDIALabelDriverFull, NVIDIALabelDriverMajor, NVIDIALabelDriverMinor, NVIDIALabelDriverRev,
+	NVIDIALabelRuntimeFull, NVIDIALabelRuntimeMajor, NVIDIALabelRuntimeMinor}
+
+// AnnotationNVIDIALabels (node) records, as a JSON object of label to
+// value, the GFD-form labels the device plugin wrote last. A GFD-form
+// label whose value differs from the record, or that the record lacks,
+// belongs to another component, and the plugin then leaves every GFD-form
+// label alone.
+const AnnotationNVIDIALabels = "gpushare.io/nvidia-labels"
+
+// GFDTimestampLabel is set by NVIDIA GPU Feature Discovery (unless run
+// with --no-timestamp): where it is, GFD manages the nvidia.com/ labels.
+const GFDTimestampLabel = "nvidia.com/gfd.timestamp"
+
+// NFDFeatureLabelsAnnotation is where node-feature-discovery lists the
+// labels it manages, GFD's among them when GFD publishes through it.
+const NFDFeatureLabelsAnnotation = "nfd.node.kubernetes.io/feature-labels"
+
+// LabelValue makes s a valid label value: every character but
+// [A-Za-z0-9._-] becomes '-', at most 63 characters, starting and ending
+// with a letter or digit ("" when none is left). "NVIDIA A100-SXM4-80GB"
+// becomes "NVIDIA-A100-SXM4-80GB".
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	return strings.TrimFunc(string(b), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
+}
