@@ -83,6 +83,9 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if err := newPendingPods(fake.NewClientset()).register(reg); err != nil {
 		t.Fatal(err)
 	}
+	if err := NewPreemptor(ktestingLogger(t), f.cache, ClientPreemptAPI{Client: f.client}, f.h.binder.pods, f.client).Register(reg); err != nil {
+		t.Fatal(err)
+	}
 	ca := certstest.NewCA(t, "ca")
 	dir := t.TempDir()
 	certstest.WriteSecretVolume(t, dir, certstest.SecretFiles(ca, ca.Server(t)))
