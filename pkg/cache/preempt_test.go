@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -233,11 +234,20 @@ func TestReservationLifecycle(t *testing.T) {
 		return c, high, plan
 	}
 	other := NewPodInfo(util.MakePod("other").GPUMem(2).Obj())
+	// fits is Filter's answer for p on n1; FilterBest's (scoreNodes, which
+	// fits several chunks of nodes at once) must agree.
 	fits := func(t *testing.T, c *Cache, p *PodInfo) []string {
 		t.Helper()
 		fit, _, err := c.Filter(ctx, p, []string{"n1"})
 		if err != nil {
 			t.Fatal(err)
+		}
+		best, _, err := c.FilterBest(ctx, p, []string{"n1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fit, best, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("FilterBest disagrees with Filter for pod %s (-Filter +FilterBest):\n%s", p.Name, diff)
 		}
 		return fit
 	}
