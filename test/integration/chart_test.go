@@ -306,8 +306,8 @@ func waitGauges(t *testing.T, want map[string]float64) {
 	}
 }
 
-// wantCard checks that pod default/name holds units on card only.
-func wantCard(t *testing.T, admin kubernetes.Interface, name string, card int) {
+// allocationOf returns the allocation annotation of pod default/name.
+func allocationOf(t *testing.T, admin kubernetes.Interface, name string) *gpushare.Allocation {
 	t.Helper()
 	p, err := admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
@@ -317,6 +317,13 @@ func wantCard(t *testing.T, admin kubernetes.Interface, name string, card int) {
 	if err != nil {
 		t.Fatalf("pod %s: %v", name, err)
 	}
+	return a
+}
+
+// wantCard checks that pod default/name holds units on card only.
+func wantCard(t *testing.T, admin kubernetes.Interface, name string, card int) {
+	t.Helper()
+	a := allocationOf(t, admin, name)
 	if got := a.PerCard(); len(got) != 1 || got[card] == 0 {
 		t.Errorf("pod %s holds %v (card -> units); want only card %d", name, got, card)
 	}

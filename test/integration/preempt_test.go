@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -334,14 +333,7 @@ func (c *cluster) createBudget(t *testing.T, name, app string, allowed int32) {
 // cardOf returns the index of the card pod name's allocation holds.
 func cardOf(t *testing.T, c *cluster, name string) int {
 	t.Helper()
-	p, err := c.admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := gpushare.ParseAllocation(p.Annotations[gpushare.AnnotationAllocation])
-	if err != nil {
-		t.Fatalf("pod %s: %v", name, err)
-	}
+	a := allocationOf(t, c.admin, name)
 	for idx := range a.PerCard() {
 		return idx
 	}

@@ -81,14 +81,7 @@ func TestCardChoiceThroughRealScheduler(t *testing.T) {
 // containers on the card with UUID uuid.
 func (c *cluster) wantCards(t *testing.T, name, uuid string) {
 	t.Helper()
-	p, err := c.admin.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := gpushare.ParseAllocation(p.Annotations[gpushare.AnnotationAllocation])
-	if err != nil {
-		t.Fatalf("pod %s: %v", name, err)
-	}
+	a := allocationOf(t, c.admin, name)
 	for _, ca := range a.Containers {
 		for _, d := range ca.Devices {
 			if d.UUID != uuid {
