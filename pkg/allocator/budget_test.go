@@ -122,10 +122,21 @@ func TestBudgetRefusesNeverFits(t *testing.T) {
 			if !errors.As(err, &fe) || !fe.Budget || !strings.Contains(fe.Reason, tc.reason) {
 				t.Fatalf("FitBudget = %v, want a budget FitError saying %q", err, tc.reason)
 			}
+			if !Undecided(fe.Reason) {
+				t.Errorf("Undecided(%q) = false, want true", fe.Reason)
+			}
 			// The next node of the request is refused without a search.
 			err = FitBudget(n, d, nil, Binpack{}, &Placement{}, tc.budget)
 			if !errors.As(err, &fe) || !fe.Budget || !strings.HasPrefix(fe.Reason, "not examined: ") {
 				t.Errorf("after the budget ended, FitBudget = %v, want it refused as not examined", err)
+			}
+			if !Undecided(fe.Reason) {
+				t.Errorf("Undecided(%q) = false, want true", fe.Reason)
+			}
+			// A demand that does not fit is decided, whatever the budget.
+			tooBig := gpushare.Demand{{Name: "c", Units: 1 << 20, Cards: 1}}
+			if err := FitBudget(n, tooBig, nil, Binpack{}, &Placement{}, NewBudget(context.Background(), DefaultRequestSteps)); !errors.As(err, &fe) || Undecided(fe.Reason) {
+				t.Errorf("a demand larger than any card: FitBudget = %v, want a decided FitError", err)
 			}
 			// A single-card pod of one container needs no search: the
 			// ended budget does not stop it.

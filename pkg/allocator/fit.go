@@ -50,6 +50,22 @@ func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy,
 	return FitBudget(n, d, cc, p, pl, nil)
 }
 
+// The reasons of a FitError whose search stopped before it could tell
+// whether the demand fits (FitError.Budget) start with one of these.
+const (
+	reasonNotExamined  = "not examined: "
+	reasonRequestEnded = "no placement found before the request's search ended"
+	reasonNodeBudget   = "no placement found within the node's search budget"
+)
+
+// Undecided reports whether reason, a FitError's Reason, says the search
+// stopped before it could tell whether the demand fits (FitError.Budget):
+// for callers that hold only the text, such as a filter's failed nodes,
+// which must not take "undecided" for "does not fit".
+func Undecided(reason string) bool {
+	return strings.HasPrefix(reason, reasonNotExamined) || strings.HasPrefix(reason, reasonRequestEnded) || strings.HasPrefix(reason, reasonNodeBudget)
+}
+
 // FitBudget is FitWith spending the search steps it takes from b, the
 // request's budget (nil: none beyond the node's own searchBudget). A
 // single-card pod of one container takes no step. Once b has ended, a
@@ -101,7 +117,7 @@ func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Polic
 	sort.SliceStable(slices, func(a, b int) bool { return slices[a].units > slices[b].units })
 	if len(slices) > 0 {
 		if err := b.Err(); err != nil {
-			return &FitError{Node: n.Name, Budget: true, Reason: "not examined: " + err.Error()}
+			return &FitError{Node: n.Name, Budget: true, Reason: reasonNotExamined + err.Error()}
 		}
 		s := newSearch(n, p, d, slices, xs, frees, pl, b)
 		if !s.place(0) {
@@ -109,9 +125,9 @@ func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Polic
 			switch {
 			case !s.halted:
 			case b.Err() != nil:
-				reason = "no placement found before the request's search ended (" + b.Err().Error() + ") for slices (" + sliceList(slices, n.Unit) + ")"
+				reason = reasonRequestEnded + " (" + b.Err().Error() + ") for slices (" + sliceList(slices, n.Unit) + ")"
 			default:
-				reason = "no placement found within the node's search budget (" + strconv.Itoa(searchBudget) + " placements) for slices (" + sliceList(slices, n.Unit) + ")"
+				reason = reasonNodeBudget + " (" + strconv.Itoa(searchBudget) + " placements) for slices (" + sliceList(slices, n.Unit) + ")"
 			}
 			return &FitError{Node: n.Name, Budget: s.halted, Reason: reason + excludedSuffix(n, cc, xs)}
 		}

@@ -374,7 +374,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		if err != nil {
 			return nil, err
 		}
-		if len(fit) == 0 && h.Preempt != nil {
+		if len(fit) == 0 && h.Preempt != nil && !undecided(failed) {
 			_ = h.searching(ctx, pod, func() error {
 				h.Preempt.Unschedulable(ctx, pod, args.Pod.Status.NominatedNodeName, names)
 				return nil
@@ -393,6 +393,19 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// undecided reports whether the search of some node in failed stopped
+// before it could tell whether the pod fits there (its request's budget
+// spent, allocator.Undecided): the pod may fit without evicting anyone, so
+// filter starts no preemption for it.
+func undecided(failed map[string]string) bool {
+	for _, reason := range failed {
+		if allocator.Undecided(reason) {
+			return true
+		}
+	}
+	return false
 }
 
 // filterResult answers in the form the request came in: a scheduler with

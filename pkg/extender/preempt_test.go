@@ -3,6 +3,7 @@ package extender
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -239,4 +241,39 @@ func TestEvictionRefusedReleasesTheRoom(t *testing.T) {
 func oneCard(node string, units int64) *gpushare.Allocation {
 	return &gpushare.Allocation{Node: node, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
 		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-" + node + "-0", Units: units}}}}}
+}
+
+// TestUndecidedStartsNoPreemption: filter takes a node whose search its
+// request's budget stopped for one where the pod may still fit, so it
+// starts no preemption while any node is undecided.
+func TestUndecidedStartsNoPreemption(t *testing.T) {
+	n := &allocator.Node{Name: "n", Unit: "GiB", Cards: []allocator.Card{{Index: 0, Total: 16, Healthy: true}, {Index: 1, Total: 16, Healthy: true}}}
+	twoSlices := gpushare.Demand{{Name: "a", Units: 12, Cards: 1}, {Name: "b", Units: 3, Cards: 1}}
+	reason := func(d gpushare.Demand, b *allocator.Budget) string {
+		var fe *allocator.FitError
+		if err := allocator.FitBudget(n, d, nil, allocator.Binpack{}, &allocator.Placement{}, b); !errors.As(err, &fe) {
+			t.Fatalf("FitBudget(%v) = %v, want a FitError", d, err)
+		}
+		return fe.Reason
+	}
+	spent := allocator.NewBudget(context.Background(), 0)
+	stopped := reason(twoSlices, spent)     // the search ran out
+	notExamined := reason(twoSlices, spent) // the next node of the request
+	tooBig := reason(gpushare.Demand{{Name: "a", Units: 17, Cards: 1}}, nil)
+	for _, tc := range []struct {
+		name   string
+		failed map[string]string
+		want   bool
+	}{
+		{"every node decided", map[string]string{"n1": tooBig, "n2": tooBig}, false},
+		{"a search stopped by the budget", map[string]string{"n1": stopped, "n2": tooBig}, true},
+		{"a node not examined", map[string]string{"n1": tooBig, "n2": notExamined}, true},
+		{"no node failed", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := undecided(tc.failed); got != tc.want {
+				t.Errorf("undecided(%q) = %v, want %v", tc.failed, got, tc.want)
+			}
+		})
+	}
 }
