@@ -3,6 +3,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/integration/framework"
 )
 
@@ -50,7 +52,7 @@ var leftoverKinds = []struct {
 // "resource namespace/name" a line, sorted: every object of leftoverKinds
 // in the release namespace or cluster-scoped whose name starts with
 // "gpushare" or that carries the release's instance label, and every
-// gpushare annotation or taint or allocatable aliyun.com resource still on
+// gpushare annotation, label (ours or the GFD-form ones the plugin writes), taint or allocatable aliyun.com resource still on
 // a node.
 func (c *Cluster) Leftovers(ctx context.Context) ([]string, error) {
 	dyn, err := dynamic.NewForConfig(c.CP.RESTConfig(framework.AdminUser))
@@ -92,6 +94,11 @@ func (c *Cluster) Leftovers(ctx context.Context) ([]string, error) {
 		for key := range n.Annotations {
 			if strings.HasPrefix(key, "gpushare.io/") {
 				out = append(out, fmt.Sprintf("node %s annotation %s", n.Name, key))
+			}
+		}
+		for key := range n.Labels {
+			if strings.HasPrefix(key, "gpushare.io/") || slices.Contains(gpushare.NVIDIALabels, key) {
+				out = append(out, fmt.Sprintf("node %s label %s", n.Name, key))
 			}
 		}
 		for _, tn := range n.Spec.Taints {

@@ -38,25 +38,38 @@ func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
 }
 
 // runNotesCommand runs one kubectl command of NOTES.txt (args after
-// "kubectl").
+// "kubectl"): `annotate node (-l SELECTOR | --all) KEY- ...` or
+// `label node (-l SELECTOR | --all) KEY- ...`, each key removed.
 func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
-	if len(args) < 4 || args[0] != "annotate" || args[1] != "node" || !strings.HasSuffix(args[len(args)-1], "-") {
+	if len(args) < 4 || (args[0] != "annotate" && args[0] != "label") || args[1] != "node" {
 		return errors.New("not a command this test knows how to run")
 	}
-	key := strings.TrimSuffix(args[len(args)-1], "-")
 	sel := metav1.ListOptions{}
+	var keys []string
 	switch {
-	case len(args) == 5 && args[2] == "-l":
-		sel.LabelSelector = args[3]
-	case len(args) == 4 && args[2] == "--all":
+	case args[2] == "-l" && len(args) >= 5:
+		sel.LabelSelector, keys = args[3], args[4:]
+	case args[2] == "--all":
+		keys = args[3:]
 	default:
-		return errors.New("want annotate node (-l SELECTOR | --all) KEY-")
+		return errors.New("want annotate|label node (-l SELECTOR | --all) KEY- ...")
 	}
-	nodes, err := c.Client.CoreV1().Nodes().List(ctx, sel)
+	remove := map[string]any{}
+	for _, k := range keys {
+		if !strings.HasSuffix(k, "-") {
+			return fmt.Errorf("%q removes nothing: want KEY-", k)
+		}
+		remove[strings.TrimSuffix(k, "-")] = nil
+	}
+	field := "annotations"
+	if args[0] == "label" {
+		field = "labels"
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{field: remove}})
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: nil}}})
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, sel)
 	if err != nil {
 		return err
 	}
