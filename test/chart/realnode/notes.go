@@ -52,7 +52,7 @@ func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
 	case args[2] == "--all":
 		keys = args[3:]
 	default:
-		return errors.New("want annotate|label node (-l SELECTOR | --all) KEY- ...")
+		return errors.New("want annotate|label node (-l SELECTOR | --all) and one or more KEY-")
 	}
 	remove := map[string]any{}
 	for _, k := range keys {
