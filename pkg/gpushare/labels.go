@@ -76,14 +76,17 @@ const NFDFeatureLabelsAnnotation = "nfd.node.kubernetes.io/feature-labels"
 func LabelValue(s string) string {
 	b := []byte(s)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+		if !alnum(rune(c)) && c != '.' && c != '_' && c != '-' {
 			b[i] = '-'
 		}
 	}
 	if len(b) > 63 {
 		b = b[:63]
 	}
-	return strings.TrimFunc(string(b), func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
-	})
+	return strings.TrimFunc(string(b), func(r rune) bool { return !alnum(r) })
+}
+
+// alnum reports whether r is an ASCII letter or digit.
+func alnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
