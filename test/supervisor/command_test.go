@@ -3,6 +3,8 @@ package supervisor
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -40,5 +42,22 @@ func TestParseCommand(t *testing.T) {
 				t.Errorf("command, exit status, -dir (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestStateDir(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ root, dir, want string }{
+		{"/repo", "", "/repo/_output/demo"},
+		{"/repo", "/var/tmp/x", "/var/tmp/x"},
+		{"/repo", "rel", filepath.Join(wd, "rel")},
+	} {
+		got, err := StateDir(tc.root, tc.dir, "demo")
+		if err != nil || got != tc.want {
+			t.Errorf("StateDir(%q, %q) = %q, %v; want %q", tc.root, tc.dir, got, err, tc.want)
+		}
 	}
 }

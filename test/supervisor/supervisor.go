@@ -189,3 +189,12 @@ func (l Lines) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// StateDir is a demo's state directory as an absolute path: dir as given
+// (its --dir flag), or <root>/_output/<name> when dir is empty.
+func StateDir(root, dir, name string) (string, error) {
+	if dir == "" {
+		dir = filepath.Join(root, "_output", name)
+	}
+	return filepath.Abs(dir)
+}

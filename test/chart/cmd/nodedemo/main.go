@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/gpushare/gpushare/test/chart"
@@ -64,10 +63,7 @@ func run() int {
 		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
 	}
 	o.root = root
-	if o.dir == "" {
-		o.dir = filepath.Join(root, "_output", "node-demo")
-	}
-	if o.dir, err = filepath.Abs(o.dir); err != nil {
+	if o.dir, err = supervisor.StateDir(root, o.dir, "node-demo"); err != nil {
 		return fail(err)
 	}
 	if os.Geteuid() != 0 {

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/gpushare/gpushare/test/integration/framework"
@@ -70,10 +69,7 @@ func run() int {
 		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
 	}
 	o.root = root
-	if o.dir == "" {
-		o.dir = filepath.Join(root, "_output", "demo")
-	}
-	if o.dir, err = filepath.Abs(o.dir); err != nil {
+	if o.dir, err = supervisor.StateDir(root, o.dir, "demo"); err != nil {
 		return fail(err)
 	}
 	if o.nodes < 1 || o.nodes > 200 {
