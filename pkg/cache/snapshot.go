@@ -190,7 +190,11 @@ func (in *policyInputs) policy(name string) (allocator.Policy, error) {
 // and takes new pods; otherwise nil and why not, with unknown true for a
 // node the extender has not seen. It takes no lock.
 func (c *Cache) gpuSnap(name string) (s *nodeSnap, reason string, unknown bool) {
-	s = c.snapOf(name)
+	return gpuOf(c.snapOf(name))
+}
+
+// gpuOf is gpuSnap for the published copy s (nil: an unknown node).
+func gpuOf(s *nodeSnap) (_ *nodeSnap, reason string, unknown bool) {
 	switch {
 	case s == nil:
 		return nil, "node unknown to the gpushare extender (not yet in its informer cache)", true
