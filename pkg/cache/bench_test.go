@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -204,4 +207,70 @@ func BenchmarkBindDecision(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMemory is the extender's live heap for 15,000 nodes of 8 cards
+// with 8 bound GPU pods each (the RSS target's cluster, issue 26): the
+// cache and the pod informer's store of PodInfo, filled as the informers
+// fill them (strip, then the handlers), measured after a GC. It reports
+// live-MiB and B/pod, not a time (RSS is about twice the live heap: Go
+// lets the heap grow to twice what survived the last GC).
+func BenchmarkMemory(b *testing.B) {
+	const nodes, podsPerNode = 15000, 8
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c, store := memoryCluster(b, nodes, podsPerNode)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		live := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		b.ReportMetric(live/(1<<20), "live-MiB")
+		b.ReportMetric(live/(nodes*podsPerNode), "B/pod")
+		runtime.KeepAlive(c)
+		runtime.KeepAlive(store)
+	}
+}
+
+// memoryCluster fills a cache and an informer store as the extender's
+// informers would from an API server holding nodes × 8 cards of 32 GiB and
+// podsPerNode pods on each (4 GiB, a UID, labels and a command as real
+// pods have; each pod's strings decoded into allocations of their own, as
+// the informer's decoder makes them).
+func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, toolscache.Indexer) {
+	b.Helper()
+	c, err := New(Config{Policy: allocator.DefaultPolicy, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, podIndexers())
+	for i := range nodes {
+		n, err := strip(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.SetNode(n.(*corev1.Node)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range nodes * podsPerNode {
+		node := fmt.Sprintf("node-%05d", i/podsPerNode)
+		a := &gpushare.Allocation{Node: node, Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: i % 8, UUID: fmt.Sprintf("GPU-%s-%d", node, i%8), Units: 4}}},
+		}}
+		p := util.MakePod(fmt.Sprintf("pod-%06d", i)).GPUMem(4).Allocation(a).Node(node).Obj()
+		p.UID = types.UID(fmt.Sprintf("0f8a3c2e-1b2d-4e5f-8a9b-%012d", i))
+		p.ResourceVersion = fmt.Sprint(100000 + i)
+		p.Labels = map[string]string{"app": "train", "team": fmt.Sprintf("team-%d", i%50)}
+		p.Spec.Containers[0].Command = []string{"python", "train.py", "--epochs=100"}
+		obj, err := strip(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Add(obj); err != nil {
+			b.Fatal(err)
+		}
+		c.UpsertPodInfo(obj.(*PodInfo))
+	}
+	return c, store
 }

@@ -187,7 +187,7 @@ type podState struct {
 	// none); the pod is then charged by its request, as if unannotated.
 	ignored string
 	// perCard: card index -> units held.
-	perCard map[int]int64
+	perCard cardUnits
 	// unattributed: units held on the node on unknown cards.
 	unattributed int64
 	// deadline: an assumed allocation is released when it passes, and so
@@ -473,13 +473,13 @@ func (c *Cache) syncHost(pod *PodInfo) {
 
 // charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
 func (ns *nodeState) charge(ps *podState, sign int64) {
-	for idx, u := range ps.perCard {
-		pos := ns.position(idx)
+	for _, cu := range ps.perCard {
+		pos := ns.position(cu.idx)
 		if pos < 0 {
-			ns.missing += sign * u
+			ns.missing += sign * cu.units
 			continue
 		}
-		ns.node.Cards[pos].Used += sign * u
+		ns.node.Cards[pos].Used += sign * cu.units
 	}
 	ns.unattributed += sign * ps.unattributed
 }
@@ -650,13 +650,13 @@ func (ns *nodeState) resolve(ps *podState) {
 	if ps.claim != nil || ps.claimErr != "" {
 		a, reason := ns.accept(ps)
 		if reason == "" {
-			ps.alloc, ps.perCard = a, a.PerCard()
+			ps.alloc, ps.perCard = a, cardUnitsOf(a.PerCard())
 			return
 		}
 		ps.ignored = reason
 	}
 	if ps.legacyIndex >= 0 {
-		ps.perCard = map[int]int64{ps.legacyIndex: ps.demand.Total()}
+		ps.perCard = cardUnits{{idx: ps.legacyIndex, units: ps.demand.Total()}}
 	} else {
 		ps.unattributed = ps.demand.Total()
 	}
@@ -855,7 +855,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 	}
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
-		alloc: alloc, perCard: alloc.PerCard(), deadline: c.clock.Now().Add(c.assumeTTL)})
+		alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, hostUse{node: ns.node.Name, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
 	}

@@ -121,9 +121,9 @@ func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
 	}
 	for uid := range ns.pods {
 		ps := c.pods[uid]
-		for idx, u := range ps.perCard {
-			if pos := ns.position(idx); pos >= 0 {
-				v.Cards[pos].Pods = append(v.Cards[pos].Pods, PodView{Namespace: ps.namespace, Name: ps.name, Units: u, State: ps.state})
+		for _, cu := range ps.perCard {
+			if pos := ns.position(cu.idx); pos >= 0 {
+				v.Cards[pos].Pods = append(v.Cards[pos].Pods, PodView{Namespace: ps.namespace, Name: ps.name, Units: cu.units, State: ps.state})
 			}
 		}
 		if ps.unattributed > 0 {

@@ -107,7 +107,7 @@ func (c *Cache) Reserved(uid types.UID) (node string, ok bool) {
 // free.
 type credit struct {
 	node     string
-	perCard  map[int]int64
+	perCard  cardUnits
 	milliCPU int64
 	memMiB   int64
 }
@@ -174,7 +174,7 @@ func (cr *credit) onNode(n *allocator.Node) *allocator.Node {
 	out := *n
 	out.Cards = slices.Clone(n.Cards)
 	for i := range out.Cards {
-		out.Cards[i].Used -= cr.perCard[out.Cards[i].Index]
+		out.Cards[i].Used -= cr.perCard.get(out.Cards[i].Index)
 	}
 	return &out
 }
@@ -200,7 +200,7 @@ func (c *Cache) Reserve(plan *Plan, ttl time.Duration) error {
 	}
 	deadline := c.clock.Now().Add(ttl + time.Duration(plan.GraceSeconds)*time.Second)
 	c.add(plan.UID, &podState{namespace: plan.Namespace, name: plan.Name, node: plan.Node, state: StateReserved, ours: true,
-		perCard: plan.Units, deadline: deadline, victims: victims})
+		perCard: cardUnitsOf(plan.Units), deadline: deadline, victims: victims})
 	c.reservations.Add(1)
 	c.setHost(plan.UID, hostUse{node: plan.Node, milliCPU: plan.milliCPU, memMiB: plan.memMiB, assumed: true})
 	c.publish()
@@ -236,7 +236,7 @@ type podCopy struct {
 	namespace, name string
 	state           State
 	confirmed       bool
-	perCard         map[int]int64 // never modified once set (see podState)
+	perCard         cardUnits // shared with the pod's entry
 	unattributed    int64
 	milliCPU        int64
 	memMiB          int64
@@ -398,7 +398,7 @@ func planNode(cp *nodeCopy, pod *PodInfo, vs Victims, b *allocator.Budget) (plan
 		idx := view.Cards[i].Index
 		var group []candidate
 		for _, cd := range cands {
-			if cd.pod.perCard[idx] > 0 {
+			if cd.pod.perCard.get(idx) > 0 {
 				group = append(group, cd)
 			}
 		}
@@ -474,9 +474,9 @@ func reprieve(view *allocator.Node, group []candidate, host hostRoom, fit func(*
 
 // take removes (sign 1) or gives back (sign −1) the units perCard holds
 // on n's cards.
-func take(n *allocator.Node, perCard map[int]int64, sign int64) {
+func take(n *allocator.Node, perCard cardUnits, sign int64) {
 	for i := range n.Cards {
-		n.Cards[i].Used -= sign * perCard[n.Cards[i].Index]
+		n.Cards[i].Used -= sign * perCard.get(n.Cards[i].Index)
 	}
 }
 
@@ -491,10 +491,7 @@ func planOf(cp *nodeCopy, pod *PodInfo, victims []candidate, after *allocator.No
 		}
 	}
 	for _, v := range victims {
-		var units int64
-		for _, u := range v.pod.perCard {
-			units += u
-		}
+		units := v.pod.perCard.total()
 		p.Victims = append(p.Victims, PlannedVictim{Namespace: v.pod.namespace, Name: v.pod.name, UID: v.pod.uid,
 			Priority: v.v.Priority, Units: units, Budgets: v.v.Budgets})
 		p.GraceSeconds = max(p.GraceSeconds, v.v.GraceSeconds)
