@@ -157,8 +157,8 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	want, _ := gpushare.PodDemand(pod)
 	got := NewPodInfo(pod)
 	wantInfo := &PodInfo{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42", Labels: map[string]string{"app": "infer"}},
-		NodeName:   "n1", Phase: corev1.PodRunning, Demand: want, LegacyIndex: 1, Policy: "spread",
+		Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42", Labels: map[string]string{"app": "infer"},
+		NodeName: "n1", Phase: corev1.PodRunning, Demand: want, LegacyIndex: 1, Policy: "spread",
 		Priority: 1000, PreemptNever: true, GraceSeconds: 90, StartTime: started.Time,
 	}
 	if diff := cmp.Diff(wantInfo, got); diff != "" {
