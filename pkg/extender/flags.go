@@ -26,6 +26,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "with --tls-cert-file: accept on --listen only clients presenting a certificate signed by a CA in this PEM bundle (kube-scheduler's tlsConfig certFile); reloaded when it changes; needs --metrics-listen for probes and Prometheus")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "also serve /healthz, /readyz, /version and /metrics over plain HTTP on this address (e.g. :39998), for kubelet's probes and Prometheus; empty: only on --listen")
+	fs.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's CPU, heap and goroutine profiles at /debug/pprof/ on --metrics-listen (needs it); off by default")
 	fs.StringVar(&cfg.WebhookListen, "webhook-listen", "", "serve the mutating webhook that sets spec.schedulerName on pods asking aliyun.com/gpu-mem at POST "+webhook.Path+" over HTTPS on this address (e.g. :9443); empty: off")
 	fs.StringVar(&cfg.WebhookTLSCertFile, "webhook-tls-cert-file", "", "PEM certificate of --webhook-listen, reloaded when it changes")
 	fs.StringVar(&cfg.WebhookTLSKeyFile, "webhook-tls-key-file", "", "PEM private key of --webhook-tls-cert-file")

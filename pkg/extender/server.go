@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -52,6 +53,10 @@ type Config struct {
 	// MetricsListen, when set, serves /healthz, /readyz, /version and
 	// /metrics there too, over plain HTTP (see Handlers.ProbeRouter).
 	MetricsListen string
+	// Profiling serves Go's profiles (net/http/pprof) at /debug/pprof/ on
+	// MetricsListen: CPU, heap and goroutines of a running extender. Off by
+	// default; needs MetricsListen (never the extender API's listener).
+	Profiling bool
 	// WebhookListen, when set, serves the mutating webhook (pkg/webhook)
 	// there over HTTPS with WebhookTLSCertFile and WebhookTLSKeyFile,
 	// reloaded when they change.
@@ -130,6 +135,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClientCAFile != "" && c.TLSCertFile == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file: client certificates are checked over HTTPS"))
+	}
+	if c.Profiling && c.MetricsListen == "" {
+		errs = append(errs, errors.New("--profiling needs --metrics-listen: the profiles are served there only, never on the extender API's listener"))
 	}
 	if c.ClientCAFile != "" && c.MetricsListen == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --metrics-listen: kubelet's probes and Prometheus present no client certificate, so /healthz, /readyz and /metrics must be served on a plain listener too"))
@@ -293,7 +301,7 @@ func Run(ctx context.Context, cfg Config) error {
 		eps[0].tls = certs.ServerConfig(files.api, files.clientCAs)
 	}
 	if cfg.MetricsListen != "" {
-		eps = append(eps, &endpoint{name: "metrics", addr: cfg.MetricsListen, handler: h.ProbeRouter()})
+		eps = append(eps, &endpoint{name: "metrics", addr: cfg.MetricsListen, handler: withProfiling(h.ProbeRouter(), cfg.Profiling)})
 	}
 	if cfg.WebhookListen != "" {
 		wh, err := webhook.New(logger.WithName("webhook"), cfg.SchedulerName, reg)
@@ -502,4 +510,19 @@ func (f *tlsFiles) register(reg prometheus.Registerer) error {
 		errs = append(errs, add("webhook", "keypair", f.webhook, f.webhook.Failures))
 	}
 	return errors.Join(errs...)
+}
+
+// withProfiling serves next, and Go's profiles at /debug/pprof/ when on.
+func withProfiling(next http.Handler, on bool) http.Handler {
+	if !on {
+		return next
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }

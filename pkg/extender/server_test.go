@@ -3,8 +3,10 @@ package extender
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,4 +115,32 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestProfilingRoutes: the profiles are served only when --profiling is
+// on, and the probe routes stay where they were either way.
+func TestProfilingRoutes(t *testing.T) {
+	probes := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("profiling=%v", on), func(t *testing.T) {
+			h := withProfiling(probes, on)
+			for path, want := range map[string]int{
+				"/healthz":             http.StatusOK,
+				"/debug/pprof/":        map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on],
+				"/debug/pprof/cmdline": map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[on],
+			} {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != want {
+					t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
+				}
+			}
+		})
+	}
 }

@@ -51,6 +51,8 @@ func TestValidateServing(t *testing.T) {
 			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile, c.SchedulerName = ":9443", "/w/c", "/w/k", "GPU_Scheduler"
 		}), wantErr: "--scheduler-name"},
 		{name: "webhook", cfg: base(func(c *Config) { c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k" })},
+		{name: "profiling without a metrics listener", cfg: base(func(c *Config) { c.Profiling = true }), wantErr: "--profiling needs --metrics-listen"},
+		{name: "profiling", cfg: base(func(c *Config) { c.Profiling, c.MetricsListen = true, ":39998" })},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
