@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -61,6 +63,9 @@ import (
 //	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
 //	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
 //	                            in alternating order (1)
+//	GPUSHARE_BENCH_PROFILE_DIR  where to write a CPU profile of each extender run
+//	                            (extender-<n>.pprof, the run's first 20 s, through
+//	                            --profiling; go tool pprof reads it); unset: none
 //
 // cpu-mix measures what the opt-in configuration's second extender entry
 // (config/kube-scheduler-config-score-cpu-pods.yaml: prioritize for every
@@ -139,14 +144,26 @@ func TestSchedulingThroughput(t *testing.T) {
 		// configuration cfg: pods made by pod on nodes made by node.
 		// With backlog, the pods are created while kube-scheduler is
 		// stopped (runBacklog).
+		profiled := 0 // extender runs profiled so far
 		extenderRun := func(cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
 			listen := freeAddr(t)
 			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
-			_, stop := startExtender(t, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
-				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)...)
+			args = append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
+				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)
+			profileDir := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR")
+			metricsAddr := freeAddr(t)
+			if profileDir != "" {
+				args = append(args, "--metrics-listen", metricsAddr, "--profiling")
+			}
+			_, stop := startExtender(t, bin, args...)
 			defer stop()
 			waitReady(t, listen)
+			if profileDir != "" {
+				profiled++
+				done := profileCPU(t, metricsAddr, filepath.Join(profileDir, fmt.Sprintf("extender-%d.pprof", profiled)), 20*time.Second)
+				defer done()
+			}
 			var rate float64
 			if backlog {
 				rate = runBacklog(t, cp.Client(framework.AdminUser), cp, nodes, pods, node, pod)
@@ -937,5 +954,39 @@ func TestMedian(t *testing.T) {
 		if got := median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
+	}
+}
+
+// profileCPU fetches a CPU profile of the extender serving --profiling on
+// addr, seconds long, into path, in the background; the returned func
+// waits for it and fails the test if it could not be written.
+func profileCPU(t *testing.T, addr, path string, d time.Duration) (wait func()) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			errc <- fmt.Errorf("GET profile: %s", resp.Status)
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		errc <- errors.Join(err, f.Close())
+	}()
+	return func() {
+		if err := <-errc; err != nil {
+			t.Errorf("CPU profile of the extender: %v", err)
+			return
+		}
+		t.Logf("CPU profile of the extender: %s", path)
 	}
 }
