@@ -171,6 +171,15 @@ type podState struct {
 	// demand and legacyIndex what it is charged, again whenever its node's
 	// cards change.
 	ours bool
+	// confirmed: the informer showed the pod bound to node. Our Binding may
+	// be made for a pod the informer never delivers (created, bound through
+	// the API fallback and deleted within one watch gap): such an entry
+	// keeps its deadline until confirmed, so it cannot be charged forever.
+	// (Beside ours and legacyIndex: the three take 8 bytes, and the entry
+	// 224 rather than 240; there is one per pod.)
+	confirmed bool
+	// legacyIndex: see claim.
+	legacyIndex int32
 	// alloc is the allocation charged: ours, or the pod's annotation once
 	// resolve accepted it (in the node's unit); nil for a pod charged by
 	// its Aliyun index or unattributed.
@@ -179,10 +188,9 @@ type podState struct {
 	// absent or unparsable, claimErr then says why it did not parse),
 	// demand its request, legacyIndex its ALIYUN_COM_GPU_MEM_IDX (-1 when
 	// absent). Unset for our own entries.
-	claim       *gpushare.Allocation
-	claimErr    string
-	demand      gpushare.Demand
-	legacyIndex int
+	claim    *gpushare.Allocation
+	claimErr string
+	demand   gpushare.Demand
 	// ignored says why claim is not charged ("" when it is, or there is
 	// none); the pod is then charged by its request, as if unannotated.
 	ignored string
@@ -193,11 +201,6 @@ type podState struct {
 	// deadline: an assumed allocation is released when it passes, and so
 	// is a bound one the informer never confirmed (see confirmed).
 	deadline time.Time
-	// confirmed: the informer showed the pod bound to node. Our Binding may
-	// be made for a pod the informer never delivers (created, bound through
-	// the API fallback and deleted within one watch gap): such an entry
-	// keeps its deadline until confirmed, so it cannot be charged forever.
-	confirmed bool
 	// victims: for a StateReserved entry (preempt.go), the UIDs of the
 	// pods evicted for it, which later preemptions count as gone.
 	victims []types.UID
@@ -623,7 +626,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
-		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: pod.LegacyIndex}
+		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)}
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		return // a status update: nothing the charge depends on changed
 	}
@@ -656,7 +659,7 @@ func (ns *nodeState) resolve(ps *podState) {
 		ps.ignored = reason
 	}
 	if ps.legacyIndex >= 0 {
-		ps.perCard = cardUnits{{idx: ps.legacyIndex, units: ps.demand.Total()}}
+		ps.perCard = cardUnits{{idx: int(ps.legacyIndex), units: ps.demand.Total()}}
 	} else {
 		ps.unattributed = ps.demand.Total()
 	}
@@ -1163,39 +1166,49 @@ func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, cr
 	if err != nil {
 		return err
 	}
-	// First find each node's published copy and screen out the nodes
-	// that take no GPU pod: a short loop, so the processor overlaps the
-	// memory loads of many nodes (the index and the copies are spread over
-	// the heap; fitting them one at a time waited for each in turn, most
-	// of the verb's time at 5,000 nodes). Then fit the others.
-	snaps := make([]*nodeSnap, hi-lo)
-	idx := c.index.Load()
-	for i := lo; i < hi; i++ {
-		var s *nodeSnap
-		if slot := idx.lookup(nodes[i]); slot != nil {
-			s = slot.snap.Load()
-		}
-		snaps[i-lo], reasons[i], _ = gpuOf(s)
-	}
+	// Block by block, first find each node's published copy and screen
+	// out the nodes that take no GPU pod: a short loop, so the processor
+	// overlaps the memory loads of many nodes (the index and the copies
+	// are spread over the heap; fitting them one at a time waited for each
+	// in turn, most of the verb's time at 5,000 nodes). Then fit the
+	// block's others while their copies are still in the processor's
+	// cache.
+	var snaps [fitBlock]*nodeSnap
 	var pl allocator.Placement // reused across nodes
-	for i := lo; i < hi; i++ {
-		if (i-lo)%ctxCheckNodes == ctxCheckNodes-1 {
-			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+	idx := c.index.Load()
+	for blo := lo; blo < hi; blo += fitBlock {
+		bhi := min(blo+fitBlock, hi)
+		if blo > lo && (blo-lo)%ctxCheckNodes == 0 {
+			if err := stopped(ctx, pod, blo, len(nodes)); err != nil {
 				return err
 			}
 		}
-		s := cr.on(snaps[i-lo])
-		if s == nil {
-			continue
+		for i := blo; i < bhi; i++ {
+			var s *nodeSnap
+			if slot := idx.lookup(nodes[i]); slot != nil {
+				s = slot.snap.Load()
+			}
+			snaps[i-blo], reasons[i], _ = gpuOf(s)
 		}
-		if reason := fitReason(&s.node, s.source, s.invErr, pod, sc.p, &pl, b); reason != "" {
-			reasons[i] = reason
-			continue
+		for i := blo; i < bhi; i++ {
+			s := cr.on(snaps[i-blo])
+			if s == nil {
+				continue
+			}
+			if reason := fitReason(&s.node, s.source, s.invErr, pod, sc.p, &pl, b); reason != "" {
+				reasons[i] = reason
+				continue
+			}
+			raw[i], fits[i] = sc.score(s, &pl), true
 		}
-		raw[i], fits[i] = sc.score(s, &pl), true
 	}
 	return nil
 }
+
+// fitBlock is how many nodes fitChunk looks up before it fits them: enough
+// for the processor to overlap their loads, few enough that their copies
+// stay in its cache until they are fitted. ctxCheckNodes is a multiple.
+const fitBlock = 64
 
 // DefaultPolicy returns the configured default policy name.
 func (c *Cache) DefaultPolicy() string { return c.policy }

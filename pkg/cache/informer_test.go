@@ -2,8 +2,10 @@ package cache
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -166,6 +168,21 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	}
 	if info := NewPodInfo(util.MakePod("cpu").Container("x").Obj()); info.Demand != nil || info.LegacyIndex != -1 {
 		t.Errorf("NewPodInfo of a CPU pod = %+v", info)
+	}
+	// An Aliyun index beyond 32 bits names no card (the cache keeps 32).
+	if info := NewPodInfo(util.MakePod("big").GPUMem(4).Annotation(gpushare.AnnotationIndex, "2147483648").Obj()); info.LegacyIndex != -1 {
+		t.Errorf("NewPodInfo of a pod with index 2³¹: LegacyIndex %d, want -1", info.LegacyIndex)
+	}
+	// The allocation shares the pod's node name and the unit constant.
+	placed := util.MakePod("placed").GPUMem(4).Node("n1").Allocation(&gpushare.Allocation{Node: "n1", Unit: gpushare.UnitGiB,
+		Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}).Obj()
+	placed.Spec.NodeName = strings.Clone(placed.Spec.NodeName) // its own copy, as a decoded pod has
+	info := NewPodInfo(placed)
+	switch {
+	case info.Allocation == nil:
+		t.Errorf("NewPodInfo of a placed pod: no allocation (%s)", info.AllocationErr)
+	case unsafe.StringData(info.Allocation.Node) != unsafe.StringData(info.NodeName) || unsafe.StringData(info.Allocation.Unit) != unsafe.StringData(gpushare.UnitGiB):
+		t.Errorf("NewPodInfo: the allocation's node and unit are copies, not the pod's node name and the unit constant")
 	}
 	// A CPU pod's labels are not kept (only GPU pods are ever evicted for
 	// a preemption); a deleted pod is terminating, for its deletion's grace.

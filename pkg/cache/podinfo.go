@@ -111,8 +111,21 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		}
 	}
 	info.LegacyIndex = -1
-	if idx, err := strconv.Atoi(pod.Annotations[gpushare.AnnotationIndex]); err == nil && idx >= 0 {
-		info.LegacyIndex = idx
+	// A 32-bit index: the cache keeps it in 32 bits (no node has 2³¹ cards).
+	if idx, err := strconv.ParseInt(pod.Annotations[gpushare.AnnotationIndex], 10, 32); err == nil && idx >= 0 {
+		info.LegacyIndex = int(idx)
+	}
+	if a := info.Allocation; a != nil {
+		// Share the strings the pod already holds (the node's name, the
+		// unit's constant) instead of the decoder's copies: 24 bytes a pod.
+		if a.Node == info.NodeName {
+			a.Node = info.NodeName
+		}
+		if a.Unit == gpushare.UnitGiB {
+			a.Unit = gpushare.UnitGiB
+		} else if a.Unit == gpushare.UnitMiB {
+			a.Unit = gpushare.UnitMiB
+		}
 	}
 	return info
 }
