@@ -64,8 +64,9 @@ import (
 //	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
 //	                            in alternating order (1)
 //	GPUSHARE_BENCH_PROFILE_DIR  where to write a CPU profile of each extender run
-//	                            (extender-<n>.pprof, the run's first 20 s, through
-//	                            --profiling; go tool pprof reads it); unset: none
+//	                            (extender-<n>.pprof, through --profiling, from the
+//	                            extender's start for GPUSHARE_BENCH_PROFILE_SECONDS,
+//	                            60 by default; go tool pprof reads it); unset: none
 //
 // cpu-mix measures what the opt-in configuration's second extender entry
 // (config/kube-scheduler-config-score-cpu-pods.yaml: prioritize for every
@@ -161,7 +162,8 @@ func TestSchedulingThroughput(t *testing.T) {
 			waitReady(t, listen)
 			if profileDir != "" {
 				profiled++
-				done := profileCPU(t, metricsAddr, filepath.Join(profileDir, fmt.Sprintf("extender-%d.pprof", profiled)), 20*time.Second)
+				seconds := envInt(t, "GPUSHARE_BENCH_PROFILE_SECONDS", 60)
+				done := profileCPU(t, metricsAddr, filepath.Join(profileDir, fmt.Sprintf("extender-%d.pprof", profiled)), time.Duration(seconds)*time.Second)
 				defer done()
 			}
 			var rate float64
