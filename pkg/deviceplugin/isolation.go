@@ -139,28 +139,37 @@ type NodeGetter interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 }
 
-// cdiPruneMinAge spares CDI limit devices younger than this from pruning:
-// an Allocate may have added one for a container whose grant the prune
-// did not see yet.
-const cdiPruneMinAge = time.Minute
+// retainMinAge spares CDI limit devices and MPS shares younger than this
+// from pruning: an Allocate may have added one for a container whose grant
+// the prune did not see yet.
+const retainMinAge = time.Minute
 
-// pruneCDI drops driver mode's CDI limit devices that no container held
-// by h names (isolation.Enforcer.PruneCDI), sparing devices added within
-// minAge. unit is the node's. Errors are logged: the spec stays as it was.
-func pruneCDI(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
+// retainIsolation brings the isolation state in step with the containers
+// h believes hold cards: it drops driver mode's CDI limit devices that none
+// names (isolation.Enforcer.PruneCDI) and moves each mps card's default
+// pinned limit to the smallest share it serves
+// (isolation.Enforcer.RetainMPS), sparing what was added within minAge.
+// unit is the node's. Errors are logged: what failed stays as it was.
+func retainIsolation(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
+	logger := klog.FromContext(ctx)
 	held := h.HeldShares()
 	limits := make([][]isolation.Limit, len(held))
-	for i, shares := range held {
-		for _, sh := range shares {
-			limits[i] = append(limits[i], isolation.Limit{Index: sh.Index, MiB: MiB(sh.Units, unit)})
+	shares := make([][]isolation.Share, len(held))
+	for i, hs := range held {
+		for _, sh := range hs {
+			mib := MiB(sh.Units, unit)
+			limits[i] = append(limits[i], isolation.Limit{Index: sh.Index, MiB: mib})
+			shares[i] = append(shares[i], isolation.Share{UUID: sh.UUID, MiB: mib})
 		}
 	}
 	n, err := e.PruneCDI(limits, minAge)
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Pruning the CDI spec's limit devices")
-		return
+	switch {
+	case err != nil:
+		logger.Error(err, "Pruning the CDI spec's limit devices")
+	case n > 0:
+		logger.V(2).Info("Pruned CDI limit devices no container holds", "removed", n)
 	}
-	if n > 0 {
-		klog.FromContext(ctx).V(2).Info("Pruned CDI limit devices no container holds", "removed", n)
+	if err := e.RetainMPS(ctx, shares, minAge); err != nil {
+		logger.Error(err, "Setting the MPS default pinned limits to the smallest share of each card")
 	}
 }

@@ -21,16 +21,39 @@ import (
 )
 
 // fakeMPSControl is a stand-in for nvidia-cuda-mps-control: with -f it
-// serves until a client sends quit; a client succeeds. (The daemon's
+// serves until a client sends quit; a client appends its command to the
+// card's directory's "commands" file and succeeds. (The daemon's
 // lifecycle is tested in package isolation.)
 const fakeMPSControl = `#!/bin/sh
 if [ "$1" = "-f" ]; then
   while :; do sleep 0.02; [ -e "$CUDA_MPS_PIPE_DIRECTORY/quit" ] && exit 0; done
 fi
 read line
+echo "$line" >> "$CUDA_MPS_PIPE_DIRECTORY/../commands"
 [ "$line" = quit ] && touch "$CUDA_MPS_PIPE_DIRECTORY/quit"
 exit 0
 `
+
+// newFakeMPS returns an MPS manager over testCards' UUIDs whose control
+// binary is fakeMPSControl, under dir; it stops with the test.
+func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
+	t.Helper()
+	control := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte(fakeMPSControl), 0o700); err != nil { //nolint:gosec // a test script
+		t.Fatal(err)
+	}
+	var devs []gpu.Device
+	for _, c := range testCards {
+		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
+	}
+	mps := isolation.NewMPS(ctx, isolation.MPSConfig{Control: control, Root: filepath.Join(dir, "mps"), GPUs: gpu.NewFake(devs)})
+	t.Cleanup(func() {
+		if err := mps.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return mps
+}
 
 // TestAllocateIsolationGolden: the whole Allocate response per isolation
 // mode, for the request of TestAllocateResponseGolden (a container with 8
@@ -69,17 +92,7 @@ func TestAllocateIsolationGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 			case gpushare.IsolationMPS:
-				control := filepath.Join(dir, "nvidia-cuda-mps-control")
-				if err := os.WriteFile(control, []byte(fakeMPSControl), 0o700); err != nil { //nolint:gosec // a test script
-					t.Fatal(err)
-				}
-				devs := []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}, {Index: 2, UUID: "GPU-2"}}
-				mps = isolation.NewMPS(ctx, isolation.MPSConfig{Control: control, Root: filepath.Join(dir, "mps"), GPUs: gpu.NewFake(devs)})
-				defer func() {
-					if err := mps.Stop(context.Background()); err != nil {
-						t.Error(err)
-					}
-				}()
+				mps = newFakeMPS(ctx, t, dir)
 			}
 			e, err := isolation.NewEnforcer(cards, spec, mps)
 			if err != nil {
@@ -232,7 +245,7 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 		}
 	}
 	ht.h.DeletePod(q.UID)
-	pruneCDI(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
+	retainIsolation(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
 	got, err := cdiDeviceNames(spec.Path())
 	if err != nil {
 		t.Fatal(err)
@@ -254,4 +267,52 @@ func cdiDeviceNames(path string) ([]string, error) {
 		names = append(names, d.Name)
 	}
 	return names, nil
+}
+
+// TestRetainIsolationMovesTheMPSLimit: the plugin's periodic retain step
+// hands the MPS manager the shares its grants hold, so that an mps card's
+// default pinned limit rises back when its smallest share's pod leaves,
+// and drops to the floor when the card's last pod leaves.
+func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
+	ht := newHandoffTest(t)
+	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
+	q := ht.pod(util.MakePod("q").GPUMem(2), map[string][]int{"c0": {0}}, 2)
+	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
+		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
+	ctx, cancel := context.WithCancel(ht.ctx)
+	defer cancel()
+	dir := t.TempDir()
+	var cards []isolation.Card
+	for _, c := range testCards {
+		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: gpushare.IsolationMPS})
+	}
+	e, err := isolation.NewEnforcer(cards, nil, newFakeMPS(ctx, t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
+	s.SetEnforcer(e)
+	for _, ids := range [][]string{unitsOn("GPU-0", 0, 4), unitsOn("GPU-0", 4, 2)} {
+		if _, err := s.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0) // both held: no change
+	ht.h.DeletePod(q.UID)
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
+	ht.h.DeletePod(p.UID)
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
+	b, err := os.ReadFile(filepath.Join(dir, "mps", "GPU-0", "commands"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if v, ok := strings.CutPrefix(l, "set_default_device_pinned_mem_limit 0 "); ok {
+			got = append(got, v)
+		}
+	}
+	if diff := cmp.Diff([]string{"4096M", "2048M", "4096M", "1M"}, got); diff != "" {
+		t.Errorf("default pinned limits of GPU-0 as pods %s (4 GiB) and %s (2 GiB) come and go (-want +got):\n%s", p.Name, q.Name, diff)
+	}
 }

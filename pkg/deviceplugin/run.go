@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun(func() { ann.run(ctx) })
 	goRun(func() {
 		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
-			pruneCDI(ctx, h, enforcer, cfg.Unit, cdiPruneMinAge)
+			retainIsolation(ctx, h, enforcer, cfg.Unit, retainMinAge)
 		})
 	})
 	goRun(func() { publishLoop(ctx, pub, publishNow) })

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +58,12 @@ const (
 	mpsMaxBackoff     = 30 * time.Second
 )
 
+// MPSFloorMiB is the default pinned limit, in MiB, of a card that serves
+// no share: the smallest a daemon takes, so that a process that starts
+// without CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets next to nothing rather
+// than the whole card.
+const MPSFloorMiB = 1
+
 // ComputeModes sets a card's compute mode (gpu.NVML, gpu.Fake).
 type ComputeModes interface {
 	SetComputeMode(uuid string, m gpu.ComputeMode) error
@@ -77,14 +85,20 @@ type MPSConfig struct {
 	// OnRestart, when set, is called each time a crashed daemon is
 	// restarted (metrics, events).
 	OnRestart func(uuid string, err error)
+	// Now is the clock of Retain's minAge; time.Now when nil.
+	Now func() time.Time
 }
 
 // MPS runs one MPS control daemon per card in use, in the foreground
 // (nvidia-cuda-mps-control -f) as its child so that it notices a crash
 // and restarts it. Each daemon sees only its card (CUDA_VISIBLE_DEVICES
 // is the card's UUID), has its own pipe and log directories under Root,
-// and a default pinned memory limit no smaller than the largest share
-// handed out on its card. Stop sends each daemon "quit".
+// and a default pinned memory limit (the limit of a client that does not
+// set its own) equal to the smallest share its card serves, so that no
+// process gets more than any share by dropping its own limit. The shares a
+// card serves are those Retain last reported held plus those Ensure added
+// since; a card that serves none gets MPSFloorMiB. Stop sends each daemon
+// "quit".
 type MPS struct {
 	cfg MPSConfig
 	// ctx is the daemons' lifetime (Stop cancels it).
@@ -106,18 +120,55 @@ type mpsDaemon struct {
 	// ready is closed once the daemon first answered a command.
 	ready chan struct{}
 
+	// send serializes the limit updates sent to the daemon (at its start,
+	// from Ensure and from Retain), so that the last one sent is the one
+	// computed last.
+	send sync.Mutex
+
 	mu sync.Mutex
-	// limitMiB is the default pinned limit set on the daemon, the largest
-	// share handed out on the card so far.
+	// held are the MiB of each share the card served at the last Retain.
+	held []int64
+	// recent are the shares Ensure added since the last Retain, and those
+	// a Retain spared for being younger than its minAge.
+	recent []mpsShare
+	// limitMiB is the default pinned limit last set on the daemon; 0
+	// before the first.
 	limitMiB int64
 	// proc is the running daemon, nil between crash and restart.
 	proc *os.Process
+}
+
+// mpsShare is one share Ensure added to a card.
+type mpsShare struct {
+	mib int64
+	at  time.Time
+}
+
+// wantLocked returns the default pinned limit d's card should have: the
+// smallest share it serves, or MPSFloorMiB when it serves none. Shares of
+// 4096 and 2048 MiB give 2048. The caller holds d.mu.
+func (d *mpsDaemon) wantLocked() int64 {
+	var w int64
+	for _, mib := range d.held {
+		if w == 0 || mib < w {
+			w = mib
+		}
+	}
+	for _, sh := range d.recent {
+		if w == 0 || sh.mib < w {
+			w = sh.mib
+		}
+	}
+	return max(w, MPSFloorMiB)
 }
 
 // NewMPS returns a manager whose daemons live until ctx ends or Stop.
 func NewMPS(ctx context.Context, cfg MPSConfig) *MPS {
 	if cfg.Root == "" {
 		cfg.Root = DefaultMPSRoot
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	return &MPS{cfg: cfg, ctx: ctx, cancel: cancel, daemons: map[string]*mpsDaemon{}}
@@ -134,9 +185,9 @@ func (m *MPS) Dirs(uuid string) (pipe, log string) {
 func (m *MPS) ShmDir() string { return filepath.Join(m.cfg.Root, MPSShmDir) }
 
 // Ensure starts the card's daemon if it does not run yet (after setting
-// the card to exclusive-process) and raises its default pinned limit to
-// limitMiB if that is larger than the one set. It returns once the daemon
-// answers.
+// the card to exclusive-process), adds a share of limitMiB to those the
+// card serves, and lowers the card's default pinned limit to it if it is
+// the smallest. It returns once the daemon answers and has the limit.
 func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	m.mu.Lock()
 	if m.stopping || m.ctx.Err() != nil {
@@ -156,8 +207,14 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 			m.mu.Unlock()
 			return fmt.Errorf("preparing GPU %s for MPS: %w", uuid, err)
 		}
-		d = &mpsDaemon{uuid: uuid, pipe: pipe, log: log, ready: make(chan struct{}), limitMiB: limitMiB}
+		d = &mpsDaemon{uuid: uuid, pipe: pipe, log: log, ready: make(chan struct{})}
 		m.daemons[uuid] = d
+	}
+	// The share counts before a new daemon starts, which then sends it.
+	d.mu.Lock()
+	d.recent = append(d.recent, mpsShare{mib: limitMiB, at: m.cfg.Now()})
+	d.mu.Unlock()
+	if !ok {
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
@@ -172,22 +229,73 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	case <-time.After(mpsReadyWait + mpsCommandTimeout):
 		return fmt.Errorf("waiting for the MPS daemon of GPU %s: it does not answer (see %s)", uuid, d.log)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if limitMiB <= d.limitMiB {
-		return nil
-	}
-	if err := m.setLimit(ctx, d, limitMiB); err != nil {
-		return err
-	}
-	d.limitMiB = limitMiB
-	return nil
+	return m.apply(ctx, d, false)
 }
 
-// setLimit sends the daemon its default pinned limit. The daemon sees its
-// card as device 0.
-func (m *MPS) setLimit(ctx context.Context, d *mpsDaemon, mib int64) error {
-	return m.command(ctx, d, "set_default_device_pinned_mem_limit 0 "+strconv.FormatInt(mib, 10)+"M")
+// Retain sets the shares each card serves to held (card UUID -> MiB of
+// each single-card mps container that holds a share of it), sparing the
+// shares Ensure added within minAge (an Allocate may be adding one that
+// held does not show yet), and moves each card's default pinned limit to
+// its smallest share, down or up. Cards without a daemon are left alone.
+func (m *MPS) Retain(ctx context.Context, held map[string][]int64, minAge time.Duration) error {
+	m.mu.Lock()
+	daemons := make([]*mpsDaemon, 0, len(m.daemons))
+	for _, d := range m.daemons {
+		daemons = append(daemons, d)
+	}
+	m.mu.Unlock()
+	cutoff := m.cfg.Now().Add(-minAge)
+	var errs []error
+	for _, d := range daemons {
+		d.mu.Lock()
+		d.held = slices.Clone(held[d.uuid])
+		d.recent = slices.DeleteFunc(d.recent, func(sh mpsShare) bool { return !sh.at.After(cutoff) })
+		d.mu.Unlock()
+		select {
+		case <-d.ready:
+		default:
+			continue // the daemon's start sends the limit
+		}
+		if err := m.apply(ctx, d, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// apply sets d's default pinned limit to the one its shares call for, when
+// it differs from the one set or always is true, on the control daemon
+// (for servers it spawns later) and on each MPS server it runs (for their
+// next clients). The daemon sees its card as device 0.
+func (m *MPS) apply(ctx context.Context, d *mpsDaemon, always bool) error {
+	d.send.Lock()
+	defer d.send.Unlock()
+	d.mu.Lock()
+	want, set := d.wantLocked(), d.limitMiB
+	d.mu.Unlock()
+	if want == set && !always {
+		return nil
+	}
+	limit := " 0 " + strconv.FormatInt(want, 10) + "M"
+	if _, err := m.command(ctx, d, "set_default_device_pinned_mem_limit"+limit); err != nil {
+		return err
+	}
+	out, err := m.command(ctx, d, "get_server_list")
+	if err != nil {
+		return err
+	}
+	for _, pid := range strings.Fields(out) {
+		if _, err := strconv.Atoi(pid); err != nil {
+			return fmt.Errorf("reading the MPS servers of GPU %s: %q is not a PID", d.uuid, pid)
+		}
+		if _, err := m.command(ctx, d, "set_device_pinned_mem_limit "+pid+limit); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.limitMiB = want
+	d.mu.Unlock()
+	return nil
 }
 
 // supervise runs d's daemon until m.ctx ends, restarting it when it exits
@@ -229,13 +337,13 @@ func (m *MPS) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	}
 	d.mu.Lock()
 	d.proc = cmd.Process
-	limit := d.limitMiB
+	limit := d.wantLocked()
 	d.mu.Unlock()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	logger.Info("MPS control daemon started", "pid", cmd.Process.Pid, "pipe", d.pipe, "defaultLimitMiB", limit)
 	ctx, cancel := context.WithTimeout(m.ctx, mpsReadyWait+mpsCommandTimeout)
-	err := m.setLimit(ctx, d, limit)
+	err := m.apply(ctx, d, true)
 	cancel()
 	if err == nil {
 		select {
@@ -272,10 +380,10 @@ func (m *MPS) env(d *mpsDaemon) []string {
 	return append(os.Environ(), envVisibleDevices+"="+d.uuid, EnvMPSPipeDir+"="+d.pipe, EnvMPSLogDir+"="+d.log)
 }
 
-// command sends one line to d's daemon through the control binary,
-// retrying until ctx ends or mpsReadyWait passes while the daemon does not
-// answer yet.
-func (m *MPS) command(ctx context.Context, d *mpsDaemon, line string) error {
+// command sends one line to d's daemon through the control binary and
+// returns its answer, retrying until ctx ends or mpsReadyWait passes while
+// the daemon does not answer yet.
+func (m *MPS) command(ctx context.Context, d *mpsDaemon, line string) (string, error) {
 	deadline := time.Now().Add(mpsReadyWait)
 	wait := 20 * time.Millisecond
 	for {
@@ -283,13 +391,15 @@ func (m *MPS) command(ctx context.Context, d *mpsDaemon, line string) error {
 		cmd := exec.CommandContext(cctx, m.cfg.Control) //nolint:gosec // the operator's --mps-control
 		cmd.Env = m.env(d)
 		cmd.Stdin = bytes.NewBufferString(line + "\n")
-		out, err := cmd.CombinedOutput()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		cancel()
 		if err == nil {
-			return nil
+			return string(out), nil
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("sending %q to the MPS daemon of GPU %s: %w (output: %q)", line, d.uuid, err, out)
+			return "", fmt.Errorf("sending %q to the MPS daemon of GPU %s: %w (output: %q)", line, d.uuid, err, string(out)+stderr.String())
 		}
 		select {
 		case <-ctx.Done():
@@ -318,7 +428,7 @@ func (m *MPS) Stop(ctx context.Context) error {
 			continue
 		}
 		qctx, cancel := context.WithTimeout(ctx, mpsCommandTimeout)
-		if err := m.command(qctx, d, "quit"); err != nil {
+		if _, err := m.command(qctx, d, "quit"); err != nil {
 			errs = append(errs, err)
 		}
 		cancel()
