@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
@@ -34,8 +35,9 @@ echo "$line" >> "$CUDA_MPS_PIPE_DIRECTORY/../commands"
 exit 0
 `
 
-// newFakeMPS returns an MPS manager over testCards' UUIDs whose control
-// binary is fakeMPSControl, under dir; it stops with the test.
+// newFakeMPS returns the plugin's side of mps mode over testCards' UUIDs,
+// under dir, with the daemons' side running fakeMPSControl until the test
+// ends.
 func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
 	t.Helper()
 	control := filepath.Join(dir, "nvidia-cuda-mps-control")
@@ -46,13 +48,10 @@ func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
 	for _, c := range testCards {
 		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
 	}
-	mps := isolation.NewMPS(ctx, isolation.MPSConfig{Control: control, Root: filepath.Join(dir, "mps"), GPUs: gpu.NewFake(devs)})
-	t.Cleanup(func() {
-		if err := mps.Stop(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	return mps
+	root := filepath.Join(dir, "mps")
+	stop := runMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})
+	t.Cleanup(stop)
+	return isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake(devs)})
 }
 
 // TestAllocateIsolationGolden: the whole Allocate response per isolation
@@ -270,9 +269,10 @@ func cdiDeviceNames(path string) ([]string, error) {
 }
 
 // TestRetainIsolationMovesTheMPSLimit: the plugin's periodic retain step
-// hands the MPS manager the shares its grants hold, so that an mps card's
-// default pinned limit rises back when its smallest share's pod leaves,
-// and drops to the floor when the card's last pod leaves.
+// hands mps mode the shares its grants hold, so that an mps card's default
+// pinned limit (4 GiB, then 2 GiB as the pods come) rises back when its
+// smallest share's pod leaves, and drops to the floor when the card's last
+// pod leaves.
 func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 	ht := newHandoffTest(t)
 	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
@@ -297,22 +297,39 @@ func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	commands := filepath.Join(dir, "mps", "GPU-0", "commands")
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0) // both held: no change
+	waitMPSLimits(t, commands, []string{"4096M", "2048M"})
 	ht.h.DeletePod(q.UID)
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
+	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M"})
 	ht.h.DeletePod(p.UID)
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
-	b, err := os.ReadFile(filepath.Join(dir, "mps", "GPU-0", "commands"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if v, ok := strings.CutPrefix(l, "set_default_device_pinned_mem_limit 0 "); ok {
-			got = append(got, v)
+	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M", "1M"})
+}
+
+// waitMPSLimits waits until the default pinned limits fakeMPSControl
+// recorded in commands are want.
+func waitMPSLimits(t *testing.T, commands string, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(commands)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
 		}
-	}
-	if diff := cmp.Diff([]string{"4096M", "2048M", "4096M", "1M"}, got); diff != "" {
-		t.Errorf("default pinned limits of GPU-0 as pods %s (4 GiB) and %s (2 GiB) come and go (-want +got):\n%s", p.Name, q.Name, diff)
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if v, ok := strings.CutPrefix(l, "set_default_device_pinned_mem_limit 0 "); ok {
+				got = append(got, v)
+			}
+		}
+		if cmp.Equal(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("default pinned limits of GPU-0 (-want +got):\n%s", cmp.Diff(want, got))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
