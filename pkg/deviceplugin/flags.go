@@ -58,8 +58,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRegisters %s with kubelet (one device per unit of GPU memory), publishes the node's\ncards in the annotation %s and gives each container the card(s) named by its pod's\n%s annotation. SIGHUP re-registers; SIGTERM stops. Flags:\n",
-			fs.Name(), gpushare.ResourceGPUMem, gpushare.AnnotationInventory, gpushare.AnnotationAllocation)
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRegisters %s with kubelet (one device per unit of GPU memory), publishes the node's\ncards in the annotation %s and gives each container the card(s) named by its pod's\n%s annotation. SIGHUP re-registers; SIGTERM stops.\n`%s %s --help` describes the command that runs mps mode's daemons apart (--mps-daemons=%s). Flags:\n",
+			fs.Name(), gpushare.ResourceGPUMem, gpushare.AnnotationInventory, gpushare.AnnotationAllocation, fs.Name(), MPSDaemonsCommand, MPSDaemonsExternal)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -35,6 +35,16 @@ echo "$line" >> "$CUDA_MPS_PIPE_DIRECTORY/../commands"
 exit 0
 `
 
+// isolationCards returns testCards (GiB cards) for the enforcer, all in
+// mode.
+func isolationCards(mode gpushare.Isolation) []isolation.Card {
+	var cards []isolation.Card
+	for _, c := range testCards {
+		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: mode})
+	}
+	return cards
+}
+
 // newFakeMPS returns the plugin's side of mps mode over testCards' UUIDs,
 // under dir, with the daemons' side running fakeMPSControl until the test
 // ends.
@@ -78,10 +88,7 @@ func TestAllocateIsolationGolden(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			dir := t.TempDir()
-			var cards []isolation.Card
-			for _, c := range testCards {
-				cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: tc.mode})
-			}
+			cards := isolationCards(tc.mode)
 			var spec *isolation.CDISpec
 			var mps *isolation.MPS
 			switch tc.mode {
@@ -228,10 +235,7 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cards []isolation.Card
-	for _, c := range testCards {
-		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: gpushare.IsolationDriver})
-	}
+	cards := isolationCards(gpushare.IsolationDriver)
 	e, err := isolation.NewEnforcer(cards, spec, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,10 +286,7 @@ func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 	ctx, cancel := context.WithCancel(ht.ctx)
 	defer cancel()
 	dir := t.TempDir()
-	var cards []isolation.Card
-	for _, c := range testCards {
-		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: gpushare.IsolationMPS})
-	}
+	cards := isolationCards(gpushare.IsolationMPS)
 	e, err := isolation.NewEnforcer(cards, nil, newFakeMPS(ctx, t, dir))
 	if err != nil {
 		t.Fatal(err)

@@ -131,18 +131,26 @@ func waitStatus(t *testing.T, root, uuid string, mib int64) {
 	}
 }
 
-// TestMPSLifecycle runs both sides against fakeMPSControl: a daemon per card in use started with the
-// card in exclusive-process mode, the default limit lowered to the
-// smallest share, a crash restarted and reported with its limit sent
-// again, and "quit" to every daemon when the daemons' side stops.
-func TestMPSLifecycle(t *testing.T) {
-	rec := filepath.Join(t.TempDir(), "record")
+// mpsTest returns the record file of fakeMPSControl (set in the
+// environment), an MPS root, and two fake cards.
+func mpsTest(t *testing.T) (rec, root string, devs []gpu.Device) {
+	t.Helper()
+	rec = filepath.Join(t.TempDir(), "record")
 	t.Setenv(envFakeMPSRecord, rec)
-	root := filepath.Join(t.TempDir(), "mps")
 	devs, err := gpu.ParseFakeGPUs("2xTesla-V100:16GiB", "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return rec, filepath.Join(t.TempDir(), "mps"), devs
+}
+
+// TestMPSLifecycle runs both sides against fakeMPSControl: a daemon per
+// card in use started with the card in exclusive-process mode, the
+// default limit lowered to the smallest share, a crash restarted and
+// reported with its limit sent again, and "quit" to every daemon when the
+// daemons' side stops.
+func TestMPSLifecycle(t *testing.T) {
+	rec, root, devs := mpsTest(t)
 	a, b := devs[0].UUID, devs[1].UUID
 	fake := gpu.NewFake(devs)
 	fake.SetDriver(gpu.FakeDriver{Driver: gpu.Driver{Version: "550.54.15"}, MPS: true})
@@ -230,13 +238,7 @@ func TestMPSLifecycle(t *testing.T) {
 // with a desired state at once, with its limit, before the plugin asks
 // anything, and none for a card never used.
 func TestMPSDaemonsOutliveThePlugin(t *testing.T) {
-	rec := filepath.Join(t.TempDir(), "record")
-	t.Setenv(envFakeMPSRecord, rec)
-	root := filepath.Join(t.TempDir(), "mps")
-	devs, err := gpu.ParseFakeGPUs("2xTesla-V100:16GiB", "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, root, devs := mpsTest(t)
 	a := devs[0].UUID
 	_, ctx := ktesting.NewTestContext(t)
 	stop := startDaemons(ctx, t, root, nil)
