@@ -159,9 +159,13 @@ func (s *MPSDaemons) Reconcile(ctx context.Context) error {
 // running one want when it changed.
 func (s *MPSDaemons) serve(ctx context.Context, uuid string, want int64) error {
 	s.mu.Lock()
-	if s.stopping || s.ctx.Err() != nil {
+	if s.stopping {
 		s.mu.Unlock()
-		return nil
+		return nil // no daemon starts once Stop began
+	}
+	if err := s.ctx.Err(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("serving the MPS daemon of GPU %s: %w", uuid, err)
 	}
 	d, ok := s.daemons[uuid]
 	if !ok {
