@@ -108,6 +108,9 @@ type MPS struct {
 	mu sync.Mutex
 	// cards: card UUID -> what the plugin knows of its shares.
 	cards map[string]*mpsCard
+	// adopted is set once Retain has taken in the cards an earlier plugin
+	// left a desired state for.
+	adopted bool
 }
 
 // mpsCard is one card's shares.
@@ -214,11 +217,26 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 // held does not show yet), and moves each card's default pinned limit to
 // its smallest share, down or up. A card with shares held that has no
 // desired state from this process yet (its grants survived a plugin
-// restart) gets one, so that its daemon comes back if it is gone.
+// restart) gets one, so that its daemon comes back if it is gone; the
+// first Retain also takes in every card with a desired state on the host,
+// so that one an earlier plugin left goes to MPSFloorMiB when no share is
+// held on it.
 func (m *MPS) Retain(_ context.Context, held map[string][]int64, minAge time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cutoff := m.cfg.Now().Add(-minAge)
+	if !m.adopted {
+		// Cards an earlier plugin asked a daemon for: their limit follows
+		// the shares held now (the floor when none is), not what it was.
+		uuids, err := desiredCards(m.cfg.Root)
+		if err != nil {
+			return err
+		}
+		for _, uuid := range uuids {
+			m.card(uuid)
+		}
+		m.adopted = true
+	}
 	for uuid := range held {
 		m.card(uuid)
 	}
@@ -267,6 +285,27 @@ func (m *MPS) write(uuid string, c *mpsCard) error {
 	}
 	c.written = want
 	return nil
+}
+
+// desiredCards returns the UUIDs of the cards with a desired state under
+// root.
+func desiredCards(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the MPS root %s: %w", root, err)
+	}
+	var uuids []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != MPSShmDir {
+			if _, err := os.Stat(filepath.Join(root, e.Name(), mpsDesiredFile)); err == nil {
+				uuids = append(uuids, e.Name())
+			}
+		}
+	}
+	return uuids, nil
 }
 
 // mpsLimitFile is the form of a card's desired state and status.

@@ -236,7 +236,8 @@ func TestMPSLifecycle(t *testing.T) {
 // daemon alone and goes on using it; a restart of the daemons' side (a
 // new MPSDaemons on the same root) brings back the daemon of every card
 // with a desired state at once, with its limit, before the plugin asks
-// anything, and none for a card never used.
+// anything, and none for a card never used; a plugin restarted with no
+// share held on such a card brings its limit to the floor.
 func TestMPSDaemonsOutliveThePlugin(t *testing.T) {
 	rec, root, devs := mpsTest(t)
 	a := devs[0].UUID
@@ -265,6 +266,14 @@ func TestMPSDaemonsOutliveThePlugin(t *testing.T) {
 	startDaemons(ctx, t, root, nil)
 	waitRecorded(t, rec, slices.Concat(third, []string{a + " start", a + " set_default_device_pinned_mem_limit 0 2048M", a + " get_server_list"}))
 	waitStatus(t, root, a, 2048)
+
+	// The plugin restarts again and its first Retain finds no share held
+	// on the card: its limit goes to the floor, though this plugin never
+	// asked for the card.
+	if err := NewMPS(MPSConfig{Root: root, GPUs: gpu.NewFake(devs)}).Retain(ctx, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, root, a, MPSFloorMiB)
 }
 
 // TestMPSEnsureNeedsALiveDaemonSide: Ensure does not trust a status the

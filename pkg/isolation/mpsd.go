@@ -128,19 +128,13 @@ func (s *MPSDaemons) Run(ctx context.Context) error {
 // the daemon of a card that has none yet and sends a running daemon a
 // changed limit. A card without a desired state is left alone.
 func (s *MPSDaemons) Reconcile(ctx context.Context) error {
-	entries, err := os.ReadDir(s.cfg.Root)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	uuids, err := desiredCards(s.cfg.Root)
 	if err != nil {
-		return fmt.Errorf("reading the MPS root %s: %w", s.cfg.Root, err)
+		return err
 	}
 	var errs []error
-	for _, e := range entries {
-		if !e.IsDir() || e.Name() == MPSShmDir {
-			continue
-		}
-		want, ok, err := readMPSLimit(filepath.Join(s.cfg.Root, e.Name(), mpsDesiredFile), 0)
+	for _, uuid := range uuids {
+		want, ok, err := readMPSLimit(filepath.Join(s.cfg.Root, uuid, mpsDesiredFile), 0)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -148,7 +142,7 @@ func (s *MPSDaemons) Reconcile(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		if err := s.serve(ctx, e.Name(), want); err != nil {
+		if err := s.serve(ctx, uuid, want); err != nil {
 			errs = append(errs, err)
 		}
 	}
