@@ -1,6 +1,8 @@
 // Command gpushare-device-plugin advertises a node's GPU memory to kubelet
 // as aliyun.com/gpu-mem and pins every container to the card(s) that the
-// gpushare scheduler extender chose for it.
+// gpushare scheduler extender chose for it. `gpushare-device-plugin
+// mps-daemons` runs mps mode's MPS control daemons in a container of their
+// own, so that they outlive the plugin's restarts.
 package main
 
 import (
@@ -20,6 +22,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == deviceplugin.MPSDaemonsCommand {
+		os.Exit(runMPSDaemons(os.Args[2:]))
+	}
 	cfg, showVersion, err := deviceplugin.ParseFlags(os.Args[1:], os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -41,6 +46,27 @@ func run(cfg deviceplugin.Config) int {
 	defer klog.Flush()
 	if err := deviceplugin.Run(ctx, cfg); err != nil {
 		klog.Background().Error(err, "Device plugin failed")
+		return 1
+	}
+	return 0
+}
+
+// runMPSDaemons runs mps mode's daemons (the mps-daemons command) until
+// SIGTERM and returns the exit status.
+func runMPSDaemons(args []string) int {
+	cfg, err := deviceplugin.ParseMPSDaemonsFlags(args, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	defer klog.Flush()
+	if err := deviceplugin.RunMPSDaemons(ctx, cfg); err != nil {
+		klog.Background().Error(err, "MPS daemons failed")
 		return 1
 	}
 	return 0

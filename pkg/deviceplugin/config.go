@@ -92,6 +92,11 @@ type Config struct {
 	MPSControl string
 	// MPSRoot holds each MPS card's pipe and log directories.
 	MPSRoot string
+	// MPSDaemons is where mps mode's daemons run: MPSDaemonsPlugin (in
+	// this process; they stop with it) or MPSDaemonsExternal (the
+	// mps-daemons command serves MPSRoot from its own container);
+	// MPSDaemonsPlugin if empty.
+	MPSDaemons string
 	// CgroupRoot is where the node's cgroup hierarchy is mounted.
 	CgroupRoot string
 	// FakeControl, test-only and only with fake GPUs, is a file polled
@@ -165,6 +170,13 @@ func (c *Config) Validate() error {
 	}
 	if c.MPSRoot == "" {
 		c.MPSRoot = isolation.DefaultMPSRoot
+	}
+	switch c.MPSDaemons {
+	case "":
+		c.MPSDaemons = MPSDaemonsPlugin
+	case MPSDaemonsPlugin, MPSDaemonsExternal:
+	default:
+		errs = append(errs, fmt.Errorf("--mps-daemons %q: want %s or %s", c.MPSDaemons, MPSDaemonsPlugin, MPSDaemonsExternal))
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot

@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative kubelet dir", mutate: func(c *Config) { c.KubeletDir = "var/lib/kubelet" }, wantErr: "must be absolute"},
 		{name: "no QPS", mutate: func(c *Config) { c.QPS = 0 }, wantErr: "must be positive"},
 		{name: "fake control without fake GPUs", mutate: func(c *Config) { c.FakeControl = "/tmp/control" }, wantErr: "--fake-control needs --fake-gpus"},
+		{name: "external MPS daemons", mutate: func(c *Config) { c.MPSDaemons = MPSDaemonsExternal }},
+		{name: "unknown MPS daemons", mutate: func(c *Config) { c.MPSDaemons = "sidecar" }, wantErr: `--mps-daemons "sidecar": want plugin or external`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -45,6 +45,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.CDIHook, "cdi-hook", isolation.DefaultCDIHook, "driver mode: absolute path of the NVIDIA container toolkit's nvidia-cdi-hook on the host, run by the runtime as apply-cuda-memory-limits")
 	fs.StringVar(&cfg.MPSControl, "mps-control", isolation.DefaultMPSControl, "mps mode: the MPS control binary, a path or a name looked up in PATH")
 	fs.StringVar(&cfg.MPSRoot, "mps-root", isolation.DefaultMPSRoot, "mps mode: host directory holding each card's MPS pipe and log directories (<root>/<UUID>/pipe, log), mounted into its containers")
+	fs.StringVar(&cfg.MPSDaemons, "mps-daemons", MPSDaemonsPlugin, "mps mode: where the MPS control daemons run: "+MPSDaemonsPlugin+" (in this process, so they and their clients' CUDA work stop with it) or "+
+		MPSDaemonsExternal+" (the command `gpushare-device-plugin mps-daemons`, in its own container, serves --mps-root: daemons outlive plugin restarts)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", isolation.DefaultCgroupRoot, "where the node's cgroup hierarchy is mounted (driver mode needs cgroup v2)")
 	fs.StringVar(&cfg.FakeControl, "fake-control", "", `test-only, with --fake-gpus: a file polled for commands, one per line, "xid INDEX CODE" (inject an XID on card INDEX) or "probe INDEX fail|ok"; it is removed once applied`)
 	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")
@@ -56,8 +58,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRegisters %s with kubelet (one device per unit of GPU memory), publishes the node's\ncards in the annotation %s and gives each container the card(s) named by its pod's\n%s annotation. SIGHUP re-registers; SIGTERM stops. Flags:\n",
-			fs.Name(), gpushare.ResourceGPUMem, gpushare.AnnotationInventory, gpushare.AnnotationAllocation)
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nRegisters %s with kubelet (one device per unit of GPU memory), publishes the node's\ncards in the annotation %s and gives each container the card(s) named by its pod's\n%s annotation. SIGHUP re-registers; SIGTERM stops.\n`%s %s --help` describes the command that runs mps mode's daemons apart (--mps-daemons=%s). Flags:\n",
+			fs.Name(), gpushare.ResourceGPUMem, gpushare.AnnotationInventory, gpushare.AnnotationAllocation, fs.Name(), MPSDaemonsCommand, MPSDaemonsExternal)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -114,6 +114,9 @@ type podEntry struct {
 	// annotations holds the current values of the annotations the plugin
 	// writes, to patch only what differs.
 	annotations map[string]string
+	// users: container name -> its runAsUser (runAsUsers); a container
+	// without one is absent. An MPS card serves one user at a time.
+	users map[string]int64
 }
 
 func (e *podEntry) ref() string { return e.namespace + "/" + e.name }
@@ -321,6 +324,7 @@ func (h *Handoff) upsert(pod *corev1.Pod, onlyNew bool) bool {
 	}
 	e.devMem, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationDevMem], 10, 64)
 	e.admitted = pod.Status.Phase == corev1.PodRunning
+	e.users = runAsUsers(pod)
 	e.constraints, e.constraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
 	e.constraints = e.constraints.ForDemand(demand)
 	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)

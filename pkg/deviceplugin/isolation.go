@@ -94,17 +94,17 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 	var mps *isolation.MPS
 	stop = func() {}
 	if need.mps {
-		mps = isolation.NewMPS(ctx, isolation.MPSConfig{Control: caps.MPSControl, Root: cfg.MPSRoot, GPUs: gpus,
-			OnRestart: func(uuid string, err error) {
-				metrics.MPSRestarted(uuid)
-				if event != nil {
-					event(corev1.EventTypeWarning, "MPSDaemonRestarted", fmt.Sprintf("MPS control daemon of GPU %s restarted: %v", uuid, err))
-				}
-			}})
-		stop = func() {
-			if err := mps.Stop(context.WithoutCancel(ctx)); err != nil {
-				logger.Error(err, "Stopping the MPS control daemons")
-			}
+		mps = isolation.NewMPS(isolation.MPSConfig{Root: cfg.MPSRoot, GPUs: gpus})
+		if cfg.MPSDaemons == MPSDaemonsPlugin {
+			stop = runMPSDaemons(ctx, isolation.MPSDaemonsConfig{Control: caps.MPSControl, Root: cfg.MPSRoot,
+				OnRestart: func(uuid string, err error) {
+					metrics.MPSRestarted(uuid)
+					if event != nil {
+						event(corev1.EventTypeWarning, "MPSDaemonRestarted", fmt.Sprintf("MPS control daemon of GPU %s restarted: %v", uuid, err))
+					}
+				}})
+		} else {
+			logger.Info("MPS control daemons run in their own container (--mps-daemons=external)", "root", cfg.MPSRoot)
 		}
 	}
 	e, err = isolation.NewEnforcer(enf, spec, mps)
@@ -113,6 +113,21 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 		return nil, nil, err
 	}
 	return e, stop, nil
+}
+
+// runMPSDaemons runs mps mode's daemons in this process (MPSDaemonsPlugin)
+// until the returned stop, which quits them.
+func runMPSDaemons(ctx context.Context, cfg isolation.MPSDaemonsConfig) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	d := isolation.NewMPSDaemons(ctx, cfg)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemons")
+		}
+	}
 }
 
 // runtimeCDI returns why the node's container runtime would not apply
@@ -139,28 +154,47 @@ type NodeGetter interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 }
 
-// cdiPruneMinAge spares CDI limit devices younger than this from pruning:
-// an Allocate may have added one for a container whose grant the prune
-// did not see yet.
-const cdiPruneMinAge = time.Minute
+// retainMinAge spares CDI limit devices and MPS shares younger than this
+// from pruning: an Allocate may have added one for a container whose grant
+// the prune did not see yet.
+const retainMinAge = time.Minute
 
-// pruneCDI drops driver mode's CDI limit devices that no container held
-// by h names (isolation.Enforcer.PruneCDI), sparing devices added within
-// minAge. unit is the node's. Errors are logged: the spec stays as it was.
-func pruneCDI(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
+// retainIsolation brings the isolation state in step with the containers
+// h believes hold cards: it drops driver mode's CDI limit devices that none
+// names (isolation.Enforcer.PruneCDI) and moves each mps card's default
+// pinned limit to the smallest share it serves (retainMPS), sparing what
+// was added within minAge. unit is the node's. Errors are logged: what
+// failed stays as it was.
+func retainIsolation(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
 	held := h.HeldShares()
 	limits := make([][]isolation.Limit, len(held))
-	for i, shares := range held {
-		for _, sh := range shares {
+	for i, hs := range held {
+		for _, sh := range hs {
 			limits[i] = append(limits[i], isolation.Limit{Index: sh.Index, MiB: MiB(sh.Units, unit)})
 		}
 	}
 	n, err := e.PruneCDI(limits, minAge)
-	if err != nil {
+	switch {
+	case err != nil:
 		klog.FromContext(ctx).Error(err, "Pruning the CDI spec's limit devices")
-		return
-	}
-	if n > 0 {
+	case n > 0:
 		klog.FromContext(ctx).V(2).Info("Pruned CDI limit devices no container holds", "removed", n)
+	}
+	retainMPS(ctx, held, e, unit, minAge)
+}
+
+// retainMPS tells mps mode the shares held (h.HeldShares) on its cards
+// (isolation.Enforcer.RetainMPS): each card's default pinned limit moves
+// to its smallest share, and a card with shares gets its daemon back if
+// it is gone. Errors are logged.
+func retainMPS(ctx context.Context, held [][]gpushare.DeviceShare, e *isolation.Enforcer, unit string, minAge time.Duration) {
+	shares := make([][]isolation.Share, len(held))
+	for i, hs := range held {
+		for _, sh := range hs {
+			shares[i] = append(shares[i], isolation.Share{UUID: sh.UUID, MiB: MiB(sh.Units, unit)})
+		}
+	}
+	if err := e.RetainMPS(ctx, shares, minAge); err != nil {
+		klog.FromContext(ctx).Error(err, "Setting the MPS default pinned limits to the smallest share of each card")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
@@ -21,16 +22,47 @@ import (
 )
 
 // fakeMPSControl is a stand-in for nvidia-cuda-mps-control: with -f it
-// serves until a client sends quit; a client succeeds. (The daemon's
+// serves until a client sends quit; a client appends its command to the
+// card's directory's "commands" file and succeeds. (The daemon's
 // lifecycle is tested in package isolation.)
 const fakeMPSControl = `#!/bin/sh
 if [ "$1" = "-f" ]; then
   while :; do sleep 0.02; [ -e "$CUDA_MPS_PIPE_DIRECTORY/quit" ] && exit 0; done
 fi
 read line
+echo "$line" >> "$CUDA_MPS_PIPE_DIRECTORY/../commands"
 [ "$line" = quit ] && touch "$CUDA_MPS_PIPE_DIRECTORY/quit"
 exit 0
 `
+
+// isolationCards returns testCards (GiB cards) for the enforcer, all in
+// mode.
+func isolationCards(mode gpushare.Isolation) []isolation.Card {
+	var cards []isolation.Card
+	for _, c := range testCards {
+		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: mode})
+	}
+	return cards
+}
+
+// newFakeMPS returns the plugin's side of mps mode over testCards' UUIDs,
+// under dir, with the daemons' side running fakeMPSControl until the test
+// ends.
+func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
+	t.Helper()
+	control := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte(fakeMPSControl), 0o700); err != nil { //nolint:gosec // a test script
+		t.Fatal(err)
+	}
+	var devs []gpu.Device
+	for _, c := range testCards {
+		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
+	}
+	root := filepath.Join(dir, "mps")
+	stop := runMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})
+	t.Cleanup(stop)
+	return isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake(devs)})
+}
 
 // TestAllocateIsolationGolden: the whole Allocate response per isolation
 // mode, for the request of TestAllocateResponseGolden (a container with 8
@@ -56,10 +88,7 @@ func TestAllocateIsolationGolden(t *testing.T) {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			dir := t.TempDir()
-			var cards []isolation.Card
-			for _, c := range testCards {
-				cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: tc.mode})
-			}
+			cards := isolationCards(tc.mode)
 			var spec *isolation.CDISpec
 			var mps *isolation.MPS
 			switch tc.mode {
@@ -69,17 +98,7 @@ func TestAllocateIsolationGolden(t *testing.T) {
 					t.Fatal(err)
 				}
 			case gpushare.IsolationMPS:
-				control := filepath.Join(dir, "nvidia-cuda-mps-control")
-				if err := os.WriteFile(control, []byte(fakeMPSControl), 0o700); err != nil { //nolint:gosec // a test script
-					t.Fatal(err)
-				}
-				devs := []gpu.Device{{Index: 0, UUID: "GPU-0"}, {Index: 1, UUID: "GPU-1"}, {Index: 2, UUID: "GPU-2"}}
-				mps = isolation.NewMPS(ctx, isolation.MPSConfig{Control: control, Root: filepath.Join(dir, "mps"), GPUs: gpu.NewFake(devs)})
-				defer func() {
-					if err := mps.Stop(context.Background()); err != nil {
-						t.Error(err)
-					}
-				}()
+				mps = newFakeMPS(ctx, t, dir)
 			}
 			e, err := isolation.NewEnforcer(cards, spec, mps)
 			if err != nil {
@@ -216,10 +235,7 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cards []isolation.Card
-	for _, c := range testCards {
-		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: gpushare.IsolationDriver})
-	}
+	cards := isolationCards(gpushare.IsolationDriver)
 	e, err := isolation.NewEnforcer(cards, spec, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +248,7 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 		}
 	}
 	ht.h.DeletePod(q.UID)
-	pruneCDI(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
+	retainIsolation(ht.ctx, ht.h, e, gpushare.UnitGiB, 0)
 	got, err := cdiDeviceNames(spec.Path())
 	if err != nil {
 		t.Fatal(err)
@@ -254,4 +270,67 @@ func cdiDeviceNames(path string) ([]string, error) {
 		names = append(names, d.Name)
 	}
 	return names, nil
+}
+
+// TestRetainIsolationMovesTheMPSLimit: the plugin's periodic retain step
+// hands mps mode the shares its grants hold, so that an mps card's default
+// pinned limit (4 GiB, then 2 GiB as the pods come) rises back when its
+// smallest share's pod leaves, and drops to the floor when the card's last
+// pod leaves.
+func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
+	ht := newHandoffTest(t)
+	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
+	q := ht.pod(util.MakePod("q").GPUMem(2), map[string][]int{"c0": {0}}, 2)
+	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
+		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
+	ctx, cancel := context.WithCancel(ht.ctx)
+	defer cancel()
+	dir := t.TempDir()
+	cards := isolationCards(gpushare.IsolationMPS)
+	e, err := isolation.NewEnforcer(cards, nil, newFakeMPS(ctx, t, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
+	s.SetEnforcer(e)
+	for _, ids := range [][]string{unitsOn("GPU-0", 0, 4), unitsOn("GPU-0", 4, 2)} {
+		if _, err := s.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commands := filepath.Join(dir, "mps", "GPU-0", "commands")
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0) // both held: no change
+	waitMPSLimits(t, commands, []string{"4096M", "2048M"})
+	ht.h.DeletePod(q.UID)
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
+	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M"})
+	ht.h.DeletePod(p.UID)
+	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
+	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M", "1M"})
+}
+
+// waitMPSLimits waits until the default pinned limits fakeMPSControl
+// recorded in commands are want.
+func waitMPSLimits(t *testing.T, commands string, want []string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(commands)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if v, ok := strings.CutPrefix(l, "set_default_device_pinned_mem_limit 0 "); ok {
+				got = append(got, v)
+			}
+		}
+		if cmp.Equal(want, got) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("default pinned limits of GPU-0 (-want +got):\n%s", cmp.Diff(want, got))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -61,7 +62,7 @@ func checkManifests(t *testing.T, files []string) {
 	need := map[string][]string{ // resource -> verbs ClientAPI, the informer and the event recorder use
 		"pods": {"list", "watch", "patch"}, "nodes": {"get", "patch"}, "nodes/status": {"patch"}, "events": {"create", "patch"},
 	}
-	var ds *appsv1.DaemonSet
+	var ds, mpsDS *appsv1.DaemonSet
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *rbacv1.ClusterRole:
@@ -74,7 +75,14 @@ func checkManifests(t *testing.T, files []string) {
 				}
 			}
 		case *appsv1.DaemonSet:
-			ds = o
+			switch o.Name {
+			case "gpushare-device-plugin":
+				ds = o
+			case "gpushare-mps-daemons":
+				mpsDS = o
+			default:
+				t.Errorf("unexpected DaemonSet %s", o.Name)
+			}
 		}
 	}
 	for res, verbs := range need {
@@ -104,6 +112,48 @@ func checkManifests(t *testing.T, files []string) {
 		if !mounts[p] {
 			t.Errorf("DaemonSet does not mount %s (--kubelet-dir=%s)", p, cfg.KubeletDir)
 		}
+	}
+	checkMPSDaemons(t, cfg, mpsDS)
+}
+
+// checkMPSDaemons checks the MPS daemons' DaemonSet against the plugin's
+// configuration: present exactly when the plugin leaves its daemons to it
+// (--mps-daemons=external), its arguments parse with the mps-daemons
+// command's flags, it serves the plugin's --mps-root and mounts it, and
+// <mps-root>/shm at /dev/shm.
+func checkMPSDaemons(t *testing.T, cfg Config, ds *appsv1.DaemonSet) {
+	t.Helper()
+	if (ds != nil) != (cfg.MPSDaemons == MPSDaemonsExternal) {
+		t.Fatalf("the plugin's --mps-daemons is %q, and the MPS daemons' DaemonSet is present: %v", cfg.MPSDaemons, ds != nil)
+	}
+	if ds == nil {
+		return
+	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	if len(c.Args) == 0 || c.Args[0] != MPSDaemonsCommand {
+		t.Fatalf("the MPS daemons' arguments %v do not start with %s", c.Args, MPSDaemonsCommand)
+	}
+	var usage bytes.Buffer
+	mcfg, err := ParseMPSDaemonsFlags(c.Args[1:], &usage)
+	if err != nil {
+		t.Fatalf("the MPS daemons' arguments %v: %v\n%s", c.Args, err, usage.String())
+	}
+	if mcfg.Root != cfg.MPSRoot {
+		t.Errorf("the MPS daemons serve %s, the plugin writes to --mps-root=%s", mcfg.Root, cfg.MPSRoot)
+	}
+	volumes := map[string]string{} // name -> host path
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			volumes[v.Name] = v.HostPath.Path
+		}
+	}
+	mounted := map[string]string{} // container path -> host path
+	for _, m := range c.VolumeMounts {
+		mounted[m.MountPath] = volumes[m.Name]
+	}
+	want := map[string]string{cfg.MPSRoot: cfg.MPSRoot, "/dev/shm": filepath.Join(cfg.MPSRoot, "shm")}
+	if diff := cmp.Diff(want, mounted); diff != "" {
+		t.Errorf("the MPS daemons' mounts, container path -> host path (-want +got):\n%s", diff)
 	}
 }
 

@@ -615,6 +615,9 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 			h.correct(ctx, o, ck.uid)
 		}
 	}
+	if err := h.checkMPSUserLocked(ck, shares); err != nil {
+		return nil, err
+	}
 	h.give(ck, &grant{ids: ids, shares: shares, at: h.clock.Now()})
 	h.stats.Allocations++
 	switch how {

@@ -137,6 +137,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := h.AdoptAtStart(ctx); err != nil {
 		return err
 	}
+	// The grants restored from the pods' annotations are the shares mps
+	// cards serve: their daemons come back (when they ran in this
+	// process's predecessor) with the smallest share's limit before
+	// kubelet restarts a container on them.
+	retainMPS(ctx, h.HeldShares(), enforcer, cfg.Unit, retainMinAge)
 
 	verifyNow := make(chan struct{}, 1)
 	publishNow := make(chan struct{}, 1)
@@ -172,7 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 	goRun(func() { ann.run(ctx) })
 	goRun(func() {
 		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
-			pruneCDI(ctx, h, enforcer, cfg.Unit, cdiPruneMinAge)
+			retainIsolation(ctx, h, enforcer, cfg.Unit, retainMinAge)
 		})
 	})
 	goRun(func() { publishLoop(ctx, pub, publishNow) })

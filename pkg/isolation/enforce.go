@@ -164,6 +164,25 @@ func (e *Enforcer) PruneCDI(held [][]Limit, minAge time.Duration) (int, error) {
 	return e.cdi.Retain(held, minAge)
 }
 
+// RetainMPS tells the MPS manager which shares its cards serve now: held
+// is each container's shares, in its card order; only containers on one
+// mps card are MPS clients (one on several runs under none). Each card's
+// default pinned limit moves to its smallest share, sparing shares added
+// within minAge (MPS.Retain). Without mps mode it does nothing.
+func (e *Enforcer) RetainMPS(ctx context.Context, held [][]Share, minAge time.Duration) error {
+	if e.mps == nil {
+		return nil
+	}
+	byCard := map[string][]int64{}
+	for _, shares := range held {
+		if len(shares) != 1 || e.cards[shares[0].UUID].Mode != gpushare.IsolationMPS {
+			continue
+		}
+		byCard[shares[0].UUID] = append(byCard[shares[0].UUID], shares[0].MiB)
+	}
+	return e.mps.Retain(ctx, byCard, minAge)
+}
+
 // fraction returns part/whole rounded down to 4 decimals: 4096 of 16384
 // is "0.25", 5000 of 15360 is "0.3255".
 func fraction(part, whole int64) string {

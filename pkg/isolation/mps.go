@@ -1,18 +1,15 @@
 package isolation
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
-
-	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 )
@@ -41,8 +38,17 @@ const (
 	envVisibleDevices = "CUDA_VISIBLE_DEVICES"
 )
 
+// Files of a card's directory under the MPS root (MPSDaemons).
+const (
+	mpsDesiredFile = "desired.json"
+	mpsStatusFile  = "status.json"
+)
+
 // Timing of the daemon supervision.
 const (
+	// mpsStatusFresh is how recent a card's status must be for the plugin
+	// to trust it: the daemons' side rewrites it every Poll.
+	mpsStatusFresh = 5 * time.Second
 	// mpsCommandTimeout bounds one control command.
 	mpsCommandTimeout = 10 * time.Second
 	// mpsReadyWait is how long a command is retried while the daemon
@@ -56,6 +62,12 @@ const (
 	mpsMaxBackoff     = 30 * time.Second
 )
 
+// MPSFloorMiB is the default pinned limit, in MiB, of a card that serves
+// no share: the smallest a daemon takes, so that a process that starts
+// without CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets next to nothing rather
+// than the whole card.
+const MPSFloorMiB = 1
+
 // ComputeModes sets a card's compute mode (gpu.NVML, gpu.Fake).
 type ComputeModes interface {
 	SetComputeMode(uuid string, m gpu.ComputeMode) error
@@ -66,61 +78,92 @@ var (
 	_ ComputeModes = (*gpu.Fake)(nil)
 )
 
-// MPSConfig configures an MPS manager.
+// MPSConfig configures the device plugin's side of mps mode.
 type MPSConfig struct {
-	// Control is the path of nvidia-cuda-mps-control.
-	Control string
-	// Root holds each card's pipe and log directories (DefaultMPSRoot).
+	// Root holds each card's directory (DefaultMPSRoot), shared with the
+	// daemons' side (MPSDaemons).
 	Root string
 	// GPUs sets each card's compute mode to exclusive-process.
 	GPUs ComputeModes
-	// OnRestart, when set, is called each time a crashed daemon is
-	// restarted (metrics, events).
-	OnRestart func(uuid string, err error)
+	// Now is the clock of Retain's minAge; time.Now when nil.
+	Now func() time.Time
+	// ReadyWait bounds Ensure's wait for the card's daemon; the daemon's
+	// start and first command when zero.
+	ReadyWait time.Duration
 }
 
-// MPS runs one MPS control daemon per card in use, in the foreground
-// (nvidia-cuda-mps-control -f) as its child so that it notices a crash
-// and restarts it. Each daemon sees only its card (CUDA_VISIBLE_DEVICES
-// is the card's UUID), has its own pipe and log directories under Root,
-// and a default pinned memory limit no smaller than the largest share
-// handed out on its card. Stop sends each daemon "quit".
+// MPS is the device plugin's side of mps mode: it tells the daemons' side
+// (MPSDaemons, in its own container) which cards need an MPS daemon and
+// each card's default pinned memory limit (the limit of a client that does
+// not set its own), by writing the card's desired state under Root, and
+// waits for the card's status to show it. The limit is the smallest share
+// the card serves, so that no process gets more than any share by
+// dropping its own limit: the shares a card serves are those Retain last
+// reported held plus those Ensure added since; a card that serves none
+// gets MPSFloorMiB. Before a card's first desired state, MPS sets the card
+// to exclusive-process.
 type MPS struct {
 	cfg MPSConfig
-	// ctx is the daemons' lifetime (Stop cancels it).
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
 
 	mu sync.Mutex
-	// daemons: card UUID -> its daemon.
-	daemons map[string]*mpsDaemon
-	// stopping is set by Stop: no daemon starts or restarts after it.
-	stopping bool
+	// cards: card UUID -> what the plugin knows of its shares.
+	cards map[string]*mpsCard
+	// adopted is set once Retain has taken in the cards an earlier plugin
+	// left a desired state for.
+	adopted bool
 }
 
-// mpsDaemon is one card's daemon.
-type mpsDaemon struct {
-	uuid      string
-	pipe, log string
-	// ready is closed once the daemon first answered a command.
-	ready chan struct{}
-
-	mu sync.Mutex
-	// limitMiB is the default pinned limit set on the daemon, the largest
-	// share handed out on the card so far.
-	limitMiB int64
-	// proc is the running daemon, nil between crash and restart.
-	proc *os.Process
+// mpsCard is one card's shares.
+type mpsCard struct {
+	// prepared: the card is in exclusive-process mode and its directories
+	// exist.
+	prepared bool
+	// held are the MiB of each share the card served at the last Retain.
+	held []int64
+	// recent are the shares Ensure added since the last Retain, and those
+	// a Retain spared for being younger than its minAge.
+	recent []mpsShare
+	// written is the limit in the card's desired state as last written; 0
+	// before this process wrote one.
+	written int64
 }
 
-// NewMPS returns a manager whose daemons live until ctx ends or Stop.
-func NewMPS(ctx context.Context, cfg MPSConfig) *MPS {
+// mpsShare is one share Ensure added to a card.
+type mpsShare struct {
+	mib int64
+	at  time.Time
+}
+
+// want returns the default pinned limit the card should have: the
+// smallest share it serves, or MPSFloorMiB when it serves none. Shares of
+// 4096 and 2048 MiB give 2048.
+func (c *mpsCard) want() int64 {
+	var w int64
+	for _, mib := range c.held {
+		if w == 0 || mib < w {
+			w = mib
+		}
+	}
+	for _, sh := range c.recent {
+		if w == 0 || sh.mib < w {
+			w = sh.mib
+		}
+	}
+	return max(w, MPSFloorMiB)
+}
+
+// NewMPS returns the plugin's side of mps mode.
+func NewMPS(cfg MPSConfig) *MPS {
 	if cfg.Root == "" {
 		cfg.Root = DefaultMPSRoot
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	return &MPS{cfg: cfg, ctx: ctx, cancel: cancel, daemons: map[string]*mpsDaemon{}}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ReadyWait <= 0 {
+		cfg.ReadyWait = mpsReadyWait + mpsCommandTimeout
+	}
+	return &MPS{cfg: cfg, cards: map[string]*mpsCard{}}
 }
 
 // Dirs returns the host pipe and log directories of the card's daemon.
@@ -133,215 +176,191 @@ func (m *MPS) Dirs(uuid string) (pipe, log string) {
 // /dev/shm (CheckMPSShm).
 func (m *MPS) ShmDir() string { return filepath.Join(m.cfg.Root, MPSShmDir) }
 
-// Ensure starts the card's daemon if it does not run yet (after setting
-// the card to exclusive-process) and raises its default pinned limit to
-// limitMiB if that is larger than the one set. It returns once the daemon
-// answers.
+// Ensure adds a share of limitMiB to those card uuid serves, lowers the
+// card's default pinned limit to it if it is the smallest (asking for the
+// card's daemon if it has none yet), and returns once the card's daemon
+// runs with a default limit no larger than limitMiB.
 func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	m.mu.Lock()
-	if m.stopping || m.ctx.Err() != nil {
-		m.mu.Unlock()
-		return fmt.Errorf("using the MPS daemon of GPU %s: the plugin is stopping", uuid)
+	c := m.card(uuid)
+	c.recent = append(c.recent, mpsShare{mib: limitMiB, at: m.cfg.Now()})
+	err := m.write(uuid, c)
+	m.mu.Unlock()
+	if err != nil {
+		return err
 	}
-	d, ok := m.daemons[uuid]
-	if !ok {
+	status := filepath.Join(m.cfg.Root, uuid, mpsStatusFile)
+	deadline := time.Now().Add(m.cfg.ReadyWait)
+	for {
+		got, ok, err := readMPSLimit(status, mpsStatusFresh)
+		switch {
+		case err != nil:
+			return err
+		case ok && got <= limitMiB:
+			return nil
+		case time.Now().After(deadline):
+			_, log := m.Dirs(uuid)
+			return fmt.Errorf("waiting for the MPS daemon of GPU %s to serve with a default limit of at most %d MiB: no answer within %s "+
+				"(is gpushare's mps-daemons container running on this node? see its log and %s)", uuid, limitMiB, m.cfg.ReadyWait, log)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the MPS daemon of GPU %s: %w", uuid, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Retain sets the shares each card serves to held (card UUID -> MiB of
+// each single-card mps container that holds a share of it), sparing the
+// shares Ensure added within minAge (an Allocate may be adding one that
+// held does not show yet), and moves each card's default pinned limit to
+// its smallest share, down or up. A card with shares held that has no
+// desired state from this process yet (its grants survived a plugin
+// restart) gets one, so that its daemon comes back if it is gone; the
+// first Retain also takes in every card with a desired state on the host,
+// so that one an earlier plugin left goes to MPSFloorMiB when no share is
+// held on it.
+func (m *MPS) Retain(_ context.Context, held map[string][]int64, minAge time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cutoff := m.cfg.Now().Add(-minAge)
+	if !m.adopted {
+		// Cards an earlier plugin asked a daemon for: their limit follows
+		// the shares held now (the floor when none is), not what it was.
+		uuids, err := desiredCards(m.cfg.Root)
+		if err != nil {
+			return err
+		}
+		for _, uuid := range uuids {
+			m.card(uuid)
+		}
+		m.adopted = true
+	}
+	for uuid := range held {
+		m.card(uuid)
+	}
+	var errs []error
+	for uuid, c := range m.cards {
+		c.held = slices.Clone(held[uuid])
+		c.recent = slices.DeleteFunc(c.recent, func(sh mpsShare) bool { return !sh.at.After(cutoff) })
+		if err := m.write(uuid, c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// card returns uuid's entry, adding it. The caller holds m.mu.
+func (m *MPS) card(uuid string) *mpsCard {
+	c := m.cards[uuid]
+	if c == nil {
+		c = &mpsCard{}
+		m.cards[uuid] = c
+	}
+	return c
+}
+
+// write writes c's desired state when its limit changed, preparing the
+// card first. The caller holds m.mu.
+func (m *MPS) write(uuid string, c *mpsCard) error {
+	want := c.want()
+	if want == c.written {
+		return nil
+	}
+	if !c.prepared {
 		pipe, log := m.Dirs(uuid)
 		for _, dir := range []string{pipe, log, m.ShmDir()} {
 			if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // clients in containers read them
-				m.mu.Unlock()
 				return fmt.Errorf("creating the MPS directory %s: %w", dir, err)
 			}
 		}
 		if err := m.cfg.GPUs.SetComputeMode(uuid, gpu.ComputeExclusiveProcess); err != nil {
-			m.mu.Unlock()
 			return fmt.Errorf("preparing GPU %s for MPS: %w", uuid, err)
 		}
-		d = &mpsDaemon{uuid: uuid, pipe: pipe, log: log, ready: make(chan struct{}), limitMiB: limitMiB}
-		m.daemons[uuid] = d
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			m.supervise(d)
-		}()
+		c.prepared = true
 	}
-	m.mu.Unlock()
-	select {
-	case <-d.ready:
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for the MPS daemon of GPU %s: %w", uuid, ctx.Err())
-	case <-time.After(mpsReadyWait + mpsCommandTimeout):
-		return fmt.Errorf("waiting for the MPS daemon of GPU %s: it does not answer (see %s)", uuid, d.log)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if limitMiB <= d.limitMiB {
-		return nil
-	}
-	if err := m.setLimit(ctx, d, limitMiB); err != nil {
+	if err := writeMPSLimit(filepath.Join(m.cfg.Root, uuid, mpsDesiredFile), want); err != nil {
 		return err
 	}
-	d.limitMiB = limitMiB
+	c.written = want
 	return nil
 }
 
-// setLimit sends the daemon its default pinned limit. The daemon sees its
-// card as device 0.
-func (m *MPS) setLimit(ctx context.Context, d *mpsDaemon, mib int64) error {
-	return m.command(ctx, d, "set_default_device_pinned_mem_limit 0 "+strconv.FormatInt(mib, 10)+"M")
-}
-
-// supervise runs d's daemon until m.ctx ends, restarting it when it exits
-// on its own.
-func (m *MPS) supervise(d *mpsDaemon) {
-	logger := klog.FromContext(m.ctx).WithValues("uuid", d.uuid)
-	backoff := mpsRestartBackoff
-	for {
-		started := time.Now()
-		err := m.runOnce(logger, d)
-		if m.done() {
-			return
-		}
-		if time.Since(started) > mpsMaxBackoff {
-			backoff = mpsRestartBackoff
-		}
-		logger.Error(err, "MPS control daemon exited; restarting it", "in", backoff)
-		if m.cfg.OnRestart != nil {
-			m.cfg.OnRestart(d.uuid, err)
-		}
-		select {
-		case <-m.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, mpsMaxBackoff)
+// desiredCards returns the UUIDs of the cards with a desired state under
+// root.
+func desiredCards(root string) ([]string, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-}
-
-// runOnce starts the daemon, sends it the default limit, and waits for it
-// to exit. It returns why it exited.
-func (m *MPS) runOnce(logger klog.Logger, d *mpsDaemon) error {
-	cmd := exec.Command(m.cfg.Control, "-f") //nolint:gosec // the operator's --mps-control
-	cmd.Env = m.env(d)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s -f: %w", m.cfg.Control, err)
+	if err != nil {
+		return nil, fmt.Errorf("reading the MPS root %s: %w", root, err)
 	}
-	d.mu.Lock()
-	d.proc = cmd.Process
-	limit := d.limitMiB
-	d.mu.Unlock()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	logger.Info("MPS control daemon started", "pid", cmd.Process.Pid, "pipe", d.pipe, "defaultLimitMiB", limit)
-	ctx, cancel := context.WithTimeout(m.ctx, mpsReadyWait+mpsCommandTimeout)
-	err := m.setLimit(ctx, d, limit)
-	cancel()
-	if err == nil {
-		select {
-		case <-d.ready:
-		default:
-			close(d.ready)
-		}
-	} else if m.ctx.Err() == nil {
-		logger.Error(err, "MPS control daemon does not take its default limit")
-	}
-	select {
-	case err := <-exited:
-		d.mu.Lock()
-		d.proc = nil
-		d.mu.Unlock()
-		if err == nil {
-			return fmt.Errorf("MPS control daemon of GPU %s exited without being asked to (stderr: %q)", d.uuid, stderr.String())
-		}
-		return fmt.Errorf("MPS control daemon of GPU %s exited: %w (stderr: %q)", d.uuid, err, stderr.String())
-	case <-m.ctx.Done():
-		return <-exited
-	}
-}
-
-// done reports whether the daemons are being stopped.
-func (m *MPS) done() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.stopping || m.ctx.Err() != nil
-}
-
-// env is the environment of the daemon and of control commands for d.
-func (m *MPS) env(d *mpsDaemon) []string {
-	return append(os.Environ(), envVisibleDevices+"="+d.uuid, EnvMPSPipeDir+"="+d.pipe, EnvMPSLogDir+"="+d.log)
-}
-
-// command sends one line to d's daemon through the control binary,
-// retrying until ctx ends or mpsReadyWait passes while the daemon does not
-// answer yet.
-func (m *MPS) command(ctx context.Context, d *mpsDaemon, line string) error {
-	deadline := time.Now().Add(mpsReadyWait)
-	wait := 20 * time.Millisecond
-	for {
-		cctx, cancel := context.WithTimeout(ctx, mpsCommandTimeout)
-		cmd := exec.CommandContext(cctx, m.cfg.Control) //nolint:gosec // the operator's --mps-control
-		cmd.Env = m.env(d)
-		cmd.Stdin = bytes.NewBufferString(line + "\n")
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("sending %q to the MPS daemon of GPU %s: %w (output: %q)", line, d.uuid, err, out)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// Stop sends "quit" to every daemon, waits for them to exit (killing those
-// that do not within mpsQuitWait), and returns the errors met.
-func (m *MPS) Stop(ctx context.Context) error {
-	m.mu.Lock()
-	m.stopping = true
-	daemons := make([]*mpsDaemon, 0, len(m.daemons))
-	for _, d := range m.daemons {
-		daemons = append(daemons, d)
-	}
-	m.mu.Unlock()
-	var errs []error
-	for _, d := range daemons {
-		d.mu.Lock()
-		running := d.proc != nil
-		d.mu.Unlock()
-		if !running {
-			continue
-		}
-		qctx, cancel := context.WithTimeout(ctx, mpsCommandTimeout)
-		if err := m.command(qctx, d, "quit"); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-	}
-	// The supervisors see the context end and do not restart the daemons
-	// that quit; those that did not are killed after mpsQuitWait.
-	m.cancel()
-	done := make(chan struct{})
-	go func() {
-		m.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(mpsQuitWait):
-		for _, d := range daemons {
-			d.mu.Lock()
-			if d.proc != nil {
-				_ = d.proc.Kill()
+	var uuids []string
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != MPSShmDir {
+			if _, err := os.Stat(filepath.Join(root, e.Name(), mpsDesiredFile)); err == nil {
+				uuids = append(uuids, e.Name())
 			}
-			d.mu.Unlock()
 		}
-		<-done
 	}
-	return errors.Join(errs...)
+	return uuids, nil
+}
+
+// mpsLimitFile is the form of a card's desired state and status.
+type mpsLimitFile struct {
+	// DefaultLimitMiB is the card's default pinned limit in MiB.
+	DefaultLimitMiB int64 `json:"defaultLimitMiB"`
+}
+
+// readMPSLimit reads the limit in the desired state or status at path;
+// ok is false when there is none, or when it was written longer than
+// fresh ago (fresh > 0: a status the daemons' side stopped refreshing is
+// as good as none, since that side may be gone).
+func readMPSLimit(path string, fresh time.Duration) (mib int64, ok bool, err error) {
+	b, err := os.ReadFile(path) //nolint:gosec // a file under the MPS root
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if fresh > 0 {
+		fi, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, false, nil
+		}
+		if err != nil {
+			return 0, false, fmt.Errorf("reading %s: %w", path, err)
+		}
+		if time.Since(fi.ModTime()) > fresh {
+			return 0, false, nil
+		}
+	}
+	var f mpsLimitFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return 0, false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if f.DefaultLimitMiB < MPSFloorMiB {
+		return 0, false, fmt.Errorf("reading %s: defaultLimitMiB %d is below %d", path, f.DefaultLimitMiB, MPSFloorMiB)
+	}
+	return f.DefaultLimitMiB, true, nil
+}
+
+// writeMPSLimit writes mib to path atomically (a temporary file renamed
+// over it), so that the other side never reads half a file.
+func writeMPSLimit(path string, mib int64) error {
+	b, err := json.Marshal(mpsLimitFile{DefaultLimitMiB: mib})
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", path, err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil { //nolint:gosec // read by the other side's container
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }

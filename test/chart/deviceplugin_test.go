@@ -60,3 +60,57 @@ func TestDevicePluginMPSHost(t *testing.T) {
 		})
 	}
 }
+
+// TestMPSDaemonsDaemonSet: mps mode's daemons get a DaemonSet of their own
+// when the plugin may choose mps (isolation auto or mps), and the plugin
+// is told so (--mps-daemons=external); it updates OnDelete (an upgrade
+// does not stop running MPS clients), has no service-account token, adds
+// only SETUID and SETGID (the control daemon starts each server as its
+// client's user), and its own memory limit.
+func TestMPSDaemonsDaemonSet(t *testing.T) {
+	c := load(t)
+	tests := []struct {
+		isolation string
+		want      bool
+	}{
+		{isolation: "auto", want: true},
+		{isolation: "mps", want: true},
+		{isolation: "driver", want: false},
+		{isolation: "none", want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.isolation, func(t *testing.T) {
+			objs := objects(t, render(t, c, map[string]any{"devicePlugin": map[string]any{"isolation": tc.isolation}}))
+			plugin := find(objs, "DaemonSet", "gpushare-device-plugin")
+			external := false
+			for _, a := range field(field(plugin, "spec", "template", "spec", "containers").([]any)[0], "args").([]any) {
+				external = external || a == "--mps-daemons=external"
+			}
+			ds := find(objs, "DaemonSet", "gpushare-mps-daemons")
+			if diff := cmp.Diff([]bool{tc.want, tc.want}, []bool{ds != nil, external}); diff != "" {
+				t.Fatalf("(MPS daemons' DaemonSet rendered, plugin's --mps-daemons=external) (-want +got):\n%s", diff)
+			}
+			if ds == nil {
+				return
+			}
+			pod := field(ds, "spec", "template", "spec")
+			ctr := field(pod, "containers").([]any)[0]
+			got := map[string]any{
+				"updateStrategy": field(ds, "spec", "updateStrategy", "type"),
+				"token":          field(pod, "automountServiceAccountToken"),
+				"drop":           field(ctr, "securityContext", "capabilities", "drop"),
+				"add":            field(ctr, "securityContext", "capabilities", "add"),
+				"escalation":     field(ctr, "securityContext", "allowPrivilegeEscalation"),
+				"memoryLimit":    field(ctr, "resources", "limits", "memory"),
+				"command":        field(ctr, "args").([]any)[0],
+			}
+			want := map[string]any{
+				"updateStrategy": "OnDelete", "token": false, "drop": []any{"ALL"}, "add": []any{"SETUID", "SETGID"},
+				"escalation": false, "memoryLimit": "1Gi", "command": "mps-daemons",
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("MPS daemons' DaemonSet (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

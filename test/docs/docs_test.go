@@ -220,3 +220,22 @@ func TestReadmeIsTheDoor(t *testing.T) {
 		t.Errorf("README.md has %d lines; keep it under 300 and move the detail to docs/", n)
 	}
 }
+
+// TestReadmeStatesMPSTrust: the README says plainly, where users read
+// about limits, that mps mode is for tenants that trust each other, and
+// links to the trust model in docs/memory-isolation.md (issue 22).
+func TestReadmeStatesMPSTrust(t *testing.T) {
+	for _, f := range []struct{ path, want string }{
+		{"README.md", "`mps` mode is for tenants that trust each other."},
+		{"README.md", "(docs/memory-isolation.md#trust-model)"},
+		{"docs/memory-isolation.md", "### Trust model\n\nMPS is for tenants that trust each other."},
+	} {
+		data, err := os.ReadFile(filepath.Join(repoRoot(t), f.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), f.want) {
+			t.Errorf("%s does not say %q", f.path, f.want)
+		}
+	}
+}

@@ -67,6 +67,26 @@ func (p *PodWrapper) SidecarGPUMem(units int64) *PodWrapper {
 	return p
 }
 
+// RunAsUser sets the pod's securityContext.runAsUser.
+func (p *PodWrapper) RunAsUser(uid int64) *PodWrapper {
+	if p.Spec.SecurityContext == nil {
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	p.Spec.SecurityContext.RunAsUser = &uid
+	return p
+}
+
+// ContainerRunAsUser sets securityContext.runAsUser on the app container
+// added last.
+func (p *PodWrapper) ContainerRunAsUser(uid int64) *PodWrapper {
+	c := &p.Spec.Containers[len(p.Spec.Containers)-1]
+	if c.SecurityContext == nil {
+		c.SecurityContext = &corev1.SecurityContext{}
+	}
+	c.SecurityContext.RunAsUser = &uid
+	return p
+}
+
 // Container adds a container without GPU memory.
 func (p *PodWrapper) Container(name string) *PodWrapper {
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Image: "busybox"})

@@ -4,6 +4,7 @@ installation per cluster. */}}
 {{- define "gpushare.extenderName" -}}gpushare-scheduler-extender{{- end }}
 {{- define "gpushare.schedulerName" -}}gpushare-scheduler{{- end }}
 {{- define "gpushare.pluginName" -}}gpushare-device-plugin{{- end }}
+{{- define "gpushare.mpsDaemonsName" -}}gpushare-mps-daemons{{- end }}
 {{- define "gpushare.webhookName" -}}gpushare-scheduler-webhook{{- end }}
 
 {{- define "gpushare.extenderUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.extenderName" . }}{{- end }}
@@ -257,4 +258,10 @@ nodeSelector, or --all without one. */}}
 {{- $sel := list }}
 {{- range $k, $v := .Values.devicePlugin.nodeSelector }}{{ $sel = append $sel (printf "%s=%s" $k $v) }}{{ end }}
 {{- if $sel }}-l {{ join "," $sel }}{{ else }}--all{{ end }}
+{{- end }}
+
+{{/* Whether the MPS daemons' DaemonSet runs: the plugin may choose mps
+(devicePlugin.isolation auto or mps). */}}
+{{- define "gpushare.mpsDaemons" -}}
+{{- if and .Values.devicePlugin.enabled (has .Values.devicePlugin.isolation (list "auto" "mps")) }}true{{ end -}}
 {{- end }}
