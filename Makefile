@@ -62,9 +62,9 @@ unit: ## Run the tests that need no control plane (-short), kubelet's device man
 	cd test/chart && $(GO) test -race -short ./...
 
 .PHONY: bench
-bench: controlplane ## Run the benchmarks, the extender RSS and the scheduling-throughput measurements (reported, never asserted).
+bench: controlplane ## Run the benchmarks, the extender RSS, filter-over-HTTP latency and scheduling-throughput measurements (reported, never asserted).
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^(TestExtenderRSS|TestSchedulingThroughput)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput)_test'
+	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
 
 BASE       ?=
 BENCH      ?= .
