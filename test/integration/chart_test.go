@@ -24,6 +24,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -535,6 +536,45 @@ func TestChartSecondScheduler(t *testing.T) {
 	if got := c.checkNoOvercommit(t); got != 3 {
 		t.Errorf("checked %d pods, want 3", got)
 	}
+
+	// Preemption per card in this topology (issue 25), through the chart's
+	// scheduler configuration (its preemptVerb) and its RBAC (the sidecar
+	// evicts and nominates): two 16 GiB cards each hold a 9 GiB
+	// low-priority pod; a 14 GiB high-priority pod fits the node's total
+	// but no card. Exactly one card's pod goes, and the pod lands there.
+	for name, value := range map[string]int32{classLow: 10, classHigh: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if _, err := admin.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.addNode(t, util.MakeNode("p1").Cards("Tesla-T4", 16, 16).Label(scenarioLabel, "chart").Obj())
+	createPrio := func(name, class string, gib int64) {
+		t.Helper()
+		p := util.MakePod(name).GPUMem(gib).PriorityClass(class).NodeSelector(scenarioLabel, "chart").Obj()
+		p.UID, p.Spec.SchedulerName = "", "gpushare-scheduler"
+		if _, err := admin.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"low-a", "low-b"} {
+		createPrio(name, classLow, 9)
+		c.waitBound(t, []string{name}, 60*time.Second)
+	}
+	createPrio("high", classHigh, 14)
+	victims := c.waitTerminating(t, 1, "low-a", "low-b")
+	if nominated := c.waitNominated(t, "high"); nominated != "p1" {
+		t.Errorf("high nominated to %q, want p1", nominated)
+	}
+	victimCard := cardOf(t, c, victims[0])
+	c.finishTerminating(t, victims...)
+	c.waitBound(t, []string{"high"}, 60*time.Second)
+	if got := cardOf(t, c, "high"); got != victimCard {
+		t.Errorf("high landed on card %d; its victim %s held card %d", got, victims[0], victimCard)
+	}
+	c.expectUntouched(t, except([]string{"low-a", "low-b"}, victims)...)
+	c.checkNoOvercommit(t)
+
 	// A pod without gpu-mem keeps the default scheduler (none runs here):
 	// ours leaves it alone.
 	cpu := util.MakePod("cpu").Container("app").Obj()
