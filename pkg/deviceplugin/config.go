@@ -26,9 +26,6 @@ const (
 	// serves (advisory, and says so at startup, in the inventory and in
 	// each container's GPUSHARE_ISOLATION).
 	DefaultIsolation = string(isolation.RequestAuto)
-	// healthProbePeriod is how often unhealthy cards are considered for
-	// recovery.
-	healthProbePeriod = 30 * time.Second
 	// publishPeriod is how often the node's inventory is re-asserted.
 	publishPeriod = time.Minute
 	// fakeControlPeriod is how often Config.FakeControl is polled.
