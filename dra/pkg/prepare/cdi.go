@@ -20,9 +20,9 @@ const (
 	// ClaimCDIKind is the kind of the claims' CDI devices: a claim's
 	// request gets the device ClaimCDIKind=<claim UID>-<request>.
 	ClaimCDIKind = "gpushare.io/gpu-claim"
-	// claimSpecPrefix starts the name of each claim's spec file in the CDI
+	// ClaimSpecPrefix starts the name of each claim's spec file in the CDI
 	// directory: gpushare.io-gpu-claim_<claim UID>.yaml.
-	claimSpecPrefix = "gpushare.io-gpu-claim_"
+	ClaimSpecPrefix = "gpushare.io-gpu-claim_"
 )
 
 // ClaimEdits are the container edits of one request of a claim.
@@ -53,7 +53,7 @@ func NewClaimSpecs(dir string) (*ClaimSpecs, error) {
 
 // path is the spec file of a claim.
 func (c *ClaimSpecs) path(uid types.UID) string {
-	return filepath.Join(c.dir, claimSpecPrefix+string(uid)+".yaml")
+	return filepath.Join(c.dir, ClaimSpecPrefix+string(uid)+".yaml")
 }
 
 // DeviceID is the qualified CDI name of a claim's request.
@@ -104,8 +104,8 @@ func (c *ClaimSpecs) Claims() ([]types.UID, error) {
 	var out []types.UID
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, claimSpecPrefix) && strings.HasSuffix(name, ".yaml") {
-			out = append(out, types.UID(strings.TrimSuffix(strings.TrimPrefix(name, claimSpecPrefix), ".yaml")))
+		if strings.HasPrefix(name, ClaimSpecPrefix) && strings.HasSuffix(name, ".yaml") {
+			out = append(out, types.UID(strings.TrimSuffix(strings.TrimPrefix(name, ClaimSpecPrefix), ".yaml")))
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })

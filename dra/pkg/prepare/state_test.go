@@ -106,7 +106,7 @@ func TestPrepareAnswersAndCountsCapacity(t *testing.T) {
 	if _, ok := s.Prepared()["uid-d"]; ok {
 		t.Error("the refused claim is in the checkpoint")
 	}
-	if _, err := os.Stat(filepath.Join(cdiDir, claimSpecPrefix+"uid-d.yaml")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(cdiDir, ClaimSpecPrefix+"uid-d.yaml")); !os.IsNotExist(err) {
 		t.Errorf("the refused claim has a CDI spec: %v", err)
 	}
 
@@ -181,7 +181,7 @@ func TestClaimSpecEnvironment(t *testing.T) {
 	if _, err := s.Prepare(context.Background(), claim("a", result("gpu-1", 4, "s1"))); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := cdi.ReadSpec(filepath.Join(cdiDir, claimSpecPrefix+"uid-a.yaml"), 0)
+	spec, err := cdi.ReadSpec(filepath.Join(cdiDir, ClaimSpecPrefix+"uid-a.yaml"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,10 +216,10 @@ func TestRestoreAfterRestart(t *testing.T) {
 	}
 	// The runtime's spec directory lost a claim's spec, and holds one of
 	// a claim the checkpoint never recorded (a crash between the two).
-	if err := os.Remove(filepath.Join(cdiDir, claimSpecPrefix+"uid-a.yaml")); err != nil {
+	if err := os.Remove(filepath.Join(cdiDir, ClaimSpecPrefix+"uid-a.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cdiDir, claimSpecPrefix+"uid-orphan.yaml"), []byte("x"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(cdiDir, ClaimSpecPrefix+"uid-orphan.yaml"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
