@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
@@ -64,6 +65,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if client, err = kubeclient.New(cfg.Kubeconfig, cfg.QPS, cfg.Burst, "gpushare-dra-driver"); err != nil {
 			return err
 		}
+	}
+	// The plugin's socket and checkpoint live here; kubelet makes only
+	// its plugins/ directory.
+	if err := os.MkdirAll(cfg.PluginDataDir(), 0o750); err != nil {
+		return fmt.Errorf("creating the plugin's data directory: %w", err)
 	}
 	specs, err := prepare.NewClaimSpecs(cfg.CDIDir)
 	if err != nil {
