@@ -121,10 +121,6 @@ func etcdSpec() buildSpec {
 	return buildSpec{name: "etcd", toolDir: "test/tools/etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"}
 }
 
-func buildSpecs() []buildSpec {
-	return []buildSpec{etcdSpec(), kubernetesSpec("kube-apiserver"), kubernetesSpec("kube-scheduler")}
-}
-
 // nodeSpecs are NodeBinaries' builds.
 func nodeSpecs() []buildSpec {
 	return []buildSpec{kubernetesSpec("kubelet"), kubernetesSpec("kube-proxy"), kubernetesSpec("kube-controller-manager")}
