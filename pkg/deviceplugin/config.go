@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -33,20 +32,7 @@ const (
 )
 
 // GPUs is what the plugin needs from the host's GPUs (gpu.NVML, gpu.Fake).
-type GPUs interface {
-	Devices() ([]gpu.Device, error)
-	WatchXIDs(ctx context.Context, out chan<- gpu.Event) error
-	Probe(uuid string) error
-	// Driver, Features and SetComputeMode serve memory isolation.
-	Driver() (gpu.Driver, error)
-	Features(uuid string) (gpu.Features, error)
-	SetComputeMode(uuid string, m gpu.ComputeMode) error
-}
-
-var (
-	_ GPUs = (*gpu.NVML)(nil)
-	_ GPUs = (*gpu.Fake)(nil)
-)
+type GPUs = gpu.GPUs
 
 // Config is the device plugin's configuration, as set by its flags, plus
 // optional dependencies that tests inject.

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -23,19 +22,7 @@ const (
 )
 
 // GPUs is what the driver needs from the host's GPUs (gpu.NVML, gpu.Fake).
-type GPUs interface {
-	Devices() ([]gpu.Device, error)
-	WatchXIDs(ctx context.Context, out chan<- gpu.Event) error
-	Probe(uuid string) error
-	Driver() (gpu.Driver, error)
-	Features(uuid string) (gpu.Features, error)
-	SetComputeMode(uuid string, m gpu.ComputeMode) error
-}
-
-var (
-	_ GPUs = (*gpu.NVML)(nil)
-	_ GPUs = (*gpu.Fake)(nil)
-)
+type GPUs = gpu.GPUs
 
 // Config is the driver's configuration, as set by its flags, plus optional
 // dependencies that tests inject.

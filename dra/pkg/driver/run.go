@@ -134,19 +134,8 @@ func Run(ctx context.Context, cfg Config) error {
 
 // openGPUs returns the configured GPUs and a function that releases them.
 func openGPUs(cfg Config) (GPUs, func(), error) {
-	switch {
-	case cfg.GPUs != nil:
+	if cfg.GPUs != nil {
 		return cfg.GPUs, func() {}, nil
-	case cfg.FakeGPUs != "":
-		f, err := gpu.OpenFake(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
-		if err != nil {
-			return nil, nil, err
-		}
-		return f, func() {}, nil
 	}
-	n, err := gpu.OpenNVML(nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (use --fake-gpus on a machine without NVIDIA GPUs)", err)
-	}
-	return n, func() { _ = n.Close() }, nil
+	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
 }
