@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,7 +51,9 @@ type draNode struct {
 	name, gpus string
 	kubeletDir string
 	cdiDir     string
-	driver     *driver.Driver
+	// control is the fake GPUs' control file (gpu.Fake.FollowControl).
+	control string
+	driver  *driver.Driver
 	// stop ends the driver and waits for it.
 	stop func()
 }
@@ -77,6 +80,7 @@ func startDRA(t *testing.T, nodes map[string]string) *draCluster {
 			t.Fatal(err)
 		}
 		n := &draNode{name: name, gpus: nodes[name], kubeletDir: t.TempDir(), cdiDir: t.TempDir()}
+		n.control = filepath.Join(n.kubeletDir, "fake-control")
 		c.nodes[name] = n
 		c.startDriver(t, n)
 	}
@@ -100,7 +104,7 @@ func (c *draCluster) startDriver(t *testing.T, n *draNode) {
 		done <- driver.Run(ctx, driver.Config{
 			NodeName: n.name, FakeGPUs: n.gpus, FakeDriver: "615.00", Isolation: "auto",
 			KubeletDir: n.kubeletDir, CDIDir: n.cdiDir, CDIHook: "/usr/bin/nvidia-cdi-hook",
-			HealthCheck: true, Client: c.admin, RegistrationDisabled: true,
+			HealthCheck: true, FakeControl: n.control, Client: c.admin, RegistrationDisabled: true,
 			OnReady: func(d *driver.Driver) { ready <- d },
 		})
 	}()
@@ -622,4 +626,44 @@ func (n *draNode) dial() (*grpc.ClientConn, error) {
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
 		}))
+}
+
+// TestDRAUnhealthyCardTainted: a critical XID on gpu-0 (through the fake
+// GPUs' control file) taints its device in the ResourceSlice, which the
+// 1.37 API keeps, and kube-scheduler then gives a 4 GiB claim gpu-1, the
+// second in slice order.
+func TestDRAUnhealthyCardTainted(t *testing.T) {
+	c := startDRA(t, map[string]string{"dra-x": "2xTesla-T4:16GiB"})
+	ctx := context.Background()
+	if err := os.WriteFile(c.nodes["dra-x"].control, []byte("xid 0 79\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var taints []resourceapi.DeviceTaint
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := c.admin.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return false, nil
+		}
+		for _, d := range l.Items[0].Spec.Devices {
+			if d.Name == "gpu-0" {
+				taints = d.Taints
+			}
+		}
+		return len(taints) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for gpu-0's taint in the slice: %v (taints %+v)", err, taints)
+	}
+	if taints[0].Key != devices.TaintUnhealthy || taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("gpu-0's taint: %+v, want %s NoSchedule", taints[0], devices.TaintUnhealthy)
+	}
+	c.createTemplate(t, 4)
+	c.createClaimPod(t, "after-xid", "gpu-4gi", "")
+	claim, err := c.podClaim(ctx, c.waitPod(t, "after-xid", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := allocationOf(t, claim); got.device != "gpu-1" {
+		t.Errorf("a 4 GiB claim after an XID on gpu-0: %+v, want gpu-1", got)
+	}
 }
