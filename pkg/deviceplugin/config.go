@@ -152,11 +152,7 @@ func (c *Config) Validate() error {
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot
 	}
-	for _, f := range []struct{ flag, path string }{{"--cdi-dir", c.CDIDir}, {"--cdi-hook", c.CDIHook}, {"--mps-root", c.MPSRoot}} {
-		if !filepath.IsAbs(f.path) {
-			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
-		}
-	}
+	errs = append(errs, isolation.CheckPaths(c.CDIDir, c.CDIHook, c.MPSRoot)...)
 	if c.FakeDriver != "" {
 		if c.FakeGPUs == "" {
 			errs = append(errs, errors.New("--fake-driver needs --fake-gpus: it describes fake cards only"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 
 	"k8s.io/klog/v2"
 
@@ -128,4 +129,17 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 		return nil, nil, nil, err
 	}
 	return e, modes, stop, nil
+}
+
+// CheckPaths returns an error for each of the modes' paths that is not
+// absolute, named by its flag: --cdi-dir, --cdi-hook and --mps-root (the
+// device plugin's and the DRA driver's).
+func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
+	var errs []error
+	for _, f := range []struct{ flag, path string }{{"--cdi-dir", cdiDir}, {"--cdi-hook", cdiHook}, {"--mps-root", mpsRoot}} {
+		if !filepath.IsAbs(f.path) {
+			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
+		}
+	}
+	return errs
 }

@@ -136,6 +136,18 @@ func (c *Config) Validate() error {
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot
 	}
+	errs = append(errs, isolation.CheckPaths(c.CDIDir, c.CDIHook, c.MPSRoot)...)
+	if !filepath.IsAbs(c.KubeletDir) {
+		errs = append(errs, fmt.Errorf("--kubelet-dir %q must be absolute", c.KubeletDir))
+	}
+	if c.FakeDriver != "" {
+		if c.FakeGPUs == "" {
+			errs = append(errs, errors.New("--fake-driver needs --fake-gpus: it describes fake cards only"))
+		}
+		if _, err := gpu.ParseFakeDriver(c.FakeDriver); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.FakeControl != "" && c.FakeGPUs == "" && c.GPUs == nil {
 		errs = append(errs, errors.New("--fake-control needs --fake-gpus"))
 	}

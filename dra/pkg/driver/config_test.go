@@ -44,6 +44,14 @@ func TestParseFlagsAndValidate(t *testing.T) {
 		args:    []string{"--node-name=n1", "--device-order=random"},
 		wantErr: `--device-order "random": want one of index, smallest-first, largest-first`,
 	}, {
+		name:    "relative paths",
+		args:    []string{"--node-name=n1", "--cdi-dir=cdi", "--kubelet-dir=kubelet"},
+		wantErr: "--cdi-dir \"cdi\" must be absolute\n--kubelet-dir \"kubelet\" must be absolute",
+	}, {
+		name:    "fake driver without fake GPUs",
+		args:    []string{"--node-name=n1", "--fake-driver=615.00"},
+		wantErr: "--fake-driver needs --fake-gpus",
+	}, {
 		name:    "fake control without fake GPUs",
 		args:    []string{"--node-name=n1", "--fake-control=/x"},
 		wantErr: "--fake-control needs --fake-gpus",
