@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -26,9 +25,6 @@ const (
 	// serves (advisory, and says so at startup, in the inventory and in
 	// each container's GPUSHARE_ISOLATION).
 	DefaultIsolation = string(isolation.RequestAuto)
-	// healthProbePeriod is how often unhealthy cards are considered for
-	// recovery.
-	healthProbePeriod = 30 * time.Second
 	// publishPeriod is how often the node's inventory is re-asserted.
 	publishPeriod = time.Minute
 	// fakeControlPeriod is how often Config.FakeControl is polled.
@@ -36,20 +32,7 @@ const (
 )
 
 // GPUs is what the plugin needs from the host's GPUs (gpu.NVML, gpu.Fake).
-type GPUs interface {
-	Devices() ([]gpu.Device, error)
-	WatchXIDs(ctx context.Context, out chan<- gpu.Event) error
-	Probe(uuid string) error
-	// Driver, Features and SetComputeMode serve memory isolation.
-	Driver() (gpu.Driver, error)
-	Features(uuid string) (gpu.Features, error)
-	SetComputeMode(uuid string, m gpu.ComputeMode) error
-}
-
-var (
-	_ GPUs = (*gpu.NVML)(nil)
-	_ GPUs = (*gpu.Fake)(nil)
-)
+type GPUs = gpu.GPUs
 
 // Config is the device plugin's configuration, as set by its flags, plus
 // optional dependencies that tests inject.
@@ -181,11 +164,7 @@ func (c *Config) Validate() error {
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot
 	}
-	for _, f := range []struct{ flag, path string }{{"--cdi-dir", c.CDIDir}, {"--cdi-hook", c.CDIHook}, {"--mps-root", c.MPSRoot}} {
-		if !filepath.IsAbs(f.path) {
-			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
-		}
-	}
+	errs = append(errs, isolation.CheckPaths(c.CDIDir, c.CDIHook, c.MPSRoot)...)
 	if c.FakeDriver != "" {
 		if c.FakeGPUs == "" {
 			errs = append(errs, errors.New("--fake-driver needs --fake-gpus: it describes fake cards only"))

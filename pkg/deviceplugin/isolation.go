@@ -3,7 +3,6 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,102 +31,24 @@ var _ Enforcer = (*isolation.Enforcer)(nil)
 // daemon restart on the node.
 func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Device, cards []Card, metrics *Metrics,
 	runtimeCDIErr error, event func(eventType, reason, msg string)) (e *isolation.Enforcer, stop func(), err error) {
-	logger := klog.FromContext(ctx)
-	req, err := isolation.ParseRequest(cfg.Isolation)
+	e, modes, stop, err := isolation.Setup(ctx, isolation.SetupConfig{
+		Node: cfg.NodeName, Request: cfg.Isolation, Fake: cfg.FakeGPUs != "", FakeDriver: cfg.FakeDriver,
+		CgroupRoot: cfg.CgroupRoot, MPSControl: cfg.MPSControl, MPSRoot: cfg.MPSRoot, CDIDir: cfg.CDIDir, CDIHook: cfg.CDIHook,
+		RuntimeCDIErr: runtimeCDIErr, MPSDaemonsInProcess: cfg.MPSDaemons == MPSDaemonsPlugin,
+		OnMPSRestart: func(uuid string, err error) {
+			metrics.MPSRestarted(uuid)
+			if event != nil {
+				event(corev1.EventTypeWarning, "MPSDaemonRestarted", fmt.Sprintf("MPS control daemon of GPU %s restarted: %v", uuid, err))
+			}
+		},
+	}, gpus, devs)
 	if err != nil {
 		return nil, nil, err
 	}
-	var cg isolation.Cgroups = isolation.SysCgroups{Root: cfg.CgroupRoot}
-	if cfg.FakeGPUs != "" {
-		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)
-		if err != nil {
-			return nil, nil, err
-		}
-		cg = isolation.FixedCgroups{V2: !fd.CgroupV1}
-	}
-	caps := isolation.Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
-	caps.RuntimeCDIErr = runtimeCDIErr
-	if cfg.FakeGPUs == "" {
-		// What mps needs of the plugin's own container (a fake node states
-		// its support with --fake-driver instead).
-		admin, err := isolation.SysAdmin(isolation.ProcSelfStatus)
-		if err != nil {
-			logger.Error(err, "Assuming no CAP_SYS_ADMIN: mps takes only cards already in EXCLUSIVE_PROCESS")
-		}
-		caps.ComputeModeLocked = !admin
-		caps.MPSShmErr = isolation.CheckMPSShm(isolation.DevShm, cfg.MPSRoot)
-	}
-	modes, err := isolation.Choose(req, &caps)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (on node %s; choose --isolation=auto to take what each card supports, or none)", err, cfg.NodeName)
-	}
-	logger.Info("Memory isolation", "requested", req, "driver", caps.Driver.Version, "cudaVersion", caps.Driver.CUDAVersion,
-		"cgroupV2", caps.CgroupV2, "mpsControl", caps.MPSControl)
-	var need struct{ driver, mps bool }
-	var enf []isolation.Card
-	whole := map[int]int64{}
 	for i := range cards {
-		m := modes[i]
-		cards[i].Isolation = m
-		why := isolation.WhyNot(&caps, i, m)
-		if why != "" {
-			logger.Info("GPU memory isolation", "index", cards[i].Index, "uuid", cards[i].UUID, "mode", m, "notStronger", why)
-		} else {
-			logger.Info("GPU memory isolation", "index", cards[i].Index, "uuid", cards[i].UUID, "mode", m)
-		}
-		switch m {
-		case gpushare.IsolationDriver:
-			need.driver = true
-			whole[cards[i].Index] = cards[i].MemoryMiB
-		case gpushare.IsolationMPS:
-			need.mps = true
-		}
-		enf = append(enf, isolation.Card{Index: cards[i].Index, UUID: cards[i].UUID, MemoryMiB: cards[i].MemoryMiB, Mode: m})
-	}
-	var spec *isolation.CDISpec
-	if need.driver {
-		if spec, err = isolation.NewCDISpec(cfg.CDIDir, cfg.CDIHook, whole); err != nil {
-			return nil, nil, err
-		}
-		logger.Info("Driver-mode CDI spec written", "path", spec.Path(), "kind", isolation.CDIKind, "hook", cfg.CDIHook)
-	}
-	var mps *isolation.MPS
-	stop = func() {}
-	if need.mps {
-		mps = isolation.NewMPS(isolation.MPSConfig{Root: cfg.MPSRoot, GPUs: gpus})
-		if cfg.MPSDaemons == MPSDaemonsPlugin {
-			stop = runMPSDaemons(ctx, isolation.MPSDaemonsConfig{Control: caps.MPSControl, Root: cfg.MPSRoot,
-				OnRestart: func(uuid string, err error) {
-					metrics.MPSRestarted(uuid)
-					if event != nil {
-						event(corev1.EventTypeWarning, "MPSDaemonRestarted", fmt.Sprintf("MPS control daemon of GPU %s restarted: %v", uuid, err))
-					}
-				}})
-		} else {
-			logger.Info("MPS control daemons run in their own container (--mps-daemons=external)", "root", cfg.MPSRoot)
-		}
-	}
-	e, err = isolation.NewEnforcer(enf, spec, mps)
-	if err != nil {
-		stop()
-		return nil, nil, err
+		cards[i].Isolation = modes[i]
 	}
 	return e, stop, nil
-}
-
-// runMPSDaemons runs mps mode's daemons in this process (MPSDaemonsPlugin)
-// until the returned stop, which quits them.
-func runMPSDaemons(ctx context.Context, cfg isolation.MPSDaemonsConfig) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	d := isolation.NewMPSDaemons(ctx, cfg)
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemons")
-		}
-	}
 }
 
 // runtimeCDI returns why the node's container runtime would not apply

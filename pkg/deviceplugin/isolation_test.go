@@ -59,7 +59,7 @@ func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
 		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
 	}
 	root := filepath.Join(dir, "mps")
-	stop := runMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})
+	stop := isolation.StartMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})
 	t.Cleanup(stop)
 	return isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake(devs)})
 }

@@ -199,18 +199,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		health := gpu.NewHealth(uuids, cfg.RecoveryWindow, nil)
 		apply := func() {
-			unhealthy := map[string]bool{}
-			for _, u := range uuids {
-				if !health.Healthy(u) {
-					unhealthy[u] = true
-				}
-			}
+			unhealthy := health.Unhealthy()
 			server.SetHealth(unhealthy)
 			pub.SetHealth(unhealthy)
 			metrics.SetHealth(unhealthy)
 			poke(publishNow)
 		}
-		goRun(func() { healthLoop(ctx, metrics.GPUs(gpus), health, cfg.RecoveryWindow, apply) })
+		goRun(func() { health.Watch(ctx, metrics.GPUs(gpus), apply) })
 	} else {
 		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
 	}
@@ -260,27 +255,10 @@ func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
 
 // openGPUs returns the configured GPUs and a function that releases them.
 func openGPUs(cfg Config) (GPUs, func(), error) {
-	switch {
-	case cfg.GPUs != nil:
+	if cfg.GPUs != nil {
 		return cfg.GPUs, func() {}, nil
-	case cfg.FakeGPUs != "":
-		devs, err := gpu.ParseFakeGPUs(cfg.FakeGPUs, cfg.NodeName)
-		if err != nil {
-			return nil, nil, err
-		}
-		drv, err := gpu.ParseFakeDriver(cfg.FakeDriver)
-		if err != nil {
-			return nil, nil, err
-		}
-		f := gpu.NewFake(devs)
-		f.SetDriver(drv)
-		return f, func() {}, nil
 	}
-	n, err := gpu.OpenNVML(nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w (use --fake-gpus on a machine without NVIDIA GPUs)", err)
-	}
-	return n, func() { _ = n.Close() }, nil
+	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
 }
 
 // CardsOf converts discovered devices to cards in unit. It fails on no
@@ -373,40 +351,6 @@ func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
 			return
 		case <-now:
 		case <-time.After(wait):
-		}
-	}
-}
-
-// healthLoop applies XID events and recovery checks to health and calls
-// apply after every change. window is health's recovery window (> 0).
-func healthLoop(ctx context.Context, gpus GPUs, health *gpu.Health, window time.Duration, apply func()) {
-	logger := klog.FromContext(ctx)
-	events := make(chan gpu.Event)
-	go func() {
-		if err := gpus.WatchXIDs(ctx, events); err != nil {
-			logger.Error(err, "Watching XID events failed; card health is no longer watched")
-		}
-	}()
-	t := time.NewTicker(max(min(healthProbePeriod, window/2), 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e := <-events:
-			changed := health.Observe(e)
-			if len(changed) == 0 {
-				// An application XID, or a card already unhealthy.
-				logger.V(4).Info("XID event changes no card's health", "uuid", e.UUID, "xid", e.XID)
-				continue
-			}
-			logger.Info("GPUs marked unhealthy", "uuids", changed, "xid", e.XID, "recoveryWindow", window)
-			apply()
-		case <-t.C:
-			if back := health.Recover(gpus.Probe); len(back) > 0 {
-				logger.Info("GPUs healthy again", "uuids", back)
-				apply()
-			}
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -50,12 +49,12 @@ var Strategies = []string{StrategyEnvvar, StrategyVolumeMounts, StrategyCDIAnnot
 
 // Container environment set by Allocate.
 const (
-	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	EnvVisibleDevices = gpushare.EnvVisibleDevices
 	// EnvContainerMem is the container's units (all its cards together).
-	EnvContainerMem = "ALIYUN_COM_GPU_MEM_CONTAINER"
+	EnvContainerMem = gpushare.EnvContainerMem
 	// EnvMPSLimit is the per-device memory limit an MPS server enforces:
 	// "0=8G" (GiB) or "0=8192M" (MiB), one entry per visible device.
-	EnvMPSLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvMPSLimit = gpushare.EnvMPSLimit
 	// cdiAnnotation is the CDI annotation key for StrategyCDIAnnotations.
 	cdiAnnotation = "cdi.k8s.io/gpushare_gpu-mem"
 	// cdiKind is the CDI kind of the cards in the spec that
@@ -253,26 +252,13 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 // containerResponse builds the environment and, by the device list
 // strategy, the mounts, CDI annotation or CDI devices for an assignment.
 func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateResponse {
-	var uuids, idx, limits []string
-	var total int64
-	suffix := "G"
-	if s.unit == gpushare.UnitMiB {
-		suffix = "M"
-	}
+	shares := make([]gpushare.EnvShare, len(a.Shares))
+	uuids := make([]string, len(a.Shares))
 	for i, sh := range a.Shares {
-		uuids = append(uuids, sh.UUID)
-		idx = append(idx, strconv.Itoa(sh.Index))
-		limits = append(limits, fmt.Sprintf("%d=%d%s", i, sh.Units, suffix))
-		total += sh.Units
+		shares[i] = gpushare.EnvShare{UUID: sh.UUID, Index: sh.Index, Units: sh.Units}
+		uuids[i] = sh.UUID
 	}
-	env := map[string]string{
-		gpushare.AnnotationIndex:  strings.Join(idx, ","),
-		gpushare.AnnotationPodMem: strconv.FormatInt(a.PodUnits, 10),
-		EnvContainerMem:           strconv.FormatInt(total, 10),
-		gpushare.AnnotationDevMem: strconv.FormatInt(s.cards[a.Shares[0].UUID].Units, 10),
-		EnvMPSLimit:               strings.Join(limits, ","),
-		EnvVisibleDevices:         strings.Join(uuids, ","),
-	}
+	env := gpushare.ContainerEnv(shares, a.PodUnits, s.cards[a.Shares[0].UUID].Units, s.unit)
 	r := &pluginapi.ContainerAllocateResponse{Envs: env}
 	var cdiNames []string
 	for _, u := range uuids {

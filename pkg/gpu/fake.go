@@ -144,6 +144,23 @@ func NewFake(devices []Device) *Fake {
 	return &Fake{devices: devices, events: make(chan Event, 64), probeErr: map[string]error{}, computeMode: map[string]ComputeMode{}}
 }
 
+// OpenFake returns a fake host with the cards of spec (ParseFakeGPUs, UUIDs
+// seeded by seed, e.g. the node's name) and the driver of driverSpec
+// (ParseFakeDriver).
+func OpenFake(spec, driverSpec, seed string) (*Fake, error) {
+	devs, err := ParseFakeGPUs(spec, seed)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := ParseFakeDriver(driverSpec)
+	if err != nil {
+		return nil, err
+	}
+	f := NewFake(devs)
+	f.SetDriver(drv)
+	return f, nil
+}
+
 // SetDriver states what the fake node's driver supports. Call it before
 // the fake is used.
 func (f *Fake) SetDriver(d FakeDriver) { f.driver = d }

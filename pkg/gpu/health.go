@@ -1,10 +1,12 @@
 package gpu
 
 import (
+	"context"
 	"sort"
 	"sync"
 	"time"
 
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -118,4 +120,63 @@ func (h *Health) Healthy(uuid string) bool {
 	defer h.mu.Unlock()
 	c, ok := h.cards[uuid]
 	return ok && c.healthy
+}
+
+// HealthSource is where Watch reads XID events and probes cards
+// (gpu.NVML, gpu.Fake).
+type HealthSource interface {
+	WatchXIDs(ctx context.Context, out chan<- Event) error
+	Probe(uuid string) error
+}
+
+// DefaultProbePeriod is how often Watch considers unhealthy cards for
+// recovery, at most (half the recovery window when that is shorter).
+const DefaultProbePeriod = 30 * time.Second
+
+// Watch applies src's XID events and recovery probes to h, calling apply
+// after every change, until ctx ends. It probes every DefaultProbePeriod,
+// or every half recovery window when that is shorter.
+func (h *Health) Watch(ctx context.Context, src HealthSource, apply func()) {
+	logger := klog.FromContext(ctx)
+	events := make(chan Event)
+	go func() {
+		if err := src.WatchXIDs(ctx, events); err != nil {
+			logger.Error(err, "Watching XID events failed; card health is no longer watched")
+		}
+	}()
+	t := time.NewTicker(max(min(DefaultProbePeriod, h.window/2), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-events:
+			changed := h.Observe(e)
+			if len(changed) == 0 {
+				// An application XID, or a card already unhealthy.
+				logger.V(4).Info("XID event changes no card's health", "uuid", e.UUID, "xid", e.XID)
+				continue
+			}
+			logger.Info("GPUs marked unhealthy", "uuids", changed, "xid", e.XID, "recoveryWindow", h.window)
+			apply()
+		case <-t.C:
+			if back := h.Recover(src.Probe); len(back) > 0 {
+				logger.Info("GPUs healthy again", "uuids", back)
+				apply()
+			}
+		}
+	}
+}
+
+// Unhealthy returns the UUIDs of the unhealthy cards: UUID -> true.
+func (h *Health) Unhealthy() map[string]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]bool{}
+	for u, c := range h.cards {
+		if !c.healthy {
+			out[u] = true
+		}
+	}
+	return out
 }

@@ -227,11 +227,18 @@ func (s *CDISpec) write() error {
 	if err != nil {
 		return err
 	}
+	return WriteCDISpec(s.path, spec)
+}
+
+// WriteCDISpec writes spec to path: first to a hidden temporary file
+// beside it (tempSpecPath), which the CDI library validates, then renamed
+// over path.
+func WriteCDISpec(path string, spec *cdispec.Spec) error {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
-		return fmt.Errorf("encoding the CDI spec %s: %w", s.path, err)
+		return fmt.Errorf("encoding the CDI spec %s: %w", path, err)
 	}
-	tmp := tempSpecPath(s.path)
+	tmp := tempSpecPath(path)
 	if err := os.WriteFile(tmp, data, 0o644); err != nil { //nolint:gosec // runtimes read CDI specs
 		return fmt.Errorf("writing the CDI spec %s: %w", tmp, err)
 	}
@@ -239,8 +246,8 @@ func (s *CDISpec) write() error {
 		_ = os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("replacing the CDI spec %s: %w", s.path, err)
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replacing the CDI spec %s: %w", path, err)
 	}
 	return nil
 }

@@ -72,6 +72,8 @@ type Options struct {
 	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
 	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
 	PercentageOfNodesToScore *int32
+	// DRA, when not nil, replays the GPU pods as DRA claims (see DRA).
+	DRA *DRA
 }
 
 // Decision is where one pod went.
@@ -215,6 +217,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
+	label := opts.Policy
 	if err := opts.complete(); err != nil {
 		return nil, err
 	}
@@ -227,7 +230,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 		return nil, err
 	}
 
-	res := &Result{Policy: opts.Policy, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
+	res := &Result{Policy: label, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
 		Failed: map[Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods, Topology: opts.Topology,
 		Percentage: *opts.PercentageOfNodesToScore, Nodes: len(r.nodes), NodesToFind: r.sched.toFind}
 	mark := 0
@@ -276,6 +279,9 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 
 // complete checks opts and fills in the defaults Options documents.
 func (opts *Options) complete() error {
+	if err := opts.splitDRA(); err != nil {
+		return err
+	}
 	if !slices.Contains(allocator.PolicyNames(), opts.Policy) {
 		_, err := allocator.New(opts.Policy, nil, nil)
 		return err
@@ -396,7 +402,7 @@ func Arrivals(tr *Trace, seed uint64, inflate float64) ([]int, error) {
 // best, and one of them is drawn uniformly, as kube-scheduler's selectHost
 // does.
 func (r *replay) submit(pod *Pod) Decision {
-	policy := r.observe(pod)
+	policy := r.withDRA(r.observe(pod))
 	ties, d := r.decide(pod, policy)
 	if len(ties) == 0 {
 		return d
@@ -512,7 +518,7 @@ func (r *replay) extenderFilter(pod *Pod, policy allocator.Policy, sample []int,
 	r.passed = r.passed[:0]
 	var passedRaw []float64
 	for k, keep := range passBest(r.raw) {
-		if keep && len(r.passed) < allocator.MaxBestNodes {
+		if keep && (len(r.passed) < allocator.MaxBestNodes || r.schedulerAlone()) {
 			r.passed = append(r.passed, r.fit[k])
 			passedRaw = append(passedRaw, r.raw[k])
 		}

@@ -115,7 +115,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	cfg := &Config{}
 	fs.StringVar(&cfg.NodesFile, "nodes", "", "node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or Kubernetes YAML/JSON (required)")
 	fs.StringVar(&cfg.PodsFile, "pods", "", "pod list: openb CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]) or Kubernetes YAML/JSON (required)")
-	policies := fs.String("policy", strings.Join(DefaultPolicies, ","), "policies to compare, comma-separated, of "+strings.Join(allocator.PolicyNames(), ", "))
+	policies := fs.String("policy", strings.Join(DefaultPolicies, ","), "policies to compare, comma-separated, of "+strings.Join(allocator.PolicyNames(), ", ")+
+		"; POLICY@dra:ORDER[/CHOICE] replays the GPU pods as DRA claims: the card is the first with room in ORDER (index, smallest-first, largest-first or fullest-first), the node rated by POLICY on that card (CHOICE extender, the default) or by kube-scheduler alone (scheduler)")
 	seeds := fs.String("seeds", "42-51", `seeds: a range "42-51", a list "1,5,9" or one "7"`)
 	format := fs.String("format", string(FormatTable), "output: table, json (one array, one object per policy) or csv")
 	fs.StringVar(&cfg.PlotFile, "plot", "", "also draw allocation vs arrived demand, one line per policy, to this .svg or .png file")
@@ -226,7 +227,11 @@ func parsePolicies(s string) ([]string, error) {
 		if p == "" {
 			continue
 		}
-		if !slices.Contains(allocator.PolicyNames(), p) {
+		base, _, err := SplitDRAPolicy(p)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		if !slices.Contains(allocator.PolicyNames(), base) {
 			return nil, fmt.Errorf("--policy: unknown policy %q; want one of %s", p, strings.Join(allocator.PolicyNames(), ", "))
 		}
 		if slices.Contains(out, p) {

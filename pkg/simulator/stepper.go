@@ -61,7 +61,7 @@ type Choice struct {
 // when the pod is created), so it must be called once per pod, before
 // Place.
 func (s *Stepper) Choices(pod *Pod) Choice {
-	s.pod, s.policy = pod, s.r.observe(pod)
+	s.pod, s.policy = pod, s.r.withDRA(s.r.observe(pod))
 	ties, _ := s.r.decide(pod, s.policy)
 	var ch Choice
 	ch.Best = s.names(ties)

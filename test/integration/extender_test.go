@@ -87,17 +87,9 @@ func (c *cluster) addNode(t *testing.T, n *corev1.Node) {
 	}
 }
 
-// createNode creates n and then writes its status (the API ignores the
-// status of a created Node), as a kubelet and our device plugin would.
+// createNode creates n with its status (framework.CreateNode).
 func createNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
-	status := n.Status
-	created, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
-	created.Status = status
-	_, err = client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	return framework.CreateNode(ctx, client, n)
 }
 
 func (c *cluster) createPod(t *testing.T, p *corev1.Pod) {

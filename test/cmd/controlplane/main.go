@@ -18,6 +18,10 @@ const usage = `usage: go run ./test/cmd/controlplane <command> [flags]
 Commands:
   build   build etcd %[2]s, kube-apiserver, kube-scheduler and kubectl %[1]s
           into the cache if missing, and print the cache directory
+  build-dra
+          build kube-apiserver, kube-scheduler and kube-controller-manager
+          %[3]s for the DRA driver's tests into their cache if missing, and
+          print that directory
   up      start etcd, kube-apiserver and kube-scheduler on 127.0.0.1, print
           the admin kubeconfig path, and run in the foreground until
           interrupted (Ctrl-C), then stop them; the directory is kept
@@ -32,7 +36,7 @@ func main() {
 	noScheduler := upFlags.Bool("no-scheduler", false, "start only etcd and kube-apiserver")
 	dir := upFlags.String("dir", "", "directory for PKI, kubeconfigs, etcd data and logs (default: a new temporary directory)")
 	printUsage := func() {
-		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion)
+		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion, framework.KubernetesVersionDRA)
 		upFlags.PrintDefaults()
 	}
 	upFlags.Usage = printUsage
@@ -57,6 +61,12 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		}
 		// kubectl, for the tests that run the docs' commands.
 		if _, err := framework.EnsureKubectl(ctx); err != nil {
+			return fail(err)
+		}
+		fmt.Println(bins.Dir)
+	case "build-dra":
+		bins, err := framework.EnsureVersionBinaries(ctx, framework.KubernetesVersionDRA, true)
+		if err != nil {
 			return fail(err)
 		}
 		fmt.Println(bins.Dir)

@@ -18,6 +18,11 @@ const (
 	// KubernetesVersion is the version of kube-apiserver, kube-scheduler and
 	// the node binaries (NodeBinaries) pinned by test/tools/k8s/go.mod.
 	KubernetesVersion = "v1.34.3"
+	// KubernetesVersionDRA is the version of the control plane the DRA
+	// driver's tests run (Options.KubernetesVersion), pinned by
+	// test/tools/k8s-v1.37/go.mod: DRA's consumable capacity is on by
+	// default from 1.36.
+	KubernetesVersionDRA = "v1.37.2"
 	// EtcdVersion is the version of etcd pinned by test/tools/etcd/go.mod.
 	EtcdVersion = "v3.5.21"
 	// ContainerdVersion is the version of containerd pinned by
@@ -27,18 +32,37 @@ const (
 	modulePath = "github.com/gpushare/gpushare"
 )
 
+// kubernetesToolDirs are the Kubernetes versions the harness builds:
+// version -> the tool module (relative to the repository root) that pins it.
+var kubernetesToolDirs = map[string]string{
+	KubernetesVersion:    "test/tools/k8s",
+	KubernetesVersionDRA: "test/tools/k8s-v1.37",
+}
+
 // Binaries holds the absolute paths of the control-plane executables.
 type Binaries struct {
-	Dir       string // the cache directory holding all three
+	Dir       string // the cache directory holding kube-apiserver and kube-scheduler
+	Version   string // their Kubernetes version
 	Etcd      string
 	APIServer string
 	Scheduler string
+	// ControllerManager is kube-controller-manager of Version; "" unless
+	// asked for (EnsureVersionBinaries).
+	ControllerManager string
 }
 
 // CacheDir returns the directory the binaries are cached in:
 // $GPUSHARE_CACHE_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/gpushare/controlplane/<versions>.
-func CacheDir() (string, error) {
+func CacheDir() (string, error) { return versionCacheDir(KubernetesVersion) }
+
+// versionCacheDir is CacheDir for a Kubernetes version: other versions
+// than KubernetesVersion have their own directory beside it
+// (<version>-etcd-<etcd version>), or under $GPUSHARE_CACHE_DIR/<version>.
+func versionCacheDir(version string) (string, error) {
 	if d := os.Getenv("GPUSHARE_CACHE_DIR"); d != "" {
+		if version != KubernetesVersion {
+			d = filepath.Join(d, version)
+		}
 		return filepath.Abs(d)
 	}
 	base := os.Getenv("XDG_CACHE_HOME")
@@ -49,7 +73,7 @@ func CacheDir() (string, error) {
 		}
 		base = filepath.Join(home, ".cache")
 	}
-	return filepath.Join(base, "gpushare", "controlplane", KubernetesVersion+"-etcd-"+EtcdVersion), nil
+	return filepath.Join(base, "gpushare", "controlplane", version+"-etcd-"+EtcdVersion), nil
 }
 
 // RepoRoot walks up from the working directory to the directory whose go.mod
@@ -89,14 +113,12 @@ type buildSpec struct {
 	pkg     string
 	ldflags string
 	tags    string // go build -tags, if any
+	version string // what it reports, for the progress lines; "" is specVersion's guess
 }
 
-func buildSpecs() []buildSpec {
-	return []buildSpec{
-		{name: "etcd", toolDir: "test/tools/etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"},
-		kubernetesSpec("kube-apiserver"),
-		kubernetesSpec("kube-scheduler"),
-	}
+// etcdSpec builds etcd EtcdVersion.
+func etcdSpec() buildSpec {
+	return buildSpec{name: "etcd", toolDir: "test/tools/etcd", pkg: "go.etcd.io/etcd/server/v3", ldflags: "-s -w"}
 }
 
 // nodeSpecs are NodeBinaries' builds.
@@ -104,16 +126,22 @@ func nodeSpecs() []buildSpec {
 	return []buildSpec{kubernetesSpec("kubelet"), kubernetesSpec("kube-proxy"), kubernetesSpec("kube-controller-manager")}
 }
 
-// kubernetesSpec builds k8s.io/kubernetes/cmd/NAME in test/tools/k8s,
-// stamped with KubernetesVersion (else it reports v0.0.0-master, which
-// kubectl and kubelet's version skew checks cannot parse).
-func kubernetesSpec(name string) buildSpec {
+// kubernetesSpec builds k8s.io/kubernetes/cmd/NAME of KubernetesVersion
+// (kubernetesVersionSpec).
+func kubernetesSpec(name string) buildSpec { return kubernetesVersionSpec(name, KubernetesVersion) }
+
+// kubernetesVersionSpec builds k8s.io/kubernetes/cmd/NAME in the tool
+// module of version (kubernetesToolDirs), stamped with version (else it
+// reports v0.0.0-master, which kubectl and kubelet's version skew checks
+// cannot parse).
+func kubernetesVersionSpec(name, version string) buildSpec {
+	minor := strings.Split(version, ".")[1]
 	var ld strings.Builder
 	ld.WriteString("-s -w")
 	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
-		fmt.Fprintf(&ld, " -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=34 -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=1970-01-01T00:00:00Z", pkg, KubernetesVersion)
+		fmt.Fprintf(&ld, " -X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=1 -X %[1]s.gitMinor=%[3]s -X %[1]s.gitTreeState=clean -X %[1]s.buildDate=1970-01-01T00:00:00Z", pkg, version, minor)
 	}
-	return buildSpec{name: name, toolDir: "test/tools/k8s", pkg: "k8s.io/kubernetes/cmd/" + name, ldflags: ld.String()}
+	return buildSpec{name: name, toolDir: kubernetesToolDirs[version], pkg: "k8s.io/kubernetes/cmd/" + name, ldflags: ld.String(), version: version}
 }
 
 // kubectlSpec builds kubectl from the same pinned module as the control
@@ -123,6 +151,8 @@ func kubectlSpec() buildSpec { return kubernetesSpec("kubectl") }
 
 func specVersion(s buildSpec) string {
 	switch {
+	case s.version != "":
+		return s.version
 	case s.name == "etcd":
 		return EtcdVersion
 	case strings.HasSuffix(s.name, "-"+ContainerdVersion):
@@ -184,23 +214,53 @@ func containerdSpecs() []buildSpec {
 	return out
 }
 
-// EnsureBinaries returns the cached control-plane binaries, building the
-// missing ones with `go build` in the pinned tool modules. Progress goes to
-// stderr. With GPUSHARE_SKIP_BUILD=1 a missing binary is an error.
+// EnsureBinaries returns the cached control-plane binaries of
+// KubernetesVersion, building the missing ones with `go build` in the
+// pinned tool modules. Progress goes to stderr. With GPUSHARE_SKIP_BUILD=1
+// a missing binary is an error.
 func EnsureBinaries(ctx context.Context) (Binaries, error) {
-	dir, err := CacheDir()
+	return EnsureVersionBinaries(ctx, KubernetesVersion, false)
+}
+
+// EnsureVersionBinaries is EnsureBinaries for a Kubernetes version the
+// harness builds (KubernetesVersion or KubernetesVersionDRA), with
+// kube-controller-manager when kcm is set. etcd is always the one in
+// CacheDir; a version other than KubernetesVersion has its own cache
+// directory (cold: about 10, 1.5 and 3.5 minutes on two cores for
+// kube-apiserver, kube-scheduler and kube-controller-manager).
+func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binaries, error) {
+	if kubernetesToolDirs[version] == "" {
+		return Binaries{}, fmt.Errorf("ensuring Kubernetes binaries: the harness builds %s and %s, not %s", KubernetesVersion, KubernetesVersionDRA, version)
+	}
+	etcdDir, err := CacheDir()
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := ensure(ctx, dir, buildSpecs()); err != nil {
+	if err := ensure(ctx, etcdDir, []buildSpec{etcdSpec()}); err != nil {
 		return Binaries{}, err
 	}
-	return Binaries{
+	dir, err := versionCacheDir(version)
+	if err != nil {
+		return Binaries{}, err
+	}
+	specs := []buildSpec{kubernetesVersionSpec("kube-apiserver", version), kubernetesVersionSpec("kube-scheduler", version)}
+	if kcm {
+		specs = append(specs, kubernetesVersionSpec("kube-controller-manager", version))
+	}
+	if err := ensure(ctx, dir, specs); err != nil {
+		return Binaries{}, err
+	}
+	bins := Binaries{
 		Dir:       dir,
-		Etcd:      filepath.Join(dir, "etcd"),
+		Version:   version,
+		Etcd:      filepath.Join(etcdDir, "etcd"),
 		APIServer: filepath.Join(dir, "kube-apiserver"),
 		Scheduler: filepath.Join(dir, "kube-scheduler"),
-	}, nil
+	}
+	if kcm {
+		bins.ControllerManager = filepath.Join(dir, "kube-controller-manager")
+	}
+	return bins, nil
 }
 
 // EnsureNodeBinaries is EnsureBinaries for NodeBinaries: kubelet,

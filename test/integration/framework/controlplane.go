@@ -77,6 +77,16 @@ type Options struct {
 	// Nodes, when set, makes the control plane one that real nodes and
 	// their pods can use (test/node); see NodeAccess.
 	Nodes *NodeAccess
+	// KubernetesVersion of kube-apiserver, kube-scheduler and
+	// kube-controller-manager: KubernetesVersion (the default, "") or
+	// KubernetesVersionDRA. Not with Nodes, whose binaries are
+	// KubernetesVersion's.
+	KubernetesVersion string
+	// Controllers, when set, starts kube-controller-manager with these
+	// controllers (its --controllers names, e.g.
+	// "resourceclaim-controller") after kube-apiserver. Not with Nodes,
+	// which runs NodeControllers.
+	Controllers []string
 }
 
 // NodeAccess is what a control plane needs for real nodes, whose pods talk
@@ -192,7 +202,14 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 // or until this process dies. On error everything started is stopped and the
 // logs are left in opts.Dir.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
-	bins, err := EnsureBinaries(ctx)
+	version := opts.KubernetesVersion
+	if version == "" {
+		version = KubernetesVersion
+	}
+	if opts.Nodes != nil && (version != KubernetesVersion || len(opts.Controllers) > 0) {
+		return nil, fmt.Errorf("starting a control plane for nodes: it runs Kubernetes %s and NodeControllers, not %q and %v", KubernetesVersion, version, opts.Controllers)
+	}
+	bins, err := EnsureVersionBinaries(ctx, version, len(opts.Controllers) > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -351,8 +368,13 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 	}); err != nil {
 		return err
 	}
-	if cp.nodes != nil {
-		if err := cp.startControllerManager(ctx); err != nil {
+	switch {
+	case cp.nodes != nil:
+		if err := cp.startControllerManager(ctx, cp.nodeBins.ControllerManager, NodeControllers); err != nil {
+			return err
+		}
+	case len(opts.Controllers) > 0:
+		if err := cp.startControllerManager(ctx, cp.bins.ControllerManager, opts.Controllers); err != nil {
 			return err
 		}
 	}
@@ -405,17 +427,17 @@ func (cp *ControlPlane) apiserverAccessArgs() []string {
 	}
 }
 
-// startControllerManager starts kube-controller-manager with
-// NodeControllers and waits until it is healthy.
-func (cp *ControlPlane) startControllerManager(ctx context.Context) error {
+// startControllerManager starts kube-controller-manager bin with
+// controllers and waits until it is healthy.
+func (cp *ControlPlane) startControllerManager(ctx context.Context, bin string, controllers []string) error {
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
 	}
 	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
-	kcm, err := cp.start(ControllerManagerName, cp.nodeBins.ControllerManager,
+	kcm, err := cp.start(ControllerManagerName, bin,
 		"--kubeconfig="+cp.AdminKubeconfig(),
-		"--controllers="+strings.Join(NodeControllers, ","),
+		"--controllers="+strings.Join(controllers, ","),
 		"--root-ca-file="+cp.pki.CACert,
 		"--service-account-private-key-file="+cp.pki.SAKey,
 		"--leader-elect=false",

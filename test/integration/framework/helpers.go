@@ -34,6 +34,22 @@ func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string) error 
 	return nil
 }
 
+// CreateNode creates n and then writes its status (the API ignores the
+// status of a created Node), as a kubelet would: a Node without a kubelet
+// that kube-scheduler places pods on.
+func CreateNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
+	status := n.Status
+	created, err := client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating node %s: %w", n.Name, err)
+	}
+	created.Status = status
+	if _, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing the status of node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
 // DecodeManifest reads a multi-document YAML (or JSON) file and decodes
 // each object with client-go's scheme, the items of a v1 List included, in
 // file order. Empty documents are skipped.

@@ -1,0 +1,218 @@
+package devices
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Names the driver publishes under.
+const (
+	// DriverName is the driver's name in ResourceSlices and allocation
+	// results, and its kubelet plugin's name.
+	DriverName = "gpu.gpushare.io"
+	// DeviceClassName is the DeviceClass that selects the driver's devices.
+	DeviceClassName = "gpu-mem.gpushare.io"
+	// CapacityMemory is the devices' consumable capacity.
+	CapacityMemory resourceapi.QualifiedName = "memory"
+	// TaintUnhealthy is the key of the taint on the device of a card that a
+	// critical XID made unhealthy.
+	TaintUnhealthy = DriverName + "/unhealthy"
+)
+
+// Card is a card as the driver publishes and prepares it.
+type Card struct {
+	// Index is the card's NVML index.
+	Index int
+	// UUID is the card's NVML UUID.
+	UUID string
+	// Model is the product name, e.g. "Tesla T4".
+	Model string
+	// MemoryMiB is the card's total memory in MiB.
+	MemoryMiB int64
+	// CapacityMiB is the memory the device publishes, in MiB: MemoryMiB
+	// rounded down to the node's unit (15,360 MiB of a 16,280 MiB card in
+	// GiB; all 16,280 in MiB).
+	CapacityMiB int64
+	// Isolation is the card's memory isolation mode.
+	Isolation gpushare.Isolation
+	// MIG is true when the card's MIG mode is on.
+	MIG bool
+}
+
+// DeviceName is the card's device name in the slice: gpu-<index>.
+func (c *Card) DeviceName() string { return "gpu-" + strconv.Itoa(c.Index) }
+
+// UnitMiB is one unit in MiB: 1024 for gpushare.UnitGiB, 1 for
+// gpushare.UnitMiB.
+func UnitMiB(unit string) int64 {
+	if unit == gpushare.UnitMiB {
+		return 1
+	}
+	return 1024
+}
+
+// CapacityMiB rounds memMiB down to whole units of unit: 16,280 MiB is
+// 15,360 MiB in GiB.
+func CapacityMiB(memMiB int64, unit string) int64 {
+	step := UnitMiB(unit)
+	return memMiB / step * step
+}
+
+// Features reads a card's MIG mode (gpu.NVML, gpu.Fake).
+type Features interface {
+	Features(uuid string) (gpu.Features, error)
+}
+
+// CardsOf converts discovered devices to cards in unit, reading each
+// card's MIG mode from f (a card whose features cannot be read keeps the
+// device's). It fails on no cards, and on a card smaller than two units
+// (the request policy's smallest request plus one step must fit).
+func CardsOf(node string, devs []gpu.Device, unit string, f Features) ([]Card, error) {
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("no GPUs found on node %s", node)
+	}
+	cards := make([]Card, 0, len(devs))
+	for _, d := range devs {
+		capMiB := CapacityMiB(d.MemoryMiB, unit)
+		if capMiB < 2*UnitMiB(unit) {
+			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than two %s; use --memory-unit %s", d.Index, d.UUID, node, d.MemoryMiB, unit, gpushare.UnitMiB)
+		}
+		mig := d.MIG
+		if feat, err := f.Features(d.UUID); err == nil {
+			mig = mig || feat.MIG
+		}
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB, CapacityMiB: capMiB, MIG: mig})
+	}
+	return cards, nil
+}
+
+// Order is the order of a node's devices in its ResourceSlice, which is
+// the order kube-scheduler tries them in (first fit).
+type Order string
+
+// Orders.
+const (
+	// OrderIndex lists cards by NVML index.
+	OrderIndex Order = "index"
+	// OrderSmallestFirst lists the cards with the least memory first
+	// (ties by index), so small requests fill small cards and the large
+	// cards stay free for large requests.
+	OrderSmallestFirst Order = "smallest-first"
+	// OrderLargestFirst lists the cards with the most memory first.
+	OrderLargestFirst Order = "largest-first"
+)
+
+// Orders lists the values of --device-order, the default first.
+var Orders = []Order{OrderIndex, OrderSmallestFirst, OrderLargestFirst}
+
+// DefaultOrder is the default --device-order. On a node of equal cards
+// every order is index order.
+const DefaultOrder = OrderIndex
+
+// ParseOrder checks a --device-order value.
+func ParseOrder(s string) (Order, error) {
+	for _, o := range Orders {
+		if string(o) == s {
+			return o, nil
+		}
+	}
+	names := make([]string, len(Orders))
+	for i, o := range Orders {
+		names[i] = string(o)
+	}
+	return "", fmt.Errorf("--device-order %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+// Sort orders cards in place by o.
+func (o Order) Sort(cards []Card) {
+	slices.SortStableFunc(cards, func(a, b Card) int {
+		switch o {
+		case OrderSmallestFirst:
+			if c := cmp.Compare(a.CapacityMiB, b.CapacityMiB); c != 0 {
+				return c
+			}
+		case OrderLargestFirst:
+			if c := cmp.Compare(b.CapacityMiB, a.CapacityMiB); c != 0 {
+				return c
+			}
+		}
+		return cmp.Compare(a.Index, b.Index)
+	})
+}
+
+// Info is what the devices publish besides their cards.
+type Info struct {
+	// DriverVersion is the NVIDIA driver's version; "" when unknown.
+	DriverVersion string
+	// Unit is the node's unit (gpushare.UnitGiB or gpushare.UnitMiB).
+	Unit string
+	// Unhealthy: UUID -> true for the cards whose devices are tainted.
+	Unhealthy map[string]bool
+}
+
+// List returns the ResourceSlice devices of cards, in order o: capacity
+// memory in whole units, a request policy whose default is the whole card
+// and whose valid range starts at one unit and steps by one, multiple
+// allocations allowed, attributes index, uuid, model, isolation, mig and
+// driverVersion (when known), and a NoSchedule taint TaintUnhealthy on
+// unhealthy cards.
+func List(cards []Card, o Order, info Info) []resourceapi.Device {
+	sorted := slices.Clone(cards)
+	o.Sort(sorted)
+	step := resource.NewQuantity(UnitMiB(info.Unit)<<20, resource.BinarySI)
+	out := make([]resourceapi.Device, 0, len(sorted))
+	for _, c := range sorted {
+		total := resource.NewQuantity(c.CapacityMiB<<20, resource.BinarySI)
+		d := resourceapi.Device{
+			Name: c.DeviceName(),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				"index":     {IntValue: ptr.To(int64(c.Index))},
+				"uuid":      {StringValue: ptr.To(c.UUID)},
+				"model":     {StringValue: ptr.To(c.Model)},
+				"isolation": {StringValue: ptr.To(string(c.Isolation))},
+				"mig":       {BoolValue: ptr.To(c.MIG)},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapacityMemory: {
+					Value: *total,
+					RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    total,
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: step, Step: step},
+					},
+				},
+			},
+			AllowMultipleAllocations: ptr.To(true),
+		}
+		if info.DriverVersion != "" {
+			d.Attributes["driverVersion"] = resourceapi.DeviceAttribute{StringValue: ptr.To(info.DriverVersion)}
+		}
+		if info.Unhealthy[c.UUID] {
+			d.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: "xid", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// DeviceClass is the DeviceClass that claims name to get GPU memory from
+// this driver: every device of driver gpu.gpushare.io.
+func DeviceClass() *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: DeviceClassName},
+		Spec: resourceapi.DeviceClassSpec{
+			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + DriverName + `"`}}},
+		},
+	}
+}

@@ -1,0 +1,142 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/dra/pkg/devices"
+	"github.com/gpushare/gpushare/dra/pkg/prepare"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/isolation"
+	"github.com/gpushare/gpushare/pkg/kubeclient"
+)
+
+// Run discovers the node's cards, chooses their isolation, restores the
+// prepared claims from the checkpoint, serves kubelet's DRA plugin
+// service (registering with kubelet unless cfg.RegistrationDisabled),
+// publishes the node's ResourceSlice, and taints the devices of cards a
+// critical XID made unhealthy, until ctx ends or a fatal error.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, logger)
+
+	gpus, closeGPUs, err := openGPUs(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeGPUs()
+	devs, err := gpus.Devices()
+	if err != nil {
+		return fmt.Errorf("discovering GPUs: %w", err)
+	}
+	cards, err := devices.CardsOf(cfg.NodeName, devs, cfg.Unit, gpus)
+	if err != nil {
+		return err
+	}
+	enforcer, modes, stopIsolation, err := isolation.Setup(ctx, isolation.SetupConfig{
+		Node: cfg.NodeName, Request: cfg.Isolation, Fake: cfg.FakeGPUs != "", FakeDriver: cfg.FakeDriver,
+		CgroupRoot: cfg.CgroupRoot, MPSControl: cfg.MPSControl, MPSRoot: cfg.MPSRoot, CDIDir: cfg.CDIDir, CDIHook: cfg.CDIHook,
+		MPSDaemonsInProcess: true, // the driver runs mps mode's daemons itself
+	}, gpus, devs)
+	if err != nil {
+		return err
+	}
+	defer stopIsolation()
+	for i := range cards {
+		cards[i].Isolation = modes[i]
+		c := cards[i]
+		logger.Info("GPU", "device", c.DeviceName(), "uuid", c.UUID, "model", c.Model, "memoryMiB", c.MemoryMiB, "capacityMiB", c.CapacityMiB, "isolation", c.Isolation)
+	}
+	var info devices.Info
+	info.Unit = cfg.Unit
+	if drv, err := gpus.Driver(); err == nil {
+		info.DriverVersion = drv.Version
+	}
+
+	client := cfg.Client
+	if client == nil {
+		if client, err = kubeclient.New(cfg.Kubeconfig, cfg.QPS, cfg.Burst, "gpushare-dra-driver"); err != nil {
+			return err
+		}
+	}
+	// The plugin's socket and checkpoint live here; kubelet makes only
+	// its plugins/ directory.
+	if err := os.MkdirAll(cfg.PluginDataDir(), 0o750); err != nil {
+		return fmt.Errorf("creating the plugin's data directory: %w", err)
+	}
+	specs, err := prepare.NewClaimSpecs(cfg.CDIDir)
+	if err != nil {
+		return err
+	}
+	state, err := prepare.New(prepare.Config{Pool: cfg.NodeName, Unit: cfg.Unit, Cards: cards, CheckpointDir: cfg.PluginDataDir(), Specs: specs, Enforcer: enforcer})
+	if err != nil {
+		return err
+	}
+	if err := state.Restore(ctx); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	driver := New(cfg.NodeName, cards, cfg.Order, info, state, cancel)
+	helper, err := kubeletplugin.Start(ctx, driver,
+		kubeletplugin.DriverName(devices.DriverName),
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(cfg.NodeName),
+		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
+		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir()),
+		kubeletplugin.RegistrationService(!cfg.RegistrationDisabled),
+	)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin %s: %w", devices.DriverName, err)
+	}
+	defer helper.Stop()
+	if err := driver.SetPublisher(ctx, helper); err != nil {
+		return err
+	}
+	logger.Info("Serving", "driver", devices.DriverName, "socket", cfg.PluginDataDir(), "order", cfg.Order, "cards", len(cards))
+
+	done := make(chan struct{})
+	defer func() { cancel(nil); <-done }()
+	go func() {
+		defer close(done)
+		if !cfg.HealthCheck {
+			logger.Info("Health checks disabled (--health-check=false): no card is ever tainted")
+			return
+		}
+		uuids := make([]string, len(cards))
+		for i, c := range cards {
+			uuids[i] = c.UUID
+		}
+		health := gpu.NewHealth(uuids, cfg.RecoveryWindow, nil)
+		if f, ok := gpus.(*gpu.Fake); ok && cfg.FakeControl != "" {
+			logger.Info("Following the fake-GPU control file (test-only)", "path", cfg.FakeControl)
+			go f.FollowControl(ctx, cfg.FakeControl, fakeControlPeriod)
+		}
+		health.Watch(ctx, gpus, func() { driver.SetUnhealthy(ctx, health.Unhealthy()) })
+	}()
+	if cfg.OnReady != nil {
+		cfg.OnReady(driver)
+	}
+	<-ctx.Done()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// openGPUs returns the configured GPUs and a function that releases them.
+func openGPUs(cfg Config) (GPUs, func(), error) {
+	if cfg.GPUs != nil {
+		return cfg.GPUs, func() {}, nil
+	}
+	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
+}

@@ -1,0 +1,356 @@
+package prepare
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/dra/pkg/checkpoint"
+	"github.com/gpushare/gpushare/dra/pkg/devices"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
+)
+
+// Enforcer gives a claim's containers the edits of its cards' isolation
+// and drops driver mode's limit devices no claim holds (isolation.Enforcer).
+type Enforcer interface {
+	Edits(ctx context.Context, shares []isolation.Share) (*isolation.Edits, error)
+	PruneCDI(held [][]isolation.Limit, minAge time.Duration) (int, error)
+}
+
+var _ Enforcer = (*isolation.Enforcer)(nil)
+
+// cdiPruneMinAge spares driver mode's limit devices younger than this from
+// pruning (isolation.CDISpec.Retain): a Prepare may be adding one.
+const cdiPruneMinAge = time.Minute
+
+// Config configures a State.
+type Config struct {
+	// Pool is the driver's pool: the node's name.
+	Pool string
+	// Unit is the node's unit (gpushare.UnitGiB or gpushare.UnitMiB).
+	Unit string
+	// Cards are the node's cards.
+	Cards []devices.Card
+	// CheckpointDir holds the checkpoint file.
+	CheckpointDir string
+	// Specs writes the claims' CDI specs.
+	Specs *ClaimSpecs
+	// Enforcer gives containers their isolation; nil: none (advisory
+	// environment only).
+	Enforcer Enforcer
+}
+
+// State is the driver's record of prepared claims: the checkpoint, the
+// claims' CDI specs, and what each card's prepared claims hold. It is safe
+// for concurrent use; Prepare and Unprepare run one at a time.
+type State struct {
+	pool     string
+	unit     string
+	specs    *ClaimSpecs
+	enforcer Enforcer
+	// cards: device name (gpu-<index>) -> card.
+	cards map[string]devices.Card
+
+	mu sync.Mutex
+	// checkpoint holds the prepared claims; written before Prepare and
+	// Unprepare return.
+	checkpoint *checkpoint.Checkpoint
+}
+
+// New opens the checkpoint in cfg.CheckpointDir.
+func New(cfg Config) (*State, error) {
+	cp, err := checkpoint.Open(cfg.CheckpointDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &State{pool: cfg.Pool, unit: cfg.Unit, specs: cfg.Specs, enforcer: cfg.Enforcer, cards: map[string]devices.Card{}, checkpoint: cp}
+	for _, c := range cfg.Cards {
+		s.cards[c.DeviceName()] = c
+	}
+	return s, nil
+}
+
+// Restore makes the CDI specs match the checkpoint after a start: it
+// writes the spec of each prepared claim again (starting its cards' MPS
+// daemons) and removes the specs of claims the checkpoint does not hold (a
+// crash between writing a spec and the checkpoint). A claim whose card is
+// gone is logged and kept: its memory stays counted until kubelet
+// unprepares it.
+func (s *State) Restore(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	claims := s.checkpoint.Claims()
+	for _, uid := range sortedUIDs(claims) {
+		pc := claims[uid]
+		edits, err := s.edits(ctx, pc.Devices)
+		if err != nil {
+			logger.Error(err, "Restoring a prepared claim's CDI spec", "claim", klog.KRef(pc.Namespace, pc.Name), "uid", uid)
+			continue
+		}
+		if err := s.specs.Write(uid, claimEdits(edits)); err != nil {
+			return err
+		}
+	}
+	onDisk, err := s.specs.Claims()
+	if err != nil {
+		return err
+	}
+	for _, uid := range onDisk {
+		if _, ok := claims[uid]; !ok {
+			if err := s.specs.Remove(uid); err != nil {
+				return err
+			}
+			logger.V(2).Info("Removed the CDI spec of a claim the checkpoint does not hold", "uid", uid)
+		}
+	}
+	logger.V(2).Info("Restored prepared claims", "claims", len(claims), "checkpoint", s.checkpoint.Path())
+	return nil
+}
+
+// Used returns the MiB that prepared claims hold on each card: device name
+// -> MiB (cards nothing holds are absent).
+func (s *State) Used() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usedLocked()
+}
+
+func (s *State) usedLocked() map[string]int64 {
+	used := map[string]int64{}
+	for _, pc := range s.checkpoint.Claims() {
+		for _, d := range pc.Devices {
+			used[d.Device] += d.MiB
+		}
+	}
+	return used
+}
+
+// Prepared returns the prepared claims: UID -> claim.
+func (s *State) Prepared() map[types.UID]checkpoint.Claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.checkpoint.Claims()
+}
+
+// Prepare prepares one allocated claim and returns its devices for
+// kubelet: the claim's results on this driver's pool, each request's first
+// result carrying the request's CDI devices. A claim prepared before gets
+// its recorded answer. It refuses a result on another pool or an unknown
+// device, and one that would take a card over its capacity.
+func (s *State) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if pc, ok := s.checkpoint.Get(claim.UID); ok {
+		return pc.Devices, nil
+	}
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	var devs []checkpoint.Device
+	add := map[string]int64{} // device name -> MiB this claim adds
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != devices.DriverName {
+			continue
+		}
+		if r.Pool != s.pool {
+			return nil, fmt.Errorf("claim %s/%s: result %q is device %s of pool %s, and this driver serves pool %s", claim.Namespace, claim.Name, r.Request, r.Device, r.Pool, s.pool)
+		}
+		c, ok := s.cards[r.Device]
+		if !ok {
+			return nil, fmt.Errorf("claim %s/%s: result %q is device %s, which node %s does not have (its devices: %s)", claim.Namespace, claim.Name, r.Request, r.Device, s.pool, strings.Join(slices.Sorted(maps.Keys(s.cards)), ", "))
+		}
+		mib := consumedMiB(r, c)
+		add[r.Device] += mib
+		pd := checkpoint.Device{Request: r.Request, Pool: r.Pool, Device: r.Device, UUID: c.UUID, Index: c.Index, MiB: mib}
+		if r.ShareID != nil {
+			pd.ShareID = string(*r.ShareID)
+		}
+		devs = append(devs, pd)
+	}
+	used := s.usedLocked()
+	for _, dev := range slices.Sorted(maps.Keys(add)) {
+		c := s.cards[dev]
+		if used[dev]+add[dev] > c.CapacityMiB {
+			return nil, fmt.Errorf("claim %s/%s asks %d MiB of %s (GPU %d, %s) on node %s, where prepared claims already hold %d of its %d MiB: refusing to over-commit it; the allocation does not match what this node runs (delete the pod so that it is scheduled again)",
+				claim.Namespace, claim.Name, add[dev], dev, c.Index, c.UUID, s.pool, used[dev], c.CapacityMiB)
+		}
+	}
+	for i := range devs {
+		if i == 0 || devs[i].Request != devs[i-1].Request {
+			devs[i].CDIDeviceIDs = []string{DeviceID(claim.UID, devs[i].Request)}
+		}
+	}
+	edits, err := s.edits(ctx, devs)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	for i := range devs {
+		if len(devs[i].CDIDeviceIDs) > 0 {
+			devs[i].CDIDeviceIDs = append(devs[i].CDIDeviceIDs, limitDevicesOf(edits, devs[i].Request)...)
+		}
+	}
+	if len(devs) > 0 {
+		if err := s.specs.Write(claim.UID, claimEdits(edits)); err != nil {
+			return nil, err
+		}
+	}
+	pc := checkpoint.Claim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
+	if err := s.checkpoint.Put(claim.UID, pc); err != nil {
+		_ = s.specs.Remove(claim.UID)
+		return nil, err
+	}
+	return pc.Devices, nil
+}
+
+// consumedMiB is the memory a result takes of card c in MiB, rounded up:
+// its consumed capacity, or the whole card when it has none (allocated
+// without consumable capacity, which makes it exclusive).
+func consumedMiB(r resourceapi.DeviceRequestAllocationResult, c devices.Card) int64 {
+	q, ok := r.ConsumedCapacity[devices.CapacityMemory]
+	if !ok {
+		return c.CapacityMiB
+	}
+	return (q.Value() + 1<<20 - 1) >> 20
+}
+
+// requestEdits are the edits of one request: those of its CDI device,
+// and the limit devices of driver mode's shared spec that its containers
+// also get.
+type requestEdits struct {
+	ClaimEdits
+	limitDevices []string
+}
+
+// edits builds the container edits of each request among devs, in the
+// order of each request's first result: the device plugin's environment
+// for the request's cards and their isolation.
+func (s *State) edits(ctx context.Context, devs []checkpoint.Device) ([]requestEdits, error) {
+	var order []string
+	byRequest := map[string][]checkpoint.Device{}
+	for _, d := range devs {
+		if _, ok := byRequest[d.Request]; !ok {
+			order = append(order, d.Request)
+		}
+		byRequest[d.Request] = append(byRequest[d.Request], d)
+	}
+	out := make([]requestEdits, 0, len(order))
+	for _, req := range order {
+		e, err := s.requestEdits(ctx, req, byRequest[req])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// requestEdits builds the edits of one request whose results are devs.
+//
+// A request of 8 GiB on card 1 (16 GiB, driver mode, node unit GiB) gets
+// NVIDIA_VISIBLE_DEVICES=<its UUID>, ALIYUN_COM_GPU_MEM_IDX=1,
+// ALIYUN_COM_GPU_MEM_CONTAINER=8, ALIYUN_COM_GPU_MEM_POD=8,
+// ALIYUN_COM_GPU_MEM_DEV=16, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G,
+// GPUSHARE_ISOLATION=driver, GPUSHARE_MEMORY_LIMIT_MIB=8192,
+// GPUSHARE_MEMORY_FRACTION=0.5, and the limit device
+// gpushare.io/gpu-mem=1-8192.
+func (s *State) requestEdits(ctx context.Context, request string, devs []checkpoint.Device) (requestEdits, error) {
+	step := devices.UnitMiB(s.unit)
+	envShares := make([]gpushare.EnvShare, len(devs))
+	shares := make([]isolation.Share, len(devs))
+	var total int64
+	for i, d := range devs {
+		envShares[i] = gpushare.EnvShare{UUID: d.UUID, Index: d.Index, Units: d.MiB / step}
+		shares[i] = isolation.Share{UUID: d.UUID, MiB: d.MiB}
+		total += d.MiB / step
+	}
+	env := gpushare.ContainerEnv(envShares, total, s.cards[devs[0].Device].CapacityMiB/step, s.unit)
+	e := requestEdits{ClaimEdits: ClaimEdits{Request: request}}
+	if s.enforcer != nil {
+		ed, err := s.enforcer.Edits(ctx, shares)
+		if err != nil {
+			return requestEdits{}, fmt.Errorf("request %q: %w", request, err)
+		}
+		maps.Copy(env, ed.Env)
+		e.Mounts = ed.Mounts
+		e.limitDevices = ed.CDIDevices
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		e.Env = append(e.Env, k+"="+env[k])
+	}
+	return e, nil
+}
+
+// claimEdits are the CDI edits of es.
+func claimEdits(es []requestEdits) []ClaimEdits {
+	out := make([]ClaimEdits, len(es))
+	for i, e := range es {
+		out[i] = e.ClaimEdits
+	}
+	return out
+}
+
+// limitDevicesOf returns the limit devices of a request among es.
+func limitDevicesOf(es []requestEdits, request string) []string {
+	for _, e := range es {
+		if e.Request == request {
+			return e.limitDevices
+		}
+	}
+	return nil
+}
+
+// Unprepare forgets a claim: it removes the claim from the checkpoint and
+// its CDI spec, and prunes driver mode's limit devices no prepared claim
+// holds. An unknown claim is no error (kubelet may ask twice).
+func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkpoint.Delete(uid); err != nil {
+		return err
+	}
+	if err := s.specs.Remove(uid); err != nil {
+		return err
+	}
+	if s.enforcer == nil {
+		return nil
+	}
+	var held [][]isolation.Limit
+	for _, pc := range s.checkpoint.Claims() {
+		byRequest := map[string][]isolation.Limit{}
+		for _, d := range pc.Devices {
+			byRequest[d.Request] = append(byRequest[d.Request], isolation.Limit{Index: d.Index, MiB: d.MiB})
+		}
+		for _, l := range byRequest {
+			held = append(held, l)
+		}
+	}
+	n, err := s.enforcer.PruneCDI(held, cdiPruneMinAge)
+	if err != nil {
+		// The limit spec keeps a device too many; nothing else is wrong.
+		klog.FromContext(ctx).Error(err, "Pruning the CDI spec's limit devices")
+	} else if n > 0 {
+		klog.FromContext(ctx).V(2).Info("Pruned CDI limit devices no claim holds", "removed", n)
+	}
+	return nil
+}
+
+// sortedUIDs returns the keys of m sorted.
+func sortedUIDs[V any](m map[types.UID]V) []types.UID {
+	out := make([]types.UID, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,164 @@
+package isolation
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// GPUs is what Setup reads and sets on the cards (gpu.NVML, gpu.Fake).
+type GPUs interface {
+	Host
+	ComputeModes
+}
+
+var (
+	_ GPUs = (*gpu.NVML)(nil)
+	_ GPUs = (*gpu.Fake)(nil)
+)
+
+// SetupConfig is what Setup needs: the --isolation request and the paths
+// of the modes (the device plugin's and the DRA driver's flags).
+type SetupConfig struct {
+	// Node is the node's name, for errors.
+	Node string
+	// Request is the --isolation value (ParseRequest).
+	Request string
+	// Fake is set on a fake node: FakeDriver states its cgroup version,
+	// and the plugin's own capabilities (CAP_SYS_ADMIN, /dev/shm) are not
+	// checked.
+	Fake       bool
+	FakeDriver string
+	// CgroupRoot is where the node's cgroup hierarchy is mounted.
+	CgroupRoot string
+	// MPSControl, MPSRoot: mps mode's binary and directories.
+	MPSControl, MPSRoot string
+	// CDIDir, CDIHook: driver mode's spec directory and hook.
+	CDIDir, CDIHook string
+	// RuntimeCDIErr says why the container runtime would not apply CDI
+	// devices (nil when it would): without them there is no driver mode.
+	RuntimeCDIErr error
+	// MPSDaemonsInProcess runs mps mode's daemon side (MPSDaemons) in
+	// this process; false leaves it to its own container (the device
+	// plugin's mps-daemons command), so that the daemons outlive this one.
+	MPSDaemonsInProcess bool
+	// OnMPSRestart, when set, is called each time a crashed MPS daemon run
+	// in this process is restarted.
+	OnMPSRestart func(uuid string, err error)
+}
+
+// Setup detects what the node supports, chooses each card's mode for
+// cfg.Request (failing, naming what is missing, when an explicit mode
+// cannot be enforced), logs the choice, and starts what the modes need:
+// driver mode's CDI spec, mps mode's daemon manager. It returns the modes
+// in devs' order; stop ends the MPS daemons. The device plugin and the DRA
+// driver both set up their cards' isolation with it.
+func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (e *Enforcer, modes []gpushare.Isolation, stop func(), err error) {
+	logger := klog.FromContext(ctx)
+	req, err := ParseRequest(cfg.Request)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var cg Cgroups = SysCgroups{Root: cfg.CgroupRoot}
+	if cfg.Fake {
+		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cg = FixedCgroups{V2: !fd.CgroupV1}
+	}
+	caps := Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
+	caps.RuntimeCDIErr = cfg.RuntimeCDIErr
+	if !cfg.Fake {
+		// What mps needs of the plugin's own container (a fake node states
+		// its support with --fake-driver instead).
+		admin, err := SysAdmin(ProcSelfStatus)
+		if err != nil {
+			logger.Error(err, "Assuming no CAP_SYS_ADMIN: mps takes only cards already in EXCLUSIVE_PROCESS")
+		}
+		caps.ComputeModeLocked = !admin
+		caps.MPSShmErr = CheckMPSShm(DevShm, cfg.MPSRoot)
+	}
+	modes, err = Choose(req, &caps)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w (on node %s; choose --isolation=auto to take what each card supports, or none)", err, cfg.Node)
+	}
+	logger.Info("Memory isolation", "requested", req, "driver", caps.Driver.Version, "cudaVersion", caps.Driver.CUDAVersion,
+		"cgroupV2", caps.CgroupV2, "mpsControl", caps.MPSControl)
+	var need struct{ driver, mps bool }
+	var cards []Card
+	whole := map[int]int64{}
+	for i, d := range devs {
+		m := modes[i]
+		if why := WhyNot(&caps, i, m); why != "" {
+			logger.Info("GPU memory isolation", "index", d.Index, "uuid", d.UUID, "mode", m, "notStronger", why)
+		} else {
+			logger.Info("GPU memory isolation", "index", d.Index, "uuid", d.UUID, "mode", m)
+		}
+		switch m {
+		case gpushare.IsolationDriver:
+			need.driver = true
+			whole[d.Index] = d.MemoryMiB
+		case gpushare.IsolationMPS:
+			need.mps = true
+		}
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, MemoryMiB: d.MemoryMiB, Mode: m})
+	}
+	var spec *CDISpec
+	if need.driver {
+		if spec, err = NewCDISpec(cfg.CDIDir, cfg.CDIHook, whole); err != nil {
+			return nil, nil, nil, err
+		}
+		logger.Info("Driver-mode CDI spec written", "path", spec.Path(), "kind", CDIKind, "hook", cfg.CDIHook)
+	}
+	var mps *MPS
+	stop = func() {}
+	if need.mps {
+		mps = NewMPS(MPSConfig{Root: cfg.MPSRoot, GPUs: gpus})
+		if cfg.MPSDaemonsInProcess {
+			stop = StartMPSDaemons(ctx, MPSDaemonsConfig{Control: caps.MPSControl, Root: cfg.MPSRoot, OnRestart: cfg.OnMPSRestart})
+		} else {
+			logger.Info("MPS control daemons run in their own container", "root", cfg.MPSRoot)
+		}
+	}
+	e, err = NewEnforcer(cards, spec, mps)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return e, modes, stop, nil
+}
+
+// CheckPaths returns an error for each of the modes' paths that is not
+// absolute, named by its flag: --cdi-dir, --cdi-hook and --mps-root (the
+// device plugin's and the DRA driver's).
+func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
+	var errs []error
+	for _, f := range []struct{ flag, path string }{{"--cdi-dir", cdiDir}, {"--cdi-hook", cdiHook}, {"--mps-root", mpsRoot}} {
+		if !filepath.IsAbs(f.path) {
+			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
+		}
+	}
+	return errs
+}
+
+// StartMPSDaemons runs the daemon side (MPSDaemons) over cfg.Root in this
+// process until the returned stop is called, which quits the daemons.
+func StartMPSDaemons(ctx context.Context, cfg MPSDaemonsConfig) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	d := NewMPSDaemons(ctx, cfg)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemons")
+		}
+	}
+}
