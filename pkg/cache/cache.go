@@ -626,7 +626,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
-		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)}
+		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		return // a status update: nothing the charge depends on changed
 	}

@@ -121,9 +121,10 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		if a.Node == info.NodeName {
 			a.Node = info.NodeName
 		}
-		if a.Unit == gpushare.UnitGiB {
+		switch a.Unit {
+		case gpushare.UnitGiB:
 			a.Unit = gpushare.UnitGiB
-		} else if a.Unit == gpushare.UnitMiB {
+		case gpushare.UnitMiB:
 			a.Unit = gpushare.UnitMiB
 		}
 	}
