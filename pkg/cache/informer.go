@@ -95,7 +95,8 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 
 // podIndexers are the pod informer store's indexes. It has none: the
 // feeder looks pods up by key only, and the namespace index an informer
-// factory adds by default cost 80 bytes a pod (10 MiB at 120,000 pods).
+// factory adds by default cost about 50 bytes a pod (6 MiB of live heap at
+// 120,000 pods, BenchmarkMemory).
 func podIndexers() toolscache.Indexers {
 	return toolscache.Indexers{}
 }

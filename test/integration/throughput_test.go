@@ -152,9 +152,9 @@ func TestSchedulingThroughput(t *testing.T) {
 			defer cp.Stop()
 			args = append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
 				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)
-			profileDir := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR")
-			metricsAddr := freeAddr(t)
+			profileDir, metricsAddr := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR"), ""
 			if profileDir != "" {
+				metricsAddr = freeAddr(t)
 				args = append(args, "--metrics-listen", metricsAddr, "--profiling")
 			}
 			_, stop := startExtender(t, bin, args...)
