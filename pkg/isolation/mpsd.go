@@ -285,8 +285,11 @@ func (s *MPSDaemons) supervise(d *mpsDaemon) {
 func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	cmd := exec.Command(s.cfg.Control, "-f") //nolint:gosec // the operator's --mps-control
 	cmd.Env = s.env(d)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	// In the foreground the daemon writes its log to its standard output,
+	// not to log/control.log (seen with driver 580): the last of it says
+	// why it exited.
+	out := &tailBuffer{max: mpsOutputTail}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s -f: %w", s.cfg.Control, err)
 	}
@@ -294,10 +297,22 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	d.proc = cmd.Process
 	limit := d.wantMiB
 	d.mu.Unlock()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	var exitErr error
+	exited := make(chan struct{})
+	go func() {
+		exitErr = cmd.Wait()
+		close(exited)
+	}()
 	logger.Info("MPS control daemon started", "pid", cmd.Process.Pid, "pipe", d.pipe, "defaultLimitMiB", limit)
+	// A daemon that exits at once is not waited for to answer.
 	ctx, cancel := context.WithTimeout(s.ctx, mpsReadyWait+mpsCommandTimeout)
+	go func() {
+		select {
+		case <-exited:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	err := s.apply(ctx, d, true)
 	cancel()
 	if err == nil {
@@ -307,20 +322,52 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 			close(d.ready)
 		}
 	} else if s.ctx.Err() == nil {
-		logger.Error(err, "MPS control daemon does not take its default limit")
+		select {
+		case <-exited:
+		default:
+			logger.Error(err, "MPS control daemon does not take its default limit")
+		}
 	}
 	select {
-	case err := <-exited:
+	case <-exited:
 		d.mu.Lock()
 		d.proc = nil
 		d.mu.Unlock()
-		if err == nil {
-			return fmt.Errorf("MPS control daemon of GPU %s exited without being asked to (stderr: %q)", d.uuid, stderr.String())
+		if exitErr == nil {
+			return fmt.Errorf("MPS control daemon of GPU %s exited without being asked to (output: %q)", d.uuid, out.String())
 		}
-		return fmt.Errorf("MPS control daemon of GPU %s exited: %w (stderr: %q)", d.uuid, err, stderr.String())
+		return fmt.Errorf("MPS control daemon of GPU %s exited: %w (output: %q)", d.uuid, exitErr, out.String())
 	case <-s.ctx.Done():
-		return <-exited
+		<-exited
+		return exitErr
 	}
+}
+
+// mpsOutputTail is how much of a daemon's output (bytes) is kept to say
+// why it exited.
+const mpsOutputTail = 2048
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // done reports whether the daemons are being stopped.
