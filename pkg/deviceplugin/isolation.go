@@ -83,7 +83,7 @@ const retainMinAge = time.Minute
 // retainIsolation brings the isolation state in step with the containers
 // h believes hold cards: it drops driver mode's CDI limit devices that none
 // names (isolation.Enforcer.PruneCDI) and moves each mps card's default
-// pinned limit to the smallest share it serves (retainMPS), sparing what
+// pinned limit to the largest share it serves (retainMPS), sparing what
 // was added within minAge. unit is the node's. Errors are logged: what
 // failed stays as it was.
 func retainIsolation(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
@@ -106,7 +106,7 @@ func retainIsolation(ctx context.Context, h *Handoff, e *isolation.Enforcer, uni
 
 // retainMPS tells mps mode the shares held (h.HeldShares) on its cards
 // (isolation.Enforcer.RetainMPS): each card's default pinned limit moves
-// to its smallest share, and a card with shares gets its daemon back if
+// to its largest share, and a card with shares gets its daemon back if
 // it is gone. Errors are logged.
 func retainMPS(ctx context.Context, held [][]gpushare.DeviceShare, e *isolation.Enforcer, unit string, minAge time.Duration) {
 	shares := make([][]isolation.Share, len(held))
@@ -116,6 +116,6 @@ func retainMPS(ctx context.Context, held [][]gpushare.DeviceShare, e *isolation.
 		}
 	}
 	if err := e.RetainMPS(ctx, shares, minAge); err != nil {
-		klog.FromContext(ctx).Error(err, "Setting the MPS default pinned limits to the smallest share of each card")
+		klog.FromContext(ctx).Error(err, "Setting the MPS default pinned limits to the largest share of each card")
 	}
 }

@@ -274,13 +274,13 @@ func cdiDeviceNames(path string) ([]string, error) {
 
 // TestRetainIsolationMovesTheMPSLimit: the plugin's periodic retain step
 // hands mps mode the shares its grants hold, so that an mps card's default
-// pinned limit (4 GiB, then 2 GiB as the pods come) rises back when its
-// smallest share's pod leaves, and drops to the floor when the card's last
-// pod leaves.
+// pinned limit (2 GiB, then 4 GiB as the pods come) goes back down when
+// its largest share's pod leaves, and drops to the floor when the card's
+// last pod leaves.
 func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 	ht := newHandoffTest(t)
-	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
-	q := ht.pod(util.MakePod("q").GPUMem(2), map[string][]int{"c0": {0}}, 2)
+	p := ht.pod(util.MakePod("p").GPUMem(2), map[string][]int{"c0": {0}}, 1)
+	q := ht.pod(util.MakePod("q").GPUMem(4), map[string][]int{"c0": {0}}, 2)
 	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
 		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
 	ctx, cancel := context.WithCancel(ht.ctx)
@@ -293,20 +293,20 @@ func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 	}
 	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
 	s.SetEnforcer(e)
-	for _, ids := range [][]string{unitsOn("GPU-0", 0, 4), unitsOn("GPU-0", 4, 2)} {
+	for _, ids := range [][]string{unitsOn("GPU-0", 0, 2), unitsOn("GPU-0", 2, 4)} {
 		if _, err := s.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	commands := filepath.Join(dir, "mps", "GPU-0", "commands")
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0) // both held: no change
-	waitMPSLimits(t, commands, []string{"4096M", "2048M"})
+	waitMPSLimits(t, commands, []string{"2048M", "4096M"})
 	ht.h.DeletePod(q.UID)
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
-	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M"})
+	waitMPSLimits(t, commands, []string{"2048M", "4096M", "2048M"})
 	ht.h.DeletePod(p.UID)
 	retainIsolation(ctx, ht.h, e, gpushare.UnitGiB, 0)
-	waitMPSLimits(t, commands, []string{"4096M", "2048M", "4096M", "1M"})
+	waitMPSLimits(t, commands, []string{"2048M", "4096M", "2048M", "1M"})
 }
 
 // waitMPSLimits waits until the default pinned limits fakeMPSControl

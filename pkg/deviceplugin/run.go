@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The grants restored from the pods' annotations are the shares mps
 	// cards serve: their daemons come back (when they ran in this
-	// process's predecessor) with the smallest share's limit before
+	// process's predecessor) with the largest share's limit before
 	// kubelet restarts a container on them.
 	retainMPS(ctx, h.HeldShares(), enforcer, cfg.Unit, retainMinAge)
 

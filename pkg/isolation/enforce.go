@@ -167,7 +167,7 @@ func (e *Enforcer) PruneCDI(held [][]Limit, minAge time.Duration) (int, error) {
 // RetainMPS tells the MPS manager which shares its cards serve now: held
 // is each container's shares, in its card order; only containers on one
 // mps card are MPS clients (one on several runs under none). Each card's
-// default pinned limit moves to its smallest share, sparing shares added
+// default pinned limit moves to its largest share, sparing shares added
 // within minAge (MPS.Retain). Without mps mode it does nothing.
 func (e *Enforcer) RetainMPS(ctx context.Context, held [][]Share, minAge time.Duration) error {
 	if e.mps == nil {

@@ -96,12 +96,15 @@ type MPSConfig struct {
 // (MPSDaemons, in its own container) which cards need an MPS daemon and
 // each card's default pinned memory limit (the limit of a client that does
 // not set its own), by writing the card's desired state under Root, and
-// waits for the card's status to show it. The limit is the smallest share
-// the card serves, so that no process gets more than any share by
-// dropping its own limit: the shares a card serves are those Retain last
-// reported held plus those Ensure added since; a card that serves none
-// gets MPSFloorMiB. Before a card's first desired state, MPS sets the card
-// to exclusive-process.
+// waits for the card's status to show it. A client's own limit
+// (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) only lowers the server's: on an H200
+// with driver 580, a client asking 16 GiB under a default of 8 GiB got 8
+// (TestRealGPU, make gpu-check). So the limit is the largest share the
+// card serves, which every client's own limit then lowers to its share; a
+// process that drops its own limit gets that largest share, no more: the
+// shares a card serves are those Retain last reported held plus those
+// Ensure added since; a card that serves none gets MPSFloorMiB. Before a
+// card's first desired state, MPS sets the card to exclusive-process.
 type MPS struct {
 	cfg MPSConfig
 
@@ -135,21 +138,17 @@ type mpsShare struct {
 }
 
 // want returns the default pinned limit the card should have: the
-// smallest share it serves, or MPSFloorMiB when it serves none. Shares of
-// 4096 and 2048 MiB give 2048.
+// largest share it serves, or MPSFloorMiB when it serves none. Shares of
+// 4096 and 2048 MiB give 4096.
 func (c *mpsCard) want() int64 {
-	var w int64
+	w := int64(MPSFloorMiB)
 	for _, mib := range c.held {
-		if w == 0 || mib < w {
-			w = mib
-		}
+		w = max(w, mib)
 	}
 	for _, sh := range c.recent {
-		if w == 0 || sh.mib < w {
-			w = sh.mib
-		}
+		w = max(w, sh.mib)
 	}
-	return max(w, MPSFloorMiB)
+	return w
 }
 
 // NewMPS returns the plugin's side of mps mode.
@@ -176,10 +175,11 @@ func (m *MPS) Dirs(uuid string) (pipe, log string) {
 // /dev/shm (CheckMPSShm).
 func (m *MPS) ShmDir() string { return filepath.Join(m.cfg.Root, MPSShmDir) }
 
-// Ensure adds a share of limitMiB to those card uuid serves, lowers the
-// card's default pinned limit to it if it is the smallest (asking for the
+// Ensure adds a share of limitMiB to those card uuid serves, raises the
+// card's default pinned limit to it if it is the largest (asking for the
 // card's daemon if it has none yet), and returns once the card's daemon
-// runs with a default limit no larger than limitMiB.
+// runs with a default limit of at least limitMiB, which the client's own
+// limit lowers to its share.
 func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	m.mu.Lock()
 	c := m.card(uuid)
@@ -196,11 +196,11 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 		switch {
 		case err != nil:
 			return err
-		case ok && got <= limitMiB:
+		case ok && got >= limitMiB:
 			return nil
 		case time.Now().After(deadline):
 			_, log := m.Dirs(uuid)
-			return fmt.Errorf("waiting for the MPS daemon of GPU %s to serve with a default limit of at most %d MiB: no answer within %s "+
+			return fmt.Errorf("waiting for the MPS daemon of GPU %s to serve with a default limit of at least %d MiB: no answer within %s "+
 				"(is gpushare's mps-daemons container running on this node? see its log and %s)", uuid, limitMiB, m.cfg.ReadyWait, log)
 		}
 		select {
@@ -215,7 +215,7 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 // each single-card mps container that holds a share of it), sparing the
 // shares Ensure added within minAge (an Allocate may be adding one that
 // held does not show yet), and moves each card's default pinned limit to
-// its smallest share, down or up. A card with shares held that has no
+// its largest share, down or up. A card with shares held that has no
 // desired state from this process yet (its grants survived a plugin
 // restart) gets one, so that its daemon comes back if it is gone; the
 // first Retain also takes in every card with a desired state on the host,

@@ -146,7 +146,7 @@ func mpsTest(t *testing.T) (rec, root string, devs []gpu.Device) {
 
 // TestMPSLifecycle runs both sides against fakeMPSControl: a daemon per
 // card in use started with the card in exclusive-process mode, the
-// default limit lowered to the smallest share, a crash restarted and
+// default limit raised to the largest share, a crash restarted and
 // reported with its limit sent again, and "quit" to every daemon when the
 // daemons' side stops.
 func TestMPSLifecycle(t *testing.T) {
@@ -167,17 +167,17 @@ func TestMPSLifecycle(t *testing.T) {
 	if err := m.Ensure(ctx, a, 4096); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Ensure(ctx, a, 2048); err != nil { // smaller: lowered
+	if err := m.Ensure(ctx, a, 2048); err != nil { // smaller: nothing sent
 		t.Fatal(err)
 	}
-	if err := m.Ensure(ctx, a, 8192); err != nil { // larger: nothing sent
+	if err := m.Ensure(ctx, a, 8192); err != nil { // larger: raised
 		t.Fatal(err)
 	}
 	started := []string{
 		a + " start",
 		a + " set_default_device_pinned_mem_limit 0 4096M",
 		a + " get_server_list",
-		a + " set_default_device_pinned_mem_limit 0 2048M",
+		a + " set_default_device_pinned_mem_limit 0 8192M",
 		a + " get_server_list",
 	}
 	waitRecorded(t, rec, started)
@@ -192,7 +192,7 @@ func TestMPSLifecycle(t *testing.T) {
 		}
 	}
 
-	// A crash: the daemon comes back with the smallest share's limit.
+	// A crash: the daemon comes back with the largest share's limit.
 	pipe, _ := m.Dirs(a)
 	if err := os.WriteFile(filepath.Join(pipe, "crash"), nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestMPSLifecycle(t *testing.T) {
 	waitRecorded(t, rec, slices.Concat(started, []string{
 		a + " crash",
 		a + " start",
-		a + " set_default_device_pinned_mem_limit 0 2048M",
+		a + " set_default_device_pinned_mem_limit 0 8192M",
 		a + " get_server_list",
 	}))
 	mu.Lock()
@@ -321,13 +321,14 @@ func TestMPSControlMissing(t *testing.T) {
 	}
 }
 
-// TestMPSDefaultLimitIsSmallestShare: a card's default pinned limit (what
-// a process that drops CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets) follows the
-// smallest share the card serves, down as shares come and up as they go,
+// TestMPSDefaultLimitIsLargestShare: a card's default pinned limit (what
+// a process that drops CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets, and the most
+// a client's own limit can reach: MPS only lowers it per client) follows
+// the largest share the card serves, up as shares come and down as they go,
 // and is MPSFloorMiB, not the whole card, when the card serves none;
 // shares added within Retain's minAge are spared; running MPS servers get
 // the new limit too.
-func TestMPSDefaultLimitIsSmallestShare(t *testing.T) {
+func TestMPSDefaultLimitIsLargestShare(t *testing.T) {
 	devs, err := gpu.ParseFakeGPUs("1xTesla-V100:16GiB", "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -369,19 +370,19 @@ func TestMPSDefaultLimitIsSmallestShare(t *testing.T) {
 		// daemon, "<PID>:<MiB>" on a server.
 		want []string
 	}{
-		{name: "a smaller share lowers it, a larger one leaves it",
+		{name: "a larger share raises it, a smaller one leaves it",
 			ops:  []func(*testing.T, *h){ensure(4096), ensure(2048), ensure(8192)},
-			want: []string{"4096", "2048"}},
-		{name: "the smallest share leaving raises it to the next, on the running server too",
+			want: []string{"4096", "8192"}},
+		{name: "the largest share leaving lowers it to the next, on the running server too",
 			servers: "4242\n",
-			ops:     []func(*testing.T, *h){ensure(4096), ensure(2048), retain(0, 4096, 4096)},
-			want:    []string{"4096", "4242:4096", "2048", "4242:2048", "4096", "4242:4096"}},
+			ops:     []func(*testing.T, *h){ensure(2048), ensure(4096), retain(0, 2048, 2048)},
+			want:    []string{"2048", "4242:2048", "4096", "4242:4096", "2048", "4242:2048"}},
 		{name: "no share held: the floor, not the card",
 			ops:  []func(*testing.T, *h){ensure(4096), retain(0, 1)},
 			want: []string{"4096", "1"}},
-		{name: "a held share Ensure never saw (a restored grant) lowers it",
-			ops:  []func(*testing.T, *h){ensure(8192), retain(0, 1024, 8192, 1024)},
-			want: []string{"8192", "1024"}},
+		{name: "a held share Ensure never saw (a restored grant) raises it",
+			ops:  []func(*testing.T, *h){ensure(1024), retain(0, 8192, 1024, 8192)},
+			want: []string{"1024", "8192"}},
 		{name: "a share younger than minAge is spared, then dropped",
 			ops:  []func(*testing.T, *h){ensure(4096), advance(30 * time.Second), retain(time.Minute, 4096), advance(time.Minute), retain(time.Minute, 1)},
 			want: []string{"4096", "1"}},
