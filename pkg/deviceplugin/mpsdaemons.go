@@ -33,7 +33,7 @@ func ParseMPSDaemonsFlags(args []string, out io.Writer) (isolation.MPSDaemonsCon
 	fs.SetOutput(out)
 	var cfg isolation.MPSDaemonsConfig
 	fs.StringVar(&cfg.Control, "mps-control", isolation.DefaultMPSControl, "the MPS control binary, a path or a name looked up in PATH")
-	fs.StringVar(&cfg.Root, "mps-root", isolation.DefaultMPSRoot, "host directory holding each card's desired state (written by the device plugin), status, and MPS pipe and log directories")
+	fs.StringVar(&cfg.Root, "mps-root", isolation.DefaultMPSRoot, "host directory holding each card's desired state (written by the device plugin), status, and MPS pipe and log directories; at most 38 bytes (MPS's socket paths)")
 	fs.DurationVar(&cfg.Poll, "poll", isolation.DefaultMPSPoll, "how often the cards' desired states are read")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
@@ -46,6 +46,9 @@ func ParseMPSDaemonsFlags(args []string, out io.Writer) (isolation.MPSDaemonsCon
 	}
 	if !filepath.IsAbs(cfg.Root) {
 		return cfg, fmt.Errorf("--mps-root %q must be absolute", cfg.Root)
+	}
+	if err := isolation.CheckMPSRoot(cfg.Root); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -137,7 +137,8 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 
 // CheckPaths returns an error for each of the modes' paths that is not
 // absolute, named by its flag: --cdi-dir, --cdi-hook and --mps-root (the
-// device plugin's and the DRA driver's).
+// device plugin's and the DRA driver's), and for an --mps-root too long
+// for MPS (CheckMPSRoot).
 func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
 	var errs []error
 	for _, f := range []struct{ flag, path string }{{"--cdi-dir", cdiDir}, {"--cdi-hook", cdiHook}, {"--mps-root", mpsRoot}} {
@@ -145,7 +146,30 @@ func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
 			errs = append(errs, fmt.Errorf("%s %q must be absolute", f.flag, f.path))
 		}
 	}
+	if err := CheckMPSRoot(mpsRoot); err != nil {
+		errs = append(errs, err)
+	}
 	return errs
+}
+
+// MaxMPSPipeDirLen is the longest MPS pipe directory, in bytes, known to
+// work: the control daemon keeps unix sockets in it, whose paths have a
+// 108-byte limit. On an H200 with driver 580.159.04 (make gpu-check) a
+// daemon with an 84-byte pipe directory served; with an 88-byte one it
+// exited at once, with status 1 and no message, and every client on the
+// card failed.
+const MaxMPSPipeDirLen = 84
+
+// CheckMPSRoot returns an error when a card's pipe directory under
+// mpsRoot (<root>/GPU-<UUID>/pipe) would be longer than MaxMPSPipeDirLen.
+func CheckMPSRoot(mpsRoot string) error {
+	pipe := len(filepath.Clean(mpsRoot)) + len("/GPU-00000000-0000-0000-0000-000000000000/pipe")
+	if pipe > MaxMPSPipeDirLen {
+		return fmt.Errorf("--mps-root %q is too long: a card's MPS pipe directory under it would be %d bytes, and the MPS control daemon "+
+			"exits at start with one over %d (its socket paths have a 108-byte limit); use at most %d bytes, e.g. %s",
+			mpsRoot, pipe, MaxMPSPipeDirLen, MaxMPSPipeDirLen-(pipe-len(filepath.Clean(mpsRoot))), DefaultMPSRoot)
+	}
+	return nil
 }
 
 // StartMPSDaemons runs the daemon side (MPSDaemons) over cfg.Root in this
