@@ -1,0 +1,538 @@
+package kubelet_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
+	"github.com/gpushare/gpushare/test/kubelet/devicehost"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// Environment of TestRealGPU (make gpu-check sets them).
+const (
+	// envRealGPU=1 runs TestRealGPU; without it the test is skipped.
+	envRealGPU = "GPUSHARE_REAL_GPU"
+	// envRealGPUPython is a Python with PyTorch built for CUDA, the
+	// client that allocates GPU memory (python3 when empty).
+	envRealGPUPython = "GPUSHARE_REAL_GPU_PYTHON"
+	// envRealGPUMPSControl is nvidia-cuda-mps-control (looked up in PATH
+	// when empty).
+	envRealGPUMPSControl = "GPUSHARE_REAL_GPU_MPS_CONTROL"
+	// envRealGPUPlugin is the gpushare-device-plugin binary whose
+	// mps-daemons command serves the external-daemons subtest; when empty
+	// the daemons' side runs in this test process instead.
+	envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
+)
+
+// gpuClient is the CUDA client: it allocates argv[1] GiB on the GPU it
+// sees, writes to it, and prints one JSON line: ok, the error, and what
+// cudaMemGetInfo said (MiB). With argv[2], a file name, it writes
+// argv[2]+".ready" once it holds the memory and waits for argv[2] to
+// appear before it computes on the memory again and checks the result.
+const gpuClient = `
+import json, os, sys, time
+out = {"ok": False}
+try:
+    import torch
+    gib = float(sys.argv[1])
+    wait = sys.argv[2] if len(sys.argv) > 2 else ""
+    free, total = torch.cuda.mem_get_info()
+    out["freeMiB"], out["totalMiB"] = free >> 20, total >> 20
+    x = torch.empty(int(gib * (1 << 30)), dtype=torch.uint8, device="cuda")
+    x.fill_(7)
+    torch.cuda.synchronize()
+    if wait:
+        open(wait + ".ready", "w").close()
+        while not os.path.exists(wait):
+            time.sleep(0.05)
+        x.add_(1)
+        torch.cuda.synchronize()
+        if int(x[-1].item()) != 8:
+            raise RuntimeError("computed %d, want 8" % int(x[-1].item()))
+    out["ok"] = True
+except BaseException as e:
+    out["error"] = (type(e).__name__ + ": " + str(e))[:400]
+print(json.dumps(out), flush=True)
+`
+
+// clientResult is what gpuClient printed.
+type clientResult struct {
+	OK       bool   `json:"ok"`
+	Error    string `json:"error"`
+	FreeMiB  int64  `json:"freeMiB"`
+	TotalMiB int64  `json:"totalMiB"`
+}
+
+// TestRealGPU runs the device plugin on this machine's NVIDIA cards, with
+// real NVML, under kubelet's own device manager over real gRPC, and checks
+// each isolation mode with real CUDA processes (make gpu-check; skipped
+// unless GPUSHARE_REAL_GPU=1, so it runs where a GPU is, never in make
+// test). It uses card 0 and leaves it in the default compute mode.
+//   - discovery: NVML lists the cards, the driver and each card's features;
+//   - health: the XID watch registers and runs without events, Probe
+//     answers;
+//   - none: kubelet advertises the cards' memory; a container's share is
+//     advisory (it allocates beyond it), and says so;
+//   - driver: refused on a driver older than R615 (or without the CDI
+//     hook), naming what is missing;
+//   - mps (daemons in the plugin): each client is held to its share; a
+//     client that drops its limit gets the card's largest share (a
+//     client's own limit only lowers the server's, so the server's must be
+//     the largest); a process outside MPS cannot use the card;
+//   - mps (daemons in their own process): a client keeps its memory and
+//     computes across a plugin restart.
+func TestRealGPU(t *testing.T) {
+	if os.Getenv(envRealGPU) != "1" {
+		t.Skipf("set %s=1 on a machine with an NVIDIA GPU (make gpu-check)", envRealGPU)
+	}
+	n, err := gpu.OpenNVML(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	devs, err := n.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) == 0 {
+		t.Fatal("NVML lists no GPU")
+	}
+	t.Cleanup(func() {
+		if err := n.SetComputeMode(devs[0].UUID, gpu.ComputeDefault); err != nil {
+			t.Errorf("restoring the default compute mode: %v", err)
+		}
+	})
+	python := cmpOr(os.Getenv(envRealGPUPython), "python3")
+	mpsControl := cmpOr(os.Getenv(envRealGPUMPSControl), isolation.DefaultMPSControl)
+
+	t.Run("discovery", func(t *testing.T) {
+		drv, err := n.Driver()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("driver %s, CUDA %d", drv.Version, drv.CUDAVersion)
+		if drv.Version == "" || drv.CUDAVersion < 1000 {
+			t.Errorf("driver %+v: want a version and a CUDA version", drv)
+		}
+		for _, d := range devs {
+			f, err := n.Features(d.UUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("GPU %d %s %q %d MiB: MIG %v, compute mode %s, MPS-capable %v", d.Index, d.UUID, d.Model, d.MemoryMiB, f.MIG, f.ComputeMode, f.MPS)
+			if !strings.HasPrefix(d.UUID, "GPU-") || d.Model == "" || d.MemoryMiB < 1024 {
+				t.Errorf("GPU %d: %+v: want a GPU- UUID, a model and at least 1 GiB", d.Index, d)
+			}
+			if err := n.Probe(d.UUID); err != nil {
+				t.Errorf("Probe: %v", err)
+			}
+		}
+		if err := n.Probe("GPU-00000000-0000-0000-0000-000000000000"); err == nil {
+			t.Error("Probe of a UUID no card has: nil error, want one")
+		}
+	})
+
+	t.Run("health", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		events := make(chan gpu.Event, 16)
+		start := time.Now()
+		if err := n.WatchXIDs(ctx, events); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the XID watch ran %v and ended with its context", time.Since(start).Round(time.Millisecond))
+		close(events)
+		for e := range events {
+			t.Errorf("XID event on an idle card: %+v", e)
+		}
+	})
+
+	card := devs[0]
+	cardGiB := card.MemoryMiB / 1024
+	if cardGiB < 24 {
+		t.Fatalf("card 0 has %d GiB; the isolation checks need 24", cardGiB)
+	}
+
+	t.Run("none", func(t *testing.T) {
+		r := startRealPlugin(t, n, devs, deviceplugin.Config{Isolation: string(isolation.RequestNone)})
+		capacity, alloc := r.host.Capacity(resource)
+		var want int64
+		for _, d := range devs {
+			want += d.MemoryMiB / 1024
+		}
+		if capacity != want || alloc != want {
+			t.Errorf("kubelet: capacity %d, allocatable %d; want %d GiB", capacity, alloc, want)
+		}
+		res := r.admit(t, "none-a", 8)
+		if got := res.Env[isolation.EnvIsolation]; got != "none" {
+			t.Errorf("%s=%q, want none", isolation.EnvIsolation, got)
+		}
+		// Advisory: nothing stops the container at its share.
+		if got := runClient(t, python, res, 12, ""); !got.OK {
+			t.Errorf("12 GiB under none (share 8 GiB): %s; want it allocated, nothing enforces", got.Error)
+		}
+	})
+
+	t.Run("driver", func(t *testing.T) {
+		_, ctx := ktesting.NewTestContext(t)
+		dir := t.TempDir()
+		err := deviceplugin.Run(ctx, realConfig(t, n, dir, deviceplugin.Config{
+			Isolation: string(isolation.RequestDriver), RuntimeCDI: string(isolation.RuntimeCDIOn),
+			CDIDir: filepath.Join(dir, "cdi"),
+		}))
+		if err == nil {
+			t.Fatal("Run with --isolation=driver on this node returned nil; want the missing driver support named")
+		}
+		t.Logf("--isolation=driver refused: %v", err)
+		if !strings.Contains(err.Error(), "driver") {
+			t.Errorf("the refusal does not say what is missing: %v", err)
+		}
+	})
+
+	t.Run("mps-in-plugin", func(t *testing.T) {
+		root := mpsRoot(t)
+		r := startRealPlugin(t, n, devs, deviceplugin.Config{
+			Isolation: string(isolation.RequestMPS), MPSControl: mpsControl, MPSRoot: root, MPSDaemons: deviceplugin.MPSDaemonsPlugin,
+		})
+		small := r.admit(t, "mps-a", 8)
+		big := r.admit(t, "mps-b", 16)
+		if got := small.Env[isolation.EnvIsolation]; got != "mps" {
+			t.Fatalf("%s=%q, want mps", isolation.EnvIsolation, got)
+		}
+		f, err := n.Features(card.UUID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.ComputeMode != gpu.ComputeExclusiveProcess {
+			t.Errorf("compute mode %s under mps, want %s", f.ComputeMode, gpu.ComputeExclusiveProcess)
+		}
+		for _, c := range []struct {
+			name string
+			res  devicehost.Result
+			gib  float64
+			ok   bool
+		}{
+			{"8 GiB share, 6 GiB", small, 6, true},
+			{"8 GiB share, 10 GiB", small, 10, false},
+			{"16 GiB share, 12 GiB", big, 12, true},
+			{"16 GiB share, 18 GiB", big, 18, false},
+			// The card's default limit is its largest share.
+			{"no limit of its own, 12 GiB", withoutEnv(small, isolation.EnvMPSPinnedLimit), 12, true},
+			{"no limit of its own, 18 GiB", withoutEnv(small, isolation.EnvMPSPinnedLimit), 18, false},
+		} {
+			got := runClient(t, python, c.res, c.gib, "")
+			t.Logf("%s: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", c.name, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
+			if got.OK != c.ok {
+				t.Errorf("%s: allocated=%v, want %v (%s)", c.name, got.OK, c.ok, got.Error)
+			}
+		}
+		// A process that does not go through the card's MPS server cannot
+		// use the card: it is exclusive to the server.
+		outside := devicehost.Result{Env: map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID, isolation.EnvMPSPipeDir: t.TempDir()}}
+		if got := runClient(t, python, outside, 1, ""); got.OK {
+			t.Error("a process outside MPS allocated on the card, want it refused (exclusive-process)")
+		} else {
+			t.Logf("a process outside MPS: %s", got.Error)
+		}
+	})
+
+	t.Run("mps-daemons-apart", func(t *testing.T) {
+		root := mpsRoot(t)
+		stopDaemons := startMPSDaemons(t, mpsControl, root)
+		defer stopDaemons()
+		cfg := deviceplugin.Config{Isolation: string(isolation.RequestMPS), MPSControl: mpsControl, MPSRoot: root, MPSDaemons: deviceplugin.MPSDaemonsExternal}
+		r := startRealPlugin(t, n, devs, cfg)
+		res := r.admit(t, "apart-a", 8)
+		gate := filepath.Join(t.TempDir(), "go")
+		client := startClient(t, python, res, 6, gate)
+		waitFile(t, gate+".ready", 90*time.Second)
+		// The plugin restarts (a rollout, a crash): its client goes on.
+		if err := r.stop(); err != nil {
+			t.Fatalf("stopping the plugin: %v", err)
+		}
+		time.Sleep(2 * time.Second)
+		r2 := startRealPluginOn(t, n, devs, cfg, r.dir, r.host, r.client)
+		if err := os.WriteFile(gate, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got := client.wait(t)
+		t.Logf("client across the plugin restart: ok=%v %s", got.OK, got.Error)
+		if !got.OK {
+			t.Errorf("the client did not survive the plugin restart: %s", got.Error)
+		}
+		// The restarted plugin serves new containers on the same daemon.
+		res2 := r2.admit(t, "apart-b", 8)
+		if got := runClient(t, python, res2, 10, ""); got.OK {
+			t.Error("after the restart: 10 GiB on an 8 GiB share allocated, want refused")
+		}
+	})
+}
+
+// realPlugin is the device plugin on the real cards under kubelet's device
+// manager.
+type realPlugin struct {
+	*env
+	stop func() error
+}
+
+func realConfig(t *testing.T, n *gpu.NVML, dir string, c deviceplugin.Config) deviceplugin.Config {
+	t.Helper()
+	c.NodeName = nodeName
+	c.Unit = gpushare.UnitGiB
+	c.DeviceListStrategy = deviceplugin.StrategyEnvvar
+	c.HealthCheck = true
+	c.KubeletDir = dir
+	c.VerifyPeriod = 200 * time.Millisecond
+	c.GPUs = n
+	if c.Client == nil {
+		c.Client = fake.NewClientset(util.MakeNode(nodeName).Obj())
+	}
+	return c
+}
+
+// startRealPlugin starts kubelet's device manager and the plugin with c.
+func startRealPlugin(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplugin.Config) *realPlugin {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	dir := managerDir(t)
+	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
+		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	return startRealPluginOn(t, n, devs, c, dir, host, fake.NewClientset(util.MakeNode(nodeName).Obj()))
+}
+
+// startRealPluginOn starts the plugin with c on a running device manager.
+func startRealPluginOn(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplugin.Config, dir string, host *devicehost.Host, client *fake.Clientset) *realPlugin {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	e := &env{t: t, ctx: ctx, dir: dir, host: host, client: client, cards: devs}
+	c.Client = client
+	c = realConfig(t, n, dir, c)
+	ready := make(chan *deviceplugin.Handoff, 1)
+	done := make(chan error, 1)
+	c.OnReady = func(h *deviceplugin.Handoff) { ready <- h }
+	go func() { done <- deviceplugin.Run(ctx, c) }()
+	select {
+	case e.handoff = <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	stopped := false
+	var runErr error
+	stop := func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
+		}
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	if err := host.WaitForResource(e.deadline(30*time.Second), resource, e.totalUnits()); err != nil {
+		t.Fatal(err)
+	}
+	return &realPlugin{env: e, stop: stop}
+}
+
+// admit binds a one-container pod asking gib GiB to card 0 and admits it:
+// what the container gets.
+func (r *realPlugin) admit(t *testing.T, name string, gib int64) devicehost.Result {
+	t.Helper()
+	pod := r.bind(util.MakePod(name).GPUMem(gib), map[string][]int{"c0": {0}}, time.Now())
+	res, err := r.host.Admit(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pod %s (%d GiB): env %v, mounts %v", name, gib, res["c0"].Env, res["c0"].Mounts)
+	return res["c0"]
+}
+
+// mpsRoot is a fresh MPS root whose shm is this host's /dev/shm, as the
+// chart mounts <root>/shm at /dev/shm in the plugin's and the clients'
+// containers.
+// The root is short, like the default /run/gpushare/mps: t.TempDir's
+// names are long. On failure the test logs the daemons' logs.
+func mpsRoot(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(root, "*", "log", "*"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				t.Logf("%s:\n%s", l, b)
+			}
+		}
+		if err := os.RemoveAll(root); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := os.Symlink("/dev/shm", filepath.Join(root, isolation.MPSShmDir)); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// startMPSDaemons runs the daemons' side over root: the plugin binary's
+// mps-daemons command when GPUSHARE_REAL_GPU_PLUGIN names one, else
+// isolation.MPSDaemons in this process.
+func startMPSDaemons(t *testing.T, control, root string) (stop func()) {
+	t.Helper()
+	bin := os.Getenv(envRealGPUPlugin)
+	if bin == "" {
+		_, ctx := ktesting.NewTestContext(t)
+		return isolation.StartMPSDaemons(ctx, isolation.MPSDaemonsConfig{Control: control, Root: root})
+	}
+	cmd := exec.Command(bin, deviceplugin.MPSDaemonsCommand, "--mps-root", root, "--mps-control", control, "-v", "2")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mps-daemons: pid %d", cmd.Process.Pid)
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+}
+
+// withoutEnv is res without the variables named.
+func withoutEnv(res devicehost.Result, names ...string) devicehost.Result {
+	out := res
+	out.Env = map[string]string{}
+	for k, v := range res.Env {
+		if !slices.Contains(names, k) {
+			out.Env[k] = v
+		}
+	}
+	return out
+}
+
+// clientEnv is the environment of a container given res, run on the host:
+// each value that is a mount's container path becomes its host path, and
+// the container sees only its cards (CUDA_VISIBLE_DEVICES, which the
+// NVIDIA runtime would do from NVIDIA_VISIBLE_DEVICES).
+func clientEnv(res devicehost.Result) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CUDA_") {
+			out = append(out, kv)
+		}
+	}
+	hostOf := map[string]string{}
+	for _, m := range res.Mounts {
+		hostOf[m.ContainerPath] = m.HostPath
+	}
+	for k, v := range res.Env {
+		if h, ok := hostOf[v]; ok {
+			v = h
+		}
+		out = append(out, k+"="+v)
+	}
+	if v, ok := res.Env[deviceplugin.EnvVisibleDevices]; ok {
+		if _, set := res.Env["CUDA_VISIBLE_DEVICES"]; !set {
+			out = append(out, "CUDA_VISIBLE_DEVICES="+v)
+		}
+	}
+	return out
+}
+
+type runningClient struct {
+	cmd *exec.Cmd
+	out *strings.Builder
+}
+
+func startClient(t *testing.T, python string, res devicehost.Result, gib float64, gate string) *runningClient {
+	t.Helper()
+	args := []string{"-c", gpuClient, fmt.Sprint(gib)}
+	if gate != "" {
+		args = append(args, gate)
+	}
+	cmd := exec.Command(python, args...)
+	cmd.Env = clientEnv(res)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &runningClient{cmd: cmd, out: out}
+}
+
+func (c *runningClient) wait(t *testing.T) clientResult {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Logf("client exited: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-done
+		t.Fatalf("client did not end in 3 minutes; output:\n%s", c.out)
+	}
+	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
+	var r clientResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("client output is not its JSON line: %v\n%s", err, c.out)
+	}
+	return r
+}
+
+// runClient runs gpuClient for gib GiB in a container given res.
+func runClient(t *testing.T, python string, res devicehost.Result, gib float64, gate string) clientResult {
+	t.Helper()
+	return startClient(t, python, res, gib, gate).wait(t)
+}
+
+func waitFile(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear in %v", path, d)
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
