@@ -18,7 +18,6 @@ import (
 // (gpushare.OwnLabels) and the same facts in GPU Feature Discovery's form
 // (gpushare.NVIDIALabels). A label whose fact is unknown is absent.
 func nodeLabels(cards []Card, unhealthy map[string]bool, drv *gpu.Driver) (own, nvidia map[string]string) {
-	own, nvidia = map[string]string{}, map[string]string{}
 	healthy := 0
 	mode := gpushare.Isolation("")
 	for i, c := range cards {
@@ -36,15 +35,16 @@ func nodeLabels(cards []Card, unhealthy map[string]bool, drv *gpu.Driver) (own, 
 			mode = "mixed"
 		}
 	}
+	first := ""
 	if len(cards) > 0 {
-		own[gpushare.LabelProduct] = gpushare.LabelValue(cards[0].Model)
+		first = cards[0].Model
+	}
+	own, nvidia = gpushare.SelectionLabels(first, healthy)
+	if len(cards) > 0 {
 		own[gpushare.LabelMemory] = strconv.FormatInt(cards[0].MemoryMiB, 10)
 		own[gpushare.LabelIsolation] = string(mode)
-		nvidia[gpushare.NVIDIALabelProduct] = own[gpushare.LabelProduct]
 		nvidia[gpushare.NVIDIALabelMemory] = own[gpushare.LabelMemory]
 	}
-	own[gpushare.LabelCount] = strconv.Itoa(healthy)
-	nvidia[gpushare.NVIDIALabelCount] = own[gpushare.LabelCount]
 	if drv != nil && drv.Version != "" {
 		own[gpushare.LabelDriver] = gpushare.LabelValue(drv.Version)
 		nvidia[gpushare.NVIDIALabelDriverFull] = own[gpushare.LabelDriver]

@@ -1,6 +1,7 @@
 package gpushare
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -48,6 +49,22 @@ const (
 	NVIDIALabelRuntimeMajor = "nvidia.com/cuda.runtime-version.major"
 	NVIDIALabelRuntimeMinor = "nvidia.com/cuda.runtime-version.minor"
 )
+
+// SelectionLabels returns the labels, ours and GFD's, that pods select
+// cards by with a nodeSelector: the model of the node's first card
+// (firstModel; no product label when "") and its healthy cards. The device
+// plugin publishes them among the others; the simulator gives them to its
+// nodes, so that a replayed nodeSelector picks the nodes a real one would.
+func SelectionLabels(firstModel string, healthy int) (own, nvidia map[string]string) {
+	own, nvidia = map[string]string{}, map[string]string{}
+	if firstModel != "" {
+		own[LabelProduct] = LabelValue(firstModel)
+		nvidia[NVIDIALabelProduct] = own[LabelProduct]
+	}
+	own[LabelCount] = strconv.Itoa(healthy)
+	nvidia[NVIDIALabelCount] = own[LabelCount]
+	return own, nvidia
+}
 
 // NVIDIALabels lists the GFD labels above.
 var NVIDIALabels = []string{NVIDIALabelProduct, NVIDIALabelMemory, NVIDIALabelCount,

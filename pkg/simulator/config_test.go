@@ -39,3 +39,37 @@ func TestShippedScheduler(t *testing.T) {
 			flags.SchedulerFile, flags.Scheduler, flags.PercentageOfNodesToScore, flags.CPUPods)
 	}
 }
+
+// TestGPUSpecAsFlag: --gpu-spec-as chooses how the GPU-model variant
+// states a one-model constraint, and refuses anything but annotation or
+// label.
+func TestGPUSpecAsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    bool
+		wantErr string
+	}{
+		{arg: "", want: false},
+		{arg: "annotation", want: false},
+		{arg: "label", want: true},
+		{arg: "labels", wantErr: `--gpu-spec-as "labels": want annotation or label`},
+	} {
+		args := []string{"--nodes", sliceNodes, "--pods", slicePods, "--gpu-spec-share", "30"}
+		if tc.arg != "" {
+			args = append(args, "--gpu-spec-as", tc.arg)
+		}
+		cfg, err := parseFlags(args, io.Discard, io.Discard)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("--gpu-spec-as %q: error %v, want %q", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("--gpu-spec-as %q: %v", tc.arg, err)
+		}
+		if cfg.Variant.GPUSpecAsLabel != tc.want || cfg.Variant.GPUSpecShare != 0.3 {
+			t.Errorf("--gpu-spec-as %q: GPUSpecAsLabel %v, share %g; want %v and 0.3", tc.arg, cfg.Variant.GPUSpecAsLabel, cfg.Variant.GPUSpecShare, tc.want)
+		}
+	}
+}

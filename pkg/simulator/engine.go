@@ -680,12 +680,26 @@ func (ns *nodeState) take(pod *Pod) {
 	ns.kube.add(&pu)
 }
 
-// admits is NodeResourcesFit for CPU and memory. Which cards the pod may
-// use (gpu_spec, card annotations) is the extender's decision, made in
-// choose as the extender's filter makes it: kube-scheduler knows nothing of
-// it, so a node of other cards still counts in its sample.
+// admits is NodeResourcesFit for CPU and memory and NodeAffinity for the
+// pod's nodeSelector. Which cards the pod may use (gpu_spec, card
+// annotations) is the extender's decision, made in choose as the
+// extender's filter makes it: kube-scheduler knows nothing of it, so a
+// node of other cards still counts in its sample; a model chosen by a
+// nodeSelector on the product label (Variant.GPUSpecAsLabel) is
+// kube-scheduler's, and such a node does not.
 func (ns *nodeState) admits(pod *Pod) bool {
-	return ns.cpuFree >= pod.MilliCPU && ns.memFree >= pod.MemoryMiB
+	return ns.cpuFree >= pod.MilliCPU && ns.memFree >= pod.MemoryMiB && selects(pod.NodeSelector, ns.spec.Labels)
+}
+
+// selects reports whether labels carry every label of selector, as
+// kube-scheduler's NodeAffinity filter reads spec.nodeSelector.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // mayFit is a quick necessary condition for allocator.Fit: every container

@@ -126,7 +126,7 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 		return Node{}, fmt.Errorf("node %s: not in the cache after SetNode", node.Name)
 	}
 	v := views[0]
-	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels)}
+	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels), Labels: maps.Clone(node.Labels)}
 	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
 		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation})
@@ -162,7 +162,7 @@ func kubePod(pod *corev1.Pod) (Pod, error) {
 	if pod.Name == "" {
 		return Pod{}, errors.New("a Pod has no metadata.name")
 	}
-	p := Pod{Name: key, Kind: KindCPU}
+	p := Pod{Name: key, Kind: KindCPU, NodeSelector: maps.Clone(pod.Spec.NodeSelector)}
 	p.MilliCPU, p.MemoryMiB = cache.PodRequests(pod)
 	if cpu, mem := nonZeroRequests(pod); cpu != p.MilliCPU || mem != p.MemoryMiB {
 		p.NonZeroMilliCPU, p.NonZeroMemoryMiB = cpu, mem

@@ -68,7 +68,7 @@ func TestReadKubernetes(t *testing.T) {
 		util.MakeNode("inv").Cards("Tesla T4", 16, 16).Unhealthy(1).Obj(),
 		zoned,
 		util.MakeNode("cpu-only").Obj(),
-		withCPU(util.MakePod("train").GPUMem(12).Obj(), "4", "8Gi"),
+		withCPU(util.MakePod("train").GPUMem(12).NodeSelector(gpushare.NVIDIALabelProduct, "Tesla-T4").Obj(), "4", "8Gi"),
 		withCPU(util.MakePod("web").Container("web").Obj(), "500m", "256Mi"),
 		util.MakePod("done").GPUMem(4).Phase(corev1.PodSucceeded).Obj(),
 		util.MakePod("duo").GPUMemCards(32, 2).Obj(),
@@ -83,14 +83,16 @@ func TestReadKubernetes(t *testing.T) {
 			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
 			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false, Isolation: gpushare.IsolationNone}}},
 		{Name: "cap", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}, {Index: 1, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}}, Zone: ":\x00:z1"},
+			{Index: 0, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}, {Index: 1, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}}, Zone: ":\x00:z1",
+			Labels: map[string]string{corev1.LabelTopologyZone: "z1"}},
 		{Name: "cpu-only", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB"},
 	}
 	if diff := cmp.Diff(wantNodes, nodes); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
 	}
 	wantPods := []Pod{
-		{Name: "default/train", MilliCPU: 4000, MemoryMiB: 8192, Demand: gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}, Kind: KindShare},
+		{Name: "default/train", MilliCPU: 4000, MemoryMiB: 8192, Demand: gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}, Kind: KindShare,
+			NodeSelector: map[string]string{gpushare.NVIDIALabelProduct: "Tesla-T4"}},
 		{Name: "default/web", MilliCPU: 500, MemoryMiB: 256, Kind: KindCPU},
 		// No CPU or memory request: kube-scheduler's scores count
 		// 100 millicores and 200 MiB.

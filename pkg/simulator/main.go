@@ -131,6 +131,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
 	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
 	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only one or two card models (openb gpu_spec), drawn in proportion to the cards of each model that could hold them")
+	specAs := fs.String("gpu-spec-as", "annotation", "variant: how a pod given one model by --gpu-spec-share says so: annotation (gpushare.io/gpu-models, which the extender applies to each card) or label (a nodeSelector on nvidia.com/gpu.product, the node's first card as the device plugin labels it, which kube-scheduler applies before it samples nodes); pods given two models keep the annotation")
 	fs.Uint64Var(&cfg.Variant.Seed, "variant-seed", 1, "seed of the variant's draws")
 	fs.StringVar(&cfg.WritePods, "write-pods", "", "also write the pods replayed (after the variant flags) to this openb CSV file")
 	fs.IntVar(&cfg.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
@@ -204,6 +205,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 			return nil, fmt.Errorf("--%s %g: want a percentage, 0 to %g", v.name, v.value, min(v.below, 100))
 		}
 		*v.to = v.value / 100
+	}
+	switch *specAs {
+	case "annotation":
+	case "label":
+		cfg.Variant.GPUSpecAsLabel = true
+	default:
+		return nil, fmt.Errorf("--gpu-spec-as %q: want annotation or label", *specAs)
 	}
 	if *multiCards != "" {
 		for _, f := range strings.Split(*multiCards, ",") {

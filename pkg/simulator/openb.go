@@ -172,6 +172,7 @@ func ReadOpenbNodes(r io.Reader, file string) ([]Node, error) {
 		for i := range int(gpus) {
 			n.Cards = append(n.Cards, allocator.Card{Index: i, Model: n.Model, Total: OpenbMilli, Healthy: true})
 		}
+		n.Labels = NodeLabels(n.Model, len(n.Cards))
 		nodes = append(nodes, n)
 	}
 	if len(nodes) == 0 {

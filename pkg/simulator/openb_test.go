@@ -19,8 +19,11 @@ func TestReadOpenbNodes(t *testing.T) {
 	}
 	want := []Node{
 		{Name: "n1", MilliCPU: 96000, MemoryMiB: 393216, Model: "G2", Unit: "milli", Cards: []allocator.Card{
-			{Index: 0, Model: "G2", Total: 1000, Healthy: true}, {Index: 1, Model: "G2", Total: 1000, Healthy: true}}},
-		{Name: "n2", MilliCPU: 64000, MemoryMiB: 262144, Unit: "milli"},
+			{Index: 0, Model: "G2", Total: 1000, Healthy: true}, {Index: 1, Model: "G2", Total: 1000, Healthy: true}},
+			// What the device plugin would label such a node with.
+			Labels: map[string]string{"gpushare.io/gpu.product": "G2", "nvidia.com/gpu.product": "G2", "gpushare.io/gpu.count": "2", "nvidia.com/gpu.count": "2"}},
+		{Name: "n2", MilliCPU: 64000, MemoryMiB: 262144, Unit: "milli",
+			Labels: map[string]string{"gpushare.io/gpu.count": "0", "nvidia.com/gpu.count": "0"}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)

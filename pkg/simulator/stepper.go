@@ -128,6 +128,9 @@ func (s *Stepper) Place(node string) ([][]int, error) {
 		return nil, fmt.Errorf("pod %s placed on %s, a node the replay does not know", pod.Name, node)
 	}
 	ns := &s.r.nodes[i]
+	if !selects(pod.NodeSelector, ns.spec.Labels) {
+		return nil, fmt.Errorf("pod %s placed on %s, whose labels do not match its nodeSelector %v", pod.Name, node, pod.NodeSelector)
+	}
 	if !ns.admits(pod) {
 		return nil, fmt.Errorf("pod %s placed on %s, where its CPU (%d of %d millicores free) or memory (%d of %d MiB free) does not fit", pod.Name, node, pod.MilliCPU, ns.cpuFree, pod.MemoryMiB, ns.memFree)
 	}

@@ -24,6 +24,22 @@ type Node struct {
 	// keys them ("" for none; see ZoneKey); it orders the nodes that
 	// kube-scheduler samples.
 	Zone string
+	// Labels are what pods select the node by (Pod.NodeSelector): a
+	// Kubernetes node's own; for an openb node, the model and count labels
+	// the device plugin publishes for its cards (NodeLabels).
+	Labels map[string]string
+}
+
+// NodeLabels returns the labels, ours and GPU Feature Discovery's, that
+// the device plugin publishes for a node whose first card is firstModel
+// and which has cards healthy cards, and that pods select models by
+// (gpushare.SelectionLabels).
+func NodeLabels(firstModel string, cards int) map[string]string {
+	own, nvidia := gpushare.SelectionLabels(firstModel, cards)
+	for k, v := range nvidia {
+		own[k] = v
+	}
+	return own
 }
 
 // Kind sorts pods for the failed-pod counts.
@@ -68,7 +84,10 @@ type Pod struct {
 	// gpu_spec as exact models, a Kubernetes pod's gpushare.io/gpu-*
 	// annotations as they are.
 	Constraints *gpushare.CardConstraints
-	Kind        Kind
+	// NodeSelector: the labels a node must carry (spec.nodeSelector), as
+	// kube-scheduler's NodeAffinity filter applies them; nil: any node.
+	NodeSelector map[string]string
+	Kind         Kind
 }
 
 // Units returns the GPU memory the pod holds once placed.

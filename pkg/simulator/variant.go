@@ -38,6 +38,16 @@ type Variant struct {
 	// of that model among the nodes that could hold the pod alone (enough
 	// cards, CPU and memory). Pods that already name models keep them.
 	GPUSpecShare float64
+	// GPUSpecAsLabel states the constraint of a pod given one model by
+	// GPUSpecShare as users who select by labels would: a nodeSelector on
+	// the product label in GPU Feature Discovery's form
+	// (nvidia.com/gpu.product, which the device plugin publishes for the
+	// node's first card), which kube-scheduler applies before it samples,
+	// instead of gpushare.io/gpu-models, which the extender applies to
+	// each card of the nodes sampled. Pods given two models keep the
+	// annotation (a nodeSelector cannot say "either"). Models stays set
+	// either way (fgd's target workload reads it).
+	GPUSpecAsLabel bool
 	// Seed drives every draw.
 	Seed uint64
 }
@@ -171,6 +181,10 @@ func (v *Variant) constrain(tr *Trace, rng *rand.Rand) {
 		if rng.IntN(2) == 0 && len(models) > 1 {
 			models = slices.DeleteFunc(models, func(m string) bool { return m == first })
 			p.Models = append(p.Models, draw())
+		}
+		if v.GPUSpecAsLabel && len(p.Models) == 1 {
+			p.NodeSelector = map[string]string{gpushare.NVIDIALabelProduct: gpushare.LabelValue(p.Models[0])}
+			continue
 		}
 		// The replay places by Constraints (the extender's predicate), as
 		// ReadOpenbPods sets them from gpu_spec; Models alone would bind

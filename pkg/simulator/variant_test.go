@@ -6,13 +6,24 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // TestGPUSpecVariantConstrainsPlacement: the models a GPU-model variant
 // gives a pod bind the replay, for every policy, exactly as a gpu_spec read
 // from a file does: no constrained pod lands on a card of another model.
+// With GPUSpecAsLabel the one-model constraints are nodeSelectors on the
+// product label instead, and bind the same way.
 func TestGPUSpecVariantConstrainsPlacement(t *testing.T) {
+	for _, asLabel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asLabel=%v", asLabel), func(t *testing.T) { testGPUSpecVariant(t, asLabel) })
+	}
+}
+
+func testGPUSpecVariant(t *testing.T, asLabel bool) {
 	var nodes, pods strings.Builder
 	for i := range 6 {
 		fmt.Fprintf(&nodes, "n%d,64000,65536,2,%s\n", i, []string{"T4", "V100M32", "P100"}[i%3])
@@ -21,7 +32,7 @@ func TestGPUSpecVariantConstrainsPlacement(t *testing.T) {
 		fmt.Fprintf(&pods, "p%d,1000,1024,1,%d,\n", i, 300+50*i)
 	}
 	tr := tinyTrace(t, nodes.String(), pods.String())
-	v := Variant{GPUSpecShare: 1, Seed: 3}
+	v := Variant{GPUSpecShare: 1, GPUSpecAsLabel: asLabel, Seed: 3}
 	out, err := v.Apply(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +47,10 @@ func TestGPUSpecVariantConstrainsPlacement(t *testing.T) {
 			t.Fatalf("pod %s has no models with GPUSpecShare 1", p.Name)
 		}
 		wantModels[p.Name] = p.Models
+		labelled := p.NodeSelector[gpushare.NVIDIALabelProduct] != ""
+		if want := asLabel && len(p.Models) == 1; labelled != want || (p.Constraints == nil) != want {
+			t.Errorf("pod %s (models %v): nodeSelector %v, constraints %v; want the nodeSelector alone: %v", p.Name, p.Models, p.NodeSelector, p.Constraints, want)
+		}
 	}
 	for _, policy := range allocator.PolicyNames() {
 		res, err := Run(context.Background(), out, Options{Policy: policy, Seed: 1, Record: true})
@@ -55,6 +70,60 @@ func TestGPUSpecVariantConstrainsPlacement(t *testing.T) {
 		}
 		if placed == 0 {
 			t.Errorf("%s: no pod placed; the test exercises nothing", policy)
+		}
+	}
+}
+
+// TestGPUSpecAsLabelPlacesAsTheAnnotation: on nodes of one model each,
+// and a cluster small enough that kube-scheduler examines every node, a
+// model chosen by a nodeSelector on the product label places every pod
+// where the same model in gpushare.io/gpu-models does: kube-scheduler's
+// NodeAffinity removes the nodes the extender's card filter would.
+func TestGPUSpecAsLabelPlacesAsTheAnnotation(t *testing.T) {
+	var nodes, pods strings.Builder
+	for i := range 12 {
+		fmt.Fprintf(&nodes, "n%d,32000,65536,%d,%s\n", i, 1+i%4, []string{"T4", "V100M32", "P100", "A10"}[i%4])
+	}
+	for i := range 60 {
+		switch {
+		case i%7 == 0:
+			fmt.Fprintf(&pods, "p%d,2000,4096,0,0,\n", i)
+		case i%5 == 0:
+			fmt.Fprintf(&pods, "p%d,4000,8192,2,1000,\n", i)
+		default:
+			fmt.Fprintf(&pods, "p%d,1000,2048,1,%d,\n", i, 100+97*i%900)
+		}
+	}
+	tr := tinyTrace(t, nodes.String(), pods.String())
+	placements := func(asLabel bool, policy string) (map[string]string, int) {
+		out, err := (&Variant{GPUSpecShare: 0.7, GPUSpecAsLabel: asLabel, Seed: 5}).Apply(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		labelled := 0
+		for _, p := range out.Pods {
+			if p.NodeSelector != nil {
+				labelled++
+			}
+		}
+		res, err := Run(context.Background(), out, Options{Policy: policy, Seed: 2, Record: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, d := range res.Decisions {
+			got[d.Pod] = fmt.Sprintf("%s %v", d.Node, d.Cards)
+		}
+		return got, labelled
+	}
+	for _, policy := range allocator.PolicyNames() {
+		ann, _ := placements(false, policy)
+		lab, labelled := placements(true, policy)
+		if labelled == 0 {
+			t.Fatal("no pod got a nodeSelector; the test compares nothing")
+		}
+		if diff := cmp.Diff(ann, lab); diff != "" {
+			t.Errorf("%s: placements differ (-annotation +label):\n%s", policy, diff)
 		}
 	}
 }
