@@ -20,11 +20,13 @@ import (
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
-// Enforcer gives a claim's containers the edits of its cards' isolation
-// and drops driver mode's limit devices no claim holds (isolation.Enforcer).
+// Enforcer gives a claim's containers the edits of its cards' isolation,
+// drops driver mode's limit devices no claim holds and moves mps mode's
+// default limits to the shares claims hold (isolation.Enforcer).
 type Enforcer interface {
 	Edits(ctx context.Context, shares []isolation.Share) (*isolation.Edits, error)
 	PruneCDI(held [][]isolation.Limit, minAge time.Duration) (int, error)
+	RetainMPS(ctx context.Context, held [][]isolation.Share, minAge time.Duration) error
 }
 
 var _ Enforcer = (*isolation.Enforcer)(nil)
@@ -114,6 +116,7 @@ func (s *State) Restore(ctx context.Context) error {
 			logger.V(2).Info("Removed the CDI spec of a claim the checkpoint does not hold", "uid", uid)
 		}
 	}
+	s.retainLocked(ctx)
 	logger.V(2).Info("Restored prepared claims", "claims", len(claims), "checkpoint", s.checkpoint.Path())
 	return nil
 }
@@ -311,8 +314,9 @@ func limitDevicesOf(es []requestEdits, request string) []string {
 }
 
 // Unprepare forgets a claim: it removes the claim from the checkpoint and
-// its CDI spec, and prunes driver mode's limit devices no prepared claim
-// holds. An unknown claim is no error (kubelet may ask twice).
+// its CDI spec, and brings the isolation state in step with the claims
+// left (retainLocked). An unknown claim is no error (kubelet may ask
+// twice).
 func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -322,27 +326,55 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 	if err := s.specs.Remove(uid); err != nil {
 		return err
 	}
+	s.retainLocked(ctx)
+	return nil
+}
+
+// retainLocked tells the enforcer what the prepared claims hold, each
+// request's cards in order: driver mode drops the limit devices none
+// holds (sparing those younger than cdiPruneMinAge), and each mps card's
+// default pinned limit moves to the largest share claims hold on it (the
+// floor when none), so that a process that drops its own limit gets no
+// more than a share still served. Every share is in the checkpoint, under
+// s.mu, so mps spares none for its age. Errors are logged: what failed
+// stays as it was. The caller holds s.mu.
+func (s *State) retainLocked(ctx context.Context) {
 	if s.enforcer == nil {
-		return nil
+		return
 	}
-	var held [][]isolation.Limit
-	for _, pc := range s.checkpoint.Claims() {
-		byRequest := map[string][]isolation.Limit{}
+	logger := klog.FromContext(ctx)
+	var limits [][]isolation.Limit
+	var shares [][]isolation.Share
+	for _, uid := range sortedUIDs(s.checkpoint.Claims()) {
+		pc, _ := s.checkpoint.Get(uid)
+		var order []string
+		byRequest := map[string][]checkpoint.Device{}
 		for _, d := range pc.Devices {
-			byRequest[d.Request] = append(byRequest[d.Request], isolation.Limit{Index: d.Index, MiB: d.MiB})
+			if _, ok := byRequest[d.Request]; !ok {
+				order = append(order, d.Request)
+			}
+			byRequest[d.Request] = append(byRequest[d.Request], d)
 		}
-		for _, l := range byRequest {
-			held = append(held, l)
+		for _, req := range order {
+			var l []isolation.Limit
+			var sh []isolation.Share
+			for _, d := range byRequest[req] {
+				l = append(l, isolation.Limit{Index: d.Index, MiB: d.MiB})
+				sh = append(sh, isolation.Share{UUID: d.UUID, MiB: d.MiB})
+			}
+			limits, shares = append(limits, l), append(shares, sh)
 		}
 	}
-	n, err := s.enforcer.PruneCDI(held, cdiPruneMinAge)
+	n, err := s.enforcer.PruneCDI(limits, cdiPruneMinAge)
 	if err != nil {
 		// The limit spec keeps a device too many; nothing else is wrong.
-		klog.FromContext(ctx).Error(err, "Pruning the CDI spec's limit devices")
+		logger.Error(err, "Pruning the CDI spec's limit devices")
 	} else if n > 0 {
-		klog.FromContext(ctx).V(2).Info("Pruned CDI limit devices no claim holds", "removed", n)
+		logger.V(2).Info("Pruned CDI limit devices no claim holds", "removed", n)
 	}
-	return nil
+	if err := s.enforcer.RetainMPS(ctx, shares, 0); err != nil {
+		logger.Error(err, "Setting the MPS default pinned limits to the largest share of each card")
+	}
 }
 
 // sortedUIDs returns the keys of m sorted.

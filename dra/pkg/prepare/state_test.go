@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
@@ -239,5 +240,62 @@ func TestRestoreAfterRestart(t *testing.T) {
 	}
 	if _, err := restarted.Prepare(ctx, claim("c", result("gpu-1", 5, "s3"))); err == nil {
 		t.Error("after a restart, 5 GiB went onto a card whose 12 of 16 GiB a restored claim holds")
+	}
+}
+
+// retainRecorder is an Enforcer that records what RetainMPS is told.
+type retainRecorder struct {
+	Enforcer
+	held [][][]isolation.Share
+}
+
+func (r *retainRecorder) RetainMPS(ctx context.Context, held [][]isolation.Share, minAge time.Duration) error {
+	r.held = append(r.held, held)
+	return r.Enforcer.RetainMPS(ctx, held, minAge)
+}
+
+// TestUnprepareRetainsMPSShares: after each Unprepare, and after a
+// Restore, mps mode hears the shares the prepared claims still hold, each
+// request's cards in order, so that a card's default pinned limit follows
+// the largest share still served and drops to the floor when none is.
+func TestUnprepareRetainsMPSShares(t *testing.T) {
+	ctx := context.Background()
+	dataDir, cdiDir := t.TempDir(), t.TempDir()
+	s := newTestState(t, dataDir, cdiDir)
+	rec := &retainRecorder{Enforcer: s.enforcer}
+	s.enforcer = rec
+	uuid0, uuid1 := testCards()[0].UUID, testCards()[1].UUID
+	for _, c := range []*resourceapi.ResourceClaim{
+		claim("a", result("gpu-0", 4, "s1")),
+		claim("b", result("gpu-0", 8, "s2"), result("gpu-1", 2, "s3")),
+	} {
+		if _, err := s.Prepare(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, uid := range []types.UID{"uid-a", "uid-b"} {
+		if err := s.Unprepare(ctx, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][][]isolation.Share{
+		{{{UUID: uuid0, MiB: 8192}, {UUID: uuid1, MiB: 2048}}}, // a gone: b's request on two cards
+		nil, // b gone: nothing held
+	}
+	if diff := cmp.Diff(want, rec.held); diff != "" {
+		t.Errorf("shares retained (-want +got):\n%s", diff)
+	}
+
+	if _, err := s.Prepare(ctx, claim("c", result("gpu-1", 6, "s4"))); err != nil {
+		t.Fatal(err)
+	}
+	restarted := newTestState(t, dataDir, cdiDir)
+	rec2 := &retainRecorder{Enforcer: restarted.enforcer}
+	restarted.enforcer = rec2
+	if err := restarted.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([][][]isolation.Share{{{{UUID: uuid1, MiB: 6144}}}}, rec2.held); diff != "" {
+		t.Errorf("shares retained after Restore (-want +got):\n%s", diff)
 	}
 }
