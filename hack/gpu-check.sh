@@ -1,8 +1,9 @@
 #!/bin/bash
-# Runs TestRealGPU (test/kubelet/realgpu_test.go) from the bundle that
+# Runs TestRealGPU (test/kubelet/realgpu_test.go) and TestRealGPUPrepare
+# (dra/pkg/prepare/realgpu_test.go) from the bundle that
 # `make gpu-check-bundle` writes: the device plugin on this machine's
 # NVIDIA card under kubelet's device manager, each isolation mode checked
-# with CUDA processes. For a GPU machine without Go; with Go, run
+# with CUDA processes, and the DRA driver's claims in mps mode. For a GPU machine without Go; with Go, run
 # `make gpu-check`. Needs root, the NVIDIA driver (nvidia-smi) and a python3
 # with PyTorch built for CUDA. Usage: bash gpu-check.sh [go test flags].
 set -u
@@ -14,7 +15,7 @@ if ! ldconfig -p | grep -q 'libnvidia-ml.so.1 '; then
 fi
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-for f in kubelet.test gpushare-device-plugin; do
+for f in kubelet.test dra-prepare.test gpushare-device-plugin; do
 	if command -v xz >/dev/null; then
 		xz -dc "$here/$f.xz" >"$bin/$f"
 	else
@@ -22,5 +23,8 @@ for f in kubelet.test gpushare-device-plugin; do
 	fi
 	chmod +x "$bin/$f"
 done
-GPUSHARE_REAL_GPU=1 GPUSHARE_REAL_GPU_MPS_CONTROL="${mps:-nvidia-cuda-mps-control}" GPUSHARE_REAL_GPU_PLUGIN="$bin/gpushare-device-plugin" \
-	"$bin/kubelet.test" -test.run '^TestRealGPU$' -test.v -test.timeout 8m "$@"
+export GPUSHARE_REAL_GPU=1 GPUSHARE_REAL_GPU_MPS_CONTROL="${mps:-nvidia-cuda-mps-control}" GPUSHARE_REAL_GPU_PLUGIN="$bin/gpushare-device-plugin"
+rc=0
+"$bin/kubelet.test" -test.run '^TestRealGPU$' -test.v -test.timeout 8m "$@" || rc=1
+"$bin/dra-prepare.test" -test.run '^TestRealGPUPrepare$' -test.v -test.timeout 4m "$@" || rc=1
+exit $rc

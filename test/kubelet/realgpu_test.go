@@ -2,13 +2,10 @@ package kubelet_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/kubelet/devicehost"
 	"github.com/gpushare/gpushare/test/util"
+	"github.com/gpushare/gpushare/test/util/gpuclient"
 )
 
 // Environment of TestRealGPU (make gpu-check sets them).
@@ -40,45 +38,6 @@ const (
 	// the daemons' side runs in this test process instead.
 	envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
 )
-
-// gpuClient is the CUDA client: it allocates argv[1] GiB on the GPU it
-// sees, writes to it, and prints one JSON line: ok, the error, and what
-// cudaMemGetInfo said (MiB). With argv[2], a file name, it writes
-// argv[2]+".ready" once it holds the memory and waits for argv[2] to
-// appear before it computes on the memory again and checks the result.
-const gpuClient = `
-import json, os, sys, time
-out = {"ok": False}
-try:
-    import torch
-    gib = float(sys.argv[1])
-    wait = sys.argv[2] if len(sys.argv) > 2 else ""
-    free, total = torch.cuda.mem_get_info()
-    out["freeMiB"], out["totalMiB"] = free >> 20, total >> 20
-    x = torch.empty(int(gib * (1 << 30)), dtype=torch.uint8, device="cuda")
-    x.fill_(7)
-    torch.cuda.synchronize()
-    if wait:
-        open(wait + ".ready", "w").close()
-        while not os.path.exists(wait):
-            time.sleep(0.05)
-        x.add_(1)
-        torch.cuda.synchronize()
-        if int(x[-1].item()) != 8:
-            raise RuntimeError("computed %d, want 8" % int(x[-1].item()))
-    out["ok"] = True
-except BaseException as e:
-    out["error"] = (type(e).__name__ + ": " + str(e))[:400]
-print(json.dumps(out), flush=True)
-`
-
-// clientResult is what gpuClient printed.
-type clientResult struct {
-	OK       bool   `json:"ok"`
-	Error    string `json:"error"`
-	FreeMiB  int64  `json:"freeMiB"`
-	TotalMiB int64  `json:"totalMiB"`
-}
 
 // TestRealGPU runs the device plugin on this machine's NVIDIA cards, with
 // real NVML, under kubelet's own device manager over real gRPC, and checks
@@ -186,7 +145,7 @@ func TestRealGPU(t *testing.T) {
 			t.Errorf("%s=%q, want none", isolation.EnvIsolation, got)
 		}
 		// Advisory: nothing stops the container at its share.
-		if got := runClient(t, python, res, 12, ""); !got.OK {
+		if got := gpuclient.Run(t, python, container(res), 12); !got.OK {
 			t.Errorf("12 GiB under none (share 8 GiB): %s; want it allocated, nothing enforces", got.Error)
 		}
 	})
@@ -208,7 +167,7 @@ func TestRealGPU(t *testing.T) {
 	})
 
 	t.Run("mps-in-plugin", func(t *testing.T) {
-		root := mpsRoot(t)
+		root := gpuclient.MPSRoot(t)
 		r := startRealPlugin(t, n, devs, deviceplugin.Config{
 			Isolation: string(isolation.RequestMPS), MPSControl: mpsControl, MPSRoot: root, MPSDaemons: deviceplugin.MPSDaemonsPlugin,
 		})
@@ -226,19 +185,19 @@ func TestRealGPU(t *testing.T) {
 		}
 		for _, c := range []struct {
 			name string
-			res  devicehost.Result
+			c    gpuclient.Container
 			gib  float64
 			ok   bool
 		}{
-			{"8 GiB share, 6 GiB", small, 6, true},
-			{"8 GiB share, 10 GiB", small, 10, false},
-			{"16 GiB share, 12 GiB", big, 12, true},
-			{"16 GiB share, 18 GiB", big, 18, false},
+			{"8 GiB share, 6 GiB", container(small), 6, true},
+			{"8 GiB share, 10 GiB", container(small), 10, false},
+			{"16 GiB share, 12 GiB", container(big), 12, true},
+			{"16 GiB share, 18 GiB", container(big), 18, false},
 			// The card's default limit is its largest share.
-			{"no limit of its own, 12 GiB", withoutEnv(small, isolation.EnvMPSPinnedLimit), 12, true},
-			{"no limit of its own, 18 GiB", withoutEnv(small, isolation.EnvMPSPinnedLimit), 18, false},
+			{"no limit of its own, 12 GiB", container(small).Without(isolation.EnvMPSPinnedLimit), 12, true},
+			{"no limit of its own, 18 GiB", container(small).Without(isolation.EnvMPSPinnedLimit), 18, false},
 		} {
-			got := runClient(t, python, c.res, c.gib, "")
+			got := gpuclient.Run(t, python, c.c, c.gib)
 			t.Logf("%s: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", c.name, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
 			if got.OK != c.ok {
 				t.Errorf("%s: allocated=%v, want %v (%s)", c.name, got.OK, c.ok, got.Error)
@@ -246,8 +205,8 @@ func TestRealGPU(t *testing.T) {
 		}
 		// A process that does not go through the card's MPS server cannot
 		// use the card: it is exclusive to the server.
-		outside := devicehost.Result{Env: map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID, isolation.EnvMPSPipeDir: t.TempDir()}}
-		if got := runClient(t, python, outside, 1, ""); got.OK {
+		outside := gpuclient.Container{Env: map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID, isolation.EnvMPSPipeDir: t.TempDir()}}
+		if got := gpuclient.Run(t, python, outside, 1); got.OK {
 			t.Error("a process outside MPS allocated on the card, want it refused (exclusive-process)")
 		} else {
 			t.Logf("a process outside MPS: %s", got.Error)
@@ -255,15 +214,15 @@ func TestRealGPU(t *testing.T) {
 	})
 
 	t.Run("mps-daemons-apart", func(t *testing.T) {
-		root := mpsRoot(t)
+		root := gpuclient.MPSRoot(t)
 		stopDaemons := startMPSDaemons(t, mpsControl, root)
 		defer stopDaemons()
 		cfg := deviceplugin.Config{Isolation: string(isolation.RequestMPS), MPSControl: mpsControl, MPSRoot: root, MPSDaemons: deviceplugin.MPSDaemonsExternal}
 		r := startRealPlugin(t, n, devs, cfg)
 		res := r.admit(t, "apart-a", 8)
 		gate := filepath.Join(t.TempDir(), "go")
-		client := startClient(t, python, res, 6, gate)
-		waitFile(t, gate+".ready", 90*time.Second)
+		client := gpuclient.Start(t, python, container(res), 6, gate)
+		gpuclient.WaitFile(t, gate+".ready", 90*time.Second)
 		// The plugin restarts (a rollout, a crash): its client goes on.
 		if err := r.stop(); err != nil {
 			t.Fatalf("stopping the plugin: %v", err)
@@ -273,14 +232,14 @@ func TestRealGPU(t *testing.T) {
 		if err := os.WriteFile(gate, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		got := client.wait(t)
+		got := client.Wait(t)
 		t.Logf("client across the plugin restart: ok=%v %s", got.OK, got.Error)
 		if !got.OK {
 			t.Errorf("the client did not survive the plugin restart: %s", got.Error)
 		}
 		// The restarted plugin serves new containers on the same daemon.
 		res2 := r2.admit(t, "apart-b", 8)
-		if got := runClient(t, python, res2, 10, ""); got.OK {
+		if got := gpuclient.Run(t, python, container(res2), 10); got.OK {
 			t.Error("after the restart: 10 GiB on an 8 GiB share allocated, want refused")
 		}
 	})
@@ -377,35 +336,6 @@ func (r *realPlugin) admit(t *testing.T, name string, gib int64) devicehost.Resu
 	return res["c0"]
 }
 
-// mpsRoot is a fresh MPS root whose shm is this host's /dev/shm, as the
-// chart mounts <root>/shm at /dev/shm in the plugin's and the clients'
-// containers.
-// The root is short, like the default /run/gpushare/mps: t.TempDir's
-// names are long. On failure the test logs the daemons' logs.
-func mpsRoot(t *testing.T) string {
-	t.Helper()
-	root, err := os.MkdirTemp("", "mps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _ := filepath.Glob(filepath.Join(root, "*", "log", "*"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, b)
-			}
-		}
-		if err := os.RemoveAll(root); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := os.Symlink("/dev/shm", filepath.Join(root, isolation.MPSShmDir)); err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // startMPSDaemons runs the daemons' side over root: the plugin binary's
 // mps-daemons command when GPUSHARE_REAL_GPU_PLUGIN names one, else
 // isolation.MPSDaemons in this process.
@@ -428,106 +358,13 @@ func startMPSDaemons(t *testing.T, control, root string) (stop func()) {
 	}
 }
 
-// withoutEnv is res without the variables named.
-func withoutEnv(res devicehost.Result, names ...string) devicehost.Result {
-	out := res
-	out.Env = map[string]string{}
-	for k, v := range res.Env {
-		if !slices.Contains(names, k) {
-			out.Env[k] = v
-		}
-	}
-	return out
-}
-
-// clientEnv is the environment of a container given res, run on the host:
-// each value that is a mount's container path becomes its host path, and
-// the container sees only its cards (CUDA_VISIBLE_DEVICES, which the
-// NVIDIA runtime would do from NVIDIA_VISIBLE_DEVICES).
-func clientEnv(res devicehost.Result) []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CUDA_") {
-			out = append(out, kv)
-		}
-	}
-	hostOf := map[string]string{}
+// container is what a container admitted with res gets.
+func container(res devicehost.Result) gpuclient.Container {
+	c := gpuclient.Container{Env: res.Env}
 	for _, m := range res.Mounts {
-		hostOf[m.ContainerPath] = m.HostPath
+		c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath})
 	}
-	for k, v := range res.Env {
-		if h, ok := hostOf[v]; ok {
-			v = h
-		}
-		out = append(out, k+"="+v)
-	}
-	if v, ok := res.Env[deviceplugin.EnvVisibleDevices]; ok {
-		if _, set := res.Env["CUDA_VISIBLE_DEVICES"]; !set {
-			out = append(out, "CUDA_VISIBLE_DEVICES="+v)
-		}
-	}
-	return out
-}
-
-type runningClient struct {
-	cmd *exec.Cmd
-	out *strings.Builder
-}
-
-func startClient(t *testing.T, python string, res devicehost.Result, gib float64, gate string) *runningClient {
-	t.Helper()
-	args := []string{"-c", gpuClient, fmt.Sprint(gib)}
-	if gate != "" {
-		args = append(args, gate)
-	}
-	cmd := exec.Command(python, args...)
-	cmd.Env = clientEnv(res)
-	out := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return &runningClient{cmd: cmd, out: out}
-}
-
-func (c *runningClient) wait(t *testing.T) clientResult {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Logf("client exited: %v", err)
-		}
-	case <-time.After(3 * time.Minute):
-		_ = c.cmd.Process.Kill()
-		<-done
-		t.Fatalf("client did not end in 3 minutes; output:\n%s", c.out)
-	}
-	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
-	var r clientResult
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		t.Fatalf("client output is not its JSON line: %v\n%s", err, c.out)
-	}
-	return r
-}
-
-// runClient runs gpuClient for gib GiB in a container given res.
-func runClient(t *testing.T, python string, res devicehost.Result, gib float64, gate string) clientResult {
-	t.Helper()
-	return startClient(t, python, res, gib, gate).wait(t)
-}
-
-func waitFile(t *testing.T, path string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear in %v", path, d)
+	return c
 }
 
 func cmpOr(a, b string) string {

@@ -1,0 +1,206 @@
+package gpuclient
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/pkg/isolation"
+)
+
+// script allocates argv[1] GiB on the GPU it sees, writes to it, and
+// prints one JSON line: ok, the error, and what cudaMemGetInfo said (MiB).
+// With argv[2], a file name, it writes argv[2]+".ready" once it holds the
+// memory and waits for argv[2] to appear before it computes on the memory
+// again and checks the result.
+const script = `
+import json, os, sys, time
+out = {"ok": False}
+try:
+    import torch
+    gib = float(sys.argv[1])
+    wait = sys.argv[2] if len(sys.argv) > 2 else ""
+    free, total = torch.cuda.mem_get_info()
+    out["freeMiB"], out["totalMiB"] = free >> 20, total >> 20
+    x = torch.empty(int(gib * (1 << 30)), dtype=torch.uint8, device="cuda")
+    x.fill_(7)
+    torch.cuda.synchronize()
+    if wait:
+        open(wait + ".ready", "w").close()
+        while not os.path.exists(wait):
+            time.sleep(0.05)
+        x.add_(1)
+        torch.cuda.synchronize()
+        if int(x[-1].item()) != 8:
+            raise RuntimeError("computed %d, want 8" % int(x[-1].item()))
+    out["ok"] = True
+except BaseException as e:
+    out["error"] = (type(e).__name__ + ": " + str(e))[:400]
+print(json.dumps(out), flush=True)
+`
+
+// Result is what the client printed.
+type Result struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error"`
+	// FreeMiB and TotalMiB are what cudaMemGetInfo said before the
+	// allocation.
+	FreeMiB  int64 `json:"freeMiB"`
+	TotalMiB int64 `json:"totalMiB"`
+}
+
+// Mount is a host directory a container gets.
+type Mount struct {
+	HostPath, ContainerPath string
+}
+
+// Container is what a container gets from a device plugin or a DRA
+// driver.
+type Container struct {
+	Env    map[string]string
+	Mounts []Mount
+}
+
+// Without returns c without the variables named.
+func (c Container) Without(names ...string) Container {
+	out := Container{Env: map[string]string{}, Mounts: c.Mounts}
+	for k, v := range c.Env {
+		if !slices.Contains(names, k) {
+			out.Env[k] = v
+		}
+	}
+	return out
+}
+
+// HostEnv is the environment of a process on the host that stands for a
+// container given c: this process's environment without its CUDA_
+// variables, then c's, each value that is a mount's container path made
+// its host path; the container sees only its cards (CUDA_VISIBLE_DEVICES,
+// as the NVIDIA runtime would make it from NVIDIA_VISIBLE_DEVICES).
+func HostEnv(c Container) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CUDA_") {
+			out = append(out, kv)
+		}
+	}
+	hostOf := map[string]string{}
+	for _, m := range c.Mounts {
+		hostOf[m.ContainerPath] = m.HostPath
+	}
+	for k, v := range c.Env {
+		if h, ok := hostOf[v]; ok {
+			v = h
+		}
+		out = append(out, k+"="+v)
+	}
+	if v, ok := c.Env["NVIDIA_VISIBLE_DEVICES"]; ok {
+		if _, set := c.Env["CUDA_VISIBLE_DEVICES"]; !set {
+			out = append(out, "CUDA_VISIBLE_DEVICES="+v)
+		}
+	}
+	return out
+}
+
+// Client is a running client.
+type Client struct {
+	cmd *exec.Cmd
+	out *strings.Builder
+}
+
+// Start starts python running the client for gib GiB as a container given
+// c; with gate, it holds the memory until the file gate appears (see
+// WaitFile for gate+".ready").
+func Start(t testing.TB, python string, c Container, gib float64, gate string) *Client {
+	t.Helper()
+	args := []string{"-c", script, fmt.Sprint(gib)}
+	if gate != "" {
+		args = append(args, gate)
+	}
+	cmd := exec.Command(python, args...) //nolint:gosec // the test's own script
+	cmd.Env = HostEnv(c)
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &Client{cmd: cmd, out: out}
+}
+
+// Wait waits up to 3 minutes for the client and returns what it printed.
+func (c *Client) Wait(t testing.TB) Result {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Logf("client exited: %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-done
+		t.Fatalf("client did not end in 3 minutes; output:\n%s", c.out)
+	}
+	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
+	var r Result
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("client output is not its JSON line: %v\n%s", err, c.out)
+	}
+	return r
+}
+
+// Run runs the client for gib GiB as a container given c.
+func Run(t testing.TB, python string, c Container, gib float64) Result {
+	t.Helper()
+	return Start(t, python, c, gib, "").Wait(t)
+}
+
+// WaitFile waits up to d for path to exist.
+func WaitFile(t testing.TB, path string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear in %v", path, d)
+}
+
+// MPSRoot returns a fresh MPS root whose shm is this host's /dev/shm, as
+// the chart mounts <root>/shm at /dev/shm in the plugin's, the driver's
+// and the clients' containers. It is short, like the default
+// /run/gpushare/mps (t.TempDir's names are too long for MPS's sockets:
+// isolation.MaxMPSPipeDirLen). When the test fails it logs the daemons'
+// logs.
+func MPSRoot(t testing.TB) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "mps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(root, "*", "log", "*"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l) //nolint:gosec // the test's own directory
+				t.Logf("%s:\n%s", l, b)
+			}
+		}
+		if err := os.RemoveAll(root); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := os.Symlink("/dev/shm", filepath.Join(root, isolation.MPSShmDir)); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
