@@ -154,12 +154,11 @@ func (c *Config) Validate() error {
 	if c.MPSRoot == "" {
 		c.MPSRoot = isolation.DefaultMPSRoot
 	}
-	switch c.MPSDaemons {
-	case "":
+	if c.MPSDaemons == "" {
 		c.MPSDaemons = MPSDaemonsPlugin
-	case MPSDaemonsPlugin, MPSDaemonsExternal:
-	default:
-		errs = append(errs, fmt.Errorf("--mps-daemons %q: want %s or %s", c.MPSDaemons, MPSDaemonsPlugin, MPSDaemonsExternal))
+	}
+	if err := isolation.CheckMPSDaemons(c.MPSDaemons); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot

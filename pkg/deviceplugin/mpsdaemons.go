@@ -16,10 +16,10 @@ import (
 // Where mps mode's daemons run (--mps-daemons).
 const (
 	// MPSDaemonsPlugin runs them in the device plugin's process.
-	MPSDaemonsPlugin = "plugin"
+	MPSDaemonsPlugin = isolation.MPSDaemonsPlugin
 	// MPSDaemonsExternal leaves them to the mps-daemons command, in its
 	// own container.
-	MPSDaemonsExternal = "external"
+	MPSDaemonsExternal = isolation.MPSDaemonsExternal
 	// MPSDaemonsCommand is the first argument that makes
 	// gpushare-device-plugin run mps mode's daemons (RunMPSDaemons).
 	MPSDaemonsCommand = "mps-daemons"

@@ -23,6 +23,27 @@ var (
 	_ GPUs = (*gpu.Fake)(nil)
 )
 
+// Where mps mode's daemon side (MPSDaemons) runs: the --mps-daemons of the
+// device plugin and of the DRA driver.
+const (
+	// MPSDaemonsPlugin runs it in the plugin's (or driver's) own process:
+	// the daemons and their clients' CUDA work stop with it.
+	MPSDaemonsPlugin = "plugin"
+	// MPSDaemonsExternal leaves it to `gpushare-device-plugin
+	// mps-daemons`, in a container of its own, which serves --mps-root:
+	// the daemons outlive restarts of the plugin or driver.
+	MPSDaemonsExternal = "external"
+)
+
+// CheckMPSDaemons returns an error unless where is MPSDaemonsPlugin or
+// MPSDaemonsExternal.
+func CheckMPSDaemons(where string) error {
+	if where != MPSDaemonsPlugin && where != MPSDaemonsExternal {
+		return fmt.Errorf("--mps-daemons %q: want %s or %s", where, MPSDaemonsPlugin, MPSDaemonsExternal)
+	}
+	return nil
+}
+
 // SetupConfig is what Setup needs: the --isolation request and the paths
 // of the modes (the device plugin's and the DRA driver's flags).
 type SetupConfig struct {

@@ -66,6 +66,12 @@ type Config struct {
 	MPSControl string
 	// MPSRoot holds each MPS card's pipe and log directories.
 	MPSRoot string
+	// MPSDaemons is where mps mode's daemons run:
+	// isolation.MPSDaemonsPlugin (in this process; they and their clients'
+	// work stop with it) or isolation.MPSDaemonsExternal (the device
+	// plugin's mps-daemons command serves MPSRoot from its own container);
+	// isolation.MPSDaemonsPlugin if empty.
+	MPSDaemons string
 	// CgroupRoot is where the node's cgroup hierarchy is mounted.
 	CgroupRoot string
 	// QPS and Burst of the API client.
@@ -132,6 +138,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MPSRoot == "" {
 		c.MPSRoot = isolation.DefaultMPSRoot
+	}
+	if c.MPSDaemons == "" {
+		c.MPSDaemons = isolation.MPSDaemonsPlugin
+	}
+	if err := isolation.CheckMPSDaemons(c.MPSDaemons); err != nil {
+		errs = append(errs, err)
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot

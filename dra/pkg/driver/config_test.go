@@ -21,8 +21,8 @@ func TestParseFlagsAndValidate(t *testing.T) {
 		name: "defaults",
 		args: []string{"--node-name=n1"},
 		check: func(t *testing.T, c *Config) {
-			got := []string{c.Unit, string(c.Order), c.Isolation, c.PluginDataDir(), c.RegistryDir(), c.CDIDir}
-			want := []string{gpushare.UnitGiB, string(devices.OrderIndex), "auto", "/var/lib/kubelet/plugins/gpu.gpushare.io", "/var/lib/kubelet/plugins_registry", "/var/run/cdi"}
+			got := []string{c.Unit, string(c.Order), c.Isolation, c.PluginDataDir(), c.RegistryDir(), c.CDIDir, c.MPSDaemons}
+			want := []string{gpushare.UnitGiB, string(devices.OrderIndex), "auto", "/var/lib/kubelet/plugins/gpu.gpushare.io", "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "plugin"}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("defaults (-want +got):\n%s", diff)
 			}
@@ -47,6 +47,22 @@ func TestParseFlagsAndValidate(t *testing.T) {
 		name:    "relative paths",
 		args:    []string{"--node-name=n1", "--cdi-dir=cdi", "--kubelet-dir=kubelet"},
 		wantErr: "--cdi-dir \"cdi\" must be absolute\n--kubelet-dir \"kubelet\" must be absolute",
+	}, {
+		name: "MPS daemons in their own container",
+		args: []string{"--node-name=n1", "--mps-daemons=external"},
+		check: func(t *testing.T, c *Config) {
+			if c.MPSDaemons != "external" {
+				t.Errorf("MPSDaemons = %q, want external", c.MPSDaemons)
+			}
+		},
+	}, {
+		name:    "MPS daemons nowhere known",
+		args:    []string{"--node-name=n1", "--mps-daemons=sidecar"},
+		wantErr: `--mps-daemons "sidecar": want plugin or external`,
+	}, {
+		name:    "MPS root too long for MPS's sockets",
+		args:    []string{"--node-name=n1", "--mps-root=/var/lib/gpushare/mps-daemons/pipes-xxx"},
+		wantErr: "is too long: a card's MPS pipe directory under it would be 85 bytes",
 	}, {
 		name:    "fake driver without fake GPUs",
 		args:    []string{"--node-name=n1", "--fake-driver=615.00"},

@@ -42,6 +42,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.CDIHook, "cdi-hook", isolation.DefaultCDIHook, "driver mode: absolute path of the NVIDIA container toolkit's nvidia-cdi-hook on the host")
 	fs.StringVar(&cfg.MPSControl, "mps-control", isolation.DefaultMPSControl, "mps mode: the MPS control binary, a path or a name looked up in PATH")
 	fs.StringVar(&cfg.MPSRoot, "mps-root", isolation.DefaultMPSRoot, "mps mode: host directory holding each card's MPS pipe and log directories; at most 38 bytes (MPS's socket paths)")
+	fs.StringVar(&cfg.MPSDaemons, "mps-daemons", isolation.MPSDaemonsPlugin, "mps mode: where the MPS control daemons run: "+isolation.MPSDaemonsPlugin+" (in this process, so they and their clients' CUDA work stop with it) or "+
+		isolation.MPSDaemonsExternal+" (the command `gpushare-device-plugin mps-daemons`, in its own container, serves --mps-root: daemons outlive driver restarts)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", isolation.DefaultCgroupRoot, "where the node's cgroup hierarchy is mounted (driver mode needs cgroup v2)")
 	qps := fs.Float64("kube-api-qps", 20, "API client queries per second")
 	fs.IntVar(&cfg.Burst, "kube-api-burst", 40, "API client burst")

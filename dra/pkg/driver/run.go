@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config) error {
 	enforcer, modes, stopIsolation, err := isolation.Setup(ctx, isolation.SetupConfig{
 		Node: cfg.NodeName, Request: cfg.Isolation, Fake: cfg.FakeGPUs != "", FakeDriver: cfg.FakeDriver,
 		CgroupRoot: cfg.CgroupRoot, MPSControl: cfg.MPSControl, MPSRoot: cfg.MPSRoot, CDIDir: cfg.CDIDir, CDIHook: cfg.CDIHook,
-		MPSDaemonsInProcess: true, // the driver runs mps mode's daemons itself
+		MPSDaemonsInProcess: cfg.MPSDaemons == isolation.MPSDaemonsPlugin,
 	}, gpus, devs)
 	if err != nil {
 		return err
