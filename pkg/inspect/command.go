@@ -41,8 +41,9 @@ available while it is down. --from-extender URL asks a running extender instead.
 
 The summary has one row per node and one GPU<i>(Allocated/Total) column per card
 index, then the node's and the cluster's totals. -o wide adds each card's model
-and where the card list comes from (the device plugin's inventory, or the node's
-capacity). -d prints, per node, each pod's units on each card. Unhealthy cards
+and where the card list comes from (the device plugin's inventory, the node's
+capacity, or the DRA driver's ResourceSlices, whose amounts are the allocated
+ResourceClaims, each under the pod that reserved it). -d prints, per node, each pod's units on each card. Unhealthy cards
 and cards the operator cordoned (gpushare.io/cordoned-gpus) are marked; pods
 that ask for GPU memory without an allocation annotation (not scheduled through
 the extender) and pods not yet scheduled are listed apart, with the reason and,

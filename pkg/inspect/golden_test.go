@@ -76,6 +76,10 @@ func TestGolden(t *testing.T) {
 		{name: "cards chosen and cordoned, wide", objs: cardsChosen(), args: []string{"-o", "wide"}, golden: "cards-chosen-wide.txt"},
 		{name: "cards chosen and cordoned, details", objs: cardsChosen(), args: []string{"-d"}, golden: "cards-chosen-details.txt"},
 		{name: "cards chosen and cordoned, json", objs: cardsChosen(), args: []string{"-o", "json"}, golden: "cards-chosen.json"},
+		{name: "DRA nodes beside the device plugin's", objs: join(cluster(), draCluster()), golden: "dra.txt"},
+		{name: "DRA nodes, details", objs: draCluster(), args: []string{"-d"}, golden: "dra-details.txt"},
+		{name: "DRA nodes, one namespace", objs: draCluster(), args: []string{"-d", "-n", "team-a"}, golden: "dra-details-team-a.txt"},
+		{name: "DRA nodes, json", objs: draCluster(), args: []string{"-o", "json"}, golden: "dra.json"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -317,6 +317,8 @@ func sourceText(source string) string {
 		return "from the node's capacity (" + string(gpushare.ResourceGPUMem) + " divided evenly over " + string(gpushare.ResourceGPUCount) + ")"
 	case "none":
 		return "none: the node reports no " + string(gpushare.ResourceGPUMem)
+	case sourceDRA:
+		return "from the DRA driver's ResourceSlices (" + draDriver + "); amounts are the allocated ResourceClaims"
 	}
 	return "from the device inventory"
 }

@@ -33,7 +33,8 @@ type Node struct {
 	Unit    string `json:"unit"`
 	// Source of the card list: "inventory" (the device plugin's
 	// gpushare.io/devices annotation), "capacity" (aliyun.com/gpu-mem divided
-	// evenly over aliyun.com/gpu-count) or "none".
+	// evenly over aliyun.com/gpu-count), "dra" (the DRA driver's
+	// ResourceSlices; amounts from the allocated ResourceClaims) or "none".
 	Source string `json:"source"`
 	// InventoryError explains an ignored inventory annotation.
 	InventoryError string `json:"inventoryError,omitempty"`
@@ -104,7 +105,9 @@ type PodShare struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Units     int64  `json:"units"`
-	// State is "bound", or "assumed" while the extender's bind is under way.
+	// State is "bound", or "assumed" while the extender's bind is under
+	// way; on a DRA node, "reserved" (Name is the pod using the claim) or
+	// "allocated" (Name is the claim's: no pod uses it yet).
 	State string `json:"state"`
 }
 

@@ -156,7 +156,14 @@ func (s APISource) Report(ctx context.Context, q Query) (*Report, error) {
 		}
 	}
 	views, _ := c.Inspect(q.Node)
-	return newReport("api", views, q.Node, address, pending), nil
+	r := newReport("api", views, q.Node, address, pending)
+	if d, ok := s.API.(DRAAPI); ok {
+		// Nodes of the DRA driver (Kubernetes 1.36+): their cards and
+		// claims are in resource.k8s.io, not in annotations.
+		slices, claims := readDRA(ctx, d)
+		mergeDRA(ctx, r, draNodes(slices, claims, address), shown)
+	}
+	return r, nil
 }
 
 // allocatedNode returns the node a pod's valid allocation annotation names,

@@ -1,0 +1,271 @@
+package inspect
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// What the DRA driver publishes (dra/pkg/devices; this module does not
+// import the driver's, which is on newer Kubernetes libraries).
+const (
+	// draDriver is the driver's name in ResourceSlices and allocations.
+	draDriver = "gpu.gpushare.io"
+	// draMemory is its devices' consumable capacity, in bytes.
+	draMemory resourcev1.QualifiedName = "memory"
+	// sourceDRA is Node.Source for a node whose cards the DRA driver
+	// publishes.
+	sourceDRA = "dra"
+)
+
+// DRA states of PodShare: a claim a pod has reserved, or one allocated
+// that no pod uses yet.
+const (
+	stateReserved  = "reserved"
+	stateAllocated = "allocated"
+)
+
+// DRAAPI is the slice of resource.k8s.io/v1 the plugin reads.
+type DRAAPI interface {
+	ListResourceSlices(ctx context.Context) ([]resourcev1.ResourceSlice, error)
+	ListResourceClaims(ctx context.Context) ([]resourcev1.ResourceClaim, error)
+}
+
+var _ DRAAPI = ClientAPI{}
+
+// ListResourceSlices implements DRAAPI: the slices of the DRA driver.
+func (a ClientAPI) ListResourceSlices(ctx context.Context) ([]resourcev1.ResourceSlice, error) {
+	l, err := a.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: resourcev1.ResourceSliceSelectorDriver + "=" + draDriver})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// ListResourceClaims implements DRAAPI: the claims of every namespace.
+func (a ClientAPI) ListResourceClaims(ctx context.Context) ([]resourcev1.ResourceClaim, error) {
+	l, err := a.Client.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// readDRA lists the DRA driver's slices and the claims, or nothing when the
+// cluster has no resource.k8s.io/v1 (before Kubernetes 1.34) or the user
+// may not read them, which it logs: the device plugin's nodes are shown
+// either way.
+func readDRA(ctx context.Context, api DRAAPI) ([]resourcev1.ResourceSlice, []resourcev1.ResourceClaim) {
+	logger := klog.FromContext(ctx)
+	slices, err := api.ListResourceSlices(ctx)
+	if err == nil && len(slices) == 0 {
+		return nil, nil
+	}
+	var claims []resourcev1.ResourceClaim
+	if err == nil {
+		claims, err = api.ListResourceClaims(ctx)
+	}
+	switch {
+	case err == nil:
+		return slices, claims
+	case apierrors.IsNotFound(err):
+		logger.V(2).Info("No resource.k8s.io/v1 in this cluster: no DRA allocations to show")
+	default:
+		logger.Info("Not showing DRA allocations (the plugin needs list on resourceslices and resourceclaims in resource.k8s.io)", "err", err.Error())
+	}
+	return nil, nil
+}
+
+// draNodes returns the Node of each node the DRA driver publishes cards
+// for, name -> node: a card per device of the driver's newest slices of the
+// node's pool (the driver's pool is its node), with what the allocated
+// claims hold on it, in the node's unit (the devices' request step, GiB or
+// MiB). A claim's share is listed under the pod that reserved it
+// (stateReserved), else under the claim's own name (stateAllocated). A
+// claim whose result names a device no slice has is not counted.
+func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceClaim, address map[string]string) map[string]*Node {
+	newest := map[string]int64{} // pool -> newest generation
+	for i := range slices {
+		s := &slices[i].Spec
+		if s.Driver == draDriver && s.NodeName != nil && s.Pool.Generation > newest[s.Pool.Name] {
+			newest[s.Pool.Name] = s.Pool.Generation
+		}
+	}
+	nodes := map[string]*Node{}
+	type key struct{ pool, device string }
+	type ref struct {
+		node  string
+		index int
+	}
+	devs := map[key]ref{}
+	unitBytes := map[string]int64{} // node -> bytes of its unit
+	for i := range slices {
+		s := &slices[i].Spec
+		if s.Driver != draDriver || s.NodeName == nil || s.Pool.Generation != newest[s.Pool.Name] {
+			continue
+		}
+		n := nodes[*s.NodeName]
+		if n == nil {
+			n = &Node{Name: *s.NodeName, Address: address[*s.NodeName], Source: sourceDRA, Cards: []Card{}}
+			nodes[*s.NodeName] = n
+		}
+		for _, d := range s.Devices {
+			c, unit, ok := draCard(&d)
+			if !ok {
+				continue
+			}
+			if n.Unit == "" {
+				n.Unit, unitBytes[n.Name] = unit, unitSize(unit)
+			}
+			total := d.Capacity[draMemory].Value
+			c.Total = total.Value() / unitBytes[n.Name]
+			n.Cards = append(n.Cards, c)
+			devs[key{s.Pool.Name, d.Name}] = ref{n.Name, c.Index}
+		}
+	}
+	for _, n := range nodes {
+		sort.Slice(n.Cards, func(a, b int) bool { return n.Cards[a].Index < n.Cards[b].Index })
+	}
+	card := func(r ref) *Card {
+		n := nodes[r.node]
+		for i := range n.Cards {
+			if n.Cards[i].Index == r.index {
+				return &n.Cards[i]
+			}
+		}
+		return nil
+	}
+	for i := range claims {
+		cl := &claims[i]
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		share := PodShare{Namespace: cl.Namespace, Name: cl.Name, State: stateAllocated}
+		for _, r := range cl.Status.ReservedFor {
+			if r.Resource == "pods" && r.APIGroup == "" {
+				share.Name, share.State = r.Name, stateReserved
+				break
+			}
+		}
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			at, ok := devs[key{r.Pool, r.Device}]
+			if r.Driver != draDriver || !ok {
+				continue
+			}
+			c := card(at)
+			units := c.Total // no consumed capacity: the whole card
+			if q, ok := r.ConsumedCapacity[draMemory]; ok {
+				size := unitBytes[at.node]
+				units = (q.Value() + size - 1) / size
+			}
+			s := share
+			s.Units = units
+			c.Pods = append(c.Pods, s)
+			c.Allocated += units
+		}
+	}
+	for _, n := range nodes {
+		for i := range n.Cards {
+			c := &n.Cards[i]
+			sort.Slice(c.Pods, func(a, b int) bool {
+				if c.Pods[a].Namespace != c.Pods[b].Namespace {
+					return c.Pods[a].Namespace < c.Pods[b].Namespace
+				}
+				return c.Pods[a].Name < c.Pods[b].Name
+			})
+			n.Allocated += c.Allocated
+			n.Total += c.Total
+		}
+	}
+	return nodes
+}
+
+// draCard reads one device of the driver: its card, and the node's unit
+// from the memory capacity's request step; ok is false for a device
+// without memory capacity.
+func draCard(d *resourcev1.Device) (c Card, unit string, ok bool) {
+	mem, ok := d.Capacity[draMemory]
+	if !ok {
+		return Card{}, "", false
+	}
+	unit = gpushare.UnitGiB
+	if p := mem.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Step != nil && p.ValidRange.Step.Value() == 1<<20 {
+		unit = gpushare.UnitMiB
+	}
+	c = Card{Healthy: true, Isolation: gpushare.IsolationNone, Pods: []PodShare{}}
+	if a, ok := d.Attributes["index"]; ok && a.IntValue != nil {
+		c.Index = int(*a.IntValue)
+	} else if s, ok := strings.CutPrefix(d.Name, "gpu-"); ok {
+		c.Index, _ = strconv.Atoi(s)
+	}
+	if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
+		c.UUID = *a.StringValue
+	}
+	if a, ok := d.Attributes["model"]; ok && a.StringValue != nil {
+		c.Model = *a.StringValue
+	}
+	if a, ok := d.Attributes["isolation"]; ok && a.StringValue != nil && *a.StringValue != "" {
+		c.Isolation = gpushare.Isolation(*a.StringValue)
+	}
+	for _, t := range d.Taints {
+		if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
+			c.Healthy = false
+		}
+	}
+	return c, unit, true
+}
+
+// unitSize is the bytes of a unit.
+func unitSize(unit string) int64 {
+	if unit == gpushare.UnitMiB {
+		return 1 << 20
+	}
+	return 1 << 30
+}
+
+// mergeDRA puts the DRA driver's nodes into r, among those shown: a node
+// the device plugin publishes no cards for becomes the driver's (a node
+// runs one or the other); one with the device plugin's cards keeps them,
+// and is logged. Totals are summed again.
+func mergeDRA(ctx context.Context, r *Report, dra map[string]*Node, shown map[string]bool) {
+	if len(dra) == 0 {
+		return
+	}
+	at := map[string]int{}
+	for i := range r.Nodes {
+		at[r.Nodes[i].Name] = i
+	}
+	for _, name := range sortedKeys(dra) {
+		if !shown[name] {
+			continue
+		}
+		i, ok := at[name]
+		switch {
+		case !ok:
+			r.Nodes = append(r.Nodes, *dra[name])
+		case len(r.Nodes[i].Cards) == 0:
+			r.Nodes[i] = *dra[name]
+		default:
+			klog.FromContext(ctx).Info("Node has cards from both the device plugin and the DRA driver; showing the device plugin's", "node", name)
+		}
+	}
+	sort.Slice(r.Nodes, func(a, b int) bool { return r.Nodes[a].Name < r.Nodes[b].Name })
+	r.Totals = totals(r.Nodes)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
