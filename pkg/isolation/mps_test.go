@@ -25,7 +25,10 @@ const envFakeMPSRecord = "GPUSHARE_FAKE_MPS_RECORD"
 // run for every command, and a shell starts far faster than a test binary
 // built with -race). With -f it is the daemon: it records "start", marks
 // its pipe directory as served, and runs until a client sends "quit"
-// (exit 0) or a test drops a "crash" file in the pipe directory (exit 1).
+// (exit 0) or a test drops a "crash" file in the pipe directory (exit 1);
+// with GPUSHARE_FAKE_MPS_FAIL_START set it prints that and exits 1 at
+// once, as the real daemon does with a pipe directory too long for its
+// sockets (it prints nothing then).
 // Without arguments it is a client: it fails when no daemon serves the
 // pipe directory, records each line of stdin, and answers get_server_list
 // with the contents of the pipe directory's "servers" file (none when
@@ -35,6 +38,7 @@ rec() { echo "$CUDA_VISIBLE_DEVICES $1" >> "$GPUSHARE_FAKE_MPS_RECORD"; }
 p="$CUDA_MPS_PIPE_DIRECTORY"
 if [ "$1" = "-f" ]; then
   [ -n "$CUDA_MPS_LOG_DIRECTORY" ] || exit 2
+  if [ -n "$GPUSHARE_FAKE_MPS_FAIL_START" ]; then echo "$GPUSHARE_FAKE_MPS_FAIL_START"; exit 1; fi
   rec start
   : > "$p/control"
   while :; do
@@ -420,5 +424,59 @@ func TestMPSDefaultLimitIsLargestShare(t *testing.T) {
 				t.Errorf("limits set (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestMPSDaemonExitingAtOnce: a daemon that exits as it starts is
+// restarted and reported with the end of what it printed (the real one
+// logs to its standard output in the foreground).
+func TestMPSDaemonExitingAtOnce(t *testing.T) {
+	_, root, devs := mpsTest(t)
+	t.Setenv("GPUSHARE_FAKE_MPS_FAIL_START", "Cannot open the control socket")
+	errs := make(chan error, 16)
+	_, ctx := ktesting.NewTestContext(t)
+	stop := startDaemons(ctx, t, root, func(_ string, err error) {
+		select {
+		case errs <- err:
+		default:
+		}
+	})
+	defer stop()
+	dir := filepath.Join(root, devs[0].UUID)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMPSLimit(filepath.Join(dir, mpsDesiredFile), 1024); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "exited: exit status 1") || !strings.Contains(err.Error(), "Cannot open the control socket") {
+			t.Errorf("restart reported with %v; want the exit status and the daemon's output", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no restart reported in 30 s")
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		writes []string
+		want   string
+	}{
+		{writes: nil, want: ""},
+		{writes: []string{"abc"}, want: "abc"},
+		{writes: []string{"abc", "defg"}, want: "bcdefg"},
+		{writes: []string{"0123456789"}, want: "456789"},
+	} {
+		b := &tailBuffer{max: 6}
+		for _, w := range tc.writes {
+			if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
+				t.Fatalf("Write(%q) = %d, %v", w, n, err)
+			}
+		}
+		if got := b.String(); got != tc.want {
+			t.Errorf("after %q: %q, want %q", tc.writes, got, tc.want)
+		}
 	}
 }

@@ -290,6 +290,9 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	// why it exited.
 	out := &tailBuffer{max: mpsOutputTail}
 	cmd.Stdout, cmd.Stderr = out, out
+	// The MPS servers it starts may inherit the output: Wait does not wait
+	// for them once the daemon itself has exited.
+	cmd.WaitDelay = mpsOutputWait
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting %s -f: %w", s.cfg.Control, err)
 	}
@@ -346,6 +349,10 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 // mpsOutputTail is how much of a daemon's output (bytes) is kept to say
 // why it exited.
 const mpsOutputTail = 2048
+
+// mpsOutputWait bounds how long Wait reads a daemon's output after the
+// daemon exited (os/exec's WaitDelay).
+const mpsOutputWait = time.Second
 
 // tailBuffer keeps the last max bytes written to it.
 type tailBuffer struct {
