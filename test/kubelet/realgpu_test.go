@@ -23,21 +23,12 @@ import (
 	"github.com/gpushare/gpushare/test/util/gpuclient"
 )
 
-// Environment of TestRealGPU (make gpu-check sets them).
-const (
-	// envRealGPU=1 runs TestRealGPU; without it the test is skipped.
-	envRealGPU = "GPUSHARE_REAL_GPU"
-	// envRealGPUPython is a Python with PyTorch built for CUDA, the
-	// client that allocates GPU memory (python3 when empty).
-	envRealGPUPython = "GPUSHARE_REAL_GPU_PYTHON"
-	// envRealGPUMPSControl is nvidia-cuda-mps-control (looked up in PATH
-	// when empty).
-	envRealGPUMPSControl = "GPUSHARE_REAL_GPU_MPS_CONTROL"
-	// envRealGPUPlugin is the gpushare-device-plugin binary whose
-	// mps-daemons command serves the external-daemons subtest; when empty
-	// the daemons' side runs in this test process instead.
-	envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
-)
+// envRealGPUPlugin is the gpushare-device-plugin binary whose mps-daemons
+// command serves TestRealGPU's external-daemons subtest (make gpu-check
+// sets it); when empty the daemons' side runs in this test process
+// instead. The other variables: gpuclient.EnvRealGPU, EnvPython,
+// EnvMPSControl.
+const envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
 
 // TestRealGPU runs the device plugin on this machine's NVIDIA cards, with
 // real NVML, under kubelet's own device manager over real gRPC, and checks
@@ -58,28 +49,8 @@ const (
 //   - mps (daemons in their own process): a client keeps its memory and
 //     computes across a plugin restart.
 func TestRealGPU(t *testing.T) {
-	if os.Getenv(envRealGPU) != "1" {
-		t.Skipf("set %s=1 on a machine with an NVIDIA GPU (make gpu-check)", envRealGPU)
-	}
-	n, err := gpu.OpenNVML(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	devs, err := n.Devices()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(devs) == 0 {
-		t.Fatal("NVML lists no GPU")
-	}
-	t.Cleanup(func() {
-		if err := n.SetComputeMode(devs[0].UUID, gpu.ComputeDefault); err != nil {
-			t.Errorf("restoring the default compute mode: %v", err)
-		}
-	})
-	python := cmpOr(os.Getenv(envRealGPUPython), "python3")
-	mpsControl := cmpOr(os.Getenv(envRealGPUMPSControl), isolation.DefaultMPSControl)
+	n, devs := gpuclient.Open(t, 1024)
+	python, mpsControl := gpuclient.Python(), gpuclient.MPSControl()
 
 	t.Run("discovery", func(t *testing.T) {
 		drv, err := n.Driver()
@@ -365,11 +336,4 @@ func container(res devicehost.Result) gpuclient.Container {
 		c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath})
 	}
 	return c
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

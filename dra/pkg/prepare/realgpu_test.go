@@ -15,7 +15,6 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpushare/gpushare/dra/pkg/devices"
-	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/util/gpuclient"
@@ -30,35 +29,9 @@ import (
 // that drops its limit gets the largest share prepared, and the limit
 // follows the claims as they are unprepared, down to the floor.
 func TestRealGPUPrepare(t *testing.T) {
-	if os.Getenv("GPUSHARE_REAL_GPU") != "1" {
-		t.Skip("set GPUSHARE_REAL_GPU=1 on a machine with an NVIDIA GPU (make gpu-check)")
-	}
+	n, devs := gpuclient.Open(t, 24<<10)
 	_, ctx := ktesting.NewTestContext(t)
-	n, err := gpu.OpenNVML(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	devs, err := n.Devices()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(devs) == 0 || devs[0].MemoryMiB < 24<<10 {
-		t.Fatalf("cards %+v: the test needs one of at least 24 GiB", devs)
-	}
-	t.Cleanup(func() {
-		if err := n.SetComputeMode(devs[0].UUID, gpu.ComputeDefault); err != nil {
-			t.Errorf("restoring the default compute mode: %v", err)
-		}
-	})
-	python := os.Getenv("GPUSHARE_REAL_GPU_PYTHON")
-	if python == "" {
-		python = "python3"
-	}
-	control := os.Getenv("GPUSHARE_REAL_GPU_MPS_CONTROL")
-	if control == "" {
-		control = isolation.DefaultMPSControl
-	}
+	python, control := gpuclient.Python(), gpuclient.MPSControl()
 	cards, err := devices.CardsOf("node-a", devs, gpushare.UnitGiB, n)
 	if err != nil {
 		t.Fatal(err)

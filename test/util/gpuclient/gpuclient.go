@@ -1,6 +1,7 @@
 package gpuclient
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
@@ -204,3 +206,52 @@ func MPSRoot(t testing.TB) string {
 	}
 	return root
 }
+
+// Environment of the real-GPU tests (make gpu-check sets them).
+const (
+	// EnvRealGPU=1 runs them; without it they are skipped.
+	EnvRealGPU = "GPUSHARE_REAL_GPU"
+	// EnvPython is a Python with PyTorch built for CUDA (python3 when
+	// empty).
+	EnvPython = "GPUSHARE_REAL_GPU_PYTHON"
+	// EnvMPSControl is nvidia-cuda-mps-control (looked up in PATH when
+	// empty).
+	EnvMPSControl = "GPUSHARE_REAL_GPU_MPS_CONTROL"
+)
+
+// Open skips the test unless GPUSHARE_REAL_GPU=1, else opens NVML and
+// returns it with the cards, failing unless the first has at least minMiB.
+// When the test ends the first card is back in the default compute mode
+// (mps mode sets it to exclusive-process) and NVML is closed.
+func Open(t testing.TB, minMiB int64) (*gpu.NVML, []gpu.Device) {
+	t.Helper()
+	if os.Getenv(EnvRealGPU) != "1" {
+		t.Skipf("set %s=1 on a machine with an NVIDIA GPU (make gpu-check)", EnvRealGPU)
+	}
+	n, err := gpu.OpenNVML(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	devs, err := n.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) == 0 || devs[0].MemoryMiB < minMiB {
+		t.Fatalf("cards %+v: the test needs one of at least %d MiB", devs, minMiB)
+	}
+	t.Cleanup(func() {
+		if err := n.SetComputeMode(devs[0].UUID, gpu.ComputeDefault); err != nil {
+			t.Errorf("restoring the default compute mode: %v", err)
+		}
+	})
+	return n, devs
+}
+
+// Python is the client's interpreter: GPUSHARE_REAL_GPU_PYTHON, else
+// python3.
+func Python() string { return cmp.Or(os.Getenv(EnvPython), "python3") }
+
+// MPSControl is nvidia-cuda-mps-control: GPUSHARE_REAL_GPU_MPS_CONTROL,
+// else the name, looked up in PATH.
+func MPSControl() string { return cmp.Or(os.Getenv(EnvMPSControl), isolation.DefaultMPSControl) }
