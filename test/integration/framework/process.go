@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -162,9 +163,28 @@ func FreeAddr() (string, error) {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
 }
 
+// handedOut holds every port freePorts returned in this process. A port
+// handed out is closed until its user listens on it, and the kernel may
+// give it again meanwhile: once, an extender's port went to the
+// kube-apiserver started between the choice and the extender's listen.
+// So no port is handed out twice in one process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// listenLoopback listens on a port the kernel chooses (tests replace it).
+var listenLoopback = func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// freePortAttempts bounds the listens freePorts makes for one call.
+const freePortAttempts = 1000
+
 // freePorts returns n distinct loopback ports that were free a moment ago
-// (all n are held open together, so they differ).
+// and that no earlier call in this process returned (all the ports it
+// looks at are held open together, so the kernel offers each once).
 func freePorts(n int) ([]int, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	ports := make([]int, 0, n)
 	var ls []net.Listener
 	defer func() {
@@ -172,13 +192,21 @@ func freePorts(n int) ([]int, error) {
 			_ = l.Close()
 		}
 	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for attempt := 0; len(ports) < n; attempt++ {
+		if attempt == freePortAttempts {
+			return nil, fmt.Errorf("finding %d free ports: %d listens gave only ports handed out before", n, freePortAttempts)
+		}
+		l, err := listenLoopback()
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
+		if handedOut.ports[port] {
+			continue
+		}
+		handedOut.ports[port] = true
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

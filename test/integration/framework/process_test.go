@@ -2,8 +2,10 @@ package framework
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -124,5 +126,41 @@ func TestStartProcWithHostname(t *testing.T) {
 	}
 	if after, _ := os.Hostname(); after != before {
 		t.Errorf("this process's host name changed from %q to %q", before, after)
+	}
+}
+
+// fakeListener is a listener on a port it only claims.
+type fakeListener struct{ port int }
+
+func (f fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
+func (f fakeListener) Close() error              { return nil }
+func (f fakeListener) Addr() net.Addr            { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: f.port} }
+
+// TestFreePortsNeverRepeat: a port handed out once is never handed out
+// again in the process, even when the kernel offers it again (as it did
+// when an extender's port went to the kube-apiserver started before the
+// extender listened).
+func TestFreePortsNeverRepeat(t *testing.T) {
+	offers := []int{61001, 61001, 61001, 61002, 61003, 61002, 61004}
+	orig := listenLoopback
+	t.Cleanup(func() { listenLoopback = orig })
+	listenLoopback = func() (net.Listener, error) {
+		if len(offers) == 0 {
+			return nil, errors.New("no more fake ports")
+		}
+		p := offers[0]
+		offers = offers[1:]
+		return fakeListener{port: p}, nil
+	}
+	a, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != "127.0.0.1:61001" || !slices.Equal(ports, []int{61002, 61003, 61004}) {
+		t.Errorf("FreeAddr %s then freePorts(3) %v; want 127.0.0.1:61001, then [61002 61003 61004] (61001 and 61002 not again)", a, ports)
 	}
 }
