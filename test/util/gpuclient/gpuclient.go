@@ -147,8 +147,7 @@ func (c *Client) Wait(t testing.TB) Result {
 		}
 	case <-time.After(3 * time.Minute):
 		_ = c.cmd.Process.Kill()
-		<-done
-		t.Fatalf("client did not end in 3 minutes; output:\n%s", c.out)
+		t.Fatalf("client did not end in 3 minutes (%v once killed); output:\n%s", <-done, c.out)
 	}
 	lines := strings.Split(strings.TrimSpace(c.out.String()), "\n")
 	var r Result
