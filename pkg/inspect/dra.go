@@ -2,6 +2,8 @@ package inspect
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,7 +108,6 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 		index int
 	}
 	devs := map[key]ref{}
-	unitBytes := map[string]int64{} // node -> bytes of its unit
 	for i := range slices {
 		s := &slices[i].Spec
 		if s.Driver != draDriver || s.NodeName == nil || s.Pool.Generation != newest[s.Pool.Name] {
@@ -123,10 +124,10 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 				continue
 			}
 			if n.Unit == "" {
-				n.Unit, unitBytes[n.Name] = unit, unitSize(unit)
+				n.Unit = unit
 			}
 			total := d.Capacity[draMemory].Value
-			c.Total = total.Value() / unitBytes[n.Name]
+			c.Total = total.Value() / unitSize(n.Unit)
 			n.Cards = append(n.Cards, c)
 			devs[key{s.Pool.Name, d.Name}] = ref{n.Name, c.Index}
 		}
@@ -163,7 +164,7 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 			c := card(at)
 			units := c.Total // no consumed capacity: the whole card
 			if q, ok := r.ConsumedCapacity[draMemory]; ok {
-				size := unitBytes[at.node]
+				size := unitSize(nodes[at.node].Unit)
 				units = (q.Value() + size - 1) / size
 			}
 			s := share
@@ -243,7 +244,7 @@ func mergeDRA(ctx context.Context, r *Report, dra map[string]*Node, shown map[st
 	for i := range r.Nodes {
 		at[r.Nodes[i].Name] = i
 	}
-	for _, name := range sortedKeys(dra) {
+	for _, name := range slices.Sorted(maps.Keys(dra)) {
 		if !shown[name] {
 			continue
 		}
@@ -259,13 +260,4 @@ func mergeDRA(ctx context.Context, r *Report, dra map[string]*Node, shown map[st
 	}
 	sort.Slice(r.Nodes, func(a, b int) bool { return r.Nodes[a].Name < r.Nodes[b].Name })
 	r.Totals = totals(r.Nodes)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -82,18 +82,7 @@ func start(t *testing.T, s setup) *env {
 // directory of its own, with a fake API holding the node and fake cards.
 func newEnv(t *testing.T, s setup) *env {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	dir := managerDir(t)
-	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
-		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
-		ListAfterAdmit:     s.listAfterAdmit,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Stop)
+	ctx, dir, host := startDeviceManager(t, s.listAfterAdmit)
 	devs, err := gpu.ParseFakeGPUs(s.fakeGPUs, nodeName)
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +92,26 @@ func newEnv(t *testing.T, s setup) *env {
 		e.podWatch = newPodWatch(t, e.client)
 	}
 	return e
+}
+
+// startDeviceManager starts kubelet's device manager and its
+// PodResources server on a directory of its own (managerDir), until the
+// test ends; ctx ends with the test too.
+func startDeviceManager(t *testing.T, listAfterAdmit bool) (ctx context.Context, dir string, host *devicehost.Host) {
+	t.Helper()
+	_, ctx = ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	dir = managerDir(t)
+	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
+		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
+		ListAfterAdmit:     listAfterAdmit,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(host.Stop)
+	return ctx, dir, host
 }
 
 // managerDir is t.TempDir for a directory kubelet's device manager writes

@@ -241,17 +241,7 @@ func realConfig(t *testing.T, n *gpu.NVML, dir string, c deviceplugin.Config) de
 // startRealPlugin starts kubelet's device manager and the plugin with c.
 func startRealPlugin(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplugin.Config) *realPlugin {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
-	dir := managerDir(t)
-	host, err := devicehost.Start(ctx, filepath.Join(dir, "device-plugins"), devicehost.Options{
-		PodResourcesSocket: filepath.Join(dir, "pod-resources", "kubelet.sock"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(host.Stop)
+	_, dir, host := startDeviceManager(t, false)
 	return startRealPluginOn(t, n, devs, c, dir, host, fake.NewClientset(util.MakeNode(nodeName).Obj()))
 }
 

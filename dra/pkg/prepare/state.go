@@ -239,23 +239,33 @@ type requestEdits struct {
 // order of each request's first result: the device plugin's environment
 // for the request's cards and their isolation.
 func (s *State) edits(ctx context.Context, devs []checkpoint.Device) ([]requestEdits, error) {
-	var order []string
-	byRequest := map[string][]checkpoint.Device{}
-	for _, d := range devs {
-		if _, ok := byRequest[d.Request]; !ok {
-			order = append(order, d.Request)
-		}
-		byRequest[d.Request] = append(byRequest[d.Request], d)
-	}
-	out := make([]requestEdits, 0, len(order))
-	for _, req := range order {
-		e, err := s.requestEdits(ctx, req, byRequest[req])
+	groups := byRequest(devs)
+	out := make([]requestEdits, 0, len(groups))
+	for _, g := range groups {
+		e, err := s.requestEdits(ctx, g[0].Request, g)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// byRequest groups devs by request, in the order of each request's first
+// result.
+func byRequest(devs []checkpoint.Device) [][]checkpoint.Device {
+	var out [][]checkpoint.Device
+	at := map[string]int{}
+	for _, d := range devs {
+		i, ok := at[d.Request]
+		if !ok {
+			i = len(out)
+			at[d.Request] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], d)
+	}
+	return out
 }
 
 // requestEdits builds the edits of one request whose results are devs.
@@ -345,20 +355,12 @@ func (s *State) retainLocked(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	var limits [][]isolation.Limit
 	var shares [][]isolation.Share
-	for _, uid := range sortedUIDs(s.checkpoint.Claims()) {
-		pc, _ := s.checkpoint.Get(uid)
-		var order []string
-		byRequest := map[string][]checkpoint.Device{}
-		for _, d := range pc.Devices {
-			if _, ok := byRequest[d.Request]; !ok {
-				order = append(order, d.Request)
-			}
-			byRequest[d.Request] = append(byRequest[d.Request], d)
-		}
-		for _, req := range order {
+	claims := s.checkpoint.Claims()
+	for _, uid := range sortedUIDs(claims) {
+		for _, g := range byRequest(claims[uid].Devices) {
 			var l []isolation.Limit
 			var sh []isolation.Share
-			for _, d := range byRequest[req] {
+			for _, d := range g {
 				l = append(l, isolation.Limit{Index: d.Index, MiB: d.MiB})
 				sh = append(sh, isolation.Share{UUID: d.UUID, MiB: d.MiB})
 			}
