@@ -130,8 +130,8 @@ func TestEveryCombinationRenders(t *testing.T) {
 			seen[key] = true
 		}
 	}
-	if got := len(names); got != 28 {
-		t.Errorf("%d combinations, want 28", got)
+	if got := len(names); got != 29 {
+		t.Errorf("%d combinations, want 29", got)
 	}
 }
 
@@ -340,6 +340,8 @@ func TestSchemaRefusesUnknownValues(t *testing.T) {
 		{"topology": "extenders"},
 		{"extender": map[string]any{"policy": "packing"}},
 		{"devicePlugin": map[string]any{"memoryUnit": "GB"}},
+		{"draDriver": map[string]any{"deviceOrder": "random"}},
+		{"draDriver": map[string]any{"enable": true}},
 	} {
 		if _, err := Render(c, values, nil); err == nil || !strings.Contains(err.Error(), "schema") {
 			t.Errorf("values %v: err = %v, want a schema error", values, err)

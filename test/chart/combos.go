@@ -19,7 +19,8 @@ type Combo struct {
 // Combos are every supported combination: topology × webhook (second
 // scheduler only) × certificates (Helm, cert-manager with the chart's CA,
 // cert-manager with the operator's issuer; only where there is TLS) ×
-// ServiceMonitor × admission policies. The defaults of each dimension come
+// ServiceMonitor × admission policies, and the extender topology with the
+// DRA driver beside the device plugin. The defaults of each dimension come
 // first, so the first combination is the chart's defaults.
 func Combos() []Combo {
 	type tls struct {
@@ -73,12 +74,20 @@ func Combos() []Combo {
 			}
 		}
 	}
+	out = append(out, Combo{
+		Name: "extender/helm-tls/dra-driver",
+		Values: map[string]any{
+			"topology":  "extender",
+			"draDriver": map[string]any{"enabled": true},
+		},
+	})
 	plain := map[string]string{
 		"second-scheduler/webhook/helm-tls":     "second-scheduler.yaml",
 		"second-scheduler/webhook/cert-manager": "second-scheduler-cert-manager.yaml",
 		"second-scheduler/no-webhook":           "second-scheduler-no-webhook.yaml",
 		"extender/helm-tls":                     "extender.yaml",
 		"extender/cert-manager":                 "extender-cert-manager.yaml",
+		"extender/helm-tls/dra-driver":          "extender-dra-driver.yaml",
 	}
 	for i := range out {
 		out[i].Plain = plain[out[i].Name]

@@ -5,6 +5,7 @@ installation per cluster. */}}
 {{- define "gpushare.schedulerName" -}}gpushare-scheduler{{- end }}
 {{- define "gpushare.pluginName" -}}gpushare-device-plugin{{- end }}
 {{- define "gpushare.mpsDaemonsName" -}}gpushare-mps-daemons{{- end }}
+{{- define "gpushare.draDriverName" -}}gpushare-dra-driver{{- end }}
 {{- define "gpushare.webhookName" -}}gpushare-scheduler-webhook{{- end }}
 
 {{- define "gpushare.extenderUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.extenderName" . }}{{- end }}
@@ -260,8 +261,8 @@ nodeSelector, or --all without one. */}}
 {{- if $sel }}-l {{ join "," $sel }}{{ else }}--all{{ end }}
 {{- end }}
 
-{{/* Whether the MPS daemons' DaemonSet runs: the plugin may choose mps
-(devicePlugin.isolation auto or mps). */}}
+{{/* Whether the MPS daemons' DaemonSet runs: the plugin or the DRA driver
+may choose mps (devicePlugin.isolation auto or mps). */}}
 {{- define "gpushare.mpsDaemons" -}}
-{{- if and .Values.devicePlugin.enabled (has .Values.devicePlugin.isolation (list "auto" "mps")) }}true{{ end -}}
+{{- if and (or .Values.devicePlugin.enabled .Values.draDriver.enabled) (has .Values.devicePlugin.isolation (list "auto" "mps")) }}true{{ end -}}
 {{- end }}

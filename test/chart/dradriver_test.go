@@ -1,0 +1,117 @@
+package chart
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestDRADriverOptIn: the DRA driver's objects render only with
+// draDriver.enabled; then the DaemonSet runs on the device plugin's nodes
+// that carry draDriver.nodeSelector's labels, the device plugin keeps off
+// them, the driver gets the device plugin's node settings and leaves mps
+// mode's daemons to their DaemonSet (which it needs on its nodes too),
+// and the DeviceClass selects the driver's devices.
+func TestDRADriverOptIn(t *testing.T) {
+	c := load(t)
+	off := objects(t, render(t, c, nil))
+	for _, kind := range []string{"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+		if find(off, kind, "gpushare-dra-driver") != nil {
+			t.Errorf("draDriver disabled (the default): %s gpushare-dra-driver rendered", kind)
+		}
+	}
+	if find(off, "DeviceClass", "gpu-mem.gpushare.io") != nil {
+		t.Error("draDriver disabled: DeviceClass rendered")
+	}
+	if aff := field(find(off, "DaemonSet", "gpushare-device-plugin"), "spec", "template", "spec", "affinity"); aff != nil {
+		t.Errorf("draDriver disabled: the device plugin has an affinity %v", aff)
+	}
+
+	objs := objects(t, render(t, c, map[string]any{
+		"draDriver":    map[string]any{"enabled": true, "deviceOrder": "smallest-first"},
+		"devicePlugin": map[string]any{"mpsRoot": "/run/mps", "isolation": "auto"},
+	}))
+	ds := find(objs, "DaemonSet", "gpushare-dra-driver")
+	if ds == nil {
+		t.Fatal("draDriver enabled: no DaemonSet gpushare-dra-driver")
+	}
+	pod := field(ds, "spec", "template", "spec")
+	ctr := field(pod, "containers").([]any)[0]
+	if diff := cmp.Diff(map[string]any{"gpushare": "true", "gpushare.io/device-mode": "dra"}, field(pod, "nodeSelector")); diff != "" {
+		t.Errorf("driver's nodeSelector (-want +got):\n%s", diff)
+	}
+	wantArgs := []any{"--memory-unit=GiB", "--device-order=smallest-first", "--health-check=true", "--kubelet-dir=/var/lib/kubelet",
+		"--isolation=auto", "--cdi-dir=/var/run/cdi", "--mps-root=/run/mps", "--mps-daemons=external", "-v=2"}
+	if diff := cmp.Diff(wantArgs, field(ctr, "args")); diff != "" {
+		t.Errorf("driver's args (-want +got):\n%s", diff)
+	}
+	mounts := map[string]string{}
+	volumes := map[string]any{}
+	for _, v := range field(pod, "volumes").([]any) {
+		volumes[field(v, "name").(string)] = field(v, "hostPath", "path")
+	}
+	for _, m := range field(ctr, "volumeMounts").([]any) {
+		mounts[field(m, "mountPath").(string)], _ = volumes[field(m, "name").(string)].(string)
+	}
+	wantMounts := map[string]string{
+		"/var/lib/kubelet/plugins/gpu.gpushare.io": "/var/lib/kubelet/plugins/gpu.gpushare.io",
+		"/var/lib/kubelet/plugins_registry":        "/var/lib/kubelet/plugins_registry",
+		"/var/run/cdi":                             "/var/run/cdi",
+		"/run/mps":                                 "/run/mps",
+		"/dev/shm":                                 "/run/mps/shm",
+	}
+	if diff := cmp.Diff(wantMounts, mounts); diff != "" {
+		t.Errorf("driver's mounts, container path -> host path (-want +got):\n%s", diff)
+	}
+	wantAffinity := map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+		"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{map[string]any{"key": "gpushare.io/device-mode", "operator": "NotIn", "values": []any{"dra"}}}}},
+	}}}
+	if diff := cmp.Diff(wantAffinity, field(find(objs, "DaemonSet", "gpushare-device-plugin"), "spec", "template", "spec", "affinity")); diff != "" {
+		t.Errorf("device plugin's affinity with the driver enabled (-want +got):\n%s", diff)
+	}
+	mps := find(objs, "DaemonSet", "gpushare-mps-daemons")
+	if mps == nil || field(mps, "spec", "template", "spec", "affinity") != nil {
+		t.Errorf("mps-daemons DaemonSet %v: want it rendered, on the driver's nodes too (no affinity)", mps)
+	}
+	wantClass := map[string]any{"selectors": []any{map[string]any{"cel": map[string]any{"expression": `device.driver == "gpu.gpushare.io"`}}}}
+	if diff := cmp.Diff(wantClass, field(find(objs, "DeviceClass", "gpu-mem.gpushare.io"), "spec")); diff != "" {
+		t.Errorf("DeviceClass spec (-want +got):\n%s", diff)
+	}
+
+	// Without mps, the driver runs no MPS daemons and is not told to
+	// leave them elsewhere; with the device plugin off it still gets them.
+	noMPS := objects(t, render(t, c, map[string]any{"draDriver": map[string]any{"enabled": true}, "devicePlugin": map[string]any{"isolation": "driver"}}))
+	for _, a := range field(field(find(noMPS, "DaemonSet", "gpushare-dra-driver"), "spec", "template", "spec", "containers").([]any)[0], "args").([]any) {
+		if a == "--mps-daemons=external" {
+			t.Error("isolation driver: the driver is told its MPS daemons run elsewhere")
+		}
+	}
+	alone := objects(t, render(t, c, map[string]any{"draDriver": map[string]any{"enabled": true}, "devicePlugin": map[string]any{"enabled": false}}))
+	if find(alone, "DaemonSet", "gpushare-mps-daemons") == nil || find(alone, "DaemonSet", "gpushare-device-plugin") != nil {
+		t.Error("driver without the device plugin: want the mps-daemons DaemonSet and no device plugin")
+	}
+}
+
+// TestDRADriverRBAC: the driver's ClusterRole grants exactly what kubelet's
+// plugin library calls for it (k8s.io/dynamic-resource-allocation v0.37:
+// the ResourceSlice controller lists, watches, creates, updates and
+// deletes the node's slices and reads the Node it owns them by; Prepare
+// reads each claim).
+func TestDRADriverRBAC(t *testing.T) {
+	objs := objects(t, render(t, load(t), map[string]any{"draDriver": map[string]any{"enabled": true}}))
+	want := []any{
+		map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceslices"}, "verbs": []any{"list", "watch", "create", "update", "delete"}},
+		map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims"}, "verbs": []any{"get"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"nodes"}, "verbs": []any{"get"}},
+	}
+	if diff := cmp.Diff(want, field(find(objs, "ClusterRole", "gpushare-dra-driver"), "rules")); diff != "" {
+		t.Errorf("driver's rules (-want +got):\n%s", diff)
+	}
+	b := find(objs, "ClusterRoleBinding", "gpushare-dra-driver")
+	if diff := cmp.Diff([]any{map[string]any{"kind": "ServiceAccount", "name": "gpushare-dra-driver", "namespace": "kube-system"}}, field(b, "subjects")); diff != "" {
+		t.Errorf("binding's subjects (-want +got):\n%s", diff)
+	}
+	if got := field(find(objs, "DaemonSet", "gpushare-dra-driver"), "spec", "template", "spec", "serviceAccountName"); got != "gpushare-dra-driver" {
+		t.Errorf("driver's serviceAccountName %v", got)
+	}
+}
