@@ -38,8 +38,8 @@ func (e *BuildError) Error() string {
 func (e *BuildError) Unwrap() error { return e.Err }
 
 // Build builds the control plane once (framework.EnsureBinaries, cached in
-// ~/.cache/gpushare) and our four binaries into binDir with the Makefile's
-// version flags; Go's build cache makes a rebuild with no change take well
+// ~/.cache/gpushare) and our four binaries into binDir, stamped with the
+// Makefile's version; Go's build cache makes a rebuild with no change take well
 // under a second each. Progress goes to progress.
 func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, error) {
 	root, err := framework.RepoRoot()
@@ -61,16 +61,30 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 		return Binaries{}, fmt.Errorf("resolving %s: %w", binDir, err)
 	}
 	b := binariesIn(cp, binDir)
-	ldflags := "-X github.com/gpushare/gpushare/pkg/version.Version=" + gitVersion(ctx, root)
-	for _, t := range []struct{ out, dir, pkg string }{
-		{b.Extender, root, "./extender"},
-		{b.DevicePlugin, root, "./deviceplugin"},
-		{b.Inspect, root, "./kubectl-inspect-gpushare"},
-		{b.NodeAgent, filepath.Join(root, "test", "kubelet"), "./cmd/nodeagent"},
-	} {
+	version := gitVersion(ctx, root)
+	// Ours are built with the flags their images are built with
+	// (imagebuild.Recipe's GoArgs and GoEnv: -trimpath, cgo only for the
+	// device plugin), so a cold make test compiles their dependencies once
+	// for both, not twice. A flag that drifts costs time, not correctness.
+	ld := "-X github.com/gpushare/gpushare/pkg/version.Version=" + version
+	image := func(pkg, out string, cgo bool) target {
+		env := []string{"CGO_ENABLED=0"}
+		if cgo {
+			env = []string{"CGO_ENABLED=1"}
+		}
+		return target{out: out, dir: root, env: env, args: []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", ld, "-o", out, pkg}}
+	}
+	targets := []target{
+		image("./extender", b.Extender, false),
+		image("./deviceplugin", b.DevicePlugin, true),
+		image("./kubectl-inspect-gpushare", b.Inspect, false),
+		{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"), args: []string{"build", "-ldflags", ld, "-o", b.NodeAgent, "./cmd/nodeagent"}},
+	}
+	for _, t := range targets {
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "build", "-ldflags", ldflags, "-o", t.out, t.pkg)
+		cmd := exec.CommandContext(ctx, "go", t.args...)
 		cmd.Dir = t.dir
+		cmd.Env = append(os.Environ(), t.env...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
@@ -79,6 +93,14 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 		fmt.Fprintf(progress, "built %s in %.1fs\n", relTo(root, t.out), time.Since(start).Seconds())
 	}
 	return b, nil
+}
+
+// target is one go build: its output, directory, arguments and the
+// environment it adds.
+type target struct {
+	out, dir string
+	args     []string
+	env      []string
 }
 
 // gitVersion is the Makefile's VERSION: git describe, or "dev".
