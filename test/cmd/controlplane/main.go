@@ -18,6 +18,10 @@ const usage = `usage: go run ./test/cmd/controlplane <command> [flags]
 Commands:
   build   build etcd %[2]s, kube-apiserver, kube-scheduler and kubectl %[1]s
           into the cache if missing, and print the cache directory
+  build-node
+          build a real node's kubelet, kube-proxy and kube-controller-manager
+          %[1]s and containerd %[4]s into the cache if missing, and print
+          the cache directory (the real-node tests' binaries)
   build-dra
           build kube-apiserver, kube-scheduler and kube-controller-manager
           %[3]s for the DRA driver's tests into their cache if missing, and
@@ -36,7 +40,7 @@ func main() {
 	noScheduler := upFlags.Bool("no-scheduler", false, "start only etcd and kube-apiserver")
 	dir := upFlags.String("dir", "", "directory for PKI, kubeconfigs, etcd data and logs (default: a new temporary directory)")
 	printUsage := func() {
-		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion, framework.KubernetesVersionDRA)
+		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion, framework.KubernetesVersionDRA, framework.ContainerdVersion)
 		upFlags.PrintDefaults()
 	}
 	upFlags.Usage = printUsage
@@ -61,6 +65,15 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		}
 		// kubectl, for the tests that run the docs' commands.
 		if _, err := framework.EnsureKubectl(ctx); err != nil {
+			return fail(err)
+		}
+		fmt.Println(bins.Dir)
+	case "build-node":
+		bins, err := framework.EnsureNodeBinaries(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		if _, err := framework.EnsureContainerdBinaries(ctx); err != nil {
 			return fail(err)
 		}
 		fmt.Println(bins.Dir)

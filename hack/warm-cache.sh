@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Builds ahead what make test's later steps compile, while the root module's
+# tests run: most of those wait on a real control plane and leave a core idle
+# for minutes (measured: 35-40% CPU busy on 2 cores during test/integration).
+# make test runs this at nice 19, so a test never waits for it, and waits for
+# it before the next module's tests, so nothing is compiled twice at once.
+#
+# Nothing here is needed for correctness: every later step builds what it
+# misses and reports its own errors, so a failed step here only says so.
+#
+# What it warms, in the order make test needs it:
+#   - Go's build cache, -race, with the non-test dependencies of every test
+#     package of test/kubelet, test/chart and dra (go build of packages, no
+#     link: nothing is written but the cache);
+#   - as root (the real-node tests skip otherwise): the real node's kubelet,
+#     kube-proxy, kube-controller-manager and containerd 2 in the
+#     control-plane cache (~/.cache/gpushare).
+set -u
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+
+status=0
+step() {
+	local start=$SECONDS
+	if "$@"; then
+		echo "warm-cache: $* took $((SECONDS - start))s"
+	else
+		echo "warm-cache: $* failed after $((SECONDS - start))s (the step that needs it builds it again and reports why)"
+		status=1
+	fi
+}
+
+# deps_race DIR: compiles, with -race, every non-standard package that the
+# test packages of the module in DIR import, themselves excluded (a test
+# variant is compiled with its tests) and commands excluded (go build would
+# link them).
+deps_race() {
+	(
+		cd "$1" || exit 1
+		pkgs=$($GO list -deps -test -f '{{if and (not .Standard) (ne .Name "main") (not .ForTest)}}{{.ImportPath}}{{end}}' ./...) || exit 1
+		# shellcheck disable=SC2086 # one argument per package
+		$GO build -race $pkgs
+	)
+}
+
+step deps_race test/kubelet
+step deps_race test/chart
+if [ "$(id -u)" = 0 ]; then
+	step $GO run ./test/cmd/controlplane build-node
+fi
+step deps_race dra
+exit $status
