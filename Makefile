@@ -33,7 +33,7 @@ IMAGE_PREFIX  ?=
 REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 .PHONY: images
-images: ## Build the three images as NAME:VERSION: docker (with a daemon), podman or buildah with build/*.Dockerfile, else the Go-native builder into _output/images/ (IMAGE_BUILDER=auto|docker|podman|buildah|go, IMAGE_PREFIX=registry/org/).
+images: ## Build the four images (extender, device plugin, kubectl plugin, DRA driver) as NAME:VERSION: docker (with a daemon), podman or buildah with build/*.Dockerfile, else the Go-native builder into _output/images/ (IMAGE_BUILDER=auto|docker|podman|buildah|go, IMAGE_PREFIX=registry/org/).
 	$(GO) run ./hack/ocibuild --builder=$(IMAGE_BUILDER) --version=$(VERSION) --revision=$(REVISION) --prefix=$(IMAGE_PREFIX) --out=_output/images
 
 # --- releases (issue 24) ---
@@ -41,7 +41,7 @@ RELEASE_DIR ?= _output/release
 PLATFORMS   ?= linux/amd64,linux/arm64
 
 .PHONY: release
-release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart package, binaries for PLATFORMS (linux/amd64,linux/arm64; the device plugin needs a C cross compiler for the other one), the kubectl plugin's archives and krew manifest, the three image archives (this host's platform) and SHA256SUMS.
+release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart package, binaries for PLATFORMS (linux/amd64,linux/arm64; the device plugin and the DRA driver need a C cross compiler for the other one), the kubectl plugin's archives and krew manifest, the four image archives (this host's platform) and SHA256SUMS.
 	rm -rf $(RELEASE_DIR)
 	cd test/chart && $(GO) run ./cmd/packagechart --version=$(VERSION) --out=$(CURDIR)/$(RELEASE_DIR)
 	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)

@@ -1,5 +1,5 @@
 // Command release writes a gpushare release into a directory: binaries for
-// each platform, the kubectl plugin's archives and krew manifest, the three
+// each platform, the kubectl plugin's archives and krew manifest, the four
 // image archives and SHA256SUMS. `make release VERSION=v0.x.y` runs it,
 // after packaging the chart into the same directory.
 package main

@@ -248,7 +248,7 @@ func GoBuild(ctx context.Context, run Runner, goCmd, dir string, r Recipe, versi
 	if goCmd == "" {
 		goCmd = "go"
 	}
-	c := Command{Dir: dir, Env: r.GoEnv(), Name: goCmd, Args: r.GoArgs(version, out)}
+	c := Command{Dir: r.Dir(dir), Env: r.GoEnv(), Name: goCmd, Args: r.GoArgs(version, out)}
 	if err := run.Run(ctx, c, stderr, stderr); err != nil {
 		return "", fmt.Errorf("building %s (%s): %w", r.Name, c, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -216,6 +217,11 @@ func TestDockerfilesAgree(t *testing.T) {
 			}
 			if diff := cmp.Diff(r.GoArgs(version, "/out/"+r.Name), words[goAt+1:]); diff != "" {
 				t.Errorf("go build arguments (-recipe +Dockerfile):\n%s", diff)
+			}
+
+			// go build runs in the recipe's module, as GoBuild runs it.
+			if wd, _ := build.last("WORKDIR"); wd.args != path.Join("/src", r.Module) {
+				t.Errorf("the build stage's WORKDIR %q, want %q (the module of %s)", wd.args, path.Join("/src", r.Module), r.Package)
 			}
 
 			copies := final.all("COPY")

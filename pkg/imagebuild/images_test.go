@@ -37,14 +37,16 @@ const (
 // The requirements, stated apart from the recipes they check.
 var (
 	// wantUser: the extender and the kubectl plugin run as a non-root UID;
-	// the device plugin needs root.
+	// the device plugin and the DRA driver need root.
 	wantUser = map[string]string{
+		"gpushare-dra-driver":         "0:0",
 		"gpushare-scheduler-extender": "65532:65532",
 		"kubectl-inspect-gpushare":    "65532:65532",
 		"gpushare-device-plugin":      "0:0",
 	}
 	// wantVersionLine is what each binary prints for --version.
 	wantVersionLine = map[string]string{
+		"gpushare-dra-driver":         testVersion,
 		"gpushare-scheduler-extender": testVersion,
 		"kubectl-inspect-gpushare":    "kubectl inspect gpushare version " + testVersion,
 		"gpushare-device-plugin":      testVersion,
@@ -120,7 +122,7 @@ func binaries(t *testing.T) map[string]string {
 	return bins
 }
 
-// TestImages builds the three images with the Go-native builder, reads
+// TestImages builds the four images with the Go-native builder, reads
 // them back (Read verifies every digest) and checks what a runtime would
 // use: the platform, user, entrypoint, environment and labels; that the
 // entrypoint is an executable file of the image; and that the image runs

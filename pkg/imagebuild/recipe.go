@@ -3,8 +3,8 @@ package imagebuild
 import (
 	"fmt"
 	"path"
+	"path/filepath"
 	"regexp"
-	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -35,7 +35,11 @@ const (
 type Recipe struct {
 	// Name names the binary and the image (before the prefix and tag).
 	Name string
-	// Package is the Go main package, relative to the repository root.
+	// Module is the directory of the Go module that holds Package,
+	// relative to the repository root; empty: the root module. go build
+	// runs there.
+	Module string
+	// Package is the Go main package, relative to Module.
 	Package string
 	// Description is the org.opencontainers.image.description label.
 	Description string
@@ -49,7 +53,8 @@ type Recipe struct {
 	Env []string
 }
 
-// Recipes are the three images, in `make build` order.
+// Recipes are the four images: the three of `make build`, in its order,
+// then the DRA driver, which lives in its own module (dra/).
 func Recipes() []Recipe {
 	return []Recipe{
 		{
@@ -78,8 +83,24 @@ func Recipes() []Recipe {
 			// explicitly.
 			Env: []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
 		},
+		{
+			Name:        "gpushare-dra-driver",
+			Module:      "dra",
+			Package:     "./cmd/gpushare-dra-driver",
+			Description: "gpushare DRA driver: publishes GPUs with consumable memory capacity and prepares the claims allocated on them",
+			// As the device plugin: NVML through cgo; root for kubelet's
+			// plugin registry and CDI directory; the driver's libraries,
+			// MPS programs and every card from the NVIDIA runtime.
+			CGO:  true,
+			User: RootUser,
+			Env:  []string{"NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+		},
 	}
 }
+
+// Dir is the directory go build runs in: Module under the repository
+// root.
+func (r Recipe) Dir(root string) string { return filepath.Join(root, filepath.FromSlash(r.Module)) }
 
 // Binary is the binary's path in the image.
 func (r Recipe) Binary() string { return path.Join(BinDir, r.Name) }
@@ -88,9 +109,10 @@ func (r Recipe) Binary() string { return path.Join(BinDir, r.Name) }
 // have no shell).
 func (r Recipe) Entrypoint() []string { return []string{r.Binary()} }
 
-// Dockerfile is the recipe's Dockerfile, relative to the repository root.
+// Dockerfile is the recipe's Dockerfile, relative to the repository root:
+// build/<the package's last element>.Dockerfile.
 func (r Recipe) Dockerfile() string {
-	return "build/" + strings.TrimPrefix(r.Package, "./") + ".Dockerfile"
+	return "build/" + path.Base(r.Package) + ".Dockerfile"
 }
 
 // Labels are the image's OCI labels.

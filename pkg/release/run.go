@@ -41,7 +41,7 @@ type Config struct {
 }
 
 // Run writes the release's binaries, the kubectl plugin's archives and
-// krew manifest, the three images (for the build host's platform: the
+// krew manifest, the four images (for the build host's platform: the
 // Go-native builder), and SHA256SUMS into cfg.Out.
 func Run(ctx context.Context, cfg Config) error {
 	if _, err := version.Chart(cfg.Version); err != nil {
@@ -111,7 +111,7 @@ func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platfo
 			env = append(env, "CC="+cc)
 		}
 	}
-	c := imagebuild.Command{Dir: cfg.Dir, Env: env, Name: cfg.Go, Args: r.GoArgs(cfg.Version, out)}
+	c := imagebuild.Command{Dir: r.Dir(cfg.Dir), Env: env, Name: cfg.Go, Args: r.GoArgs(cfg.Version, out)}
 	if err := cfg.Runner.Run(ctx, c, cfg.Stderr, cfg.Stderr); err != nil {
 		return "", fmt.Errorf("building %s for %s (%s): %w", r.Name, p, c, err)
 	}
@@ -163,7 +163,7 @@ func (cfg Config) pluginArchive(bin string, p Platform) (KrewArchive, error) {
 	return KrewArchive{Platform: p, Name: name, SHA256: sum}, nil
 }
 
-// images builds the three images for the host with the Go-native builder
+// images builds the four images for the host with the Go-native builder
 // and keeps their archives under release names.
 func (cfg Config) images(ctx context.Context, host Platform) error {
 	work := filepath.Join(cfg.Out, ".images")

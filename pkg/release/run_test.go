@@ -24,9 +24,10 @@ import (
 // environment it was asked to build with; LookPath finds only the
 // compilers in cc.
 type fakeGo struct {
-	program string          // a static executable
-	cc      map[string]bool // cross compilers on PATH
-	builds  []string        // "GOOS/GOARCH CGO_ENABLED CC PKG", one per build
+	program string            // a static executable
+	cc      map[string]bool   // cross compilers on PATH
+	builds  []string          // "GOOS/GOARCH CGO_ENABLED CC PKG", one per build
+	dirs    map[string]string // PKG -> the directory go build ran in
 }
 
 var _ imagebuild.Runner = (*fakeGo)(nil)
@@ -49,6 +50,10 @@ func (f *fakeGo) Run(_ context.Context, c imagebuild.Command, _, _ io.Writer) er
 		env[k] = v
 	}
 	f.builds = append(f.builds, fmt.Sprintf("%s/%s cgo=%s cc=%s %s", env["GOOS"], env["GOARCH"], env["CGO_ENABLED"], env["CC"], c.Args[len(c.Args)-1]))
+	if f.dirs == nil {
+		f.dirs = map[string]string{}
+	}
+	f.dirs[c.Args[len(c.Args)-1]] = c.Dir
 	data, err := os.ReadFile(f.program)
 	if err != nil {
 		return err
@@ -79,8 +84,8 @@ func staticProgram(t *testing.T) string {
 // TestRun runs the whole release with a fake go: every file is there
 // under its release name, the krew manifest names the archives with their
 // digests, SHA256SUMS covers everything (the chart package included), and
-// the device plugin for another architecture is built with that
-// architecture's C compiler.
+// the device plugin and the DRA driver (in its own module) for another
+// architecture are built with that architecture's C compiler.
 func TestRun(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the Go-native image builder runs on Linux only")
@@ -113,7 +118,7 @@ func TestRun(t *testing.T) {
 	}
 
 	var want []string
-	for _, name := range []string{"gpushare-scheduler-extender", "kubectl-inspect-gpushare", "gpushare-device-plugin"} {
+	for _, name := range []string{"gpushare-scheduler-extender", "kubectl-inspect-gpushare", "gpushare-device-plugin", "gpushare-dra-driver"} {
 		for _, p := range cfg.Platforms {
 			want = append(want, BinaryName(name, "v0.1.0", p))
 		}
@@ -160,9 +165,15 @@ func TestRun(t *testing.T) {
 			t.Errorf("krew sha256 %s of %s is not SHA256SUMS's", p.SHA256, name)
 		}
 	}
-	wantCross := fmt.Sprintf("%s cgo=1 cc=%s ./deviceplugin", other, cc)
-	if !slices.Contains(fake.builds, wantCross) {
-		t.Errorf("builds %q: none is %q", fake.builds, wantCross)
+	for _, pkg := range []string{"./deviceplugin", "./cmd/gpushare-dra-driver"} {
+		wantCross := fmt.Sprintf("%s cgo=1 cc=%s %s", other, cc, pkg)
+		if !slices.Contains(fake.builds, wantCross) {
+			t.Errorf("builds %q: none is %q", fake.builds, wantCross)
+		}
+	}
+	// The DRA driver is its own module: go build runs in dra/.
+	if got, want := fake.dirs["./cmd/gpushare-dra-driver"], filepath.Join(repo, "dra"); got != want {
+		t.Errorf("the DRA driver was built in %q, want %q", got, want)
 	}
 
 	// Without the cross compiler the release stops before building
