@@ -33,11 +33,11 @@ step() {
 # deps_race DIR: compiles, with -race, every non-standard package that the
 # test packages of the module in DIR import, themselves excluded (a test
 # variant is compiled with its tests) and commands excluded (go build would
-# link them).
+# link them) and test-only packages excluded (go build refuses them).
 deps_race() {
 	(
 		cd "$1" || exit 1
-		pkgs=$($GO list -deps -test -f '{{if and (not .Standard) (ne .Name "main") (not .ForTest)}}{{.ImportPath}}{{end}}' ./...) || exit 1
+		pkgs=$($GO list -deps -test -f '{{if and (not .Standard) (ne .Name "main") (not .ForTest) (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}' ./...) || exit 1
 		# shellcheck disable=SC2086 # one argument per package
 		$GO build -race $pkgs
 	)
