@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -92,46 +91,4 @@ func serve(ctx context.Context, o options) error {
 			}
 		}
 	}
-}
-
-// record is one line of the PID files.
-type record struct {
-	pid  int
-	exe  string
-	name string
-}
-
-// readRecords parses "PID EXE [NAME]" lines; a missing file is no records.
-func readRecords(path string) ([]record, error) {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	var out []record
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		pid, err := strconv.Atoi(f[0])
-		if err != nil || pid <= 1 {
-			return nil, fmt.Errorf("%s: bad line %q", path, line)
-		}
-		r := record{pid: pid, exe: f[1], name: filepath.Base(f[1])}
-		if len(f) > 2 {
-			r.name = f[2]
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// alive reports whether r's PID runs r's executable (so a reused PID is
-// never taken for ours).
-func (r record) alive() bool {
-	argv, err := cluster.Cmdline(r.pid)
-	return err == nil && argv[0] == r.exe
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
@@ -70,42 +69,12 @@ func startSupervisor(ctx context.Context, o options) error {
 }
 
 // down stops the supervisor, which stops the cluster, then anything of the
-// PID files still running (after a crash of the supervisor). It signals
-// only processes whose /proc/PID/cmdline is the recorded executable.
+// PID files still running (after a crash of the supervisor); see
+// supervisor.Down.
 func down(o options) error {
-	stopped := 0
-	if pid, ok := supervisor.Running(o.files()); ok {
-		fmt.Printf("stopping the demo supervisor (pid %d), which stops the cluster\n", pid)
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-			return fmt.Errorf("signalling pid %d: %w", pid, err)
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			if _, ok := supervisor.Running(o.files()); !ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the supervisor (pid %d) is still running after 60s; see %s", pid, o.path(supervisorLog))
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		stopped++
-	}
-	recs, err := readRecords(o.path(processesFile))
+	stopped, err := supervisor.Down(o.files(), processesFile, os.Stdout)
 	if err != nil {
 		return err
-	}
-	for _, r := range recs {
-		if !r.alive() {
-			continue
-		}
-		fmt.Printf("stopping %s (pid %d)\n", r.name, r.pid)
-		_ = syscall.Kill(r.pid, syscall.SIGTERM)
-		if !waitGone(r, 10*time.Second) {
-			_ = syscall.Kill(r.pid, syscall.SIGKILL)
-			waitGone(r, 5*time.Second)
-		}
-		stopped++
 	}
 	for _, f := range []string{supervisorPIDFile, processesFile, readyFile} {
 		_ = os.Remove(o.path(f))
@@ -116,16 +85,4 @@ func down(o options) error {
 	}
 	fmt.Printf("demo stopped (logs kept in %s)\n", o.dir)
 	return nil
-}
-
-// waitGone waits until r no longer runs r's executable.
-func waitGone(r record, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for r.alive() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return true
 }
