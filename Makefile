@@ -70,6 +70,16 @@ controlplane-dra: ## Build kube-apiserver, kube-scheduler and kube-controller-ma
 	$(GO) run ./test/cmd/controlplane build
 	$(GO) run ./test/cmd/controlplane build-dra
 
+.PHONY: dra-demo
+dra-demo: ## Run the DRA driver locally: a Kubernetes 1.37 control plane (built once, ~15 min cold), the driver on a simulated 16 GiB card, claims of 4+8+4 GiB sharing it and one that waits; prints inspect and KUBECONFIG=, stays up (make dra-demo-down).
+	cd dra && $(GO) build -o ../bin/gpushare-dra-demo ./test/cmd/drademo
+	bin/gpushare-dra-demo up
+
+.PHONY: dra-demo-down
+dra-demo-down: ## Stop exactly the processes make dra-demo started (PID files under _output/dra-demo).
+	cd dra && $(GO) build -o ../bin/gpushare-dra-demo ./test/cmd/drademo
+	bin/gpushare-dra-demo down
+
 .PHONY: test-dra
 test-dra: controlplane-dra ## Run the DRA driver's tests with -race, its integration tests against a real Kubernetes 1.37 control plane included (kept out of make test: a cold 1.37 build adds ~15 min).
 	cd dra && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
