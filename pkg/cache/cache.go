@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"runtime"
 	"sync"
@@ -67,8 +68,15 @@ type Cache struct {
 	// (assumed by our bind or seen bound), once each; pending pods teach
 	// it nothing.
 	workload *allocator.Workload
-	// observed: UIDs of pods already fed to workload; entries leave on delete.
-	observed map[types.UID]struct{}
+	// observed: the pods already fed to workload, by observedKey; entries
+	// leave on delete. A 64-bit hash of the UID rather than the UID: 8
+	// bytes a pod, not a 16-byte string header, and the set is never
+	// listed. Two pods of a cluster share a key with odds of about
+	// pods²/2⁶⁵ (4·10⁻¹⁰ at 120,000 pods), which would leave one pod out
+	// of the workload's statistics, nothing more.
+	observed map[uint64]struct{}
+	// observedSeed seeds observedKey; immutable.
+	observedSeed maphash.Seed
 	// hosts: pod UID -> the node whose CPU and memory the pod holds: every
 	// pod bound to a node and not finished, GPU or not, and every assumed
 	// allocation. Each node's reqMilliCPU and reqMemMiB sum its entries.
@@ -153,9 +161,13 @@ type nodeState struct {
 	hostPods               int
 }
 
-// hostUse is the CPU (millicores) and memory (MiB) a pod holds on a node.
+// hostUse is the CPU (millicores) and memory (MiB) a pod holds on a node,
+// one per bound pod: 32 bytes, the node by its state rather than its name
+// (16). The state stays in Cache.nodes while a hostUse names it (DeleteNode
+// keeps a node with hostPods as a placeholder), so the pointer never goes
+// stale.
 type hostUse struct {
-	node             string
+	ns               *nodeState
 	milliCPU, memMiB int64
 	// assumed: held for an assumed allocation (the pod is not bound yet);
 	// released with it.
@@ -175,8 +187,8 @@ type podState struct {
 	// be made for a pod the informer never delivers (created, bound through
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
-	// (Beside ours and legacyIndex: the three take 8 bytes, and the entry
-	// 224 rather than 240; there is one per pod.)
+	// (Beside ours and legacyIndex: the three take 8 bytes. The entry is
+	// 176 bytes, one per pod: keep what few entries need in rare.)
 	confirmed bool
 	// legacyIndex: see claim.
 	legacyIndex int32
@@ -188,12 +200,8 @@ type podState struct {
 	// absent or unparsable, claimErr then says why it did not parse),
 	// demand its request, legacyIndex its ALIYUN_COM_GPU_MEM_IDX (-1 when
 	// absent). Unset for our own entries.
-	claim    *gpushare.Allocation
-	claimErr string
-	demand   gpushare.Demand
-	// ignored says why claim is not charged ("" when it is, or there is
-	// none); the pod is then charged by its request, as if unannotated.
-	ignored string
+	claim  *gpushare.Allocation
+	demand gpushare.Demand
 	// perCard: card index -> units held.
 	perCard cardUnits
 	// unattributed: units held on the node on unknown cards.
@@ -201,9 +209,65 @@ type podState struct {
 	// deadline: an assumed allocation is released when it passes, and so
 	// is a bound one the informer never confirmed (see confirmed).
 	deadline time.Time
+	// rare holds what few entries have; nil when none of it is set.
+	rare *podRare
+}
+
+// podRare is the part of a podState that few pods have: 8 bytes a pod
+// (podState.rare) rather than 56.
+type podRare struct {
+	// claimErr says why the pod's allocation annotation did not parse.
+	claimErr string
+	// ignored says why claim is not charged ("" when it is, or there is
+	// none); the pod is then charged by its request, as if unannotated.
+	ignored string
 	// victims: for a StateReserved entry (preempt.go), the UIDs of the
 	// pods evicted for it, which later preemptions count as gone.
 	victims []types.UID
+}
+
+// newPodRare returns a podRare holding claimErr and victims, nil when both
+// are empty.
+func newPodRare(claimErr string, victims []types.UID) *podRare {
+	if claimErr == "" && len(victims) == 0 {
+		return nil
+	}
+	return &podRare{claimErr: claimErr, victims: victims}
+}
+
+func (ps *podState) claimErr() string {
+	if ps.rare == nil {
+		return ""
+	}
+	return ps.rare.claimErr
+}
+
+func (ps *podState) ignored() string {
+	if ps.rare == nil {
+		return ""
+	}
+	return ps.rare.ignored
+}
+
+func (ps *podState) victims() []types.UID {
+	if ps.rare == nil {
+		return nil
+	}
+	return ps.rare.victims
+}
+
+// setIgnored records why ps's claim is not charged ("": it is), keeping
+// rare nil when it then holds nothing.
+func (ps *podState) setIgnored(reason string) {
+	switch {
+	case ps.rare != nil:
+		ps.rare.ignored = reason
+		if ps.rare.claimErr == "" && ps.rare.ignored == "" && len(ps.rare.victims) == 0 {
+			ps.rare = nil
+		}
+	case reason != "":
+		ps.rare = &podRare{ignored: reason}
+	}
 }
 
 // ignoredPod is a pending pod whose allocation annotation is ignored.
@@ -232,7 +296,8 @@ func New(cfg Config) (*Cache, error) {
 		nodes:          map[string]*nodeState{},
 		pods:           map[types.UID]*podState{},
 		workload:       allocator.NewWorkload(),
-		observed:       map[types.UID]struct{}{},
+		observed:       map[uint64]struct{}{},
+		observedSeed:   maphash.MakeSeed(),
 		hosts:          map[types.UID]hostUse{},
 		holes:          allocator.NewHoles(),
 		pendingIgnored: map[types.UID]ignoredPod{},
@@ -304,10 +369,10 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 	for uid := range ns.pods {
 		ps := c.pods[uid]
 		if !ps.ours {
-			was := ps.ignored
+			was := ps.ignored()
 			ns.resolve(ps)
-			if ps.ignored != "" && ps.ignored != was {
-				newly = append(newly, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: ps.ignored})
+			if now := ps.ignored(); now != "" && now != was {
+				newly = append(newly, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: now})
 			}
 		}
 		ns.charge(ps, 1)
@@ -390,9 +455,12 @@ func (c *Cache) rescanMax() {
 	}
 }
 
-// setHost records what uid holds on h.node, replacing what it held. The
-// caller holds c.mu.
-func (c *Cache) setHost(uid types.UID, h hostUse) {
+// setHost records that uid holds milliCPU and memMiB on node (assumed:
+// for an assumed allocation), replacing what it held. The caller holds
+// c.mu.
+func (c *Cache) setHost(uid types.UID, node string, milliCPU, memMiB int64, assumed bool) {
+	ns := c.nodeState(node)
+	h := hostUse{ns: ns, milliCPU: milliCPU, memMiB: memMiB, assumed: assumed}
 	if old, ok := c.hosts[uid]; ok {
 		if old == h {
 			return
@@ -400,7 +468,6 @@ func (c *Cache) setHost(uid types.UID, h hostUse) {
 		c.dropHost(uid)
 	}
 	c.hosts[uid] = h
-	ns := c.nodeState(h.node)
 	c.touch(ns)
 	c.addHost(ns, -1)
 	ns.reqMilliCPU += h.milliCPU
@@ -427,16 +494,20 @@ func (c *Cache) observeCPUOnly(pod *PodInfo) {
 	if pod.Demand != nil || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		return
 	}
-	if _, seen := c.observed[pod.UID]; seen {
+	key := c.observedKey(pod.UID)
+	if _, seen := c.observed[key]; seen {
 		return
 	}
 	if ns, ok := c.nodes[pod.NodeName]; !ok || len(ns.node.Cards) == 0 {
 		return
 	}
-	c.observed[pod.UID] = struct{}{}
+	c.observed[key] = struct{}{}
 	c.workload.ObserveCPUOnly(pod.MilliCPU)
 	c.workloadDirty = true
 }
+
+// observedKey is uid's key in c.observed.
+func (c *Cache) observedKey(uid types.UID) uint64 { return maphash.String(c.observedSeed, string(uid)) }
 
 // dropHost forgets what uid holds on its node, if anything. The caller holds c.mu.
 func (c *Cache) dropHost(uid types.UID) {
@@ -445,29 +516,26 @@ func (c *Cache) dropHost(uid types.UID) {
 		return
 	}
 	delete(c.hosts, uid)
-	if ns, ok := c.nodes[h.node]; ok {
-		c.touch(ns)
-		c.addHost(ns, -1)
-		ns.reqMilliCPU -= h.milliCPU
-		ns.reqMemMiB -= h.memMiB
-		ns.hostPods--
-		c.addHost(ns, 1)
-	}
+	ns := h.ns
+	c.touch(ns)
+	c.addHost(ns, -1)
+	ns.reqMilliCPU -= h.milliCPU
+	ns.reqMemMiB -= h.memMiB
+	ns.hostPods--
+	c.addHost(ns, 1)
 }
 
 // syncHost brings uid's hosts entry in line with pod and with its
 // allocation (c.pods). The caller holds c.mu.
 func (c *Cache) syncHost(pod *PodInfo) {
-	h := hostUse{node: pod.NodeName, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB}
 	switch {
 	case pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed:
 		c.dropHost(pod.UID)
-	case h.node != "":
-		c.setHost(pod.UID, h)
+	case pod.NodeName != "":
+		c.setHost(pod.UID, pod.NodeName, pod.MilliCPU, pod.MemoryMiB, false)
 	default:
 		if ps, ok := c.pods[pod.UID]; ok && (ps.state == StateAssumed || ps.state == StateReserved) {
-			h.node, h.assumed = ps.node, true
-			c.setHost(pod.UID, h)
+			c.setHost(pod.UID, ps.node, pod.MilliCPU, pod.MemoryMiB, true)
 			return
 		}
 		c.dropHost(pod.UID)
@@ -573,7 +641,7 @@ func (c *Cache) upsertAndUnlock(pod *PodInfo) {
 // is not. The caller holds c.mu.
 func (c *Cache) ignoredReason(uid types.UID) string {
 	if ps, ok := c.pods[uid]; ok {
-		return ps.ignored
+		return ps.ignored()
 	}
 	return c.pendingIgnored[uid].reason
 }
@@ -626,7 +694,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
-		claim: pod.Allocation, claimErr: pod.AllocationErr, demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
+		claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		return // a status update: nothing the charge depends on changed
 	}
@@ -640,7 +708,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 // sameInputs reports whether ps and o, two entries of one bound pod, would
 // resolve alike.
 func (ps *podState) sameInputs(o *podState) bool {
-	return ps.node == o.node && ps.claimErr == o.claimErr && ps.legacyIndex == o.legacyIndex &&
+	return ps.node == o.node && ps.claimErr() == o.claimErr() && ps.legacyIndex == o.legacyIndex &&
 		ps.demand.Total() == o.demand.Total() && reflect.DeepEqual(ps.claim, o.claim)
 }
 
@@ -649,14 +717,15 @@ func (ps *podState) sameInputs(o *podState) bool {
 // on the card its Aliyun index names, else its request unattributed. The
 // caller holds the cache's lock.
 func (ns *nodeState) resolve(ps *podState) {
-	ps.alloc, ps.perCard, ps.unattributed, ps.ignored = nil, nil, 0, ""
-	if ps.claim != nil || ps.claimErr != "" {
+	ps.alloc, ps.perCard, ps.unattributed = nil, nil, 0
+	ps.setIgnored("")
+	if ps.claim != nil || ps.claimErr() != "" {
 		a, reason := ns.accept(ps)
 		if reason == "" {
 			ps.alloc, ps.perCard = a, cardUnitsOf(a.PerCard())
 			return
 		}
-		ps.ignored = reason
+		ps.setIgnored(reason)
 	}
 	if ps.legacyIndex >= 0 {
 		ps.perCard = cardUnits{{idx: int(ps.legacyIndex), units: ps.demand.Total()}}
@@ -670,8 +739,8 @@ func (ns *nodeState) resolve(ps *podState) {
 // own event arrives, its cards and unit are unknown and only the request is
 // checked; SetNode resolves again.
 func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
-	if ps.claimErr != "" {
-		return nil, ps.claimErr
+	if err := ps.claimErr(); err != "" {
+		return nil, err
 	}
 	a := ps.claim
 	if a.Node != ps.node {
@@ -720,10 +789,11 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 // pods that never schedule, and they must not steer the policy. The caller
 // holds c.mu.
 func (c *Cache) observePlaced(pod *PodInfo) {
-	if _, seen := c.observed[pod.UID]; seen {
+	key := c.observedKey(pod.UID)
+	if _, seen := c.observed[key]; seen {
 		return
 	}
-	c.observed[pod.UID] = struct{}{}
+	c.observed[key] = struct{}{}
 	c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
 	c.workloadDirty = true
 }
@@ -742,7 +812,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	defer c.publish()
 	c.forgetPod(uid)
 	c.dropHost(uid)
-	delete(c.observed, uid)
+	delete(c.observed, c.observedKey(uid))
 	c.deleted(uid)
 }
 
@@ -860,7 +930,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
 		alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
-		c.setHost(uid, hostUse{node: ns.node.Name, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, assumed: true})
+		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
 	}
 	c.observePlaced(pod)
 	c.publish()

@@ -129,8 +129,8 @@ func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
 		if ps.unattributed > 0 {
 			v.Unattributed = append(v.Unattributed, PodView{Namespace: ps.namespace, Name: ps.name, Units: ps.unattributed, State: ps.state})
 		}
-		if ps.ignored != "" {
-			v.Ignored = append(v.Ignored, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: ps.ignored})
+		if reason := ps.ignored(); reason != "" {
+			v.Ignored = append(v.Ignored, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: reason})
 		}
 	}
 	return v

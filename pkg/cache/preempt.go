@@ -200,9 +200,9 @@ func (c *Cache) Reserve(plan *Plan, ttl time.Duration) error {
 	}
 	deadline := c.clock.Now().Add(ttl + time.Duration(plan.GraceSeconds)*time.Second)
 	c.add(plan.UID, &podState{namespace: plan.Namespace, name: plan.Name, node: plan.Node, state: StateReserved, ours: true,
-		perCard: cardUnitsOf(plan.Units), deadline: deadline, victims: victims})
+		perCard: cardUnitsOf(plan.Units), deadline: deadline, rare: newPodRare("", victims)})
 	c.reservations.Add(1)
-	c.setHost(plan.UID, hostUse{node: plan.Node, milliCPU: plan.milliCPU, memMiB: plan.memMiB, assumed: true})
+	c.setHost(plan.UID, plan.Node, plan.milliCPU, plan.memMiB, true)
 	c.publish()
 	return nil
 }
@@ -258,7 +258,7 @@ func (c *Cache) copyNode(name string) (cp *nodeCopy, ok bool) {
 	for uid := range ns.pods {
 		ps := c.pods[uid]
 		if ps.state == StateReserved {
-			for _, v := range ps.victims {
+			for _, v := range ps.victims() {
 				if cp.leavingVictims == nil {
 					cp.leavingVictims = map[types.UID]bool{}
 				}
