@@ -26,9 +26,9 @@ func main() {
 	fs.StringVar(&cfg.Out, "out", "_output/images", "where the Go-native builder writes NAME/ (OCI layout), NAME.tar (oci-archive) and bin/")
 	fs.StringVar(&cfg.Dir, "dir", ".", "the repository root: the build context and where go build runs")
 	fs.StringVar(&cfg.Go, "go", "go", "the go command")
-	images := fs.String("images", "", "comma-separated image names to build; empty: all three")
+	images := fs.String("images", "", "comma-separated image names to build; empty: all four")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nBuilds gpushare-scheduler-extender, gpushare-device-plugin and kubectl-inspect-gpushare images. Flags:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nBuilds the gpushare-scheduler-extender, gpushare-device-plugin, kubectl-inspect-gpushare and gpushare-dra-driver images. Flags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
