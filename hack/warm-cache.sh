@@ -13,8 +13,8 @@
 #     package of test/kubelet, test/chart and dra (go build of packages, no
 #     link: nothing is written but the cache);
 #   - as root (the real-node tests skip otherwise): the real node's kubelet,
-#     kube-proxy, kube-controller-manager and containerd 2 in the
-#     control-plane cache (~/.cache/gpushare).
+#     kube-proxy and kube-controller-manager in the control-plane cache
+#     (~/.cache/gpushare); make test's real node runs Debian's containerd.
 set -u
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
