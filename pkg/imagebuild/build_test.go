@@ -115,6 +115,7 @@ func TestRunWithADockerfileBuilder(t *testing.T) {
 		"podman build -f build/extender.Dockerfile --build-arg VERSION=v1.2.0 --build-arg REVISION=abc -t ghcr.io/acme/gpushare-scheduler-extender:v1.2.0 .",
 		"podman build -f build/kubectl-inspect-gpushare.Dockerfile --build-arg VERSION=v1.2.0 --build-arg REVISION=abc -t ghcr.io/acme/kubectl-inspect-gpushare:v1.2.0 .",
 		"podman build -f build/deviceplugin.Dockerfile --build-arg VERSION=v1.2.0 --build-arg REVISION=abc -t ghcr.io/acme/gpushare-device-plugin:v1.2.0 .",
+		"podman build -f build/gpushare-dra-driver.Dockerfile --build-arg VERSION=v1.2.0 --build-arg REVISION=abc -t ghcr.io/acme/gpushare-dra-driver:v1.2.0 .",
 	}
 	if diff := cmp.Diff(want, f.ran); diff != "" {
 		t.Errorf("commands (-want +got):\n%s", diff)
