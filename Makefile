@@ -13,6 +13,8 @@ GOLANGCI_VERSION := v2.15.0
 # on 2 cores); the real-node test (test/chart/realnode, root only) builds
 # kubelet, kube-proxy and kube-controller-manager the first time too.
 TEST_TIMEOUT ?= 45m
+# make test's build-cache warm-up (hack/warm-cache.sh) logs here.
+WARM_CACHE_LOG ?= _output/warm-cache.log
 
 .DEFAULT_GOAL := help
 
@@ -55,12 +57,12 @@ test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden
 	@# hack/warm-cache.sh builds the later modules' dependencies (and, as
 	@# root, the real node's binaries) at nice 19 while these tests leave a
 	@# core idle; its own process group, so a failed run stops it too.
-	@mkdir -p _output; \
-	GO='$(GO)' setsid nice -n 19 bash hack/warm-cache.sh >_output/warm-cache.log 2>&1 & warm=$$!; \
-	echo "$(GO) test -race -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: _output/warm-cache.log)"; \
+	@mkdir -p $(dir $(WARM_CACHE_LOG)); \
+	GO='$(GO)' setsid nice -n 19 bash hack/warm-cache.sh >$(WARM_CACHE_LOG) 2>&1 & warm=$$!; \
+	echo "$(GO) test -race -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
 	rc=0; $(GO) test -race -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	if [ $$rc -ne 0 ]; then kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; fi; \
-	wait $$warm || true; grep '^warm-cache:' _output/warm-cache.log || true; exit $$rc
+	wait $$warm || true; grep '^warm-cache:' $(WARM_CACHE_LOG) || true; exit $$rc
 	cd test/kubelet && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	cd test/chart && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	cd dra && $(GO) test -race -short -timeout $(TEST_TIMEOUT) ./...

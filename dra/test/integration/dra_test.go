@@ -2,11 +2,9 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,12 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/dra/pkg/devices"
 	"github.com/gpushare/gpushare/dra/pkg/driver"
 	"github.com/gpushare/gpushare/dra/pkg/prepare"
+	"github.com/gpushare/gpushare/dra/test/kubeletclient"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -255,31 +251,20 @@ func allocationOf(t *testing.T, claim *resourceapi.ResourceClaim) allocation {
 // prepare plays kubelet: NodePrepareResources on the node's driver socket
 // for claims, and returns each claim's CDI device IDs or error.
 func (n *draNode) prepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) (map[types.UID][]string, error) {
-	conn, err := n.dial()
-	if err != nil {
-		return nil, err
+	return n.kubelet().Prepare(ctx, claimsOf(claims)...)
+}
+
+// kubelet is the client of n's driver socket.
+func (n *draNode) kubelet() kubeletclient.Client {
+	return kubeletclient.Client{Socket: filepath.Join(n.kubeletDir, "plugins", devices.DriverName, "dra.sock")}
+}
+
+func claimsOf(claims []*resourceapi.ResourceClaim) []kubeletclient.Claim {
+	out := make([]kubeletclient.Claim, len(claims))
+	for i, c := range claims {
+		out[i] = kubeletclient.ClaimOf(c)
 	}
-	defer func() { _ = conn.Close() }()
-	req := &drapbv1.NodePrepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	resp, err := drapbv1.NewDRAPluginClient(conn).NodePrepareResources(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	out := map[types.UID][]string{}
-	var errs []error
-	for uid, r := range resp.Claims {
-		if r.Error != "" {
-			errs = append(errs, fmt.Errorf("claim %s: %s", uid, r.Error))
-			continue
-		}
-		for _, d := range r.Devices {
-			out[types.UID(uid)] = append(out[types.UID(uid)], d.CdiDeviceIds...)
-		}
-	}
-	return out, errors.Join(errs...)
+	return out
 }
 
 // TestDRASharing: claims of 4, 8 and 4 GiB share the first 16 GiB card
@@ -597,35 +582,8 @@ func cmpUsed(want, got map[string]int64) string {
 
 // unprepare plays kubelet: NodeUnprepareResources for claims.
 func (n *draNode) unprepare(ctx context.Context, claims ...*resourceapi.ResourceClaim) error {
-	conn, err := n.dial()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close() }()
-	req := &drapbv1.NodeUnprepareResourcesRequest{}
-	for _, c := range claims {
-		req.Claims = append(req.Claims, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(c.UID)})
-	}
-	resp, err := drapbv1.NewDRAPluginClient(conn).NodeUnprepareResources(ctx, req)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for uid, r := range resp.Claims {
-		if r.Error != "" {
-			errs = append(errs, fmt.Errorf("claim %s: %s", uid, r.Error))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// dial connects to the node's driver socket.
-func (n *draNode) dial() (*grpc.ClientConn, error) {
-	return grpc.NewClient("unix://"+filepath.Join(n.kubeletDir, "plugins", devices.DriverName, "dra.sock"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-		}))
+	_, err := n.kubelet().Unprepare(ctx, claimsOf(claims)...)
+	return err
 }
 
 // TestDRAUnhealthyCardTainted: a critical XID on gpu-0 (through the fake

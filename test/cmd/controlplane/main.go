@@ -21,8 +21,8 @@ Commands:
   build-node
           build a real node's kubelet, kube-proxy and kube-controller-manager
           %[1]s into the cache if missing, and print the cache directory
-          (the real-node tests' binaries; with -containerd also containerd
-          %[4]s, which only the containerd-2 runs need)
+          (make test's real node; the containerd-2 runs build containerd
+          %[4]s themselves)
   build-dra
           build kube-apiserver, kube-scheduler and kube-controller-manager
           %[3]s for the DRA driver's tests into their cache if missing, and
@@ -70,17 +70,9 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		}
 		fmt.Println(bins.Dir)
 	case "build-node":
-		nodeFlags := flag.NewFlagSet("build-node", flag.ExitOnError)
-		containerd := nodeFlags.Bool("containerd", false, "also build containerd "+framework.ContainerdVersion)
-		_ = nodeFlags.Parse(os.Args[2:])
 		bins, err := framework.EnsureNodeBinaries(ctx)
 		if err != nil {
 			return fail(err)
-		}
-		if *containerd {
-			if _, err := framework.EnsureContainerdBinaries(ctx); err != nil {
-				return fail(err)
-			}
 		}
 		fmt.Println(bins.Dir)
 	case "build-dra":

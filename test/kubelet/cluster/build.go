@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/pkg/imagebuild"
 	"github.com/gpushare/gpushare/test/integration/framework"
 )
 
@@ -62,24 +63,18 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 	}
 	b := binariesIn(cp, binDir)
 	version := gitVersion(ctx, root)
-	// Ours are built with the flags their images are built with
-	// (imagebuild.Recipe's GoArgs and GoEnv: -trimpath, cgo only for the
-	// device plugin), so a cold make test compiles their dependencies once
-	// for both, not twice. A flag that drifts costs time, not correctness.
-	ld := "-X github.com/gpushare/gpushare/pkg/version.Version=" + version
-	image := func(pkg, out string, cgo bool) target {
-		env := []string{"CGO_ENABLED=0"}
-		if cgo {
-			env = []string{"CGO_ENABLED=1"}
+	// Ours are built as their images build them (imagebuild's recipes:
+	// -trimpath, cgo only for the device plugin), so a cold make test
+	// compiles their dependencies once for both, not twice.
+	outs := map[string]string{"gpushare-scheduler-extender": b.Extender, "gpushare-device-plugin": b.DevicePlugin, "kubectl-inspect-gpushare": b.Inspect}
+	var targets []target
+	for _, r := range imagebuild.Recipes() {
+		if out, ok := outs[r.Name]; ok {
+			targets = append(targets, target{out: out, dir: r.Dir(root), args: r.GoArgs(version, out), env: r.GoEnv()})
 		}
-		return target{out: out, dir: root, env: env, args: []string{"build", "-trimpath", "-buildvcs=false", "-ldflags", ld, "-o", out, pkg}}
 	}
-	targets := []target{
-		image("./extender", b.Extender, false),
-		image("./deviceplugin", b.DevicePlugin, true),
-		image("./kubectl-inspect-gpushare", b.Inspect, false),
-		{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"), args: []string{"build", "-ldflags", ld, "-o", b.NodeAgent, "./cmd/nodeagent"}},
-	}
+	targets = append(targets, target{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"),
+		args: []string{"build", "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
 	for _, t := range targets {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", t.args...)

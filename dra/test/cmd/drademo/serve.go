@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,18 +13,16 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/gpushare/gpushare/dra/pkg/devices"
 	"github.com/gpushare/gpushare/dra/pkg/driver"
+	"github.com/gpushare/gpushare/dra/test/kubeletclient"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/supervisor"
 	"github.com/gpushare/gpushare/test/util"
@@ -143,7 +140,7 @@ func serve(ctx context.Context, o options) error {
 	if err := supervisor.WriteAtomic(o.path(processesFile), lines.String()); err != nil {
 		return o.files().GiveUp(err)
 	}
-	k := &kubelet{client: admin, sock: filepath.Join(o.kubeletDir(), "plugins", devices.DriverName, "dra.sock"), file: o.path(preparedFile), prepared: map[types.UID]preparedClaim{}}
+	k := &kubelet{api: admin, client: kubeletclient.Client{Socket: filepath.Join(o.kubeletDir(), "plugins", devices.DriverName, "dra.sock")}, file: o.path(preparedFile), prepared: map[types.UID]preparedClaim{}}
 	if err := k.write(); err != nil {
 		return o.files().GiveUp(err)
 	}
@@ -186,15 +183,15 @@ func serve(ctx context.Context, o options) error {
 // allocated to the node's pods and unprepares those of pods gone, over the
 // driver's socket, as kubelet's DRA manager does.
 type kubelet struct {
-	client   kubernetes.Interface
-	sock     string
+	api      kubernetes.Interface
+	client   kubeletclient.Client
 	file     string
 	prepared map[types.UID]preparedClaim
 }
 
 // sync brings the prepared claims in line with the node's pods.
 func (k *kubelet) sync(ctx context.Context) error {
-	pods, err := k.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
+	pods, err := k.api.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 	if err != nil {
 		return fmt.Errorf("listing the node's pods: %w", err)
 	}
@@ -208,7 +205,7 @@ func (k *kubelet) sync(ctx context.Context) error {
 			if s.ResourceClaimName == nil {
 				continue
 			}
-			c, err := k.client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+			c, err := k.api.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
 			if err != nil {
 				continue // deleted with its pod, or not made yet
 			}
@@ -217,63 +214,36 @@ func (k *kubelet) sync(ctx context.Context) error {
 			}
 		}
 	}
-	var prep, unprep []*drapbv1.Claim
+	var prep, unprep []kubeletclient.Claim
 	for uid, c := range want {
 		if _, ok := k.prepared[uid]; !ok {
-			prep = append(prep, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(uid)})
+			prep = append(prep, kubeletclient.ClaimOf(c))
 		}
 	}
 	for uid, c := range k.prepared {
 		if _, ok := want[uid]; !ok {
-			unprep = append(unprep, &drapbv1.Claim{Namespace: c.Namespace, Name: c.Name, Uid: string(uid)})
+			unprep = append(unprep, kubeletclient.Claim{Namespace: c.Namespace, Name: c.Name, UID: uid})
 		}
 	}
 	if len(prep) == 0 && len(unprep) == 0 {
 		return nil
 	}
-	conn, err := grpc.NewClient("unix://"+k.sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
-		}))
-	if err != nil {
-		return fmt.Errorf("connecting to the driver's socket: %w", err)
-	}
-	defer func() { _ = conn.Close() }()
-	pc := drapbv1.NewDRAPluginClient(conn)
 	var errs []error
 	if len(prep) > 0 {
-		resp, err := pc.NodePrepareResources(ctx, &drapbv1.NodePrepareResourcesRequest{Claims: prep})
-		if err != nil {
-			return fmt.Errorf("NodePrepareResources: %w", err)
-		}
+		ids, err := k.client.Prepare(ctx, prep...)
 		for _, c := range prep {
-			r := resp.Claims[c.Uid]
-			switch {
-			case r == nil:
-				errs = append(errs, fmt.Errorf("claim %s/%s: no answer", c.Namespace, c.Name))
-			case r.Error != "":
-				errs = append(errs, fmt.Errorf("claim %s/%s: %s", c.Namespace, c.Name, r.Error))
-			default:
-				pcl := preparedClaim{Namespace: c.Namespace, Name: c.Name}
-				for _, d := range r.Devices {
-					pcl.CDIDevices = append(pcl.CDIDevices, d.CdiDeviceIds...)
-				}
-				k.prepared[types.UID(c.Uid)] = pcl
+			if d, ok := ids[c.UID]; ok {
+				k.prepared[c.UID] = preparedClaim{Namespace: c.Namespace, Name: c.Name, CDIDevices: d}
 			}
 		}
+		errs = append(errs, err)
 	}
 	if len(unprep) > 0 {
-		resp, err := pc.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: unprep})
-		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("NodeUnprepareResources: %w", err))...)
+		done, err := k.client.Unprepare(ctx, unprep...)
+		for _, uid := range done {
+			delete(k.prepared, uid)
 		}
-		for _, c := range unprep {
-			if r := resp.Claims[c.Uid]; r != nil && r.Error != "" {
-				errs = append(errs, fmt.Errorf("unpreparing claim %s/%s: %s", c.Namespace, c.Name, r.Error))
-				continue
-			}
-			delete(k.prepared, types.UID(c.Uid))
-		}
+		errs = append(errs, err)
 	}
 	return errors.Join(append(errs, k.write())...)
 }

@@ -1,0 +1,123 @@
+package repo
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeGo stands in for the go command in make test: it records each call
+// ("PID|DIR|ARGS") in $FAKEGO_LOG, answers go list with one package, makes
+// every go build take $FAKEGO_BUILD_SECONDS, and fails the root module's
+// go test when $FAKEGO_FAIL is set.
+const fakeGo = `#!/bin/bash
+echo "$$|$PWD|$*" >> "$FAKEGO_LOG"
+case "$1" in
+list) echo example.com/x ;;
+build) sleep "${FAKEGO_BUILD_SECONDS:-0}" ;;
+test) [ -n "$FAKEGO_FAIL" ] && [ "$PWD" = "$FAKEGO_ROOT" ] && { sleep 1; exit 3; } ;;
+esac
+exit 0
+`
+
+type goCall struct {
+	pid       int
+	dir, args string
+}
+
+// runMakeTest runs make test with fakeGo and returns its error and the
+// calls, in order.
+func runMakeTest(t *testing.T, env ...string) (error, []goCall) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	goBin, log := filepath.Join(dir, "go"), filepath.Join(dir, "calls")
+	if err := os.WriteFile(goBin, []byte(fakeGo), 0o755); err != nil { //nolint:gosec // an executable stand-in
+		t.Fatal(err)
+	}
+	cmd := exec.Command("make", "--no-print-directory", "test", "GO="+goBin, "WARM_CACHE_LOG="+filepath.Join(dir, "warm-cache.log"))
+	cmd.Dir = root
+	cmd.Env = append(append(os.Environ(), "FAKEGO_LOG="+log, "FAKEGO_ROOT="+root), env...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	t.Logf("make test:\n%s", out.String())
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []goCall
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.SplitN(line, "|", 3)
+		pid, _ := strconv.Atoi(f[0])
+		calls = append(calls, goCall{pid: pid, dir: strings.TrimPrefix(strings.TrimPrefix(f[1], root), "/"), args: f[2]})
+	}
+	return runErr, calls
+}
+
+// TestMakeTestWarmsTheCache: make test's warm-up compiles the later
+// modules' dependencies beside the root module's tests, and test/kubelet's
+// tests start only once it has ended.
+func TestMakeTestWarmsTheCache(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	err, calls := runMakeTest(t, "FAKEGO_BUILD_SECONDS=1")
+	if err != nil {
+		t.Fatalf("make test: %v", err)
+	}
+	index := func(dir, prefix string) int {
+		return slices.IndexFunc(calls, func(c goCall) bool { return c.dir == dir && strings.HasPrefix(c.args, prefix) })
+	}
+	for _, dir := range []string{"test/kubelet", "test/chart", "dra"} {
+		if index(dir, "build -race example.com/x") < 0 {
+			t.Errorf("the warm-up did not build %s's dependencies with -race; calls: %+v", dir, calls)
+		}
+	}
+	lastWarm := 0
+	for i, c := range calls {
+		if strings.HasPrefix(c.args, "build -race") {
+			lastWarm = i
+		}
+	}
+	if k := index("test/kubelet", "test -race"); k < lastWarm {
+		t.Errorf("test/kubelet's tests (call %d) started before the warm-up ended (its last build is call %d)", k, lastWarm)
+	}
+}
+
+// TestMakeTestStopsTheWarmUp: when the root module's tests fail, make test
+// fails and stops the warm-up rather than leaving it compiling.
+func TestMakeTestStopsTheWarmUp(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	start := time.Now()
+	err, calls := runMakeTest(t, "FAKEGO_FAIL=1", "FAKEGO_BUILD_SECONDS=60")
+	if err == nil {
+		t.Fatal("make test passed with the root module's tests failing")
+	}
+	if took := time.Since(start); took > 45*time.Second {
+		t.Errorf("make test took %s: it waited for the warm-up's 60 s build", took)
+	}
+	i := slices.IndexFunc(calls, func(c goCall) bool { return strings.HasPrefix(c.args, "build -race") })
+	if i < 0 {
+		t.Fatalf("the warm-up never started a build; calls: %+v", calls)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(calls[i].pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm-up's build (pid %d) still runs after make test failed", calls[i].pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
