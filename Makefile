@@ -13,8 +13,15 @@ GOLANGCI_VERSION := v2.15.0
 # on 2 cores); the real-node test (test/chart/realnode, root only) builds
 # kubelet, kube-proxy and kube-controller-manager the first time too.
 TEST_TIMEOUT ?= 45m
+# Programs the root module's go test runs at once (compiles, links, test
+# binaries): one more than the 2 cores, as test/integration's binary waits
+# on control planes for minutes at about a quarter of a core.
+ROOT_TEST_P ?= 3
 # make test's build-cache warm-up (hack/warm-cache.sh) logs here.
 WARM_CACHE_LOG ?= _output/warm-cache.log
+# -trimpath: the command's client-go then compiles as the device plugin's
+# image build compiles it (cgo on, -trimpath), once for both in a cold make test.
+CONTROLPLANE = $(GO) run -trimpath ./test/cmd/controlplane
 
 .DEFAULT_GOAL := help
 
@@ -49,8 +56,8 @@ release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart
 	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver, kube-scheduler and kubectl (for the docs tests) from Go modules, once (cached under ~/.cache/gpushare).
-	$(GO) run ./test/cmd/controlplane build
+controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare; make test's warm-up adds kubectl, for the docs tests).
+	$(CONTROLPLANE) build
 
 .PHONY: test
 test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, (as root) a real node with helm install, and the DRA driver's unit tests (its Kubernetes 1.37 integration tests: make test-dra).
@@ -59,18 +66,22 @@ test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden
 	@# core idle; its own process group, so a failed run stops it too.
 	@mkdir -p $(dir $(WARM_CACHE_LOG)); \
 	GO='$(GO)' setsid nice -n 19 bash hack/warm-cache.sh >$(WARM_CACHE_LOG) 2>&1 & warm=$$!; \
-	echo "$(GO) test -race -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
-	rc=0; $(GO) test -race -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	echo "$(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
+	rc=0; start=$$(date +%s); $(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	echo "the root module's go test took $$(( $$(date +%s) - start ))s"; \
 	if [ $$rc -ne 0 ]; then kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; fi; \
 	wait $$warm || true; grep '^warm-cache:' $(WARM_CACHE_LOG) || true; exit $$rc
-	cd test/kubelet && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
-	cd test/chart && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
-	cd dra && $(GO) test -race -short -timeout $(TEST_TIMEOUT) ./...
+	@# The later modules' tests wait on control planes and a real node far
+	@# more than they compute: run together, each one's output whole as it ends.
+	@GO='$(GO)' bash hack/test-modules.sh \
+		'test/kubelet:-race -timeout $(TEST_TIMEOUT) ./...' \
+		'test/chart:-race -timeout $(TEST_TIMEOUT) ./...' \
+		'dra:-race -short -timeout $(TEST_TIMEOUT) ./...'
 
 .PHONY: controlplane-dra
 controlplane-dra: ## Build kube-apiserver, kube-scheduler and kube-controller-manager v1.37.2 for the DRA driver's tests, once (cached under ~/.cache/gpushare; ~15 min cold on 2 cores).
-	$(GO) run ./test/cmd/controlplane build
-	$(GO) run ./test/cmd/controlplane build-dra
+	$(CONTROLPLANE) build
+	$(CONTROLPLANE) build-dra
 
 .PHONY: dra-demo
 dra-demo: ## Run the DRA driver locally: a Kubernetes 1.37 control plane (built once, ~15 min cold), the driver on a simulated 16 GiB card, claims of 4+8+4 GiB sharing it and one that waits; prints inspect and KUBECONFIG=, stays up (make dra-demo-down).

@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/imagebuild"
 	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
@@ -547,18 +548,29 @@ func envInt(t *testing.T, key string, def int) int {
 	return n
 }
 
-// buildExtender builds the extender binary into a temporary directory.
+// buildExtender builds the extender binary into a temporary directory,
+// as its image builds it (imagebuild's recipe: -trimpath, no cgo), so a
+// cold make test compiles its dependencies once for both.
 func buildExtender(t *testing.T) string {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "gpushare-scheduler-extender")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(root, "extender")).CombinedOutput(); err != nil {
-		t.Fatalf("building the extender: %v\n%s", err, out)
+	for _, r := range imagebuild.Recipes() {
+		if r.Name != "gpushare-scheduler-extender" {
+			continue
+		}
+		bin := filepath.Join(t.TempDir(), r.Name)
+		cmd := exec.Command("go", r.GoArgs("test", bin)...)
+		cmd.Dir, cmd.Env = r.Dir(root), append(os.Environ(), r.GoEnv()...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building the extender: %v\n%s", err, out)
+		}
+		return bin
 	}
-	return bin
+	t.Fatal("imagebuild has no recipe gpushare-scheduler-extender")
+	return ""
 }
 
 // startExtender starts the extender binary with args, its log in the

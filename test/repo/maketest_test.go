@@ -16,13 +16,22 @@ import (
 // fakeGo stands in for the go command in make test: it records each call
 // ("PID|DIR|ARGS") in $FAKEGO_LOG, answers go list with one package, makes
 // every go build take $FAKEGO_BUILD_SECONDS, and fails the root module's
-// go test when $FAKEGO_FAIL is set.
+// go test when $FAKEGO_FAIL is set. Another module's go test takes
+// $FAKEGO_TEST_SECONDS, then records "PID|DIR|ended ARGS", prints a line
+// naming its module and fails when that module is $FAKEGO_FAIL_MODULE.
 const fakeGo = `#!/bin/bash
 echo "$$|$PWD|$*" >> "$FAKEGO_LOG"
 case "$1" in
 list) echo example.com/x ;;
 build) sleep "${FAKEGO_BUILD_SECONDS:-0}" ;;
-test) [ -n "$FAKEGO_FAIL" ] && [ "$PWD" = "$FAKEGO_ROOT" ] && { sleep 1; exit 3; } ;;
+test)
+	[ -n "$FAKEGO_FAIL" ] && [ "$PWD" = "$FAKEGO_ROOT" ] && { sleep 1; exit 3; }
+	if [ "$PWD" != "$FAKEGO_ROOT" ]; then
+		sleep "${FAKEGO_TEST_SECONDS:-0}"
+		echo "$$|$PWD|ended $*" >> "$FAKEGO_LOG"
+		echo "fake tests of ${PWD#"$FAKEGO_ROOT"/}"
+		[ "$PWD" = "$FAKEGO_ROOT/$FAKEGO_FAIL_MODULE" ] && exit 5
+	fi ;;
 esac
 exit 0
 `
@@ -35,6 +44,12 @@ type goCall struct {
 // runMakeTest runs make test with fakeGo and returns its error and the
 // calls, in order.
 func runMakeTest(t *testing.T, env ...string) (error, []goCall) {
+	err, calls, _ := runMakeTestOutput(t, env...)
+	return err, calls
+}
+
+// runMakeTestOutput is runMakeTest that also returns make's output.
+func runMakeTestOutput(t *testing.T, env ...string) (error, []goCall, string) {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -62,7 +77,7 @@ func runMakeTest(t *testing.T, env ...string) (error, []goCall) {
 		pid, _ := strconv.Atoi(f[0])
 		calls = append(calls, goCall{pid: pid, dir: strings.TrimPrefix(strings.TrimPrefix(f[1], root), "/"), args: f[2]})
 	}
-	return runErr, calls
+	return runErr, calls, out.String()
 }
 
 // TestMakeTestWarmsTheCache: make test's warm-up compiles the later
@@ -119,5 +134,61 @@ func TestMakeTestStopsTheWarmUp(t *testing.T) {
 			t.Fatalf("the warm-up's build (pid %d) still runs after make test failed", calls[i].pid)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// laterModules are the modules whose tests make test runs after the root
+// module's, together.
+var laterModules = []string{"test/kubelet", "test/chart", "dra"}
+
+// TestMakeTestRunsTheLaterModulesTogether: the later modules' go test runs
+// start before any of them ends (each takes 3 s), and each module's output
+// is printed.
+func TestMakeTestRunsTheLaterModulesTogether(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	err, calls, out := runMakeTestOutput(t, "FAKEGO_TEST_SECONDS=3")
+	if err != nil {
+		t.Fatalf("make test: %v", err)
+	}
+	firstEnd := slices.IndexFunc(calls, func(c goCall) bool { return strings.HasPrefix(c.args, "ended test") })
+	if firstEnd < 0 {
+		t.Fatalf("no later module's tests ran; calls: %+v", calls)
+	}
+	for _, dir := range laterModules {
+		i := slices.IndexFunc(calls, func(c goCall) bool { return c.dir == dir && strings.HasPrefix(c.args, "test -race") })
+		switch {
+		case i < 0:
+			t.Errorf("%s's tests never ran; calls: %+v", dir, calls)
+		case i > firstEnd:
+			t.Errorf("%s's tests started (call %d) after another module's ended (call %d)", dir, i, firstEnd)
+		}
+		if !strings.Contains(out, "fake tests of "+dir+"\n") {
+			t.Errorf("make test's output lacks %s's test output", dir)
+		}
+	}
+}
+
+// TestMakeTestFailsWithALaterModule: one later module failing fails make
+// test, after the others have run to the end and their output is printed.
+func TestMakeTestFailsWithALaterModule(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	err, calls, out := runMakeTestOutput(t, "FAKEGO_FAIL_MODULE=test/chart", "FAKEGO_TEST_SECONDS=1")
+	if err == nil {
+		t.Fatal("make test passed with test/chart's tests failing")
+	}
+	for _, dir := range laterModules {
+		if !slices.ContainsFunc(calls, func(c goCall) bool { return c.dir == dir && strings.HasPrefix(c.args, "ended test") }) {
+			t.Errorf("%s's tests did not run to their end", dir)
+		}
+		if !strings.Contains(out, "fake tests of "+dir+"\n") {
+			t.Errorf("make test's output lacks %s's test output", dir)
+		}
+	}
+	if !strings.Contains(out, "--- cd test/chart && ") || !strings.Contains(out, ": exit 5 after ") {
+		t.Errorf("make test's output does not say test/chart's go test exited 5")
 	}
 }

@@ -16,8 +16,11 @@ import (
 const usage = `usage: go run ./test/cmd/controlplane <command> [flags]
 
 Commands:
-  build   build etcd %[2]s, kube-apiserver, kube-scheduler and kubectl %[1]s
-          into the cache if missing, and print the cache directory
+  build   build etcd %[2]s, kube-apiserver and kube-scheduler %[1]s into
+          the cache if missing, and print the cache directory
+  build-kubectl
+          build kubectl %[1]s (the docs tests run it) into the cache if
+          missing, and print its path
   build-node
           build a real node's kubelet, kube-proxy and kube-controller-manager
           %[1]s into the cache if missing, and print the cache directory
@@ -64,11 +67,13 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		if err != nil {
 			return fail(err)
 		}
-		// kubectl, for the tests that run the docs' commands.
-		if _, err := framework.EnsureKubectl(ctx); err != nil {
+		fmt.Println(bins.Dir)
+	case "build-kubectl":
+		kubectl, err := framework.EnsureKubectl(ctx)
+		if err != nil {
 			return fail(err)
 		}
-		fmt.Println(bins.Dir)
+		fmt.Println(kubectl)
 	case "build-node":
 		bins, err := framework.EnsureNodeBinaries(ctx)
 		if err != nil {

@@ -73,8 +73,10 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 			targets = append(targets, target{out: out, dir: r.Dir(root), args: r.GoArgs(version, out), env: r.GoEnv()})
 		}
 	}
+	// The node agent with -trimpath too: its client-go then compiles as
+	// the device plugin's does (cgo on, -trimpath), not a third time.
 	targets = append(targets, target{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"),
-		args: []string{"build", "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
+		args: []string{"build", "-trimpath", "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
 	for _, t := range targets {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", t.args...)
