@@ -335,55 +335,57 @@ const char *nvmlErrorString(int r) { return "gpushare image test stub"; }
 // TestDevicePluginFindsInjectedNVML puts a stub libnvidia-ml.so.1 where the
 // NVIDIA container runtime (libnvidia-container, legacy mode) mounts the
 // driver's: /usr/lib/<triplet> when the image has /etc/debian_version,
-// else /usr/lib64; and runs the device plugin in the image with no
-// --fake-gpus. Its NVML error must come from the stub: the image's loader
-// finds an injected library without an ld.so.cache.
+// else /usr/lib64; and runs each image that calls NVML (the device plugin
+// and the DRA driver: the cgo recipes) with no --fake-gpus. Its NVML error
+// must come from the stub: the image's loader finds an injected library
+// without an ld.so.cache.
 func TestDevicePluginFindsInjectedNVML(t *testing.T) {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Skip("no gcc to compile the stub library with")
 	}
-	var dp Recipe
-	for _, r := range Recipes() {
-		if r.CGO {
-			dp = r
-		}
-	}
 	bins := binaries(t)
-	l, err := ociimage.Read(filepath.Join(buildImages(t), dp.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := extract(t, l)
-
-	libDir := "/usr/lib64"
-	if _, err := os.Stat(filepath.Join(root, "etc", "debian_version")); err == nil {
-		info, err := inspectBinary(bins[dp.Name])
-		if err != nil {
-			t.Fatal(err)
+	for _, r := range Recipes() {
+		if !r.CGO {
+			continue
 		}
-		libDir = "/usr/lib/" + multiarch[info.machine]
-	}
-	src := filepath.Join(t.TempDir(), "nvml.c")
-	if err := os.WriteFile(src, []byte(nvmlStub), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	lib := filepath.Join(root, libDir, "libnvidia-ml.so.1")
-	if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("compiling the stub: %v\n%s", err, out)
-	}
+		t.Run(r.Name, func(t *testing.T) {
+			l, err := ociimage.Read(filepath.Join(buildImages(t), r.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := extract(t, l)
 
-	var stdout, stderr bytes.Buffer
-	err = runInImage(root, l.Config, []string{"--node-name=imagetest"}, &stdout, &stderr)
-	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) {
-		t.Fatalf("the device plugin with a stub NVML: %v, want it to exit with an error\nstderr: %s", err, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "gpushare image test stub") {
-		t.Errorf("the device plugin's error does not come from the stub at %s:\n%s", libDir, stderr.String())
+			libDir := "/usr/lib64"
+			if _, err := os.Stat(filepath.Join(root, "etc", "debian_version")); err == nil {
+				info, err := inspectBinary(bins[r.Name])
+				if err != nil {
+					t.Fatal(err)
+				}
+				libDir = "/usr/lib/" + multiarch[info.machine]
+			}
+			src := filepath.Join(t.TempDir(), "nvml.c")
+			if err := os.WriteFile(src, []byte(nvmlStub), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			lib := filepath.Join(root, libDir, "libnvidia-ml.so.1")
+			if err := os.MkdirAll(filepath.Dir(lib), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+				t.Fatalf("compiling the stub: %v\n%s", err, out)
+			}
+
+			var stdout, stderr bytes.Buffer
+			err = runInImage(root, l.Config, []string{"--node-name=imagetest"}, &stdout, &stderr)
+			var exitErr *exec.ExitError
+			if !errors.As(err, &exitErr) {
+				t.Fatalf("%s with a stub NVML: %v, want it to exit with an error\nstderr: %s", r.Name, err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "gpushare image test stub") {
+				t.Errorf("%s's error does not come from the stub at %s:\n%s", r.Name, libDir, stderr.String())
+			}
+		})
 	}
 }
 
