@@ -63,20 +63,25 @@ controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, 
 test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, (as root) a real node with helm install, and the DRA driver's unit tests (its Kubernetes 1.37 integration tests: make test-dra).
 	@# hack/warm-cache.sh builds the later modules' dependencies (and, as
 	@# root, the real node's binaries) at nice 19 while these tests leave a
-	@# core idle; its own process group, so a failed run stops it too.
-	@mkdir -p $(dir $(WARM_CACHE_LOG)); \
-	GO='$(GO)' setsid nice -n 19 bash hack/warm-cache.sh >$(WARM_CACHE_LOG) 2>&1 & warm=$$!; \
+	@# core idle; its own process group, so a failed run stops it too. The
+	@# later modules' tests wait on control planes and a real node far more
+	@# than they compute: they start together (hack/test-modules.sh, each
+	@# one's output whole as it ends) once the warm-up has compiled their
+	@# dependencies, while it builds the real node's binaries (the real-node
+	@# test waits for those under the control-plane cache's lock).
+	@mkdir -p $(dir $(WARM_CACHE_LOG)); rm -f $(WARM_CACHE_LOG).deps-done; \
+	GO='$(GO)' WARM_DEPS_DONE='$(WARM_CACHE_LOG).deps-done' setsid nice -n 19 bash hack/warm-cache.sh >$(WARM_CACHE_LOG) 2>&1 & warm=$$!; \
 	echo "$(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
 	rc=0; start=$$(date +%s); $(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	echo "the root module's go test took $$(( $$(date +%s) - start ))s"; \
-	if [ $$rc -ne 0 ]; then kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; fi; \
-	wait $$warm || true; grep '^warm-cache:' $(WARM_CACHE_LOG) || true; exit $$rc
-	@# The later modules' tests wait on control planes and a real node far
-	@# more than they compute: run together, each one's output whole as it ends.
-	@GO='$(GO)' bash hack/test-modules.sh \
+	if [ $$rc -ne 0 ]; then kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; wait $$warm; exit $$rc; fi; \
+	while kill -0 $$warm 2>/dev/null && [ ! -e $(WARM_CACHE_LOG).deps-done ]; do sleep 1; done; \
+	grep '^warm-cache:' $(WARM_CACHE_LOG) || true; \
+	GO='$(GO)' bash hack/test-modules.sh \
 		'test/kubelet:-race -timeout $(TEST_TIMEOUT) ./...' \
 		'test/chart:-race -timeout $(TEST_TIMEOUT) ./...' \
-		'dra:-race -short -timeout $(TEST_TIMEOUT) ./...'
+		'dra:-race -short -timeout $(TEST_TIMEOUT) ./...' || rc=$$?; \
+	wait $$warm || true; grep '^warm-cache: .*build-node' $(WARM_CACHE_LOG) || true; exit $$rc
 
 .PHONY: controlplane-dra
 controlplane-dra: ## Build kube-apiserver, kube-scheduler and kube-controller-manager v1.37.2 for the DRA driver's tests, once (cached under ~/.cache/gpushare; ~15 min cold on 2 cores).

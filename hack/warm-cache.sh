@@ -2,8 +2,10 @@
 # Builds ahead what make test's later steps compile, while the root module's
 # tests run: most of those wait on a real control plane and leave a core idle
 # for minutes (measured: 35-40% CPU busy on 2 cores during test/integration).
-# make test runs this at nice 19, so a test never waits for it, and waits for
-# it before the next module's tests, so nothing is compiled twice at once.
+# make test runs this at nice 19, so a test never waits for it, and starts
+# the next modules' tests when it has compiled their dependencies (the file
+# $WARM_DEPS_DONE appears), so nothing is compiled twice at once; its last
+# step, the real node's binaries, goes on beside them.
 #
 # Nothing here is needed for correctness: every later step builds what it
 # misses and reports its own errors, so a failed step here only says so.
@@ -12,8 +14,6 @@
 #   - Go's build cache, -race, with the non-test dependencies of every test
 #     package of test/kubelet, test/chart and dra (go build of packages, no
 #     link: nothing is written but the cache);
-#   - test/kubelet's node agent's dependencies, without -race and with
-#     -trimpath, as its clusters build it;
 #   - kubectl, which test/kubelet's docs tests run (make controlplane
 #     leaves it out: nothing before them needs it);
 #   - as root (the real-node tests skip otherwise): the real node's kubelet,
@@ -42,12 +42,6 @@ deps_race() {
 	deps "$1" "-race" -test ./...
 }
 
-# deps_trimpath DIR PKG: compiles PKG's non-standard dependencies as the
-# tests build PKG (-trimpath, no -race), without linking it.
-deps_trimpath() {
-	deps "$1" "-trimpath" "$2"
-}
-
 # deps DIR BUILDFLAGS LISTARGS...: go build BUILDFLAGS of the packages that
 # go list -deps LISTARGS... names in DIR, as deps_race says.
 deps() {
@@ -62,13 +56,18 @@ deps() {
 }
 
 # -trimpath as in make controlplane: the command is compiled already.
+# (test/kubelet's clusters build the node agent with -race under go test
+# -race: its dependencies are among these.)
 step deps_race test/kubelet
-# test/kubelet's clusters build the node agent (k8s.io/kubernetes' kubelet
-# packages): its e2e and soak tests would otherwise compile them at once.
-step deps_trimpath test/kubelet ./cmd/nodeagent
 step $GO run -trimpath ./test/cmd/controlplane build-kubectl
 step deps_race test/chart
 step deps_race dra
+# make test starts the later modules' tests now (WARM_DEPS_DONE: the file
+# it waits for); the real-node test waits for build-node's binaries under
+# the control-plane cache's lock.
+if [ -n "${WARM_DEPS_DONE:-}" ]; then
+	touch "$WARM_DEPS_DONE"
+fi
 if [ "$(id -u)" = 0 ]; then
 	step $GO run -trimpath ./test/cmd/controlplane build-node
 fi

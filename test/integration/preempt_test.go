@@ -28,6 +28,14 @@ const (
 // scenarioLabel keeps each scenario's pods on its own nodes.
 const scenarioLabel = "gpushare.io/test-scenario"
 
+// afterVictimsBound bounds the wait for a preemptor once its victims are
+// gone (liveness, not speed). kube-scheduler usually retries the pod on the
+// victim's deletion, but in a cold make test (the machine saturated) it
+// retried two-high only 30.2 s after its last attempt, though the victim
+// was deleted right after that attempt: 30 s is the period of its
+// unschedulable-queue flush, to which its backoff (up to 10 s) may add.
+const afterVictimsBound = 60 * time.Second
+
 // TestPreemptionThroughRealScheduler drives pods of PriorityClasses
 // through kube-scheduler (config/kube-scheduler-config.yaml, preemptVerb
 // included) and the extender. Each scenario has its own nodes, which its
@@ -79,7 +87,7 @@ func TestPreemptionThroughRealScheduler(t *testing.T) {
 		}
 		victimCard := cardOf(t, c, victims[0])
 		c.finishTerminating(t, victims...)
-		c.waitBound(t, []string{"two-high"}, 30*time.Second)
+		c.waitBound(t, []string{"two-high"}, afterVictimsBound)
 		if got := cardOf(t, c, "two-high"); got != victimCard {
 			t.Errorf("two-high landed on card %d; its victim %s held card %d", got, victims[0], victimCard)
 		}
@@ -116,7 +124,7 @@ func TestPreemptionThroughRealScheduler(t *testing.T) {
 			t.Fatalf("evicted %v, want pdb-free", victims)
 		}
 		c.finishTerminating(t, victims...)
-		c.waitBound(t, []string{"pdb-high"}, 30*time.Second)
+		c.waitBound(t, []string{"pdb-high"}, afterVictimsBound)
 
 		// Every candidate protected: nobody goes.
 		addNodes("pdb2", "pdb-2")
@@ -140,7 +148,7 @@ func TestPreemptionThroughRealScheduler(t *testing.T) {
 		c.createPod(t, pod("keep", "keep-thief", classTop, 8).Obj())
 		c.waitUnschedulable(t, "keep-thief")
 		c.finishTerminating(t, victims...)
-		c.waitBound(t, []string{"keep-high"}, 30*time.Second)
+		c.waitBound(t, []string{"keep-high"}, afterVictimsBound)
 		c.holdOff(t, 3*time.Second)
 		if p, err := c.admin.CoreV1().Pods("default").Get(ctx, "keep-thief", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 			t.Errorf("keep-thief bound to %q (err %v); the room was keep-high's", p.Spec.NodeName, err)
@@ -169,7 +177,7 @@ func TestPreemptionThroughRealScheduler(t *testing.T) {
 		victims := c.waitTerminating(t, 8, lows...)
 		c.holdOff(t, 3*time.Second, except(lows, victims)...) // no ninth eviction
 		c.finishTerminating(t, victims...)
-		c.waitBound(t, highs, 60*time.Second)
+		c.waitBound(t, highs, afterVictimsBound)
 		c.expectUntouched(t, except(lows, victims)...)
 		c.checkNoOvercommit(t)
 	})

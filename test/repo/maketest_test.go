@@ -16,7 +16,8 @@ import (
 // fakeGo stands in for the go command in make test: it records each call
 // ("PID|DIR|ARGS") in $FAKEGO_LOG, answers go list with one package, makes
 // every go build take $FAKEGO_BUILD_SECONDS, and fails the root module's
-// go test when $FAKEGO_FAIL is set. Another module's go test takes
+// go test when $FAKEGO_FAIL is set; go run takes $FAKEGO_RUN_SECONDS, then
+// records "PID|DIR|ended ARGS". Another module's go test takes
 // $FAKEGO_TEST_SECONDS, then records "PID|DIR|ended ARGS", prints a line
 // naming its module and fails when that module is $FAKEGO_FAIL_MODULE.
 const fakeGo = `#!/bin/bash
@@ -24,6 +25,9 @@ echo "$$|$PWD|$*" >> "$FAKEGO_LOG"
 case "$1" in
 list) echo example.com/x ;;
 build) sleep "${FAKEGO_BUILD_SECONDS:-0}" ;;
+run)
+	sleep "${FAKEGO_RUN_SECONDS:-0}"
+	echo "$$|$PWD|ended $*" >> "$FAKEGO_LOG" ;;
 test)
 	[ -n "$FAKEGO_FAIL" ] && [ "$PWD" = "$FAKEGO_ROOT" ] && { sleep 1; exit 3; }
 	if [ "$PWD" != "$FAKEGO_ROOT" ]; then
@@ -190,5 +194,39 @@ func TestMakeTestFailsWithALaterModule(t *testing.T) {
 	}
 	if !strings.Contains(out, "--- cd test/chart && ") || !strings.Contains(out, ": exit 5 after ") {
 		t.Errorf("make test's output does not say test/chart's go test exited 5")
+	}
+}
+
+// TestMakeTestStartsModulesBesideTheNodeBuild: as root the warm-up's last
+// step builds the real node's binaries (go run ... build-node, here 4 s);
+// the later modules' tests start before it ends, once the warm-up's
+// dependency builds are done, and make test waits for it before exiting.
+func TestMakeTestStartsModulesBesideTheNodeBuild(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the warm-up builds the real node's binaries only as root")
+	}
+	err, calls := runMakeTest(t, "FAKEGO_RUN_SECONDS=4")
+	if err != nil {
+		t.Fatalf("make test: %v", err)
+	}
+	index := func(f func(goCall) bool) int { return slices.IndexFunc(calls, f) }
+	nodeEnd := index(func(c goCall) bool { return strings.HasPrefix(c.args, "ended run") && strings.HasSuffix(c.args, "build-node") })
+	lastDeps := -1
+	for i, c := range calls {
+		if strings.HasPrefix(c.args, "build -race") {
+			lastDeps = i
+		}
+	}
+	if nodeEnd < 0 {
+		t.Fatalf("the warm-up's build-node never ended; calls: %+v", calls)
+	}
+	for _, dir := range laterModules {
+		i := index(func(c goCall) bool { return c.dir == dir && strings.HasPrefix(c.args, "test -race") })
+		if i < lastDeps || i > nodeEnd {
+			t.Errorf("%s's tests started at call %d; want after the warm-up's last dependency build (%d) and before build-node ended (%d)", dir, i, lastDeps, nodeEnd)
+		}
 	}
 }

@@ -73,10 +73,16 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 			targets = append(targets, target{out: out, dir: r.Dir(root), args: r.GoArgs(version, out), env: r.GoEnv()})
 		}
 	}
-	// The node agent with -trimpath too: its client-go then compiles as
-	// the device plugin's does (cgo on, -trimpath), not a third time.
+	// The node agent is built like the caller: with -race in the tests
+	// (raceEnabled), sharing their compile of k8s.io/kubernetes' kubelet
+	// packages; else (make demo) with -trimpath, its client-go compiled as
+	// the device plugin's is (cgo on, -trimpath).
+	agentFlag := "-trimpath"
+	if raceEnabled {
+		agentFlag = "-race"
+	}
 	targets = append(targets, target{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"),
-		args: []string{"build", "-trimpath", "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
+		args: []string{"build", agentFlag, "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
 	for _, t := range targets {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", t.args...)
