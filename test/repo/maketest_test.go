@@ -47,13 +47,13 @@ type goCall struct {
 
 // runMakeTest runs make test with fakeGo and returns its error and the
 // calls, in order.
-func runMakeTest(t *testing.T, env ...string) (error, []goCall) {
-	err, calls, _ := runMakeTestOutput(t, env...)
-	return err, calls
+func runMakeTest(t *testing.T, env ...string) ([]goCall, error) {
+	calls, _, err := runMakeTestOutput(t, env...)
+	return calls, err
 }
 
 // runMakeTestOutput is runMakeTest that also returns make's output.
-func runMakeTestOutput(t *testing.T, env ...string) (error, []goCall, string) {
+func runMakeTestOutput(t *testing.T, env ...string) ([]goCall, string, error) {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -81,7 +81,7 @@ func runMakeTestOutput(t *testing.T, env ...string) (error, []goCall, string) {
 		pid, _ := strconv.Atoi(f[0])
 		calls = append(calls, goCall{pid: pid, dir: strings.TrimPrefix(strings.TrimPrefix(f[1], root), "/"), args: f[2]})
 	}
-	return runErr, calls, out.String()
+	return calls, out.String(), runErr
 }
 
 // TestMakeTestWarmsTheCache: make test's warm-up compiles the later
@@ -91,7 +91,7 @@ func TestMakeTestWarmsTheCache(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
 	}
-	err, calls := runMakeTest(t, "FAKEGO_BUILD_SECONDS=1")
+	calls, err := runMakeTest(t, "FAKEGO_BUILD_SECONDS=1")
 	if err != nil {
 		t.Fatalf("make test: %v", err)
 	}
@@ -121,7 +121,7 @@ func TestMakeTestStopsTheWarmUp(t *testing.T) {
 		t.Skip("no make")
 	}
 	start := time.Now()
-	err, calls := runMakeTest(t, "FAKEGO_FAIL=1", "FAKEGO_BUILD_SECONDS=60")
+	calls, err := runMakeTest(t, "FAKEGO_FAIL=1", "FAKEGO_BUILD_SECONDS=60")
 	if err == nil {
 		t.Fatal("make test passed with the root module's tests failing")
 	}
@@ -152,7 +152,7 @@ func TestMakeTestRunsTheLaterModulesTogether(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
 	}
-	err, calls, out := runMakeTestOutput(t, "FAKEGO_TEST_SECONDS=3")
+	calls, out, err := runMakeTestOutput(t, "FAKEGO_TEST_SECONDS=3")
 	if err != nil {
 		t.Fatalf("make test: %v", err)
 	}
@@ -180,7 +180,7 @@ func TestMakeTestFailsWithALaterModule(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
 	}
-	err, calls, out := runMakeTestOutput(t, "FAKEGO_FAIL_MODULE=test/chart", "FAKEGO_TEST_SECONDS=1")
+	calls, out, err := runMakeTestOutput(t, "FAKEGO_FAIL_MODULE=test/chart", "FAKEGO_TEST_SECONDS=1")
 	if err == nil {
 		t.Fatal("make test passed with test/chart's tests failing")
 	}
@@ -208,12 +208,14 @@ func TestMakeTestStartsModulesBesideTheNodeBuild(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the warm-up builds the real node's binaries only as root")
 	}
-	err, calls := runMakeTest(t, "FAKEGO_RUN_SECONDS=4")
+	calls, err := runMakeTest(t, "FAKEGO_RUN_SECONDS=4")
 	if err != nil {
 		t.Fatalf("make test: %v", err)
 	}
 	index := func(f func(goCall) bool) int { return slices.IndexFunc(calls, f) }
-	nodeEnd := index(func(c goCall) bool { return strings.HasPrefix(c.args, "ended run") && strings.HasSuffix(c.args, "build-node") })
+	nodeEnd := index(func(c goCall) bool {
+		return strings.HasPrefix(c.args, "ended run") && strings.HasSuffix(c.args, "build-node")
+	})
 	lastDeps := -1
 	for i, c := range calls {
 		if strings.HasPrefix(c.args, "build -race") {
