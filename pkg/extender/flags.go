@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
@@ -30,6 +31,8 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.WebhookListen, "webhook-listen", "", "serve the mutating webhook that sets spec.schedulerName on pods asking aliyun.com/gpu-mem at POST "+webhook.Path+" over HTTPS on this address (e.g. :9443); empty: off")
 	fs.StringVar(&cfg.WebhookTLSCertFile, "webhook-tls-cert-file", "", "PEM certificate of --webhook-listen, reloaded when it changes")
 	fs.StringVar(&cfg.WebhookTLSKeyFile, "webhook-tls-key-file", "", "PEM private key of --webhook-tls-cert-file")
+	fs.StringVar(&cfg.WebhookDRANodeSelector, "webhook-dra-node-selector", "", "KEY=VALUE (e.g. gpushare.io/device-mode=dra): the webhook also converts pods asking aliyun.com/gpu-mem whose spec.nodeSelector holds it (the nodes of the gpushare DRA driver) into pods asking the same memory through a resource claim, creating the ResourceClaimTemplate gpushare-gpu-mem-<size> in their namespace when missing, and refuses, with the reason, those it cannot convert (gpu-mem in two containers or on several cards); needs --webhook-listen; empty: off")
+	fs.StringVar(&cfg.WebhookDRAUnit, "webhook-dra-memory-unit", gpushare.UnitGiB, "the unit of aliyun.com/gpu-mem in pods the webhook converts to claims (--webhook-dra-node-selector): GiB or MiB")
 	fs.StringVar(&cfg.SchedulerName, "scheduler-name", webhook.DefaultSchedulerName, "the spec.schedulerName the webhook gives pods asking aliyun.com/gpu-mem whose schedulerName is empty or default-scheduler")
 	fs.StringVar(&cfg.Policy, "policy", allocator.DefaultPolicy, fmt.Sprintf("default scoring policy, one of %v; a pod may override it with the annotation gpushare.io/policy", allocator.PolicyNames()))
 	qps := fs.Float64("kube-api-qps", 100, "API client queries per second (client-go's default of 5 would throttle binds to a few pods per second)")

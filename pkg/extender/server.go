@@ -64,6 +64,13 @@ type Config struct {
 	WebhookTLSCertFile, WebhookTLSKeyFile string
 	// SchedulerName is what the webhook sets spec.schedulerName to.
 	SchedulerName string
+	// WebhookDRANodeSelector, KEY=VALUE, turns on the webhook's
+	// conversion of pods whose spec.nodeSelector holds it (nodes of the
+	// gpushare DRA driver) into claim pods (webhook.DRA); empty: off.
+	WebhookDRANodeSelector string
+	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion:
+	// GiB or MiB.
+	WebhookDRAUnit string
 	// CertCheckPeriod is how often the TLS files are stat'ed besides the
 	// fsnotify events (certs.DefaultCheckPeriod when zero).
 	CertCheckPeriod time.Duration
@@ -168,7 +175,29 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--scheduler-name: %w", err))
 		}
 	}
+	if c.WebhookDRANodeSelector != "" {
+		if c.WebhookListen == "" {
+			errs = append(errs, errors.New("--webhook-dra-node-selector needs --webhook-listen"))
+		}
+		if _, err := c.draConversion(nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// draConversion is the webhook's DRA setting from WebhookDRANodeSelector
+// and WebhookDRAUnit, its templates made through client.
+func (c *Config) draConversion(client kubernetes.Interface) (webhook.DRA, error) {
+	key, value, ok := strings.Cut(c.WebhookDRANodeSelector, "=")
+	if !ok {
+		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector %q: want KEY=VALUE, e.g. gpushare.io/device-mode=dra", c.WebhookDRANodeSelector)
+	}
+	d := webhook.DRA{NodeSelectorKey: key, NodeSelectorValue: value, Unit: c.WebhookDRAUnit, Templates: webhook.ClientTemplates{Client: client}}
+	if err := d.Validate(); err != nil {
+		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector/--webhook-dra-memory-unit: %w", err)
+	}
+	return d, nil
 }
 
 // followed splits FollowSchedulerLease into the Lease's namespace and name.
@@ -307,6 +336,15 @@ func Run(ctx context.Context, cfg Config) error {
 		wh, err := webhook.New(logger.WithName("webhook"), cfg.SchedulerName, reg)
 		if err != nil {
 			return err
+		}
+		if cfg.WebhookDRANodeSelector != "" {
+			d, err := cfg.draConversion(client)
+			if err != nil {
+				return err
+			}
+			if err := wh.EnableDRA(d); err != nil {
+				return err
+			}
 		}
 		mux := http.NewServeMux()
 		mux.Handle(webhook.Path, wh)

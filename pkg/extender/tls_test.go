@@ -51,6 +51,20 @@ func TestValidateServing(t *testing.T) {
 			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile, c.SchedulerName = ":9443", "/w/c", "/w/k", "GPU_Scheduler"
 		}), wantErr: "--scheduler-name"},
 		{name: "webhook", cfg: base(func(c *Config) { c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k" })},
+		{name: "DRA conversion", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode=dra", "GiB"
+		})},
+		{name: "DRA conversion without the webhook", cfg: base(func(c *Config) { c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode=dra", "GiB" }),
+			wantErr: "--webhook-dra-node-selector needs --webhook-listen"},
+		{name: "DRA conversion without a value", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode", "GiB"
+		}), wantErr: "want KEY=VALUE"},
+		{name: "DRA conversion with a bad unit", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode=dra", "GB"
+		}), wantErr: `memory unit "GB"`},
 		{name: "profiling without a metrics listener", cfg: base(func(c *Config) { c.Profiling = true }), wantErr: "--profiling needs --metrics-listen"},
 		{name: "profiling", cfg: base(func(c *Config) { c.Profiling, c.MetricsListen = true, ":39998" })},
 	}

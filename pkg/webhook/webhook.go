@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,9 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/pkg/draclaim"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
@@ -42,7 +46,17 @@ const (
 	ResultInvalid = "invalid"
 	// ResultError: the webhook failed on its own; allowed unchanged.
 	ResultError = "error"
+	// ResultConverted: a pod bound for DRA nodes, its aliyun.com/gpu-mem
+	// turned into a claim from a ResourceClaimTemplate (EnableDRA).
+	ResultConverted = "converted"
+	// ResultDenied: a pod bound for DRA nodes refused, with the reason:
+	// a shape the conversion cannot keep, or its template could not be
+	// made (EnableDRA).
+	ResultDenied = "denied"
 )
+
+// results are every value of the label result.
+var results = []string{ResultMutated, ResultSkipped, ResultInvalid, ResultError, ResultConverted, ResultDenied}
 
 // Handler serves the webhook.
 type Handler struct {
@@ -52,6 +66,59 @@ type Handler struct {
 	admissions *prometheus.CounterVec
 	// mutate is Mutate; tests replace it.
 	mutate func(req *admissionv1.AdmissionRequest, schedulerName string) (patch []byte, why string, err error)
+	// dra, when set, converts pods bound for DRA nodes.
+	dra *DRA
+}
+
+// DRA configures the conversion of pods bound for nodes served by the
+// gpushare DRA driver (package draclaim): a pod CREATE whose
+// spec.nodeSelector holds NodeSelectorKey=NodeSelectorValue and that asks
+// aliyun.com/gpu-mem is answered with the patch that makes it ask the same
+// memory through a claim, once its ResourceClaimTemplate exists; its
+// scheduler is left as it is (kube-scheduler allocates claims in every
+// profile). A pod the conversion cannot keep is refused with the reason.
+// Only the nodeSelector is read: a pod sent there by affinity alone is not
+// converted.
+type DRA struct {
+	NodeSelectorKey, NodeSelectorValue string
+	// Unit is aliyun.com/gpu-mem's unit on those nodes: GiB or MiB.
+	Unit string
+	// Templates makes the templates.
+	Templates Templates
+}
+
+// Templates makes sure ResourceClaimTemplates exist.
+type Templates interface {
+	// Ensure makes sure tmpl exists in namespace with tmpl's spec; with
+	// dryRun it writes nothing (an admission of a dry-run request has no
+	// side effects).
+	Ensure(ctx context.Context, namespace string, tmpl *resourcev1.ResourceClaimTemplate, dryRun bool) error
+}
+
+// EnableDRA turns on the conversion of pods bound for DRA nodes.
+func (h *Handler) EnableDRA(d DRA) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	h.dra = &d
+	return nil
+}
+
+// Validate reports what is wrong with d's settings.
+func (d DRA) Validate() error {
+	if errs := validation.IsQualifiedName(d.NodeSelectorKey); len(errs) > 0 {
+		return fmt.Errorf("DRA node selector key %q: %v", d.NodeSelectorKey, errs)
+	}
+	if errs := validation.IsValidLabelValue(d.NodeSelectorValue); len(errs) > 0 {
+		return fmt.Errorf("DRA node selector value %q: %v", d.NodeSelectorValue, errs)
+	}
+	if err := draclaim.ValidUnit(d.Unit); err != nil {
+		return err
+	}
+	if d.Templates == nil {
+		return errors.New("DRA conversion without a template store")
+	}
+	return nil
 }
 
 // New returns the handler setting spec.schedulerName to schedulerName,
@@ -63,9 +130,9 @@ func New(logger klog.Logger, schedulerName string, reg prometheus.Registerer) (*
 	h := &Handler{schedulerName: schedulerName, logger: logger, mutate: Mutate,
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "webhook", Name: "admissions_total",
-			Help: "AdmissionReviews answered by the scheduler-name webhook, by result: mutated, skipped, invalid (HTTP 400) or error (allowed unchanged after a fault of the webhook's own).",
+			Help: "AdmissionReviews answered by the webhook, by result: mutated (scheduler name set), skipped, invalid (HTTP 400), error (allowed unchanged after a fault of the webhook's own), converted (gpu-mem turned into a DRA claim) or denied (a pod bound for DRA nodes refused, with the reason).",
 		}, []string{"result"})}
-	for _, r := range []string{ResultMutated, ResultSkipped, ResultInvalid, ResultError} {
+	for _, r := range results {
 		h.admissions.WithLabelValues(r)
 	}
 	if err := reg.Register(h.admissions); err != nil {
@@ -100,7 +167,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.invalid(w, err)
 		return
 	}
-	resp, result := h.respond(review.Request)
+	resp, result := h.respond(r.Context(), review.Request)
 	h.admissions.WithLabelValues(result).Inc()
 	out, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp})
 	if err != nil {
@@ -138,7 +205,7 @@ func DecodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 // respond decides the answer to req: always allowed, with a patch when the
 // pod is to go to the gpushare scheduler. A fault of the handler's own is
 // logged and answered allowed without a patch.
-func (h *Handler) respond(req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, result string) {
+func (h *Handler) respond(ctx context.Context, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, result string) {
 	logger := h.logger.WithValues("uid", req.UID, "pod", klog.KRef(req.Namespace, req.Name), "operation", req.Operation)
 	defer func() {
 		if r := recover(); r != nil {
@@ -147,6 +214,11 @@ func (h *Handler) respond(req *admissionv1.AdmissionRequest) (resp *admissionv1.
 		}
 	}()
 	resp = &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	if h.dra != nil {
+		if resp, result, ok := h.convert(ctx, logger, req); ok {
+			return resp, result
+		}
+	}
 	patch, why, err := h.mutate(req, h.schedulerName)
 	switch {
 	case err != nil:
@@ -196,4 +268,44 @@ type jsonPatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
 	Value string `json:"value"`
+}
+
+// convert answers req when it creates a pod bound for DRA nodes that asks
+// aliyun.com/gpu-mem; ok is false for any other request, left to Mutate.
+func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, result string, ok bool) {
+	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+		return nil, "", false
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return nil, "", false // Mutate reports it
+	}
+	if v, set := pod.Spec.NodeSelector[h.dra.NodeSelectorKey]; !set || v != h.dra.NodeSelectorValue {
+		return nil, "", false
+	}
+	deny := func(err error) (*admissionv1.AdmissionResponse, string, bool) {
+		logger.V(2).Info("Refusing a pod bound for DRA nodes", "err", err)
+		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
+			Message: fmt.Sprintf("gpushare: a pod with spec.nodeSelector %s=%s runs on a DRA node: %v", h.dra.NodeSelectorKey, h.dra.NodeSelectorValue, err),
+		}}, ResultDenied, true
+	}
+	conv, err := draclaim.Convert(&pod, h.dra.Unit)
+	switch {
+	case errors.Is(err, gpushare.ErrNoGPUMem):
+		return nil, "", false
+	case err != nil:
+		return deny(err)
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	if err := h.dra.Templates.Ensure(ctx, req.Namespace, conv.Template, dryRun); err != nil {
+		return deny(fmt.Errorf("its ResourceClaimTemplate: %w", err))
+	}
+	patch, err := json.Marshal(conv.Patch)
+	if err != nil {
+		return deny(fmt.Errorf("encoding the patch: %w", err))
+	}
+	jsonPatch := admissionv1.PatchTypeJSONPatch
+	logger.V(4).Info("Converting the pod's GPU memory to a DRA claim", "template", klog.KRef(req.Namespace, conv.Template.Name), "bytes", conv.Bytes)
+	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Patch: patch, PatchType: &jsonPatch}, ResultConverted, true
 }

@@ -121,8 +121,8 @@ func TestMutate(t *testing.T) {
 			if got := testutil.ToFloat64(h.admissions.WithLabelValues(tc.wantResult)); got != 1 {
 				t.Errorf("gpushare_webhook_admissions_total{result=%q} = %v, want 1", tc.wantResult, got)
 			}
-			if n, err := testutil.GatherAndCount(reg, "gpushare_webhook_admissions_total"); err != nil || n != 4 {
-				t.Errorf("gpushare_webhook_admissions_total series = %d (%v), want 4", n, err)
+			if n, err := testutil.GatherAndCount(reg, "gpushare_webhook_admissions_total"); err != nil || n != len(results) {
+				t.Errorf("gpushare_webhook_admissions_total series = %d (%v), want %d", n, err, len(results))
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -113,5 +114,70 @@ func TestDRADriverRBAC(t *testing.T) {
 	}
 	if got := field(find(objs, "DaemonSet", "gpushare-dra-driver"), "spec", "template", "spec", "serviceAccountName"); got != "gpushare-dra-driver" {
 		t.Errorf("driver's serviceAccountName %v", got)
+	}
+}
+
+// TestDRAConversionOptIn: with the driver and the webhook (second-scheduler
+// topology, the default), the extender's webhook converts pods selecting the
+// driver's first node label (--webhook-dra-node-selector, the device
+// plugin's memory unit) and its account may create and get
+// ResourceClaimTemplates, nothing more; draDriver.convertPods=false, the
+// driver off or the extender topology (no webhook) render neither.
+func TestDRAConversionOptIn(t *testing.T) {
+	c := load(t)
+	draRule := map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaimtemplates"}, "verbs": []any{"create", "get"}}
+	extenderArgs := func(objs []map[string]any) []any {
+		dep := find(objs, "Deployment", "gpushare-scheduler")
+		if dep == nil {
+			return nil
+		}
+		for _, ctr := range field(dep, "spec", "template", "spec", "containers").([]any) {
+			if field(ctr, "name") == "extender" {
+				return field(ctr, "args").([]any)
+			}
+		}
+		return nil
+	}
+	hasRule := func(objs []map[string]any) bool {
+		for _, r := range field(find(objs, "ClusterRole", "gpushare-scheduler-extender"), "rules").([]any) {
+			if cmp.Equal(r, draRule) {
+				return true
+			}
+		}
+		return false
+	}
+	converting := func(args []any) []string {
+		var got []string
+		for _, a := range args {
+			if s := a.(string); strings.HasPrefix(s, "--webhook-dra-") {
+				got = append(got, s)
+			}
+		}
+		return got
+	}
+
+	on := objects(t, render(t, c, map[string]any{
+		"draDriver":    map[string]any{"enabled": true, "nodeSelector": map[string]any{"zone/dra": "yes", "a.example/dra": "on"}},
+		"devicePlugin": map[string]any{"memoryUnit": "MiB"},
+	}))
+	if diff := cmp.Diff([]string{"--webhook-dra-node-selector=a.example/dra=on", "--webhook-dra-memory-unit=MiB"}, converting(extenderArgs(on))); diff != "" {
+		t.Errorf("extender's conversion flags (-want +got):\n%s", diff)
+	}
+	if !hasRule(on) {
+		t.Error("the extender's ClusterRole lacks create and get on resourceclaimtemplates")
+	}
+	for name, values := range map[string]map[string]any{
+		"driver off":        nil,
+		"convertPods false": {"draDriver": map[string]any{"enabled": true, "convertPods": false}},
+		"webhook off":       {"draDriver": map[string]any{"enabled": true}, "scheduler": map[string]any{"webhook": map[string]any{"enabled": false}}},
+		"extender topology": {"draDriver": map[string]any{"enabled": true}, "topology": "extender"},
+	} {
+		objs := objects(t, render(t, c, values))
+		if got := converting(extenderArgs(objs)); len(got) != 0 {
+			t.Errorf("%s: conversion flags %v", name, got)
+		}
+		if hasRule(objs) {
+			t.Errorf("%s: the extender may create ResourceClaimTemplates", name)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/certs/certstest"
@@ -33,52 +34,9 @@ func TestSchedulerNameWebhook(t *testing.T) {
 	}
 	ctx := context.Background()
 	cp := framework.StartT(t, framework.Options{})
-	admin := cp.Client(framework.AdminUser)
-	ca := certstest.NewCA(t, "webhook-ca")
-	dir := t.TempDir()
-	certstest.WriteSecretVolume(t, dir, certstest.SecretFiles(ca, ca.Server(t)))
-	hook, metrics := freeAddr(t), freeAddr(t)
-	ext := runExtender(t, extender.Config{Kubeconfig: cp.AdminKubeconfig(), Listen: freeAddr(t), Policy: allocator.DefaultPolicy, QPS: 50, Burst: 100,
-		MetricsListen: metrics, WebhookListen: hook, SchedulerName: webhook.DefaultSchedulerName,
-		WebhookTLSCertFile: filepath.Join(dir, certstest.CertFile), WebhookTLSKeyFile: filepath.Join(dir, certstest.KeyFile)})
-
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := framework.DecodeManifest(filepath.Join(root, "config", "mutating-webhook.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mwc, ok := objs[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
-	if len(objs) != 1 || !ok {
-		t.Fatalf("config/mutating-webhook.yaml holds %d objects, the first a %T; want one MutatingWebhookConfiguration", len(objs), objs[0])
-	}
-	url := "https://" + hook + webhook.Path
-	for i := range mwc.Webhooks {
-		mwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM}
-	}
-	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pods := admin.CoreV1().Pods("default")
-	create := func(ctx context.Context, p *corev1.Pod, dryRun bool) (*corev1.Pod, error) {
-		p = p.DeepCopy()
-		p.UID = ""
-		opts := metav1.CreateOptions{}
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		return pods.Create(ctx, p, opts)
-	}
-	// kube-apiserver calls a new webhook a moment after it is created.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := create(ctx, util.MakePod("probe").GPUMem(1).Obj(), true)
-		return err == nil && p.Spec.SchedulerName == webhook.DefaultSchedulerName, nil
-	}); err != nil {
-		t.Fatalf("the webhook is never called: %v (extender log:\n%s)", err, ext.logs.String())
-	}
-	fams := scrapeMetrics(t, "http://"+metrics+"/metrics")
+	w := startWebhook(t, cp, nil)
+	create := w.create
+	fams := scrapeMetrics(t, "http://"+w.metrics+"/metrics")
 	mutatedBefore, _ := metricValue(fams, "gpushare_webhook_admissions_total", map[string]string{"result": webhook.ResultMutated})
 
 	withScheduler := func(p *corev1.Pod, name string) *corev1.Pod { p.Spec.SchedulerName = name; return p }
@@ -104,7 +62,7 @@ func TestSchedulerNameWebhook(t *testing.T) {
 			}
 		})
 	}
-	fams = scrapeMetrics(t, "http://"+metrics+"/metrics")
+	fams = scrapeMetrics(t, "http://"+w.metrics+"/metrics")
 	if v, _ := metricValue(fams, "gpushare_webhook_admissions_total", map[string]string{"result": webhook.ResultMutated}); v-mutatedBefore != 3 {
 		t.Errorf("mutated %v pods, want 3", v-mutatedBefore)
 	}
@@ -117,11 +75,78 @@ func TestSchedulerNameWebhook(t *testing.T) {
 	}
 
 	// The webhook down: failurePolicy Fail refuses GPU pods, no others.
-	ext.stop()
+	w.ext.stop()
 	if _, err := create(ctx, util.MakePod("gpu-while-down").GPUMem(4).Obj(), false); err == nil || !strings.Contains(err.Error(), "scheduler-name.gpushare.io") {
 		t.Errorf("GPU pod with the webhook down: err = %v, want refused naming the webhook", err)
 	}
 	if p, err := create(ctx, util.MakePod("cpu-while-down").Container("app").Obj(), false); err != nil || p.Spec.SchedulerName != corev1.DefaultSchedulerName {
 		t.Errorf("pod without gpu-mem with the webhook down: %v; want created as before", err)
 	}
+}
+
+// servingWebhook is an extender serving the webhook, registered with a
+// control plane's kube-apiserver by config/mutating-webhook.yaml.
+type servingWebhook struct {
+	ext     *servingExtender
+	metrics string // the extender's metrics listener
+	admin   kubernetes.Interface
+}
+
+// startWebhook runs the extender with its webhook (cfg adds settings),
+// registers config/mutating-webhook.yaml pointed at it, and waits until
+// kube-apiserver calls it.
+func startWebhook(t *testing.T, cp *framework.ControlPlane, cfg func(*extender.Config)) *servingWebhook {
+	t.Helper()
+	ctx := context.Background()
+	ca := certstest.NewCA(t, "webhook-ca")
+	dir := t.TempDir()
+	certstest.WriteSecretVolume(t, dir, certstest.SecretFiles(ca, ca.Server(t)))
+	hook, metrics := freeAddr(t), freeAddr(t)
+	c := extender.Config{Kubeconfig: cp.AdminKubeconfig(), Listen: freeAddr(t), Policy: allocator.DefaultPolicy, QPS: 50, Burst: 100,
+		MetricsListen: metrics, WebhookListen: hook, SchedulerName: webhook.DefaultSchedulerName,
+		WebhookTLSCertFile: filepath.Join(dir, certstest.CertFile), WebhookTLSKeyFile: filepath.Join(dir, certstest.KeyFile)}
+	if cfg != nil {
+		cfg(&c)
+	}
+	w := &servingWebhook{ext: runExtender(t, c), metrics: metrics, admin: cp.Client(framework.AdminUser)}
+
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := framework.DecodeManifest(filepath.Join(root, "config", "mutating-webhook.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mwc, ok := objs[0].(*admissionregistrationv1.MutatingWebhookConfiguration)
+	if len(objs) != 1 || !ok {
+		t.Fatalf("config/mutating-webhook.yaml holds %d objects, the first a %T; want one MutatingWebhookConfiguration", len(objs), objs[0])
+	}
+	url := "https://" + hook + webhook.Path
+	for i := range mwc.Webhooks {
+		mwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca.PEM}
+	}
+	if _, err := w.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// kube-apiserver calls a new webhook a moment after it is created.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := w.create(ctx, util.MakePod("probe").GPUMem(1).Obj(), true)
+		return err == nil && p.Spec.SchedulerName == webhook.DefaultSchedulerName, nil
+	}); err != nil {
+		t.Fatalf("the webhook is never called: %v (extender log:\n%s)", err, w.ext.logs.String())
+	}
+	return w
+}
+
+// create creates p (without its UID) in its namespace, or only tries to
+// with dryRun.
+func (w *servingWebhook) create(ctx context.Context, p *corev1.Pod, dryRun bool) (*corev1.Pod, error) {
+	p = p.DeepCopy()
+	p.UID = ""
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	return w.admin.CoreV1().Pods(p.Namespace).Create(ctx, p, opts)
 }

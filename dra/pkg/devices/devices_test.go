@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/pkg/draclaim"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -179,5 +180,15 @@ func TestDeviceClass(t *testing.T) {
 	dc := DeviceClass()
 	if dc.Name != DeviceClassName || len(dc.Spec.Selectors) != 1 || dc.Spec.Selectors[0].CEL.Expression != `device.driver == "gpu.gpushare.io"` {
 		t.Errorf("DeviceClass = %+v, want %s selecting driver %s", dc, DeviceClassName, DriverName)
+	}
+}
+
+// TestWebhookAgrees: the webhook's conversion of aliyun.com/gpu-mem pods
+// (root module, package draclaim) names this driver's DeviceClass and
+// capacity.
+func TestWebhookAgrees(t *testing.T) {
+	if draclaim.DeviceClassName != DeviceClassName || string(draclaim.MemoryCapacity) != string(CapacityMemory) {
+		t.Errorf("draclaim asks DeviceClass %q capacity %q; the driver serves %q capacity %q",
+			draclaim.DeviceClassName, draclaim.MemoryCapacity, DeviceClassName, CapacityMemory)
 	}
 }

@@ -188,9 +188,14 @@ func (c *draCluster) createClaimPod(t *testing.T, name, template, claim string) 
 // podClaim returns the claim a pod's "gpu" entry names (for a template,
 // once kube-controller-manager made it).
 func (c *draCluster) podClaim(ctx context.Context, pod *corev1.Pod) (*resourceapi.ResourceClaim, error) {
+	return c.podClaimNamed(ctx, pod, "gpu")
+}
+
+// podClaimNamed is podClaim for the pod's entry named entry.
+func (c *draCluster) podClaimNamed(ctx context.Context, pod *corev1.Pod, entry string) (*resourceapi.ResourceClaim, error) {
 	name := ""
 	for _, s := range pod.Status.ResourceClaimStatuses {
-		if s.Name == "gpu" && s.ResourceClaimName != nil {
+		if s.Name == entry && s.ResourceClaimName != nil {
 			name = *s.ResourceClaimName
 		}
 	}

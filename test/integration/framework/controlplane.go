@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +88,23 @@ type Options struct {
 	// "resourceclaim-controller") after kube-apiserver. Not with Nodes,
 	// which runs NodeControllers.
 	Controllers []string
+	// APIServerFeatureGates are kube-apiserver's --feature-gates, e.g.
+	// {"DRAConsumableCapacity": true}.
+	APIServerFeatureGates map[string]bool
+}
+
+// featureGatesArg is the --feature-gates argument for gates, sorted; none
+// for no gates.
+func featureGatesArg(gates map[string]bool) []string {
+	if len(gates) == 0 {
+		return nil
+	}
+	kv := make([]string, 0, len(gates))
+	for name, on := range gates {
+		kv = append(kv, fmt.Sprintf("%s=%t", name, on))
+	}
+	slices.Sort(kv)
+	return []string{"--feature-gates=" + strings.Join(kv, ",")}
 }
 
 // NodeAccess is what a control plane needs for real nodes, whose pods talk
@@ -344,7 +362,7 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.caData)
 	trusted := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	apiserver, err := cp.start(APIServerName, cp.bins.APIServer, append(cp.apiserverAccessArgs(),
+	apiserverArgs := append(cp.apiserverAccessArgs(),
 		"--etcd-servers="+cp.etcdURL,
 		"--secure-port="+strings.TrimPrefix(cp.apiURL, "https://127.0.0.1:"),
 		"--cert-dir="+filepath.Join(cp.dir, "apiserver-certs"),
@@ -359,7 +377,8 @@ func (cp *ControlPlane) launch(ctx context.Context, opts Options) error {
 		"--authorization-mode=RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
-	)...)
+	)
+	apiserver, err := cp.start(APIServerName, cp.bins.APIServer, append(apiserverArgs, featureGatesArg(opts.APIServerFeatureGates)...)...)
 	if err != nil {
 		return err
 	}

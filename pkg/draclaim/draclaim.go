@@ -1,0 +1,199 @@
+package draclaim
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+const (
+	// ClaimName is the pod's resourceClaims entry the GPU container names.
+	ClaimName = "gpushare-gpu-mem"
+	// TemplatePrefix starts the name of every template Convert makes;
+	// the size follows, in Kubernetes quantity form, lower case:
+	// gpushare-gpu-mem-8gi, gpushare-gpu-mem-512mi.
+	TemplatePrefix = ClaimName + "-"
+	// RequestName is the template's one device request.
+	RequestName = "gpu"
+	// DeviceClassName is the DeviceClass of the gpushare DRA driver's
+	// cards (the dra module's devices.DeviceClassName; a test there
+	// checks they agree).
+	DeviceClassName = "gpu-mem.gpushare.io"
+	// MemoryCapacity is the consumable capacity of a card the template
+	// asks, in bytes.
+	MemoryCapacity resourcev1.QualifiedName = "memory"
+	// AnnotationConverted records on a converted pod what it asked:
+	// "aliyun.com/gpu-mem=8 GiB".
+	AnnotationConverted = "gpushare.io/dra-converted"
+	// LabelManagedBy marks the templates Convert makes.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedBy is LabelManagedBy's value.
+	ManagedBy = "gpushare-webhook"
+)
+
+// ErrUnsupported wraps every reason Convert refuses a pod.
+var ErrUnsupported = errors.New("cannot convert to a DRA claim")
+
+// PatchOp is one JSON patch (RFC 6902) operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// Conversion is what the webhook does for one pod: make sure Template
+// exists in the pod's namespace, then patch the pod with Patch.
+type Conversion struct {
+	Template *resourcev1.ResourceClaimTemplate
+	Patch    []PatchOp
+	// Bytes is the memory the claim asks.
+	Bytes int64
+}
+
+// unitBytes is the size of one aliyun.com/gpu-mem unit.
+func unitBytes(unit string) (int64, error) {
+	switch unit {
+	case gpushare.UnitGiB:
+		return 1 << 30, nil
+	case gpushare.UnitMiB:
+		return 1 << 20, nil
+	}
+	return 0, fmt.Errorf("memory unit %q: want %s or %s", unit, gpushare.UnitGiB, gpushare.UnitMiB)
+}
+
+// ValidUnit reports whether unit is one Convert accepts.
+func ValidUnit(unit string) error {
+	_, err := unitBytes(unit)
+	return err
+}
+
+// Convert returns the conversion of pod, whose aliyun.com/gpu-mem counts
+// units of unit (GiB or MiB, the DRA nodes' device plugins' --memory-unit
+// had they run one). It returns gpushare.ErrNoGPUMem for a pod that asks
+// none, an error wrapping ErrUnsupported for a shape it cannot keep, and
+// PodDemand's error for a malformed request.
+func Convert(pod *corev1.Pod, unit string) (*Conversion, error) {
+	size, err := unitBytes(unit)
+	if err != nil {
+		return nil, err
+	}
+	demand, err := gpushare.PodDemand(pod)
+	if err != nil {
+		return nil, err
+	}
+	if len(demand) > 1 {
+		names := make([]string, len(demand))
+		for i, c := range demand {
+			names[i] = strconv.Quote(c.Name)
+		}
+		return nil, fmt.Errorf("%w: containers %s all ask %s; on a DRA node only one container of a pod may (each container naming the claim would be allowed the whole of it): ask a ResourceClaim per container instead (docs/dra.md)",
+			ErrUnsupported, strings.Join(names, ", "), gpushare.ResourceGPUMem)
+	}
+	c := demand[0]
+	if c.Cards > 1 {
+		return nil, fmt.Errorf("%w: container %q asks %s on %d cards (%s); a DRA claim of gpushare's driver is one card",
+			ErrUnsupported, c.Name, gpushare.ResourceGPUMem, c.Cards, gpushare.ResourceGPUCount)
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		if rc.Name == ClaimName {
+			return nil, fmt.Errorf("%w: the pod already has a resource claim named %q", ErrUnsupported, ClaimName)
+		}
+	}
+	if c.Units > (1<<62)/size {
+		return nil, fmt.Errorf("%w: container %q asks %d %s, more than a quantity holds", ErrUnsupported, c.Name, c.Units, unit)
+	}
+	bytes := c.Units * size
+	q := resource.NewQuantity(bytes, resource.BinarySI)
+	tmpl := Template(q)
+
+	field, index := "containers", -1
+	list := pod.Spec.Containers
+	if c.Init {
+		field, list = "initContainers", pod.Spec.InitContainers
+	}
+	for i := range list {
+		if list[i].Name == c.Name {
+			index = i
+			break
+		}
+	}
+	if index < 0 && !c.Init { // a sidecar: a restartable init container
+		field, list = "initContainers", pod.Spec.InitContainers
+		for i := range list {
+			if list[i].Name == c.Name {
+				index = i
+				break
+			}
+		}
+	}
+	if index < 0 {
+		return nil, fmt.Errorf("container %q of the demand is not in the pod", c.Name)
+	}
+	ctr := &list[index]
+	base := fmt.Sprintf("/spec/%s/%d/resources", field, index)
+	res := escape(string(gpushare.ResourceGPUMem))
+	var patch []PatchOp
+	if _, ok := ctr.Resources.Limits[gpushare.ResourceGPUMem]; ok {
+		patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + res})
+	}
+	if _, ok := ctr.Resources.Requests[gpushare.ResourceGPUMem]; ok {
+		patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + res})
+	}
+	claimRef := corev1.ResourceClaim{Name: ClaimName}
+	if len(ctr.Resources.Claims) == 0 {
+		patch = append(patch, PatchOp{Op: "add", Path: base + "/claims", Value: []corev1.ResourceClaim{claimRef}})
+	} else {
+		patch = append(patch, PatchOp{Op: "add", Path: base + "/claims/-", Value: claimRef})
+	}
+	podClaim := corev1.PodResourceClaim{Name: ClaimName, ResourceClaimTemplateName: &tmpl.Name}
+	if len(pod.Spec.ResourceClaims) == 0 {
+		patch = append(patch, PatchOp{Op: "add", Path: "/spec/resourceClaims", Value: []corev1.PodResourceClaim{podClaim}})
+	} else {
+		patch = append(patch, PatchOp{Op: "add", Path: "/spec/resourceClaims/-", Value: podClaim})
+	}
+	note := fmt.Sprintf("%s=%d %s", gpushare.ResourceGPUMem, c.Units, unit)
+	if len(pod.Annotations) == 0 {
+		patch = append(patch, PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{AnnotationConverted: note}})
+	} else {
+		patch = append(patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escape(AnnotationConverted), Value: note})
+	}
+	return &Conversion{Template: tmpl, Patch: patch, Bytes: bytes}, nil
+}
+
+// Template is the ResourceClaimTemplate asking memory of one card, named
+// TemplatePrefix and the size.
+func Template(memory *resource.Quantity) *resourcev1.ResourceClaimTemplate {
+	return &resourcev1.ResourceClaimTemplate{
+		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   TemplatePrefix + strings.ToLower(memory.String()),
+			Labels: map[string]string{LabelManagedBy: ManagedBy},
+		},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{
+				Name: RequestName,
+				Exactly: &resourcev1.ExactDeviceRequest{
+					DeviceClassName: DeviceClassName,
+					AllocationMode:  resourcev1.DeviceAllocationModeExactCount,
+					Count:           1,
+					Capacity: &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{
+						MemoryCapacity: *memory,
+					}},
+				},
+			}},
+		}}},
+	}
+}
+
+// escape escapes a JSON pointer token (RFC 6901).
+func escape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}

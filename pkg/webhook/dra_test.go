@@ -1,0 +1,213 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/gpushare/gpushare/pkg/draclaim"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// fakeTemplates records Ensure's calls and fails them with err.
+type fakeTemplates struct {
+	calls []string // "NAMESPACE/NAME dryRun=BOOL"
+	err   error
+}
+
+func (f *fakeTemplates) Ensure(_ context.Context, ns string, t *resourcev1.ResourceClaimTemplate, dryRun bool) error {
+	f.calls = append(f.calls, ns+"/"+t.Name+" dryRun="+map[bool]string{true: "true", false: "false"}[dryRun])
+	return f.err
+}
+
+func onDRANodes(p *corev1.Pod) *corev1.Pod {
+	p.Spec.NodeSelector = map[string]string{"gpushare.io/device-mode": "dra"}
+	return p
+}
+
+// TestDRAConversion: with EnableDRA, a pod CREATE selecting the DRA nodes
+// that asks gpu-mem is converted (its template ensured first, without
+// writing for a dry run) and keeps its scheduler; one the conversion
+// cannot keep, or whose template fails, is refused with the reason; every
+// other request takes the scheduler-name route as before.
+func TestDRAConversion(t *testing.T) {
+	setPatch := `[{"op":"add","path":"/spec/schedulerName","value":"gpushare-scheduler"}]`
+	tests := []struct {
+		name        string
+		pod         *corev1.Pod
+		dryRun      bool
+		storeErr    error
+		wantResult  string
+		wantCalls   []string
+		wantPatch   string // for results other than converted
+		wantMessage string // for denied
+	}{
+		{name: "converted", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
+		{name: "dry run writes nothing", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), dryRun: true, wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=true"}},
+		{name: "two GPU containers refused", pod: onDRANodes(util.MakePod("p").GPUMem(4).GPUMem(4).Obj()), wantResult: ResultDenied, wantMessage: `containers "c0", "c1" all ask aliyun.com/gpu-mem`},
+		{name: "a bad request refused", pod: onDRANodes(util.MakePod("p").GPUMem(0).Obj()), wantResult: ResultDenied, wantMessage: "want a positive whole number"},
+		{name: "template fails", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), storeErr: errors.New("the API is down"), wantResult: ResultDenied,
+			wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}, wantMessage: "its ResourceClaimTemplate: the API is down"},
+		{name: "no gpu-mem on a DRA node", pod: onDRANodes(util.MakePod("p").Container("c").Obj()), wantResult: ResultSkipped},
+		{name: "another node selector", pod: func() *corev1.Pod {
+			p := util.MakePod("p").GPUMem(8).Obj()
+			p.Spec.NodeSelector = map[string]string{"gpushare.io/device-mode": "device-plugin"}
+			return p
+		}(), wantResult: ResultMutated, wantPatch: setPatch},
+		{name: "no node selector", pod: util.MakePod("p").GPUMem(8).Obj(), wantResult: ResultMutated, wantPatch: setPatch},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := newHandler(t, ktestingLogger(t))
+			store := &fakeTemplates{err: tc.storeErr}
+			if err := h.EnableDRA(DRA{NodeSelectorKey: "gpushare.io/device-mode", NodeSelectorValue: "dra", Unit: "GiB", Templates: store}); err != nil {
+				t.Fatal(err)
+			}
+			body := review(t, admissionv1.Create, podsResource, "", tc.pod)
+			if tc.dryRun {
+				body = strings.Replace(body, `"operation":"CREATE"`, `"operation":"CREATE","dryRun":true`, 1)
+			}
+			rec := post(h, body)
+			if rec.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", rec.Code, rec.Body)
+			}
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+				t.Fatalf("reply %s (%v)", rec.Body, err)
+			}
+			if got := testutil.ToFloat64(h.admissions.WithLabelValues(tc.wantResult)); got != 1 {
+				t.Errorf("gpushare_webhook_admissions_total{result=%q} = %v, want 1; response %+v", tc.wantResult, got, out.Response)
+			}
+			if diff := cmp.Diff(tc.wantCalls, store.calls); diff != "" {
+				t.Errorf("template calls (-want +got):\n%s", diff)
+			}
+			resp := out.Response
+			switch tc.wantResult {
+			case ResultDenied:
+				if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, tc.wantMessage) || resp.Patch != nil {
+					t.Errorf("response %+v, want refused with a message containing %q and no patch", resp, tc.wantMessage)
+				}
+				if resp.Result != nil && !strings.Contains(resp.Result.Message, "gpushare.io/device-mode=dra") {
+					t.Errorf("message %q does not say which node selector sent the pod to DRA", resp.Result.Message)
+				}
+			case ResultConverted:
+				conv, err := draclaim.Convert(tc.pod, "GiB")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := json.Marshal(conv.Patch)
+				if !resp.Allowed || string(resp.Patch) != string(want) || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+					t.Errorf("response %+v (patch %s), want allowed with the conversion's patch %s", resp, resp.Patch, want)
+				}
+				if strings.Contains(string(resp.Patch), "schedulerName") {
+					t.Errorf("the conversion changes the scheduler: %s", resp.Patch)
+				}
+			default:
+				if !resp.Allowed || string(resp.Patch) != tc.wantPatch {
+					t.Errorf("response %+v (patch %q), want allowed with patch %q", resp, resp.Patch, tc.wantPatch)
+				}
+			}
+		})
+	}
+}
+
+func TestEnableDRARefusesBadSettings(t *testing.T) {
+	good := DRA{NodeSelectorKey: "gpushare.io/device-mode", NodeSelectorValue: "dra", Unit: "GiB", Templates: &fakeTemplates{}}
+	for name, mutate := range map[string]func(*DRA){
+		"bad key":      func(d *DRA) { d.NodeSelectorKey = "not a key" },
+		"bad value":    func(d *DRA) { d.NodeSelectorValue = "not a value!" },
+		"bad unit":     func(d *DRA) { d.Unit = "GB" },
+		"no templates": func(d *DRA) { d.Templates = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, _ := newHandler(t, ktestingLogger(t))
+			d := good
+			mutate(&d)
+			if err := h.EnableDRA(d); err == nil {
+				t.Errorf("EnableDRA(%+v): no error", d)
+			}
+		})
+	}
+}
+
+// TestClientTemplates: Ensure creates a missing template, accepts an
+// existing one with the same spec, refuses one with another spec, creates
+// nothing for a dry run, and refuses (and deletes again) a template the API
+// server stored without its capacity request.
+func TestClientTemplates(t *testing.T) {
+	eight := resource.MustParse("8Gi")
+	tmpl := draclaim.Template(&eight)
+	ctx := context.Background()
+	get := func(c *fake.Clientset) (*resourcev1.ResourceClaimTemplate, error) {
+		return c.ResourceV1().ResourceClaimTemplates("ns").Get(ctx, tmpl.Name, metav1.GetOptions{})
+	}
+
+	t.Run("created, then found", func(t *testing.T) {
+		c := fake.NewClientset()
+		for i := range 2 {
+			if err := (ClientTemplates{Client: c}).Ensure(ctx, "ns", tmpl, false); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		got, err := get(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tmpl.Spec, got.Spec); diff != "" {
+			t.Errorf("stored spec (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("another spec", func(t *testing.T) {
+		other := tmpl.DeepCopy()
+		other.Namespace = "ns"
+		other.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName = "someone-elses"
+		c := fake.NewClientset(other)
+		err := (ClientTemplates{Client: c}).Ensure(ctx, "ns", tmpl, false)
+		if err == nil || !strings.Contains(err.Error(), "exists with a spec other than gpushare's") {
+			t.Errorf("err = %v, want a spec mismatch", err)
+		}
+	})
+	t.Run("dry run", func(t *testing.T) {
+		c := fake.NewClientset()
+		var dryRun []string
+		c.PrependReactor("create", "resourceclaimtemplates", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			dryRun = a.(clienttesting.CreateActionImpl).CreateOptions.DryRun
+			return false, nil, nil
+		})
+		if err := (ClientTemplates{Client: c}).Ensure(ctx, "ns", tmpl, true); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{metav1.DryRunAll}, dryRun); diff != "" {
+			t.Errorf("create options' dryRun (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("capacity dropped", func(t *testing.T) {
+		c := fake.NewClientset()
+		c.PrependReactor("create", "resourceclaimtemplates", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			obj := a.(clienttesting.CreateAction).GetObject().(*resourcev1.ResourceClaimTemplate)
+			obj.Spec.Spec.Devices.Requests[0].Exactly.Capacity = nil // what a 1.34 API server does
+			return false, nil, nil
+		})
+		err := (ClientTemplates{Client: c}).Ensure(ctx, "ns", tmpl, false)
+		if err == nil || !strings.Contains(err.Error(), "DRAConsumableCapacity") || !strings.Contains(err.Error(), "1.36") {
+			t.Errorf("err = %v, want one naming DRAConsumableCapacity and Kubernetes 1.36", err)
+		}
+		if _, err := get(c); err == nil {
+			t.Error("the template without capacity is left behind")
+		}
+	})
+}
