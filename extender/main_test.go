@@ -55,13 +55,15 @@ func TestServingFlags(t *testing.T) {
 		args []string
 		want extender.Config
 	}{
-		{name: "defaults", want: extender.Config{Listen: "127.0.0.1:39999", SchedulerName: "gpushare-scheduler"}},
+		{name: "defaults", want: extender.Config{Listen: "127.0.0.1:39999", SchedulerName: "gpushare-scheduler", WebhookDRAUnit: "GiB"}},
 		{
 			name: "all set",
 			args: []string{"--listen=:39999", "--tls-cert-file=/tls/tls.crt", "--tls-key-file=/tls/tls.key", "--client-ca-file=/tls/ca.crt",
-				"--metrics-listen=:39998", "--webhook-listen=:9443", "--webhook-tls-cert-file=/wh/tls.crt", "--webhook-tls-key-file=/wh/tls.key", "--scheduler-name=gpu"},
+				"--metrics-listen=:39998", "--webhook-listen=:9443", "--webhook-tls-cert-file=/wh/tls.crt", "--webhook-tls-key-file=/wh/tls.key", "--scheduler-name=gpu",
+				"--webhook-dra-node-selector=gpushare.io/device-mode=dra", "--webhook-dra-memory-unit=MiB"},
 			want: extender.Config{Listen: ":39999", TLSCertFile: "/tls/tls.crt", TLSKeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt",
-				MetricsListen: ":39998", WebhookListen: ":9443", WebhookTLSCertFile: "/wh/tls.crt", WebhookTLSKeyFile: "/wh/tls.key", SchedulerName: "gpu"},
+				MetricsListen: ":39998", WebhookListen: ":9443", WebhookTLSCertFile: "/wh/tls.crt", WebhookTLSKeyFile: "/wh/tls.key", SchedulerName: "gpu",
+				WebhookDRANodeSelector: "gpushare.io/device-mode=dra", WebhookDRAUnit: "MiB"},
 		},
 	}
 	for _, tc := range tests {
@@ -122,7 +124,7 @@ func TestLeaderFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			only := cmpopts.IgnoreFields(extender.Config{}, "Kubeconfig", "Policy", "QPS", "Burst", "AssumeTTL", "FilterAll", "Timeouts", "CertCheckPeriod",
-				"Listen", "SchedulerName")
+				"Listen", "SchedulerName", "WebhookDRAUnit")
 			if diff := cmp.Diff(tc.want, cfg, only); diff != "" {
 				t.Errorf("Config (-want +got):\n%s", diff)
 			}
