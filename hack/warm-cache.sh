@@ -39,19 +39,11 @@ step() {
 # variant is compiled with its tests) and commands excluded (go build would
 # link them) and test-only packages excluded (go build refuses them).
 deps_race() {
-	deps "$1" "-race" -test ./...
-}
-
-# deps DIR BUILDFLAGS LISTARGS...: go build BUILDFLAGS of the packages that
-# go list -deps LISTARGS... names in DIR, as deps_race says.
-deps() {
 	(
 		cd "$1" || exit 1
-		flags=$2
-		shift 2
-		pkgs=$($GO list -deps -f '{{if and (not .Standard) (ne .Name "main") (not .ForTest) (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}' "$@") || exit 1
+		pkgs=$($GO list -deps -test -f '{{if and (not .Standard) (ne .Name "main") (not .ForTest) (or .GoFiles .CgoFiles)}}{{.ImportPath}}{{end}}' ./...) || exit 1
 		# shellcheck disable=SC2086 # one argument per package
-		$GO build $flags $pkgs
+		$GO build -race $pkgs
 	)
 }
 

@@ -114,26 +114,7 @@ func Convert(pod *corev1.Pod, unit string) (*Conversion, error) {
 	q := resource.NewQuantity(bytes, resource.BinarySI)
 	tmpl := Template(q)
 
-	field, index := "containers", -1
-	list := pod.Spec.Containers
-	if c.Init {
-		field, list = "initContainers", pod.Spec.InitContainers
-	}
-	for i := range list {
-		if list[i].Name == c.Name {
-			index = i
-			break
-		}
-	}
-	if index < 0 && !c.Init { // a sidecar: a restartable init container
-		field, list = "initContainers", pod.Spec.InitContainers
-		for i := range list {
-			if list[i].Name == c.Name {
-				index = i
-				break
-			}
-		}
-	}
+	field, list, index := containerOf(pod, c.Name)
 	if index < 0 {
 		return nil, fmt.Errorf("container %q of the demand is not in the pod", c.Name)
 	}
@@ -191,6 +172,23 @@ func Template(memory *resource.Quantity) *resourcev1.ResourceClaimTemplate {
 			}},
 		}}},
 	}
+}
+
+// containerOf finds the container named name (names are unique across a
+// pod's init and app containers): its spec field, that list and its index,
+// or index -1.
+func containerOf(pod *corev1.Pod, name string) (field string, list []corev1.Container, index int) {
+	for _, l := range []struct {
+		field string
+		list  []corev1.Container
+	}{{"initContainers", pod.Spec.InitContainers}, {"containers", pod.Spec.Containers}} {
+		for i := range l.list {
+			if l.list[i].Name == name {
+				return l.field, l.list, i
+			}
+		}
+	}
+	return "", nil, -1
 }
 
 // escape escapes a JSON pointer token (RFC 6901).

@@ -70,12 +70,9 @@ func (c Client) Prepare(ctx context.Context, claims ...Claim) (map[types.UID][]s
 	var errs []error
 	for _, cl := range claims {
 		r := resp.Claims[string(cl.UID)]
-		switch {
-		case r == nil:
-			errs = append(errs, fmt.Errorf("claim %s/%s: no answer", cl.Namespace, cl.Name))
-		case r.Error != "":
-			errs = append(errs, fmt.Errorf("claim %s/%s: %s", cl.Namespace, cl.Name, r.Error))
-		default:
+		if err := refusal(cl, r != nil, r.GetError()); err != nil {
+			errs = append(errs, err)
+		} else {
 			ids := []string{}
 			for _, d := range r.Devices {
 				ids = append(ids, d.CdiDeviceIds...)
@@ -102,14 +99,23 @@ func (c Client) Unprepare(ctx context.Context, claims ...Claim) ([]types.UID, er
 	var errs []error
 	for _, cl := range claims {
 		r := resp.Claims[string(cl.UID)]
-		switch {
-		case r == nil:
-			errs = append(errs, fmt.Errorf("claim %s/%s: no answer", cl.Namespace, cl.Name))
-		case r.Error != "":
-			errs = append(errs, fmt.Errorf("claim %s/%s: %s", cl.Namespace, cl.Name, r.Error))
-		default:
+		if err := refusal(cl, r != nil, r.GetError()); err != nil {
+			errs = append(errs, err)
+		} else {
 			done = append(done, cl.UID)
 		}
 	}
 	return done, errors.Join(errs...)
+}
+
+// refusal is the error for a claim the driver did not answer (answered
+// false) or refused (msg), nil for one it served.
+func refusal(cl Claim, answered bool, msg string) error {
+	switch {
+	case !answered:
+		return fmt.Errorf("claim %s/%s: no answer", cl.Namespace, cl.Name)
+	case msg != "":
+		return fmt.Errorf("claim %s/%s: %s", cl.Namespace, cl.Name, msg)
+	}
+	return nil
 }
