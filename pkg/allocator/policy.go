@@ -125,13 +125,19 @@ func NormalizeScores(raw []float64) []int64 {
 	}
 	lo, hi := slices.Min(raw), slices.Max(raw)
 	for i, r := range raw {
-		if hi-lo < 1e-12 {
-			out[i] = MaxScore
-			continue
-		}
-		out[i] = int64(math.Round(MaxScore * (r - lo) / (hi - lo)))
+		out[i] = Normalize(r, lo, hi)
 	}
 	return out
+}
+
+// Normalize maps the raw score r of a node to 0..MaxScore as
+// NormalizeScores does among nodes whose raw scores range from lo to hi:
+// linearly, MaxScore for all when the range is empty.
+func Normalize(r, lo, hi float64) int64 {
+	if hi-lo < 1e-12 {
+		return MaxScore
+	}
+	return int64(math.Round(MaxScore * (r - lo) / (hi - lo)))
 }
 
 // MarkBest maps raw node scores to MaxScore for those equal to the

@@ -280,19 +280,19 @@ func TestParallelScoringMatchesSequential(t *testing.T) {
 	}
 	names = append(names, "unknown") // fails, with its reason
 	pod := NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
-	run := func(procs int) ([]int64, []bool, map[string]string) {
+	run := func(procs int) ([]float64, []bool, map[string]string) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		failed := map[string]string{}
-		scores, fits, err := c.scoreNodes(context.Background(), pod, names, failed)
+		ev, err := c.evaluate(context.Background(), pod, names)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return scores, fits, failed
+		defer ev.release()
+		return slices.Clone(ev.raw), slices.Clone(ev.fits), ev.failed(names)
 	}
 	s1, f1, r1 := run(1)
 	s4, f4, r4 := run(4)
 	if diff := cmp.Diff(s1, s4); diff != "" {
-		t.Errorf("scores (-1 goroutine +several):\n%s", diff)
+		t.Errorf("raw scores (-1 goroutine +several):\n%s", diff)
 	}
 	if diff := cmp.Diff(f1, f4); diff != "" {
 		t.Errorf("fits (-1 goroutine +several):\n%s", diff)
