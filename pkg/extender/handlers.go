@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"runtime"
 	"slices"
@@ -253,35 +252,6 @@ func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.P
 // admit pods that do not fit.
 var errNotReady = errors.New("gpushare extender is starting: informer caches not synced yet; the scheduler will retry")
 
-// decode reads a JSON body of at most MaxBodyBytes into v. The body must
-// be one JSON value: anything after it but white space is refused (a
-// body with two objects, or garbage after one, is not a request).
-//
-// A body that declares a length over the cap is refused before a byte of
-// it is read: a flood of oversized requests then costs no reading.
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	if r.ContentLength > MaxBodyBytes {
-		return fmt.Errorf("request body is over %d bytes", MaxBodyBytes)
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
-	dec := json.NewDecoder(r.Body)
-	if err := dec.Decode(v); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fmt.Errorf("request body is over %d bytes", tooBig.Limit)
-		}
-		return fmt.Errorf("decoding request: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return fmt.Errorf("request body is over %d bytes", tooBig.Limit)
-		}
-		return errors.New("decoding request: data after the JSON value")
-	}
-	return nil
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -353,7 +323,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 		if !h.ready() {
 			return nil, errNotReady
 		}
-		if err := decode(w, r, &args); err != nil {
+		if err := decodeArgs(w, r, &args); err != nil {
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
@@ -441,7 +411,7 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 		if !h.ready() {
 			return nil, errNotReady
 		}
-		if err := decode(w, r, &args); err != nil {
+		if err := decodeArgs(w, r, &args); err != nil {
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)

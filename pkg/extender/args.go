@@ -1,0 +1,297 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// bodyPool holds the buffers request bodies are read into: a filter with
+// 5,000 node names is a 60 KiB body, read every scheduling cycle.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads r's body, at most MaxBodyBytes of it, into a buffer from
+// bodyPool; the caller puts the buffer back once nothing refers to its
+// bytes. A body that declares a length over the cap is refused before a
+// byte of it is read: a flood of oversized requests then costs no reading.
+func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, error) {
+	if r.ContentLength > MaxBodyBytes {
+		return nil, fmt.Errorf("request body is over %d bytes", MaxBodyBytes)
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+		bodyPool.Put(buf)
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, fmt.Errorf("request body is over %d bytes", tooBig.Limit)
+		}
+		return nil, fmt.Errorf("reading request: %w", err)
+	}
+	return buf, nil
+}
+
+// putBody returns a buffer of readBody to bodyPool; one grown past
+// MaxBodyBytes is dropped (a request can make it that large only once).
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= MaxBodyBytes+bytes.MinRead {
+		bodyPool.Put(buf)
+	}
+}
+
+// decode reads a JSON body of at most MaxBodyBytes into v. The body must
+// be one JSON value: anything after it but white space is refused (a
+// body with two objects, or garbage after one, is not a request).
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	buf, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	defer putBody(buf)
+	return decodeBytes(buf.Bytes(), v)
+}
+
+// decodeBytes is decode for a body already read.
+func decodeBytes(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decoding request: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("decoding request: data after the JSON value")
+	}
+	return nil
+}
+
+// decodeArgs is decode for the arguments of filter and prioritize, whose
+// bulk is the list of node names (kube-scheduler sends every candidate's
+// name, each cycle): see decodeArgsBytes.
+func decodeArgs(w http.ResponseWriter, r *http.Request, args *extenderv1.ExtenderArgs) error {
+	buf, err := readBody(w, r)
+	if err != nil {
+		return err
+	}
+	defer putBody(buf)
+	return decodeArgsBytes(buf.Bytes(), args)
+}
+
+// decodeArgsBytes decodes body into args as decodeBytes does, with the
+// same result for every body, valid or not. The common body, an object
+// whose keys and node names are plain printable ASCII, each key once, is
+// read by a scanner of its own: the names become substrings of one string
+// (two allocations for 5,000 names, where encoding/json makes one each
+// after two passes of its scanner over them), the pod and the nodes are
+// decoded by encoding/json. Any other body (escapes, other characters,
+// a key twice, invalid JSON) is decoded by decodeBytes from the start, so
+// its errors are encoding/json's.
+func decodeArgsBytes(body []byte, args *extenderv1.ExtenderArgs) error {
+	var fast extenderv1.ExtenderArgs
+	if fastArgs(body, &fast) {
+		*args = fast
+		return nil
+	}
+	return decodeBytes(body, args)
+}
+
+// fastArgs decodes body into args if it is an object that argsScanner
+// reads (see decodeArgsBytes); it reports false, args then partly set,
+// when the body needs encoding/json.
+func fastArgs(body []byte, args *extenderv1.ExtenderArgs) bool {
+	p := argsScanner{b: body}
+	p.space()
+	if !p.eat('{') {
+		return false
+	}
+	p.space()
+	if !p.eat('}') {
+		var seen [3]bool // pod, nodes, nodenames
+		for {
+			p.space()
+			key, ok := p.plainString()
+			if !ok {
+				return false
+			}
+			p.space()
+			if !p.eat(':') {
+				return false
+			}
+			p.space()
+			k := argsKey(key)
+			if k >= 0 {
+				if seen[k] {
+					return false // encoding/json merges a key given twice
+				}
+				seen[k] = true
+			}
+			switch k {
+			case 2:
+				if args.NodeNames, ok = p.names(); !ok {
+					return false
+				}
+			default:
+				raw, ok := p.value()
+				if !ok {
+					return false
+				}
+				switch k {
+				case 0:
+					ok = json.Unmarshal(raw, &args.Pod) == nil
+				case 1:
+					ok = json.Unmarshal(raw, &args.Nodes) == nil
+				}
+				if !ok {
+					return false
+				}
+			}
+			p.space()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat('}') {
+				break
+			}
+			return false
+		}
+	}
+	p.space()
+	return p.i == len(p.b)
+}
+
+// argsKey returns the field of extenderv1.ExtenderArgs that key names
+// (ASCII, matched without case as encoding/json matches it): 0 Pod, 1
+// Nodes, 2 NodeNames, -1 none.
+func argsKey(key []byte) int {
+	for i, name := range []string{"pod", "nodes", "nodenames"} {
+		if len(key) == len(name) && asciiEqualFold(key, name) {
+			return i
+		}
+	}
+	return -1
+}
+
+// asciiEqualFold reports whether the ASCII key equals the lower-case name
+// but for the case of its letters.
+func asciiEqualFold(key []byte, name string) bool {
+	for i := range key {
+		c := key[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// argsScanner reads the parts of a JSON body that fastArgs handles itself.
+type argsScanner struct {
+	b []byte
+	i int // next byte to read
+}
+
+// space skips JSON white space.
+func (p *argsScanner) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// eat skips c if it is the next byte.
+func (p *argsScanner) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// plainString reads a string of printable ASCII characters other than '"'
+// and '\' (no escapes, nothing encoding/json would change) and returns its
+// contents; false for any other string, or none.
+func (p *argsScanner) plainString() ([]byte, bool) {
+	if !p.eat('"') {
+		return nil, false
+	}
+	start := p.i
+	for ; p.i < len(p.b); p.i++ {
+		switch c := p.b[p.i]; {
+		case c == '"':
+			p.i++
+			return p.b[start : p.i-1], true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// names reads null, or an array of plain strings (plainString) as node
+// names: nil for null, else the names, substrings of one string that
+// holds the array's text.
+func (p *argsScanner) names() (*[]string, bool) {
+	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+		p.i += 4
+		return nil, true
+	}
+	if !p.eat('[') {
+		return nil, false
+	}
+	start := p.i
+	// First check the array and count its names, then cut them from one
+	// copy of its text.
+	n := 0
+	p.space()
+	if !p.eat(']') {
+		for {
+			p.space()
+			if _, ok := p.plainString(); !ok {
+				return nil, false
+			}
+			n++
+			p.space()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat(']') {
+				break
+			}
+			return nil, false
+		}
+	}
+	end := p.i
+	text := string(p.b[start:end])
+	names := make([]string, 0, n)
+	q := argsScanner{b: p.b[:end], i: start}
+	for range n {
+		for q.b[q.i] != '"' {
+			q.i++
+		}
+		s, _ := q.plainString()
+		from := q.i - 1 - len(s) - start
+		names = append(names, text[from:from+len(s)])
+	}
+	return &names, true
+}
+
+// value reads any JSON value and returns its text, checked by encoding/json.
+func (p *argsScanner) value() (json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(p.b[p.i:]))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return nil, false
+	}
+	p.i += int(dec.InputOffset())
+	return raw, true
+}
