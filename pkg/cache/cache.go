@@ -1252,16 +1252,35 @@ func (c *Cache) evaluate(ctx context.Context, pod *PodInfo, nodes []string) (*ev
 	if !allocator.Searches(pod.Demand) {
 		workers = min(runtime.GOMAXPROCS(0), len(nodes)/parallelMinNodes)
 	}
+	idx := c.index.Load()
 	var err error
 	if workers <= 1 {
-		b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
-		err = c.fitChunk(ctx, in, pod, cr, nodes, 0, len(nodes), b, ev)
+		var f *fitter
+		if f, err = newFitter(in, pod); err == nil {
+			b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+			err = c.fitChunk(ctx, idx, f, pod, cr, nodes, 0, len(nodes), b, ev)
+		}
 	} else {
+		// The workers take parallelChunk nodes at a time, in turn: on a
+		// busy machine one that gets less of a processor fits fewer, where
+		// fixed shares left the verb waiting for the slowest.
+		var next atomic.Int64
 		errs := make([]error, workers)
 		var wg sync.WaitGroup
 		for w := range workers {
-			lo, hi := w*len(nodes)/workers, (w+1)*len(nodes)/workers
-			wg.Go(func() { errs[w] = c.fitChunk(ctx, in, pod, cr, nodes, lo, hi, nil, ev) })
+			wg.Go(func() {
+				f, err := newFitter(in, pod)
+				for err == nil {
+					lo := int(next.Add(parallelChunk)) - parallelChunk
+					if lo >= len(nodes) {
+						return
+					}
+					if err = stopped(ctx, pod, lo, len(nodes)); err == nil {
+						err = c.fitChunk(ctx, idx, f, pod, cr, nodes, lo, min(lo+parallelChunk, len(nodes)), nil, ev)
+					}
+				}
+				errs[w] = err
+			})
 		}
 		wg.Wait()
 		err = errors.Join(errs...)
@@ -1281,17 +1300,33 @@ func (c *Cache) evaluate(ctx context.Context, pod *PodInfo, nodes []string) (*ev
 // nanoseconds).
 const parallelMinNodes = 1024
 
-// fitChunk fits pod on nodes[lo:hi] with a scorer of its own built from
-// in, spending b (nil for a pod that takes no search step), with cr the
-// room reserved for the pod (nil when none) free to it, and records in ev,
-// at each node's index, whether it fits and its raw score, or why not.
-// Several run at once on disjoint ranges (cr is only read).
-func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, cr *credit, nodes []string, lo, hi int, b *allocator.Budget, ev *evaluation) error {
-	raw, fits, reasons := ev.raw, ev.fits, ev.reasons
+// parallelChunk is how many nodes a goroutine of evaluate takes at a time:
+// a multiple of fitBlock, and ctxCheckNodes, as evaluate looks at the
+// context before each.
+const parallelChunk = ctxCheckNodes
+
+// fitter is what one goroutine of evaluate fits with: its own scorer (a
+// policy keeps memos) and placement, reused across nodes.
+type fitter struct {
+	sc *scorer
+	pl allocator.Placement
+}
+
+func newFitter(in *policyInputs, pod *PodInfo) (*fitter, error) {
 	sc, err := newScorer(in, pod)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &fitter{sc: sc}, nil
+}
+
+// fitChunk fits pod on nodes[lo:hi], found in idx, with f, spending b
+// (nil for a pod that takes no search step), with cr the room reserved
+// for the pod (nil when none) free to it, and records in ev, at each
+// node's index, whether it fits and its raw score, or why not. Several run
+// at once on disjoint ranges (cr is only read).
+func (c *Cache) fitChunk(ctx context.Context, idx *nodeIndex, f *fitter, pod *PodInfo, cr *credit, nodes []string, lo, hi int, b *allocator.Budget, ev *evaluation) error {
+	raw, fits, reasons := ev.raw, ev.fits, ev.reasons
 	// Block by block, first find each node's published copy and screen
 	// out the nodes that take no GPU pod: a short loop, so the processor
 	// overlaps the memory loads of many nodes (the index and the copies
@@ -1300,8 +1335,7 @@ func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, cr
 	// block's others while their copies are still in the processor's
 	// cache.
 	var snaps [fitBlock]*nodeSnap
-	var pl allocator.Placement // reused across nodes
-	idx := c.index.Load()
+	sc, pl := f.sc, &f.pl
 	for blo := lo; blo < hi; blo += fitBlock {
 		bhi := min(blo+fitBlock, hi)
 		if blo > lo && (blo-lo)%ctxCheckNodes == 0 {
@@ -1321,11 +1355,11 @@ func (c *Cache) fitChunk(ctx context.Context, in *policyInputs, pod *PodInfo, cr
 			if s == nil {
 				continue
 			}
-			if reason := fitReason(&s.node, s.source, s.invErr, pod, sc.p, &pl, b); reason != "" {
+			if reason := fitReason(&s.node, s.source, s.invErr, pod, sc.p, pl, b); reason != "" {
 				reasons[i] = reason
 				continue
 			}
-			raw[i], fits[i] = sc.score(s, &pl), true
+			raw[i], fits[i] = sc.score(s, pl), true
 		}
 	}
 	return nil

@@ -189,6 +189,31 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 	}
 }
 
+// TestParallelVerbsStopWithTheirContext is TestVerbsStopWithTheirContext
+// for a list long enough for several goroutines: each looks at the context
+// before every chunk it takes, so they stop at their first.
+func TestParallelVerbsStopWithTheirContext(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
+	var names []string
+	for i := range 2 * parallelMinNodes {
+		names = append(names, fmt.Sprintf("n%04d", i))
+		if err := c.SetNode(util.MakeNode(names[i]).Cards("T4", 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, err := c.FilterBest(ctx, NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), names)
+	m := regexp.MustCompile(`pod default/p: stopped after (\d+) of 2048 nodes`).FindStringSubmatch(fmt.Sprint(err))
+	if !errors.Is(err, context.Canceled) || m == nil {
+		t.Fatalf("FilterBest with its context ended = %v, want it stopped after fewer than 2048 nodes", err)
+	}
+	if done, _ := strconv.Atoi(m[1]); done >= 2*parallelChunk {
+		t.Errorf("FilterBest with its context ended stopped after %d nodes, want its goroutines' first looks, before %d", done, 2*parallelChunk)
+	}
+}
+
 // TestNodeIndex: the index answers as a plain map would through adds and
 // removals (a removed node's slot dies), across the rebuilds of its base,
 // and an older index answers as it did, but for the nodes removed since.
