@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -159,7 +160,7 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	want, _ := gpushare.PodDemand(pod)
 	got := NewPodInfo(pod)
 	wantInfo := &PodInfo{
-		Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42", Labels: map[string]string{"app": "infer"},
+		Name: "p", Namespace: "default", UID: "uid-p", ResourceVersion: "42", Labels: LabelSet{{"app", "infer"}},
 		NodeName: "n1", Phase: corev1.PodRunning, Demand: want, LegacyIndex: 1, Policy: "spread",
 		Priority: 1000, PreemptNever: true, GraceSeconds: 90, StartTime: started.Time,
 	}
@@ -317,5 +318,37 @@ func TestFeederPodRecreatedInWatchGap(t *testing.T) {
 	})
 	if diff := cmp.Diff([2]int64{1000, 1024}, hostUsed(t, c, "n1")); diff != "" {
 		t.Errorf("CPU and memory held [millicores, MiB] (-want +got):\n%s", diff)
+	}
+}
+
+// TestLabelSet: a LabelSet answers as the labels.Set of its map does, and
+// a selector matches it as it matches the map.
+func TestLabelSet(t *testing.T) {
+	m := map[string]string{"team": "a", "app": "train", "tier": ""}
+	l := NewLabelSet(m)
+	if diff := cmp.Diff(LabelSet{{"app", "train"}, {"team", "a"}, {"tier", ""}}, l); diff != "" {
+		t.Errorf("NewLabelSet (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(m, l.Map()); diff != "" {
+		t.Errorf("Map (-want +got):\n%s", diff)
+	}
+	for _, key := range []string{"app", "team", "tier", "zone", "", "ap", "teams"} {
+		v, ok := l.Lookup(key)
+		wv, wok := labels.Set(m).Lookup(key)
+		if v != wv || ok != wok || l.Has(key) != wok || l.Get(key) != wv {
+			t.Errorf("key %q: Lookup %q %v, Has %v, Get %q; want %q %v", key, v, ok, l.Has(key), l.Get(key), wv, wok)
+		}
+	}
+	for _, sel := range []string{"app=train", "app=infer", "team in (a,b)", "!zone", "tier", "tier=", "app,team=a", "zone"} {
+		s, err := labels.Parse(sel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := s.Matches(l), s.Matches(labels.Set(m)); got != want {
+			t.Errorf("selector %q matches the LabelSet: %v, the map: %v", sel, got, want)
+		}
+	}
+	if NewLabelSet(nil) != nil || LabelSet(nil).Map() != nil || LabelSet(nil).Has("a") {
+		t.Error("an empty LabelSet is not nil, or has labels")
 	}
 }

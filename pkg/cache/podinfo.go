@@ -1,12 +1,15 @@
 package cache
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -17,14 +20,14 @@ import (
 // keeps 40,000 pods in tens of MiB rather than hundreds. Of the pod's
 // metadata it holds only name, namespace, UID and resourceVersion, and the
 // labels of a pod that asks gpu-mem (a preemption matches them against
-// PodDisruptionBudgets): not a whole metav1.ObjectMeta, which cost about
-// 150 bytes a pod more (18 MiB of live heap at the RSS target's 120,000
-// pods, BenchmarkMemory).
+// PodDisruptionBudgets), as a LabelSet: not a whole metav1.ObjectMeta,
+// which cost about 150 bytes a pod more (18 MiB of live heap at the RSS
+// target's 120,000 pods, BenchmarkMemory).
 type PodInfo struct {
 	Name, Namespace string
 	UID             types.UID
 	ResourceVersion string
-	Labels          map[string]string
+	Labels          LabelSet
 	NodeName        string
 	Phase           corev1.PodPhase
 	// Demand is nil for a pod that asks no gpu-mem or asks it invalidly.
@@ -71,7 +74,7 @@ func (p *PodInfo) GetUID() types.UID    { return p.UID }
 // key, a deleted pod's resourceVersion): a PodInfo is a
 // metav1.ObjectMetaAccessor, which meta.Accessor takes.
 func (p *PodInfo) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels}
+	return &metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels.Map()}
 }
 
 // NewPodInfo extracts a PodInfo from a pod.
@@ -85,7 +88,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	info.MilliCPU, info.MemoryMiB = PodRequests(pod)
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
-		info.Labels = pod.Labels
+		info.Labels = NewLabelSet(pod.Labels)
 	}
 	if pod.Spec.Priority != nil {
 		info.Priority = *pod.Spec.Priority
@@ -144,3 +147,60 @@ func (p *PodInfo) placeable() error {
 	}
 	return nil
 }
+
+// LabelSet is a pod's labels as key-value pairs sorted by key: a
+// labels.Labels that a PodDisruptionBudget's selector matches, in one
+// slice where the pod's decoded map of two labels took about 300 bytes
+// (a map's smallest table); nil for none.
+type LabelSet []Label
+
+// Label is one label of a LabelSet.
+type Label struct{ Key, Value string }
+
+// NewLabelSet returns m as a LabelSet, nil when m is empty.
+func NewLabelSet(m map[string]string) LabelSet {
+	if len(m) == 0 {
+		return nil
+	}
+	l := make(LabelSet, 0, len(m))
+	for k, v := range m {
+		l = append(l, Label{k, v})
+	}
+	slices.SortFunc(l, func(a, b Label) int { return cmp.Compare(a.Key, b.Key) })
+	return l
+}
+
+// Lookup returns the value of label key and whether the set has it.
+func (l LabelSet) Lookup(key string) (string, bool) {
+	i, ok := slices.BinarySearchFunc(l, key, func(e Label, k string) int { return cmp.Compare(e.Key, k) })
+	if !ok {
+		return "", false
+	}
+	return l[i].Value, true
+}
+
+// Has reports whether the set has label key.
+func (l LabelSet) Has(key string) bool {
+	_, ok := l.Lookup(key)
+	return ok
+}
+
+// Get returns the value of label key, "" when the set lacks it.
+func (l LabelSet) Get(key string) string {
+	v, _ := l.Lookup(key)
+	return v
+}
+
+// Map returns the set as a map, nil when it is empty.
+func (l LabelSet) Map() map[string]string {
+	if len(l) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(l))
+	for _, e := range l {
+		m[e.Key] = e.Value
+	}
+	return m
+}
+
+var _ labels.Labels = LabelSet(nil)

@@ -35,7 +35,7 @@ func (f *fakeVictims) Victim(_, _ string, uid types.UID) (Victim, bool) {
 	}
 	v := Victim{Priority: p.Priority, StartTime: p.StartTime, Terminating: p.Terminating, GraceSeconds: p.GraceSeconds}
 	for name, b := range f.budgets {
-		if p.Labels["app"] == b.app {
+		if p.Labels.Get("app") == b.app {
 			v.Budgets = append(v.Budgets, name)
 		}
 	}

@@ -365,7 +365,7 @@ func (v *podVictims) Victim(namespace, name string, uid types.UID) (cache.Victim
 	}
 	for _, b := range budgets {
 		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+		if err != nil || sel.Empty() || !sel.Matches(pod.Labels) {
 			continue
 		}
 		out.Budgets = append(out.Budgets, b.Namespace+"/"+b.Name)
