@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -211,8 +210,8 @@ func BenchmarkBindDecision(b *testing.B) {
 
 // BenchmarkMemory is the extender's live heap for 15,000 nodes of 8 cards
 // with 8 bound GPU pods each (the RSS target's cluster, issue 26): the
-// cache and the pod informer's store of PodInfo, filled as the informers
-// fill them (strip, then the handlers), measured after a GC. It reports
+// cache and the informers' stores (PodInfo, NodeInfo), filled as the
+// informers fill them (strip, then the handlers), measured after a GC. It reports
 // live-MiB and B/pod, not a time (RSS is about twice the live heap: Go
 // lets the heap grow to twice what survived the last GC).
 func BenchmarkMemory(b *testing.B) {
@@ -221,35 +220,39 @@ func BenchmarkMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c, store := memoryCluster(b, nodes, podsPerNode)
+		c, stores := memoryCluster(b, nodes, podsPerNode)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		live := float64(after.HeapAlloc) - float64(before.HeapAlloc)
 		b.ReportMetric(live/(1<<20), "live-MiB")
 		b.ReportMetric(live/(nodes*podsPerNode), "B/pod")
 		runtime.KeepAlive(c)
-		runtime.KeepAlive(store)
+		runtime.KeepAlive(stores)
 	}
 }
 
-// memoryCluster fills a cache and an informer store as the extender's
+// memoryCluster fills a cache and the informer stores (pods, nodes) as the extender's
 // informers would from an API server holding nodes × 8 cards of 32 GiB and
 // podsPerNode pods on each (4 GiB, a UID, labels and a command as real
 // pods have; each pod's strings decoded into allocations of their own, as
 // the informer's decoder makes them).
-func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, toolscache.Indexer) {
+func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, [2]toolscache.Indexer) {
 	b.Helper()
 	c, err := New(Config{Policy: allocator.DefaultPolicy, Clock: clocktesting.NewFakeClock(time.Unix(0, 0))})
 	if err != nil {
 		b.Fatal(err)
 	}
 	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, podIndexers())
+	nodeStore := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	for i := range nodes {
 		n, err := strip(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := c.SetNode(n.(*corev1.Node)); err != nil {
+		if err := nodeStore.Add(n); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.SetNodeInfo(n.(*NodeInfo)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -272,5 +275,5 @@ func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, toolscache.Ind
 		}
 		c.UpsertPodInfo(obj.(*PodInfo))
 	}
-	return c, store
+	return c, [2]toolscache.Indexer{store, nodeStore}
 }

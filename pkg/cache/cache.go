@@ -317,11 +317,14 @@ func New(cfg Config) (*Cache, error) {
 // that was ignored (the node is still updated from its capacity) or an
 // invalid gpushare.io/cordoned-gpus annotation (every card is then
 // cordoned), or both.
-func (c *Cache) SetNode(node *corev1.Node) error {
+func (c *Cache) SetNode(node *corev1.Node) error { return c.SetNodeInfo(NewNodeInfo(node)) }
+
+// SetNodeInfo is SetNode for what the node informer keeps of a node.
+func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in := nodeInput{name: node.Name}
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
-	in.cpu, in.mem, in.hostKnown = NodeAllocatable(node)
+	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
 	c.mu.Lock()
 	newly := c.setNode(&in)
 	c.publish()

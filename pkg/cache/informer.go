@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -14,8 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-
-	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // expiryPeriod is how often assumed allocations are checked for expiry.
@@ -81,7 +78,7 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if node, ok := obj.(*corev1.Node); ok {
+			if node, ok := obj.(*NodeInfo); ok {
 				c.DeleteNode(node.Name)
 			}
 		},
@@ -109,43 +106,25 @@ func (f *Feeder) upsertPod(obj any) {
 
 // setNode passes a node add or update on to the cache; old is nil for an
 // add. An update that leaves what the cache reads unchanged (a heartbeat,
-// a label or condition change; see sameNodeInputs) is dropped: SetNode
+// a label or condition change: nodeReads unchanged) is dropped: SetNode
 // would rebuild the node's cards and re-charge its pods under the cache's
 // lock for nothing.
 func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
-	node, ok := obj.(*corev1.Node)
+	node, ok := obj.(*NodeInfo)
 	if !ok {
 		return
 	}
-	o, _ := old.(*corev1.Node)
-	if o != nil && sameNodeInputs(o, node) {
+	o, _ := old.(*NodeInfo)
+	if o != nil && o.nodeReads == node.nodeReads {
 		return
 	}
-	if err := f.cache.SetNode(node); err != nil {
+	if err := f.cache.SetNodeInfo(node); err != nil {
 		// Log once per change of an annotation, not on every capacity
 		// change. The error says what the cache does instead.
-		if o == nil || o.Annotations[gpushare.AnnotationInventory] != node.Annotations[gpushare.AnnotationInventory] ||
-			o.Annotations[gpushare.AnnotationCordonedGPUs] != node.Annotations[gpushare.AnnotationCordonedGPUs] {
+		if o == nil || o.inventory != node.inventory || o.cordoned != node.cordoned {
 			logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KObj(node))
 		}
 	}
-}
-
-// sameNodeInputs reports whether a and b, two versions of a node, agree on
-// all that Cache.SetNode reads: the inventory and cordon annotations (their
-// presence too), and the capacity and allocatable, compared as quantities
-// ("1Gi" equals "1024Mi").
-func sameNodeInputs(a, b *corev1.Node) bool {
-	for _, k := range nodeAnnotations {
-		av, aok := a.Annotations[k]
-		bv, bok := b.Annotations[k]
-		if aok != bok || av != bv {
-			return false
-		}
-	}
-	return a.Name == b.Name &&
-		apiequality.Semantic.DeepEqual(a.Status.Capacity, b.Status.Capacity) &&
-		apiequality.Semantic.DeepEqual(a.Status.Allocatable, b.Status.Allocatable)
 }
 
 // Start starts the informers and the expiry loop; both stop with ctx.
@@ -199,51 +178,9 @@ func strip(obj any) (any, error) {
 	case *corev1.Pod:
 		return NewPodInfo(o), nil
 	case *corev1.Node:
-		return stripNode(o), nil
+		return NewNodeInfo(o), nil
 	}
 	return obj, nil
-}
-
-// keptResource: the GPU resources, and CPU and memory for the host-aware score.
-func keptResource(r corev1.ResourceName) bool {
-	return r == gpushare.ResourceGPUMem || r == gpushare.ResourceGPUCount || r == corev1.ResourceCPU || r == corev1.ResourceMemory
-}
-
-func stripResources(rl corev1.ResourceList) corev1.ResourceList {
-	var out corev1.ResourceList
-	for r, q := range rl {
-		if keptResource(r) {
-			if out == nil {
-				out = corev1.ResourceList{}
-			}
-			out[r] = q
-		}
-	}
-	return out
-}
-
-// nodeAnnotations are the node annotations the cache reads.
-var nodeAnnotations = []string{gpushare.AnnotationInventory, gpushare.AnnotationCordonedGPUs}
-
-// stripNode keeps a node's identity, the annotations the cache reads, and
-// the resources keptResource names.
-func stripNode(n *corev1.Node) *corev1.Node {
-	meta := metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}
-	for _, k := range nodeAnnotations {
-		if v, ok := n.Annotations[k]; ok {
-			if meta.Annotations == nil {
-				meta.Annotations = map[string]string{}
-			}
-			meta.Annotations[k] = v
-		}
-	}
-	return &corev1.Node{
-		ObjectMeta: meta,
-		Status: corev1.NodeStatus{
-			Capacity:    stripResources(n.Status.Capacity),
-			Allocatable: stripResources(n.Status.Allocatable),
-		},
-	}
 }
 
 // catchUpPageSize is how many pods one page of the catch-up's list holds.

@@ -196,11 +196,23 @@ func TestPodInfoKeepsWhatTheExtenderReads(t *testing.T) {
 	}
 }
 
-func TestStripNodeKeepsTheCordon(t *testing.T) {
-	n := util.MakeNode("n1").Cards("T4", 16).Cordon("GPU-n1-0").Annotation("team", "a").Obj()
-	want := map[string]string{gpushare.AnnotationInventory: n.Annotations[gpushare.AnnotationInventory], gpushare.AnnotationCordonedGPUs: "GPU-n1-0"}
-	if diff := cmp.Diff(want, stripNode(n).Annotations); diff != "" {
-		t.Errorf("stripped annotations (-want +got):\n%s", diff)
+// TestNewNodeInfo: a NodeInfo holds what SetNode reads of a node, the
+// allocatable amounts before the capacity, and nothing else.
+func TestNewNodeInfo(t *testing.T) {
+	n := util.MakeNode("n1").Host("32", "128Gi").Cards("T4", 16, 16).Cordon("GPU-n1-0").Annotation("team", "a").Obj()
+	n.UID, n.ResourceVersion = "uid-n1", "7"
+	n.Status.Capacity[gpushare.ResourceGPUMem] = resource.MustParse("40") // allocatable (32) wins
+	delete(n.Status.Allocatable, gpushare.ResourceGPUCount)               // capacity (2) then
+	want := &NodeInfo{Name: "n1", UID: "uid-n1", ResourceVersion: "7", nodeReads: nodeReads{
+		inventory: n.Annotations[gpushare.AnnotationInventory], hasInventory: true,
+		cordoned: "GPU-n1-0", hasCordoned: true,
+		gpuMem: 32, gpuCount: 2, milliCPU: 32000, memMiB: 128 << 10, hostKnown: true,
+	}}
+	if diff := cmp.Diff(want, NewNodeInfo(n), cmp.AllowUnexported(NodeInfo{}, nodeReads{})); diff != "" {
+		t.Errorf("NewNodeInfo (-want +got):\n%s", diff)
+	}
+	if got := NewNodeInfo(util.MakeNode("bare").Obj()); got.hasInventory || got.hasCordoned || got.gpuMem != 0 || got.gpuCount != 0 {
+		t.Errorf("NewNodeInfo of a node without GPUs = %+v", got)
 	}
 }
 
@@ -229,7 +241,14 @@ func TestSameNodeInputs(t *testing.T) {
 		{"allocatable CPU changed", func(n *corev1.Node) {
 			n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("7")
 		}, false},
-		{"gpu-mem capacity changed", func(n *corev1.Node) {
+		{"gpu-mem allocatable changed", func(n *corev1.Node) {
+			n.Status.Allocatable[gpushare.ResourceGPUMem] = resource.MustParse("24")
+		}, false},
+		{"gpu-mem capacity changed under an allocatable", func(n *corev1.Node) {
+			n.Status.Capacity[gpushare.ResourceGPUMem] = resource.MustParse("24")
+		}, true},
+		{"gpu-mem capacity changed without an allocatable", func(n *corev1.Node) {
+			delete(n.Status.Allocatable, gpushare.ResourceGPUMem)
 			n.Status.Capacity[gpushare.ResourceGPUMem] = resource.MustParse("24")
 		}, false},
 	}
@@ -237,9 +256,9 @@ func TestSameNodeInputs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			changed := base()
 			tc.change(changed)
-			// The informer compares stripped nodes.
-			if got := sameNodeInputs(stripNode(base()), stripNode(changed)); got != tc.want {
-				t.Errorf("sameNodeInputs = %v, want %v", got, tc.want)
+			// The informer compares what SetNode reads.
+			if got := NewNodeInfo(base()).nodeReads == NewNodeInfo(changed).nodeReads; got != tc.want {
+				t.Errorf("same inputs = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -23,9 +21,9 @@ const (
 // divides the node's allocatable (else capacity) aliyun.com/gpu-mem evenly
 // over aliyun.com/gpu-count cards, rounding down: 50 units on 3 cards gives
 // three cards of 16.
-func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source string, invErr error) {
-	if s, ok := node.Annotations[gpushare.AnnotationInventory]; ok {
-		inv, err := gpushare.ParseInventory(s)
+func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
+	if node.hasInventory {
+		inv, err := gpushare.ParseInventory(node.inventory)
 		if err == nil {
 			for _, d := range inv.Devices {
 				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy, Isolation: d.Mode()})
@@ -35,11 +33,11 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 		}
 		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
 	}
-	mem := quantity(node, gpushare.ResourceGPUMem)
+	mem := node.gpuMem
 	if mem <= 0 {
 		return gpushare.DefaultUnit, nil, SourceNone, invErr
 	}
-	count := quantity(node, gpushare.ResourceGPUCount)
+	count := node.gpuCount
 	if count <= 0 {
 		count = 1
 	}
@@ -60,12 +58,11 @@ func nodeCards(node *corev1.Node) (unit string, cards []allocator.Card, source s
 // annotation names, and returns the UUIDs it names that no card has. An
 // invalid annotation marks every card (fail closed: an operator meant to
 // keep pods off some of them) and is returned as err.
-func cordonCards(node *corev1.Node, cards []allocator.Card) (missing []string, err error) {
-	s, ok := node.Annotations[gpushare.AnnotationCordonedGPUs]
-	if !ok {
+func cordonCards(node *NodeInfo, cards []allocator.Card) (missing []string, err error) {
+	if !node.hasCordoned {
 		return nil, nil
 	}
-	uuids, err := gpushare.ParseCordonedGPUs(s)
+	uuids, err := gpushare.ParseCordonedGPUs(node.cordoned)
 	if err != nil {
 		for i := range cards {
 			cards[i].Cordoned = true
@@ -89,14 +86,3 @@ func cordonCards(node *corev1.Node, cards []allocator.Card) (missing []string, e
 // maxCardsPerNode bounds the cards the capacity fallback creates, so a
 // mistyped gpu-count cannot make the extender allocate without bound.
 const maxCardsPerNode = 256
-
-// quantity returns the node's allocatable amount of r, else its capacity.
-func quantity(node *corev1.Node, r corev1.ResourceName) int64 {
-	if q, ok := node.Status.Allocatable[r]; ok {
-		return q.Value()
-	}
-	if q, ok := node.Status.Capacity[r]; ok {
-		return q.Value()
-	}
-	return 0
-}

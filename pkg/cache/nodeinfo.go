@@ -1,0 +1,70 @@
+package cache
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// NodeInfo is what the extender keeps of a node, read once when the node
+// arrives: the node informer stores NodeInfo instead of the Node (as the
+// pod informer stores PodInfo). A stripped Node still cost about 2.3 KiB:
+// the Node struct itself and two maps of quantities (35 MiB of live heap
+// at 15,000 nodes, a heap profile of the extender in TestExtenderRSS).
+type NodeInfo struct {
+	Name            string
+	UID             types.UID
+	ResourceVersion string
+	nodeReads
+}
+
+// nodeReads is all that Cache.SetNode reads of a node: two versions of a
+// node that agree on it need no SetNode (it is comparable with ==).
+type nodeReads struct {
+	// inventory and cordoned are the node's gpushare.io/inventory and
+	// gpushare.io/cordoned-gpus annotations; hasInventory and hasCordoned
+	// whether it carries them.
+	inventory, cordoned       string
+	hasInventory, hasCordoned bool
+	// gpuMem and gpuCount are the node's allocatable (else capacity)
+	// aliyun.com/gpu-mem (units) and aliyun.com/gpu-count, 0 when absent.
+	gpuMem, gpuCount int64
+	// milliCPU and memMiB as NodeAllocatable returns them; hostKnown: the
+	// node reports its CPU.
+	milliCPU, memMiB int64
+	hostKnown        bool
+}
+
+// NewNodeInfo extracts a NodeInfo from a node.
+func NewNodeInfo(node *corev1.Node) *NodeInfo {
+	info := &NodeInfo{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion}
+	info.inventory, info.hasInventory = node.Annotations[gpushare.AnnotationInventory]
+	info.cordoned, info.hasCordoned = node.Annotations[gpushare.AnnotationCordonedGPUs]
+	info.gpuMem, info.gpuCount = quantity(node, gpushare.ResourceGPUMem), quantity(node, gpushare.ResourceGPUCount)
+	info.milliCPU, info.memMiB, info.hostKnown = NodeAllocatable(node)
+	return info
+}
+
+// GetName and GetNamespace are the node's (klog.KObj reads them).
+func (n *NodeInfo) GetName() string      { return n.Name }
+func (n *NodeInfo) GetNamespace() string { return "" }
+
+// GetObjectMeta makes the node's metadata for the informer's store (its
+// key, a deleted node's resourceVersion): a NodeInfo is a
+// metav1.ObjectMetaAccessor, which meta.Accessor takes.
+func (n *NodeInfo) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}
+}
+
+// quantity returns the node's allocatable amount of r, else its capacity.
+func quantity(node *corev1.Node, r corev1.ResourceName) int64 {
+	if q, ok := node.Status.Allocatable[r]; ok {
+		return q.Value()
+	}
+	if q, ok := node.Status.Capacity[r]; ok {
+		return q.Value()
+	}
+	return 0
+}
