@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +29,9 @@ import (
 // with GPUSHARE_BENCH=1 (make bench) and logs the figure; issue 26's budget
 // is 400 MiB at the default sizes. With GPUSHARE_BENCH_BASE_EXTENDER set to
 // another tree's extender binary, that one is measured too, after ours,
-// against the same API server (".../base").
+// against the same API server (".../base"). With GPUSHARE_BENCH_PROFILE_DIR
+// set, a heap profile of each is written there (extender-heap[-base].pprof;
+// go tool pprof reads it).
 func TestExtenderRSS(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH") != "1" {
 		t.Skip("a measurement: run with GPUSHARE_BENCH=1 (make bench)")
@@ -63,7 +67,13 @@ func TestExtenderRSS(t *testing.T) {
 	}
 	for _, b := range bins {
 		addr := freeAddr(t)
-		pid, stop := startExtender(t, b.path, "--kubeconfig", cp.AdminKubeconfig(), "--listen", addr)
+		args := []string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", addr}
+		profileDir, metricsAddr := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR"), ""
+		if profileDir != "" {
+			metricsAddr = freeAddr(t)
+			args = append(args, "--metrics-listen", metricsAddr, "--profiling")
+		}
+		pid, stop := startExtender(t, b.path, args...)
 		loadStart := time.Now()
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Minute, true, func(context.Context) (bool, error) {
 			return metric(addr, "gpushare_extender_pods") == fmt.Sprint(nodes*podsPerNode), nil
@@ -74,10 +84,60 @@ func TestExtenderRSS(t *testing.T) {
 		loaded := time.Since(loadStart)
 		time.Sleep(5 * time.Second) // let the initial-list garbage be collected
 		rss := vmRSS(t, pid)
+		heap := goHeap(addr)
+		if profileDir != "" {
+			path := filepath.Join(profileDir, "extender-heap"+strings.ReplaceAll(b.name, "/", "-")+".pprof")
+			if err := saveHeapProfile(metricsAddr, path); err != nil {
+				t.Errorf("heap profile of the extender: %v", err)
+			} else {
+				t.Logf("heap profile of the extender: %s", path)
+			}
+		}
 		stop()
-		t.Logf("extender %s RSS after loading %d nodes and %d pods: %d MiB (loaded in %v)", b.path, nodes, nodes*podsPerNode, rss>>10, loaded.Round(100*time.Millisecond))
+		t.Logf("extender %s RSS after loading %d nodes and %d pods: %d MiB (loaded in %v); Go heap: %s", b.path, nodes, nodes*podsPerNode, rss>>10, loaded.Round(100*time.Millisecond), heap)
 		fmt.Printf("BenchmarkExtenderRSS/nodes=%d/pods=%d%s\t1\t%d RSS-MiB\t%.1f load-s\n", nodes, nodes*podsPerNode, b.name, rss>>10, loaded.Seconds())
 	}
+}
+
+// saveHeapProfile writes the heap profile the extender serves at addr
+// (--profiling), taken after a collection, to path.
+func saveHeapProfile(addr, path string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, resp.Body)
+	return errors.Join(err, f.Close())
+}
+
+// goHeap returns the extender's Go memory figures from its /metrics, in
+// MiB: the live heap (objects reachable or not yet swept), the heap's
+// spans in use, the goal of the next collection, and all the runtime
+// holds from the OS; what RSS counts beyond the heap in use is what the
+// runtime has not returned yet.
+func goHeap(addr string) string {
+	var parts []string
+	for _, m := range []struct{ name, metric string }{
+		{"allocated", "go_memstats_heap_alloc_bytes"},
+		{"in use", "go_memstats_heap_inuse_bytes"},
+		{"next GC at", "go_memstats_next_gc_bytes"},
+		{"from the OS", "go_memstats_sys_bytes"},
+	} {
+		v, err := strconv.ParseFloat(metric(addr, m.metric), 64)
+		if err != nil {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f MiB", m.name, v/(1<<20)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // parallel runs f(0..n-1) on 32 workers and fails the test on the first error.

@@ -64,6 +64,9 @@ import (
 //	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
 //	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
 //	                            in alternating order (1)
+//	GPUSHARE_BENCH_BASE_EXTENDER another tree's extender binary (built as buildExtender
+//	                            builds it): "extender" then measures it too, right after
+//	                            this tree's, on a control plane of its own ("base")
 //	GPUSHARE_BENCH_PROFILE_DIR  where to write a CPU profile of each extender run
 //	                            (extender-<n>.pprof, through --profiling, from the
 //	                            extender's start for GPUSHARE_BENCH_PROFILE_SECONDS,
@@ -103,6 +106,7 @@ func TestSchedulingThroughput(t *testing.T) {
 	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	baseBin := os.Getenv("GPUSHARE_BENCH_BASE_EXTENDER")
 	var bin string
 	if configs["extender"] || configs["filter-all"] || configs["cpu-mix"] || configs["cpu-only"] {
 		bin = buildExtender(t)
@@ -115,8 +119,8 @@ func TestSchedulingThroughput(t *testing.T) {
 	}
 
 	for _, set := range settings {
-		var base, floor, best, with float64
-		var bestHist, hist histograms
+		var base, floor, best, with, baseBest float64
+		var bestHist, hist, baseHist histograms
 		if configs["plain"] {
 			// Without the extender: whole cards, the scheduler's own resource fit.
 			plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.apply(t, shipped)})
@@ -147,7 +151,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		// With backlog, the pods are created while kube-scheduler is
 		// stopped (runBacklog).
 		profiled := 0 // extender runs profiled so far
-		extenderRun := func(cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
+		extenderRun := func(bin, cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
 			listen := freeAddr(t)
 			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
@@ -178,10 +182,13 @@ func TestSchedulingThroughput(t *testing.T) {
 		// The GPU pods through the shipped scheduler configuration, as
 		// shipped and with --filter-best=false.
 		if configs["extender"] {
-			best, bestHist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod) // --filter-best is the default
+			best, bestHist = extenderRun(bin, set.apply(t, shipped), false, pods, gpuNode, gpuPod) // --filter-best is the default
+			if baseBin != "" {
+				baseBest, baseHist = extenderRun(baseBin, set.apply(t, shipped), false, pods, gpuNode, gpuPod)
+			}
 		}
 		if configs["filter-all"] {
-			with, hist = extenderRun(set.apply(t, shipped), false, pods, gpuNode, gpuPod, "--filter-best=false")
+			with, hist = extenderRun(bin, set.apply(t, shipped), false, pods, gpuNode, gpuPod, "--filter-best=false")
 		}
 
 		latencies := func(h histograms) string {
@@ -215,6 +222,13 @@ func TestSchedulingThroughput(t *testing.T) {
 			cols = append(cols, fmt.Sprintf("%.1f extender-pods/s", best))
 			if base > 0 {
 				cols = append(cols, fmt.Sprintf("%.2f ratio", best/base))
+			}
+		}
+		if configs["extender"] && baseBin != "" {
+			logs = append(logs, fmt.Sprintf("base extender %s %.1f pods/s (ratio %s; %s)", baseBin, baseBest, ratio(baseBest), latencies(baseHist)))
+			cols = append(cols, fmt.Sprintf("%.1f base-extender-pods/s", baseBest))
+			if base > 0 {
+				cols = append(cols, fmt.Sprintf("%.2f base-ratio", baseBest/base))
 			}
 		}
 		if configs["filter-all"] {
@@ -262,8 +276,8 @@ func TestSchedulingThroughput(t *testing.T) {
 			for r := range rounds {
 				var shippedRate, withoutRate float64
 				var shippedHist, withoutHist histograms
-				runShipped := func() { shippedRate, shippedHist = extenderRun(asOptIn, true, n, mixNode, pod) }
-				runWithout := func() { withoutRate, withoutHist = extenderRun(noEveryPod, true, n, mixNode, pod) }
+				runShipped := func() { shippedRate, shippedHist = extenderRun(bin, asOptIn, true, n, mixNode, pod) }
+				runWithout := func() { withoutRate, withoutHist = extenderRun(bin, noEveryPod, true, n, mixNode, pod) }
 				if r%2 == 0 {
 					runShipped()
 					runWithout()
