@@ -109,10 +109,20 @@ unit: ## Run the tests that need no control plane (-short), kubelet's device man
 	cd test/chart && $(GO) test -race -short ./...
 	cd dra && $(GO) test -race -short ./...
 
+BENCH_NODES ?= 5000
+
 .PHONY: bench
-bench: controlplane ## Run the benchmarks, the extender RSS, filter-over-HTTP latency and scheduling-throughput measurements (reported, never asserted).
+bench: controlplane ## Run the benchmarks, the extender RSS (15,000 nodes), filter-over-HTTP latency and scheduling-throughput (BENCH_NODES) measurements (reported, never asserted); with BASE=<commit>, that commit's extender is measured beside this tree's in each.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	GPUSHARE_BENCH=1 $(GO) test -count=1 -timeout 30m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
+	@set -e; base_ext=""; \
+	if [ -n "$(BASE)" ]; then \
+	  tmp=$$(mktemp -d); git worktree add -q --detach $$tmp/tree $(BASE); \
+	  (cd $$tmp/tree && CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags '-s -w' -o $$tmp/extender ./extender); \
+	  git worktree remove --force $$tmp/tree; base_ext=$$tmp/extender; \
+	  echo "base extender: $(BASE), built in $$base_ext"; \
+	fi; \
+	GPUSHARE_BENCH=1 GPUSHARE_BENCH_NODES=$(BENCH_NODES) GPUSHARE_BENCH_BASE_EXTENDER=$$base_ext \
+	  $(GO) test -count=1 -timeout 120m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
 
 BASE       ?=
 BENCH      ?= .
