@@ -65,8 +65,8 @@ type Config struct {
 	// SchedulerName is what the webhook sets spec.schedulerName to.
 	SchedulerName string
 	// WebhookDRANodeSelector, KEY=VALUE, turns on the webhook's
-	// conversion of pods whose spec.nodeSelector holds it (nodes of the
-	// gpushare DRA driver) into claim pods (webhook.DRA); empty: off.
+	// conversion of pods that select it (spec.nodeSelector, or every term
+	// of their required node affinity: nodes of the gpushare DRA driver) into claim pods (webhook.DRA); empty: off.
 	WebhookDRANodeSelector string
 	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion:
 	// GiB or MiB.

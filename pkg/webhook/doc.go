@@ -7,7 +7,8 @@
 // default scheduler everything else.
 //
 // With EnableDRA it also converts pods bound for nodes of the gpushare DRA
-// driver (those whose spec.nodeSelector names the DRA nodes' label): their
+// driver (those whose spec.nodeSelector, or every term of whose required
+// node affinity, asks the DRA nodes' label): their
 // aliyun.com/gpu-mem becomes a claim from a ResourceClaimTemplate of the
 // same memory (package draclaim), which the webhook creates in the pod's
 // namespace when missing (not for a dry run). Such a pod that the

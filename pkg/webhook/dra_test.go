@@ -69,6 +69,12 @@ func TestDRAConversion(t *testing.T) {
 			return p
 		}(), wantResult: ResultMutated, wantPatch: setPatch},
 		{name: "no node selector", pod: util.MakePod("p").GPUMem(8).Obj(), wantResult: ResultMutated, wantPatch: setPatch},
+		{name: "required node affinity converted", pod: affinityPod([]corev1.NodeSelectorRequirement{{Key: "gpushare.io/device-mode", Operator: corev1.NodeSelectorOpIn, Values: []string{"dra"}}}),
+			wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
+		{name: "affinity to DRA nodes and others", pod: affinityPod(
+			[]corev1.NodeSelectorRequirement{{Key: "gpushare.io/device-mode", Operator: corev1.NodeSelectorOpIn, Values: []string{"dra"}}},
+			[]corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}),
+			wantResult: ResultMutated, wantPatch: setPatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,4 +216,56 @@ func TestClientTemplates(t *testing.T) {
 			t.Error("the template without capacity is left behind")
 		}
 	})
+}
+
+// affinityPod returns a GPU pod whose required node affinity has one term
+// per element of terms, each of those requirements.
+func affinityPod(terms ...[]corev1.NodeSelectorRequirement) *corev1.Pod {
+	p := util.MakePod("p").GPUMem(8).Obj()
+	ns := &corev1.NodeSelector{}
+	for _, reqs := range terms {
+		ns.NodeSelectorTerms = append(ns.NodeSelectorTerms, corev1.NodeSelectorTerm{MatchExpressions: reqs})
+	}
+	p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: ns}}
+	return p
+}
+
+// TestBoundForDRA: a pod is converted only when every node it may run on
+// carries the DRA label: by its nodeSelector, or by each alternative term
+// of its required node affinity.
+func TestBoundForDRA(t *testing.T) {
+	const key, value = "gpushare.io/device-mode", "dra"
+	in := func(values ...string) corev1.NodeSelectorRequirement {
+		return corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}
+	}
+	zone := corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"node selector", onDRANodes(util.MakePod("p").GPUMem(8).Obj()), true},
+		{"another node selector value", func() *corev1.Pod {
+			p := util.MakePod("p").GPUMem(8).Obj()
+			p.Spec.NodeSelector = map[string]string{key: "device-plugin"}
+			return p
+		}(), false},
+		{"nothing", util.MakePod("p").GPUMem(8).Obj(), false},
+		{"one term asks the label", affinityPod([]corev1.NodeSelectorRequirement{in(value)}), true},
+		{"with another requirement", affinityPod([]corev1.NodeSelectorRequirement{zone, in(value)}), true},
+		{"every term asks it", affinityPod([]corev1.NodeSelectorRequirement{in(value)}, []corev1.NodeSelectorRequirement{zone, in(value)}), true},
+		{"one term does not", affinityPod([]corev1.NodeSelectorRequirement{in(value)}, []corev1.NodeSelectorRequirement{zone}), false},
+		{"another value allowed too", affinityPod([]corev1.NodeSelectorRequirement{in(value, "device-plugin")}), false},
+		{"NotIn", affinityPod([]corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"device-plugin"}}}), false},
+		{"Exists", affinityPod([]corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpExists}}), false},
+		{"no terms", affinityPod(), false},
+		{"In with no values", affinityPod([]corev1.NodeSelectorRequirement{in()}), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := boundForDRA(tc.pod, key, value); got != tc.want {
+				t.Errorf("boundForDRA = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

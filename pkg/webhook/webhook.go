@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime/debug"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -71,13 +72,15 @@ type Handler struct {
 }
 
 // DRA configures the conversion of pods bound for nodes served by the
-// gpushare DRA driver (package draclaim): a pod CREATE whose
-// spec.nodeSelector holds NodeSelectorKey=NodeSelectorValue and that asks
-// aliyun.com/gpu-mem is answered with the patch that makes it ask the same
-// memory through a claim, once its ResourceClaimTemplate exists; its
-// scheduler is left as it is (kube-scheduler allocates claims in every
-// profile). A pod the conversion cannot keep is refused with the reason.
-// Only the nodeSelector is read: a pod sent there by affinity alone is not
+// gpushare DRA driver (package draclaim): a pod CREATE that can only run on
+// nodes labelled NodeSelectorKey=NodeSelectorValue (boundForDRA: its
+// spec.nodeSelector, or every term of its required node affinity, asks the
+// label) and that asks aliyun.com/gpu-mem is answered with the patch that
+// makes it ask the same memory through a claim, once its
+// ResourceClaimTemplate exists; its scheduler is left as it is
+// (kube-scheduler allocates claims in every profile). A pod the conversion
+// cannot keep is refused with the reason. A pod that may land on DRA nodes
+// and on others (some affinity terms ask the label, some do not) is not
 // converted.
 type DRA struct {
 	NodeSelectorKey, NodeSelectorValue string
@@ -280,14 +283,14 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return nil, "", false // Mutate reports it
 	}
-	if v, set := pod.Spec.NodeSelector[h.dra.NodeSelectorKey]; !set || v != h.dra.NodeSelectorValue {
+	if !boundForDRA(&pod, h.dra.NodeSelectorKey, h.dra.NodeSelectorValue) {
 		return nil, "", false
 	}
 	deny := func(err error) (*admissionv1.AdmissionResponse, string, bool) {
 		logger.V(2).Info("Refusing a pod bound for DRA nodes", "err", err)
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-			Message: fmt.Sprintf("gpushare: a pod with spec.nodeSelector %s=%s runs on a DRA node: %v", h.dra.NodeSelectorKey, h.dra.NodeSelectorValue, err),
+			Message: fmt.Sprintf("gpushare: a pod that selects nodes %s=%s (spec.nodeSelector or required node affinity) runs on a DRA node: %v", h.dra.NodeSelectorKey, h.dra.NodeSelectorValue, err),
 		}}, ResultDenied, true
 	}
 	conv, err := draclaim.Convert(&pod, h.dra.Unit)
@@ -308,4 +311,31 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 	jsonPatch := admissionv1.PatchTypeJSONPatch
 	logger.V(4).Info("Converting the pod's GPU memory to a DRA claim", "template", klog.KRef(req.Namespace, conv.Template.Name), "bytes", conv.Bytes)
 	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Patch: patch, PatchType: &jsonPatch}, ResultConverted, true
+}
+
+// boundForDRA reports whether pod can only run on nodes labelled key=value:
+// its spec.nodeSelector holds the label, or it has required node affinity
+// every term of which (the terms are alternatives) asks the label with
+// operator In and no other value.
+func boundForDRA(pod *corev1.Pod, key, value string) bool {
+	if v, set := pod.Spec.NodeSelector[key]; set && v == value {
+		return true
+	}
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return false
+	}
+	for _, term := range terms {
+		if !slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool {
+			return r.Key == key && r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0 &&
+				!slices.ContainsFunc(r.Values, func(v string) bool { return v != value })
+		}) {
+			return false
+		}
+	}
+	return true
 }
