@@ -27,7 +27,7 @@ func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, error) {
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
-		bodyPool.Put(buf)
+		putBody(buf)
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			return nil, fmt.Errorf("request body is over %d bytes", tooBig.Limit)
