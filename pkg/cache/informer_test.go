@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -348,9 +349,6 @@ func TestLabelSet(t *testing.T) {
 	if diff := cmp.Diff(LabelSet{{"app", "train"}, {"team", "a"}, {"tier", ""}}, l); diff != "" {
 		t.Errorf("NewLabelSet (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(m, l.Map()); diff != "" {
-		t.Errorf("Map (-want +got):\n%s", diff)
-	}
 	for _, key := range []string{"app", "team", "tier", "zone", "", "ap", "teams"} {
 		v, ok := l.Lookup(key)
 		wv, wok := labels.Set(m).Lookup(key)
@@ -367,7 +365,30 @@ func TestLabelSet(t *testing.T) {
 			t.Errorf("selector %q matches the LabelSet: %v, the map: %v", sel, got, want)
 		}
 	}
-	if NewLabelSet(nil) != nil || LabelSet(nil).Map() != nil || LabelSet(nil).Has("a") {
+	if NewLabelSet(nil) != nil || LabelSet(nil).Has("a") {
 		t.Error("an empty LabelSet is not nil, or has labels")
+	}
+}
+
+// TestPodInfoObjectMetaIsOneAllocation: the informer computes a pod's
+// store key through GetObjectMeta on every event; it makes the metadata
+// and nothing more (no labels map).
+func TestPodInfoObjectMetaIsOneAllocation(t *testing.T) {
+	p := util.MakePod("p").GPUMem(4).Obj()
+	p.Labels = map[string]string{"app": "train", "team": "a"}
+	info := NewPodInfo(p)
+	if len(info.Labels) != 2 {
+		t.Fatalf("labels %v", info.Labels)
+	}
+	key, err := toolscache.MetaNamespaceKeyFunc(info)
+	if err != nil || key != "default/p" {
+		t.Fatalf("key %q, %v", key, err)
+	}
+	var sink metav1.Object
+	if n := testing.AllocsPerRun(100, func() { sink = info.GetObjectMeta() }); n != 1 {
+		t.Errorf("GetObjectMeta allocates %v times, want 1", n)
+	}
+	if sink.GetName() != "p" || sink.GetNamespace() != "default" {
+		t.Errorf("GetObjectMeta = %+v", sink)
 	}
 }

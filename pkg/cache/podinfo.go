@@ -72,9 +72,11 @@ func (p *PodInfo) GetUID() types.UID    { return p.UID }
 
 // GetObjectMeta makes the pod's metadata for the informer's store (its
 // key, a deleted pod's resourceVersion): a PodInfo is a
-// metav1.ObjectMetaAccessor, which meta.Accessor takes.
+// metav1.ObjectMetaAccessor, which meta.Accessor takes. The informer calls
+// it for every key it computes, so it holds no labels (read Labels, a
+// LabelSet): one allocation, not a map besides.
 func (p *PodInfo) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion, Labels: p.Labels.Map()}
+	return &metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}
 }
 
 // NewPodInfo extracts a PodInfo from a pod.
@@ -189,18 +191,6 @@ func (l LabelSet) Has(key string) bool {
 func (l LabelSet) Get(key string) string {
 	v, _ := l.Lookup(key)
 	return v
-}
-
-// Map returns the set as a map, nil when it is empty.
-func (l LabelSet) Map() map[string]string {
-	if len(l) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(l))
-	for _, e := range l {
-		m[e.Key] = e.Value
-	}
-	return m
 }
 
 var _ labels.Labels = LabelSet(nil)
