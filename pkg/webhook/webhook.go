@@ -243,11 +243,8 @@ func (h *Handler) respond(ctx context.Context, req *admissionv1.AdmissionRequest
 // spec.schedulerName set to schedulerName. err is set when the request's
 // pod does not decode.
 func Mutate(req *admissionv1.AdmissionRequest, schedulerName string) (patch []byte, why string, err error) {
-	switch {
-	case req.Operation != admissionv1.Create:
-		return nil, "not a CREATE", nil
-	case req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "":
-		return nil, fmt.Sprintf("not a pod but %s", req.Resource.String()), nil
+	if why := notPodCreate(req); why != "" {
+		return nil, why, nil
 	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
@@ -267,6 +264,18 @@ func Mutate(req *admissionv1.AdmissionRequest, schedulerName string) (patch []by
 	return patch, "", nil
 }
 
+// notPodCreate says why req is not the CREATE of a pod, "" when it is: the
+// only requests the webhook changes.
+func notPodCreate(req *admissionv1.AdmissionRequest) string {
+	switch {
+	case req.Operation != admissionv1.Create:
+		return "not a CREATE"
+	case req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "":
+		return fmt.Sprintf("not a pod but %s", req.Resource.String())
+	}
+	return ""
+}
+
 type jsonPatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
@@ -276,7 +285,7 @@ type jsonPatchOp struct {
 // convert answers req when it creates a pod bound for DRA nodes that asks
 // aliyun.com/gpu-mem; ok is false for any other request, left to Mutate.
 func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, result string, ok bool) {
-	if req.Operation != admissionv1.Create || req.Resource.Group != "" || req.Resource.Resource != "pods" || req.SubResource != "" {
+	if notPodCreate(req) != "" {
 		return nil, "", false
 	}
 	var pod corev1.Pod
