@@ -121,8 +121,11 @@
 // Allocate fails, naming the card.
 //
 // Restarts: a kubelet restart re-creates kubelet.sock and wipes plugin
-// sockets; the plugin serves and registers again (also on SIGHUP), and its
-// grants carry over. A restarted plugin rebuilds grants from PodResources
+// sockets; the plugin serves and registers again (also on SIGHUP, and a
+// second after kubelet closes its last ListAndWatch stream without
+// restarting: kubelet drops a plugin that registered while an older one
+// of the resource was still connected, once that one's connection ends),
+// and its grants carry over. A restarted plugin rebuilds grants from PodResources
 // and trusts ASSIGNED=true annotations until kubelet lists such a pod
 // without devices. It refuses to start in a unit other than the one the
 // node's inventory was published in while PodResources lists containers

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -29,6 +30,16 @@ const SocketName = "gpushare-gpu-mem.sock"
 // again after a failure (kubelet down, socket not there yet).
 const retryInterval = 5 * time.Second
 
+// rejoinDelay is how long the plugin waits, once kubelet has closed its
+// last ListAndWatch stream, before it registers again. kubelet (1.34)
+// drops a plugin that registered while the previous plugin of the same
+// resource was still connected: when that older connection ends, kubelet
+// disconnects whichever plugin holds the resource then, the newer one,
+// and leaves its devices unhealthy (allocatable 0) with no stream to
+// bring them back. Waiting lets the dropped connection's own teardown
+// finish first, so the next registration is not dropped the same way.
+const rejoinDelay = time.Second
+
 // Endpoint serves a DevicePlugin service on a socket in kubelet's plugin
 // directory and keeps it registered with kubelet.
 type Endpoint struct {
@@ -42,8 +53,9 @@ type Endpoint struct {
 
 // Run serves and registers, then serves and registers again whenever
 // kubelet re-creates kubelet.sock (a kubelet restart wipes the plugin
-// sockets) or Restart delivers; a failed attempt is retried every few
-// seconds. It returns when ctx ends.
+// sockets), kubelet closes the plugin's last ListAndWatch stream while the
+// plugin serves (see rejoinDelay), or Restart delivers; a failed attempt
+// is retried every few seconds. It returns when ctx ends.
 func (e *Endpoint) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if err := os.MkdirAll(e.Dir, 0o750); err != nil {
@@ -58,8 +70,9 @@ func (e *Endpoint) Run(ctx context.Context) error {
 		return fmt.Errorf("watching %s: %w", e.Dir, err)
 	}
 	kubeletSock := e.kubeletSocket()
+	streams := newStreamWatch()
 	for {
-		stop, err := e.start(ctx)
+		stop, err := e.start(ctx, streams)
 		var retry <-chan time.Time
 		if err != nil {
 			logger.Error(err, "Device plugin not registered; retrying", "in", retryInterval)
@@ -78,6 +91,11 @@ func (e *Endpoint) Run(ctx context.Context) error {
 			case <-e.Restart:
 				logger.Info("Restarting the device plugin on request")
 				break wait
+			case <-streams.hungUp:
+				if retry == nil {
+					logger.Info("kubelet closed the plugin's last ListAndWatch stream without restarting; registering again", "in", rejoinDelay)
+					retry = time.After(rejoinDelay)
+				}
 			case ev := <-w.Events:
 				if ev.Name == kubeletSock && ev.Has(fsnotify.Create) {
 					logger.Info("kubelet.sock re-created (kubelet restarted); registering again")
@@ -93,7 +111,8 @@ func (e *Endpoint) Run(ctx context.Context) error {
 
 // start serves the plugin on its socket, proves it answers, and registers
 // it. The returned stop (never nil) stops serving and removes the socket.
-func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
+// streams learns of the server's ListAndWatch streams.
+func (e *Endpoint) start(ctx context.Context, streams *streamWatch) (stop func(), err error) {
 	sock := filepath.Join(e.Dir, SocketName)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return func() {}, fmt.Errorf("removing the stale socket %s: %w", sock, err)
@@ -102,7 +121,7 @@ func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return func() {}, fmt.Errorf("listening on %s: %w", sock, err)
 	}
-	gs := newGRPCServer(klog.FromContext(ctx))
+	gs := newGRPCServer(klog.FromContext(ctx), streams.interceptor)
 	pluginapi.RegisterDevicePluginServer(gs, e.Server)
 	done := make(chan struct{})
 	go func() {
@@ -111,7 +130,10 @@ func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
 			klog.FromContext(ctx).Error(err, "Device plugin gRPC server stopped")
 		}
 	}()
+	streams.setStopping(false)
 	stop = func() {
+		// Streams the server itself ends are no hang-up.
+		streams.setStopping(true)
 		gs.Stop()
 		<-done
 		_ = os.Remove(sock)
@@ -130,9 +152,70 @@ func (e *Endpoint) start(ctx context.Context) (stop func(), err error) {
 // newGRPCServer returns the plugin's gRPC server. A panic in a handler
 // becomes a codes.Internal error for that call, logged once with its
 // stack, and the server goes on serving: kubelet then fails one pod's
-// admission with the message instead of losing the plugin.
-func newGRPCServer(logger klog.Logger) *grpc.Server {
-	return grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary(logger)), grpc.ChainStreamInterceptor(recoverStream(logger)))
+// admission with the message instead of losing the plugin. watch, if not
+// nil, sees every stream call around the recovery.
+func newGRPCServer(logger klog.Logger, watch grpc.StreamServerInterceptor) *grpc.Server {
+	stream := []grpc.StreamServerInterceptor{recoverStream(logger)}
+	if watch != nil {
+		stream = append([]grpc.StreamServerInterceptor{watch}, stream...)
+	}
+	return grpc.NewServer(grpc.ChainUnaryInterceptor(recoverUnary(logger)), grpc.ChainStreamInterceptor(stream...))
+}
+
+// listAndWatchMethod is the full gRPC name of ListAndWatch.
+var listAndWatchMethod = "/" + pluginapi.DevicePlugin_ServiceDesc.ServiceName + "/ListAndWatch"
+
+// streamWatch counts the plugin's open ListAndWatch streams and reports,
+// on hungUp, each time the last one ends while the server is not
+// stopping: kubelet has let go of the plugin.
+type streamWatch struct {
+	mu       sync.Mutex
+	open     int
+	stopping bool
+	// hungUp holds at most one report; more while one waits are the same
+	// news.
+	hungUp chan struct{}
+}
+
+func newStreamWatch() *streamWatch {
+	return &streamWatch{hungUp: make(chan struct{}, 1)}
+}
+
+// setStopping says whether the server is stopping, so that the streams it
+// ends are not taken for kubelet's hang-up.
+func (w *streamWatch) setStopping(stopping bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopping = stopping
+	if !stopping {
+		// A report from the server before is stale.
+		select {
+		case <-w.hungUp:
+		default:
+		}
+	}
+}
+
+// interceptor is the grpc.StreamServerInterceptor that does the counting.
+func (w *streamWatch) interceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info.FullMethod != listAndWatchMethod {
+		return handler(srv, ss)
+	}
+	w.mu.Lock()
+	w.open++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.open--
+		if w.open == 0 && !w.stopping {
+			select {
+			case w.hungUp <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return handler(srv, ss)
 }
 
 func recoverUnary(logger klog.Logger) grpc.UnaryServerInterceptor {

@@ -64,6 +64,26 @@ func TestEndpointRegistersAgain(t *testing.T) {
 			},
 		},
 		{
+			// kubelet drops the plugin (as it does when an older plugin of
+			// the resource ends after this one registered): it closes the
+			// connection of its ListAndWatch stream, kubelet.sock stays.
+			name: "kubelet hung up",
+			again: func(t *testing.T, _ chan<- struct{}, sock string, _ func(), _ *fakeRegistration) {
+				conn, err := dial(filepath.Join(filepath.Dir(sock), SocketName))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stream, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := stream.Recv(); err != nil {
+					t.Fatal(err)
+				}
+				_ = conn.Close()
+			},
+		},
+		{
 			name: "kubelet restarted",
 			again: func(t *testing.T, _ chan<- struct{}, sock string, stopKubelet func(), f *fakeRegistration) {
 				stopKubelet()

@@ -743,6 +743,7 @@ func TestUnitChangeWhileDevicesHeld(t *testing.T) {
 	if err := gib.stop(); err != nil {
 		t.Fatal(err)
 	}
+	e.waitAllocatable(0) // kubelet has seen it go
 
 	mib := e.runPlugin(gpushare.UnitMiB)
 	select {

@@ -195,6 +195,9 @@ func TestMigrateFromAliyun(t *testing.T) {
 	if err := p.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
+	// kubelet has seen the plugin go (otherwise the wait below may pass on
+	// the old plugin's devices, which kubelet then marks unhealthy).
+	e.waitAllocatable(0)
 	p = e.runPlugin(gpushare.UnitGiB)
 	select {
 	case e.handoff = <-p.ready:
@@ -237,6 +240,51 @@ func TestMigrateFromAliyun(t *testing.T) {
 		t.Error(bad)
 	}
 	e.checkCards(legacy, adms, final, true)
+}
+
+// TestRegisteredWhileAliyunRuns: our plugin starts while Aliyun's is still
+// registered (the switch done out of order, or two DaemonSets overlapping).
+// kubelet takes ours in place of Aliyun's; when Aliyun's connection then
+// ends, kubelet disconnects the plugin holding the resource by then, ours,
+// and marks every device unhealthy. Our plugin must notice that kubelet let
+// go of it and register again, so the node's allocatable comes back
+// without a kubelet or plugin restart.
+func TestRegisteredWhileAliyunRuns(t *testing.T) {
+	e := newEnv(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
+	const total = 48
+	pluginDir := filepath.Join(e.dir, "device-plugins")
+	aliyun, err := aliyunplugin.Start(e.ctx, aliyunplugin.Config{Dir: pluginDir, Node: nodeName, Cards: e.cards, Client: e.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aliyun.Stop()
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, total); err != nil {
+		t.Fatal(err)
+	}
+	p := e.runPlugin(gpushare.UnitGiB)
+	select {
+	case e.handoff = <-p.ready:
+	case err := <-p.done:
+		t.Fatalf("Run ended before serving: %v", err)
+	}
+	defer func() { _ = p.stop() }()
+	// kubelet lists our devices once ours has registered in place of
+	// Aliyun's.
+	e.waitOwnDevices(total)
+
+	aliyun.Stop()
+	// kubelet drops ours: every device unhealthy.
+	e.waitAllocatable(0)
+	// Ours registers again.
+	e.waitOwnDevices(total)
+	pod := e.bind(util.MakePod("after").GPUMem(4), map[string][]int{"c0": {1}}, time.Now())
+	res, err := e.host.Admit(pod)
+	if err != nil {
+		t.Fatalf("admitting a pod after kubelet dropped the plugin and it registered again: %v", err)
+	}
+	if got, want := res["c0"].Env[deviceplugin.EnvVisibleDevices], e.card(1).UUID; got != want {
+		t.Errorf("pod after: %s=%s, want %s (its annotated card)", deviceplugin.EnvVisibleDevices, got, want)
+	}
 }
 
 // aliyunPlaced is a pod as Aliyun's scheduler extender leaves it: bound,
