@@ -64,9 +64,11 @@ type Config struct {
 	WebhookTLSCertFile, WebhookTLSKeyFile string
 	// SchedulerName is what the webhook sets spec.schedulerName to.
 	SchedulerName string
-	// WebhookDRANodeSelector, KEY=VALUE, turns on the webhook's
-	// conversion of pods that select it (spec.nodeSelector, or every term
-	// of their required node affinity: nodes of the gpushare DRA driver) into claim pods (webhook.DRA); empty: off.
+	// WebhookDRANodeSelector, KEY=VALUE[,KEY=VALUE...] (the labels of the
+	// gpushare DRA driver's nodes), turns on the webhook's conversion of
+	// pods that select every one of them (spec.nodeSelector, or every term
+	// of their required node affinity) into claim pods (webhook.DRA);
+	// empty: off.
 	WebhookDRANodeSelector string
 	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion:
 	// GiB or MiB.
@@ -189,11 +191,18 @@ func (c *Config) Validate() error {
 // draConversion is the webhook's DRA setting from WebhookDRANodeSelector
 // and WebhookDRAUnit, its templates made through client.
 func (c *Config) draConversion(client kubernetes.Interface) (webhook.DRA, error) {
-	key, value, ok := strings.Cut(c.WebhookDRANodeSelector, "=")
-	if !ok {
-		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector %q: want KEY=VALUE, e.g. gpushare.io/device-mode=dra", c.WebhookDRANodeSelector)
+	labels := map[string]string{}
+	for _, pair := range strings.Split(c.WebhookDRANodeSelector, ",") {
+		key, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector %q: want KEY=VALUE[,KEY=VALUE...], e.g. gpushare.io/device-mode=dra; %q has no =", c.WebhookDRANodeSelector, pair)
+		}
+		if _, dup := labels[key]; dup {
+			return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector %q: label %s given twice", c.WebhookDRANodeSelector, key)
+		}
+		labels[key] = value
 	}
-	d := webhook.DRA{NodeSelectorKey: key, NodeSelectorValue: value, Unit: c.WebhookDRAUnit, Templates: webhook.ClientTemplates{Client: client}}
+	d := webhook.DRA{NodeSelector: labels, Unit: c.WebhookDRAUnit, Templates: webhook.ClientTemplates{Client: client}}
 	if err := d.Validate(); err != nil {
 		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector/--webhook-dra-memory-unit: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,6 +25,19 @@ import (
 	"github.com/gpushare/gpushare/pkg/webhook"
 	"github.com/gpushare/gpushare/test/util"
 )
+
+// TestDRAConversionLabels: every KEY=VALUE pair of
+// --webhook-dra-node-selector is a label of the DRA nodes.
+func TestDRAConversionLabels(t *testing.T) {
+	c := Config{WebhookDRANodeSelector: "zone=a,gpushare.io/device-mode=dra", WebhookDRAUnit: "GiB"}
+	d, err := c.draConversion(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"gpushare.io/device-mode": "dra", "zone": "a"}, d.NodeSelector); diff != "" {
+		t.Errorf("DRA node labels (-want +got):\n%s", diff)
+	}
+}
 
 func TestValidateServing(t *testing.T) {
 	base := func(edit func(*Config)) Config {
@@ -60,6 +74,18 @@ func TestValidateServing(t *testing.T) {
 		{name: "DRA conversion without a value", cfg: base(func(c *Config) {
 			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
 			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode", "GiB"
+		}), wantErr: "want KEY=VALUE"},
+		{name: "DRA conversion on two labels", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "gpushare.io/device-mode=dra,zone=a", "GiB"
+		})},
+		{name: "DRA conversion with a label twice", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "zone=a,zone=b", "GiB"
+		}), wantErr: "label zone given twice"},
+		{name: "DRA conversion with an empty pair", cfg: base(func(c *Config) {
+			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"
+			c.WebhookDRANodeSelector, c.WebhookDRAUnit = "zone=a,", "GiB"
 		}), wantErr: "want KEY=VALUE"},
 		{name: "DRA conversion with a bad unit", cfg: base(func(c *Config) {
 			c.WebhookListen, c.WebhookTLSCertFile, c.WebhookTLSKeyFile = ":9443", "/w/c", "/w/k"

@@ -80,7 +80,7 @@ func TestDRAConversion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _ := newHandler(t, ktestingLogger(t))
 			store := &fakeTemplates{err: tc.storeErr}
-			if err := h.EnableDRA(DRA{NodeSelectorKey: "gpushare.io/device-mode", NodeSelectorValue: "dra", Unit: "GiB", Templates: store}); err != nil {
+			if err := h.EnableDRA(DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", Templates: store}); err != nil {
 				t.Fatal(err)
 			}
 			body := review(t, admissionv1.Create, podsResource, "", tc.pod)
@@ -132,10 +132,11 @@ func TestDRAConversion(t *testing.T) {
 }
 
 func TestEnableDRARefusesBadSettings(t *testing.T) {
-	good := DRA{NodeSelectorKey: "gpushare.io/device-mode", NodeSelectorValue: "dra", Unit: "GiB", Templates: &fakeTemplates{}}
+	good := DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", Templates: &fakeTemplates{}}
 	for name, mutate := range map[string]func(*DRA){
-		"bad key":      func(d *DRA) { d.NodeSelectorKey = "not a key" },
-		"bad value":    func(d *DRA) { d.NodeSelectorValue = "not a value!" },
+		"bad key":      func(d *DRA) { d.NodeSelector = map[string]string{"not a key": "dra"} },
+		"bad value":    func(d *DRA) { d.NodeSelector = map[string]string{"gpushare.io/device-mode": "not a value!"} },
+		"no label":     func(d *DRA) { d.NodeSelector = nil },
 		"bad unit":     func(d *DRA) { d.Unit = "GB" },
 		"no templates": func(d *DRA) { d.Templates = nil },
 	} {
@@ -263,9 +264,44 @@ func TestBoundForDRA(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := boundForDRA(tc.pod, key, value); got != tc.want {
+			if got := boundForDRA(tc.pod, map[string]string{key: value}); got != tc.want {
 				t.Errorf("boundForDRA = %v, want %v", got, tc.want)
 			}
 		})
+	}
+
+	// Two labels: the driver runs on nodes with both, the device plugin
+	// on every other; a pod is bound for DRA nodes only when it asks both,
+	// each by nodeSelector or by every affinity term.
+	labels := map[string]string{key: value, "zone": "a"}
+	both := []struct {
+		name string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"node selector with both", func() *corev1.Pod {
+			p := util.MakePod("p").GPUMem(8).Obj()
+			p.Spec.NodeSelector = map[string]string{key: value, "zone": "a", "other": "x"}
+			return p
+		}(), true},
+		{"node selector with one", onDRANodes(util.MakePod("p").GPUMem(8).Obj()), false},
+		{"one by node selector, one by affinity", func() *corev1.Pod {
+			p := affinityPod([]corev1.NodeSelectorRequirement{zone})
+			p.Spec.NodeSelector = map[string]string{key: value}
+			return p
+		}(), true},
+		{"both in every term", affinityPod([]corev1.NodeSelectorRequirement{in(value), zone}, []corev1.NodeSelectorRequirement{zone, in(value)}), true},
+		{"a term without the second", affinityPod([]corev1.NodeSelectorRequirement{in(value), zone}, []corev1.NodeSelectorRequirement{in(value)}), false},
+		{"nothing", util.MakePod("p").GPUMem(8).Obj(), false},
+	}
+	for _, tc := range both {
+		t.Run("two labels/"+tc.name, func(t *testing.T) {
+			if got := boundForDRA(tc.pod, labels); got != tc.want {
+				t.Errorf("boundForDRA = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if boundForDRA(onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nil) {
+		t.Error("boundForDRA with no labels = true, want false")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -73,21 +74,34 @@ type Handler struct {
 
 // DRA configures the conversion of pods bound for nodes served by the
 // gpushare DRA driver (package draclaim): a pod CREATE that can only run on
-// nodes labelled NodeSelectorKey=NodeSelectorValue (boundForDRA: its
-// spec.nodeSelector, or every term of its required node affinity, asks the
-// label) and that asks aliyun.com/gpu-mem is answered with the patch that
+// nodes carrying every label of NodeSelector (boundForDRA: for each label,
+// its spec.nodeSelector, or every term of its required node affinity, asks
+// it) and that asks aliyun.com/gpu-mem is answered with the patch that
 // makes it ask the same memory through a claim, once its
 // ResourceClaimTemplate exists; its scheduler is left as it is
 // (kube-scheduler allocates claims in every profile). A pod the conversion
 // cannot keep is refused with the reason. A pod that may land on DRA nodes
-// and on others (some affinity terms ask the label, some do not) is not
-// converted.
+// and on others (some affinity terms ask a label, some do not; it asks only
+// some of the labels) is not converted.
 type DRA struct {
-	NodeSelectorKey, NodeSelectorValue string
+	// NodeSelector holds the labels of the DRA nodes (the chart's
+	// draDriver.nodeSelector): the driver runs on nodes with all of them,
+	// the device plugin on every other.
+	NodeSelector map[string]string
 	// Unit is aliyun.com/gpu-mem's unit on those nodes: GiB or MiB.
 	Unit string
 	// Templates makes the templates.
 	Templates Templates
+}
+
+// selector is NodeSelector as KEY=VALUE pairs, sorted, comma-separated.
+func (d DRA) selector() string {
+	pairs := make([]string, 0, len(d.NodeSelector))
+	for k, v := range d.NodeSelector {
+		pairs = append(pairs, k+"="+v)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
 }
 
 // Templates makes sure ResourceClaimTemplates exist.
@@ -109,11 +123,16 @@ func (h *Handler) EnableDRA(d DRA) error {
 
 // Validate reports what is wrong with d's settings.
 func (d DRA) Validate() error {
-	if errs := validation.IsQualifiedName(d.NodeSelectorKey); len(errs) > 0 {
-		return fmt.Errorf("DRA node selector key %q: %v", d.NodeSelectorKey, errs)
+	if len(d.NodeSelector) == 0 {
+		return errors.New("DRA node selector: no label")
 	}
-	if errs := validation.IsValidLabelValue(d.NodeSelectorValue); len(errs) > 0 {
-		return fmt.Errorf("DRA node selector value %q: %v", d.NodeSelectorValue, errs)
+	for k, v := range d.NodeSelector {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("DRA node selector key %q: %v", k, errs)
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Errorf("DRA node selector value %q of %s: %v", v, k, errs)
+		}
 	}
 	if err := draclaim.ValidUnit(d.Unit); err != nil {
 		return err
@@ -292,14 +311,14 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return nil, "", false // Mutate reports it
 	}
-	if !boundForDRA(&pod, h.dra.NodeSelectorKey, h.dra.NodeSelectorValue) {
+	if !boundForDRA(&pod, h.dra.NodeSelector) {
 		return nil, "", false
 	}
 	deny := func(err error) (*admissionv1.AdmissionResponse, string, bool) {
 		logger.V(2).Info("Refusing a pod bound for DRA nodes", "err", err)
 		return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: false, Result: &metav1.Status{
 			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-			Message: fmt.Sprintf("gpushare: a pod that selects nodes %s=%s (spec.nodeSelector or required node affinity) runs on a DRA node: %v", h.dra.NodeSelectorKey, h.dra.NodeSelectorValue, err),
+			Message: fmt.Sprintf("gpushare: a pod that selects nodes %s (spec.nodeSelector or required node affinity) runs on a DRA node: %v", h.dra.selector(), err),
 		}}, ResultDenied, true
 	}
 	conv, err := draclaim.Convert(&pod, h.dra.Unit)
@@ -322,11 +341,24 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 	return &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Patch: patch, PatchType: &jsonPatch}, ResultConverted, true
 }
 
-// boundForDRA reports whether pod can only run on nodes labelled key=value:
-// its spec.nodeSelector holds the label, or it has required node affinity
-// every term of which (the terms are alternatives) asks the label with
-// operator In and no other value.
-func boundForDRA(pod *corev1.Pod, key, value string) bool {
+// boundForDRA reports whether pod can only run on nodes carrying every
+// label of labels: for each, its spec.nodeSelector holds it, or it has
+// required node affinity every term of which (the terms are alternatives)
+// asks it with operator In and no other value.
+func boundForDRA(pod *corev1.Pod, labels map[string]string) bool {
+	if len(labels) == 0 {
+		return false
+	}
+	for k, v := range labels {
+		if !selects(pod, k, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// selects reports whether pod can only run on nodes labelled key=value.
+func selects(pod *corev1.Pod, key, value string) bool {
 	if v, set := pod.Spec.NodeSelector[key]; set && v == value {
 		return true
 	}

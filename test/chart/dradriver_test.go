@@ -119,8 +119,8 @@ func TestDRADriverRBAC(t *testing.T) {
 
 // TestDRAConversionOptIn: with the driver and the webhook (second-scheduler
 // topology, the default), the extender's webhook converts pods selecting the
-// driver's first node label (--webhook-dra-node-selector, the device
-// plugin's memory unit) and its account may create and get
+// driver's node labels, all of them (--webhook-dra-node-selector, the
+// device plugin's memory unit) and its account may create and get
 // ResourceClaimTemplates, nothing more; draDriver.convertPods=false, the
 // driver off or the extender topology (no webhook) render neither.
 func TestDRAConversionOptIn(t *testing.T) {
@@ -156,11 +156,13 @@ func TestDRAConversionOptIn(t *testing.T) {
 		return got
 	}
 
+	// Helm merges the given labels with the default one: the driver runs
+	// on nodes with all three, and the webhook converts pods asking all.
 	on := objects(t, render(t, c, map[string]any{
 		"draDriver":    map[string]any{"enabled": true, "nodeSelector": map[string]any{"zone/dra": "yes", "a.example/dra": "on"}},
 		"devicePlugin": map[string]any{"memoryUnit": "MiB"},
 	}))
-	if diff := cmp.Diff([]string{"--webhook-dra-node-selector=a.example/dra=on", "--webhook-dra-memory-unit=MiB"}, converting(extenderArgs(on))); diff != "" {
+	if diff := cmp.Diff([]string{"--webhook-dra-node-selector=a.example/dra=on,gpushare.io/device-mode=dra,zone/dra=yes", "--webhook-dra-memory-unit=MiB"}, converting(extenderArgs(on))); diff != "" {
 		t.Errorf("extender's conversion flags (-want +got):\n%s", diff)
 	}
 	if !hasRule(on) {
