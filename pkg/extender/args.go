@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
@@ -238,8 +239,8 @@ func (p *argsScanner) plainString() ([]byte, bool) {
 }
 
 // names reads null, or an array of plain strings (plainString) as node
-// names: nil for null, else the names, substrings of one string that
-// holds the array's text.
+// names: nil for null, else the names, interned (nodeNames), in a slice
+// from namesPool that the caller hands back with releaseNames.
 func (p *argsScanner) names() (*[]string, bool) {
 	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
 		p.i += 4
@@ -249,8 +250,7 @@ func (p *argsScanner) names() (*[]string, bool) {
 		return nil, false
 	}
 	start := p.i
-	// First check the array and count its names, then cut them from one
-	// copy of its text.
+	// First check the array and count its names, then look them up.
 	n := 0
 	p.space()
 	if !p.eat(']') {
@@ -271,18 +271,115 @@ func (p *argsScanner) names() (*[]string, bool) {
 		}
 	}
 	end := p.i
-	text := string(p.b[start:end])
-	names := make([]string, 0, n)
+	names := getNames(n)
 	q := argsScanner{b: p.b[:end], i: start}
-	for range n {
+	nodeNames.intern(names, n, func() []byte {
 		for q.b[q.i] != '"' {
 			q.i++
 		}
 		s, _ := q.plainString()
-		from := q.i - 1 - len(s) - start
-		names = append(names, text[from:from+len(s)])
+		return s
+	})
+	return names, true
+}
+
+// namesPool holds the slices filter and prioritize read node names into:
+// 5,000 names are an 80 KB slice, every scheduling cycle.
+var namesPool = sync.Pool{New: func() any { return new([]string) }}
+
+// maxPooledNames is the largest slice kept in namesPool.
+const maxPooledNames = 1 << 15
+
+// getNames returns an empty slice of at least n names' capacity from
+// namesPool.
+func getNames(n int) *[]string {
+	s := namesPool.Get().(*[]string)
+	if *s == nil || cap(*s) < n {
+		*s = make([]string, 0, n) // an empty list is not null
 	}
-	return &names, true
+	*s = (*s)[:0]
+	return s
+}
+
+// releaseNames hands args.NodeNames back to namesPool once nothing reads
+// them (the answer is written): the handler's last step.
+func releaseNames(args *extenderv1.ExtenderArgs) {
+	s := args.NodeNames
+	args.NodeNames = nil
+	if s == nil || cap(*s) > maxPooledNames {
+		return
+	}
+	clear((*s)[:cap(*s)])
+	*s = (*s)[:0]
+	namesPool.Put(s)
+}
+
+// nodeNames interns the node names of filter and prioritize requests.
+var nodeNames = &nameTable{limit: 1 << 17}
+
+// nameTable interns node names: kube-scheduler sends the same few thousand
+// names every cycle, and a name read from a request body is looked up here
+// (a map lookup by the body's bytes allocates nothing) instead of copied.
+// Reads take no lock: the map is replaced, never changed. A request with
+// names not in it builds the next map (once per new node). Node names
+// churn (autoscaled nodes get new ones): once a new map would hold more
+// than limit names, it starts over with the request's own.
+type nameTable struct {
+	limit int
+	mu    sync.Mutex // serialises the writers
+	names atomic.Pointer[map[string]string]
+}
+
+// intern appends n names to *out, each next() bytes' interned string.
+func (t *nameTable) intern(out *[]string, n int, next func() []byte) {
+	var known map[string]string
+	if m := t.names.Load(); m != nil {
+		known = *m
+	}
+	var missing [][]byte // the names not in known, in order
+	var at []int         // their indexes in *out
+	for range n {
+		b := next()
+		if s, ok := known[string(b)]; ok {
+			*out = append(*out, s)
+			continue
+		}
+		missing = append(missing, b)
+		at = append(at, len(*out))
+		*out = append(*out, "")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var cur map[string]string
+	if m := t.names.Load(); m != nil {
+		cur = *m
+	}
+	grown := make(map[string]string, len(cur)+len(missing))
+	if len(cur)+len(missing) <= t.limit {
+		for k, v := range cur {
+			grown[k] = v
+		}
+	} else {
+		// Start over with this request's names: the nodes kube-scheduler
+		// sends now.
+		for _, s := range *out {
+			if s != "" {
+				grown[s] = s
+			}
+		}
+	}
+	for i, b := range missing {
+		s, ok := grown[string(b)]
+		if !ok {
+			s = string(b)
+			grown[s] = s
+		}
+		(*out)[at[i]] = s
+	}
+	t.names.Store(&grown)
 }
 
 // value reads any JSON value and returns its text, checked by encoding/json.

@@ -3,7 +3,10 @@ package extender
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -123,7 +126,115 @@ func BenchmarkDecodeArgs(b *testing.B) {
 				if err := tc.f(body, &a); err != nil || a.NodeNames == nil || len(*a.NodeNames) != len(names) {
 					b.Fatalf("decoded %v, err %v", a.NodeNames != nil, err)
 				}
+				releaseNames(&a) // as the handlers do once they have answered
 			}
 		})
+	}
+}
+
+// namesBody is a filter body naming nodes.
+func namesBody(t testing.TB, nodes ...string) []byte {
+	t.Helper()
+	body, err := json.Marshal(extenderv1.ExtenderArgs{NodeNames: &nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// decodeNames decodes body with table as the name table and returns the
+// names.
+func decodeNames(t testing.TB, table *nameTable, body []byte) []string {
+	t.Helper()
+	saved := nodeNames
+	nodeNames = table
+	defer func() { nodeNames = saved }()
+	var a extenderv1.ExtenderArgs
+	if err := decodeArgsBytes(body, &a); err != nil {
+		t.Fatal(err)
+	}
+	names := slices.Clone(*a.NodeNames)
+	releaseNames(&a)
+	return names
+}
+
+// TestNameTable: the node names of two requests are the same strings,
+// not copies of the bodies' bytes; a table that would pass its limit
+// starts over with the request's names; the names are right either way.
+func TestNameTable(t *testing.T) {
+	// Names of more than one byte: Go makes every one-byte string from
+	// one static array.
+	table := &nameTable{limit: 4}
+	first := decodeNames(t, table, namesBody(t, "node-a", "node-b", "node-c"))
+	again := decodeNames(t, table, namesBody(t, "node-c", "node-a"))
+	if diff := cmp.Diff([]string{"node-a", "node-b", "node-c"}, first); diff != "" {
+		t.Errorf("first names (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"node-c", "node-a"}, again); diff != "" {
+		t.Errorf("names again (-want +got):\n%s", diff)
+	}
+	if unsafe.StringData(again[0]) != unsafe.StringData(first[2]) || unsafe.StringData(again[1]) != unsafe.StringData(first[0]) {
+		t.Error("a name read twice is two strings: not interned")
+	}
+	// 3 known + 2 new passes the limit of 4: the table holds this
+	// request's names only.
+	over := decodeNames(t, table, namesBody(t, "node-a", "node-d", "node-e"))
+	if diff := cmp.Diff([]string{"node-a", "node-d", "node-e"}, over); diff != "" {
+		t.Errorf("names past the limit (-want +got):\n%s", diff)
+	}
+	held := slices.Sorted(func(yield func(string) bool) {
+		for k := range *table.names.Load() {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	if diff := cmp.Diff([]string{"node-a", "node-d", "node-e"}, held); diff != "" {
+		t.Errorf("the table after starting over (-want +got):\n%s", diff)
+	}
+	if unsafe.StringData(over[0]) != unsafe.StringData(first[0]) {
+		t.Error("a known name of the request that started the table over was copied again")
+	}
+}
+
+// TestNameTableConcurrent: requests naming overlapping node sets at once
+// each get their own names (run with -race).
+func TestNameTableConcurrent(t *testing.T) {
+	table := &nameTable{limit: 64}
+	saved := nodeNames
+	nodeNames = table
+	defer func() { nodeNames = saved }()
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 50 {
+				want := make([]string, 20)
+				for i := range want {
+					want[i] = fmt.Sprintf("node-%d", (w*7+round+i)%90)
+				}
+				body, _ := json.Marshal(extenderv1.ExtenderArgs{NodeNames: &want})
+				var a extenderv1.ExtenderArgs
+				if err := decodeArgsBytes(body, &a); err != nil {
+					errs <- err.Error()
+					return
+				}
+				if !slices.Equal(want, *a.NodeNames) {
+					errs <- fmt.Sprintf("worker %d round %d: got %v, want %v", w, round, *a.NodeNames, want)
+					return
+				}
+				releaseNames(&a)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if n := len(*table.names.Load()); n > table.limit {
+		t.Errorf("the table holds %d names, over its limit %d", n, table.limit)
 	}
 }

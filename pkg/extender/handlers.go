@@ -319,6 +319,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	ctx, cancel := h.verbContext(r, "filter")
 	defer cancel()
 	var args extenderv1.ExtenderArgs
+	defer releaseNames(&args) // after the answer is written
 	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
 		if !h.ready() {
 			return nil, errNotReady
@@ -407,6 +408,7 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 	ctx, cancel := h.verbContext(r, "prioritize")
 	defer cancel()
 	var args extenderv1.ExtenderArgs
+	defer releaseNames(&args) // after the answer is written
 	res, err := func() (extenderv1.HostPriorityList, error) {
 		if !h.ready() {
 			return nil, errNotReady
