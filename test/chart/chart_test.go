@@ -143,11 +143,18 @@ func TestPlainManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, combo := range Combos() {
+	for _, combo := range append(Combos(), VersionedPlain()...) {
 		if combo.Plain == "" {
 			continue
 		}
-		got := render(t, c, combo.Values).Plain(PlainHeader(combo))
+		r := render(t, c, combo.Values)
+		if combo.KubeVersion != "" {
+			var err error
+			if r, err = RenderAt(c, combo.Values, combo.KubeVersion); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := r.Plain(PlainHeader(combo))
 		path := filepath.Join(root, "manifests", "rendered", combo.Plain)
 		if *update {
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -14,6 +14,25 @@ type Combo struct {
 	// Plain, when set, is the file under manifests/rendered that holds this
 	// combination's rendering.
 	Plain string
+	// KubeVersion is the cluster version it is rendered for; "" is
+	// KubeVersion (the package's).
+	KubeVersion string
+}
+
+// VersionedPlain are the renderings kept under manifests/rendered for
+// other Kubernetes versions than KubeVersion, in a directory per version:
+// those of the topologies whose objects depend on it (the second
+// scheduler's image and ClusterRole), for make test-k8s.
+func VersionedPlain() []Combo {
+	var out []Combo
+	for _, c := range Combos() {
+		if c.Name == "second-scheduler/webhook/helm-tls" {
+			c.KubeVersion = "v1.37.2"
+			c.Plain = "kubernetes-v1.37/" + c.Plain
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Combos are every supported combination: topology × webhook (second
@@ -97,6 +116,9 @@ func Combos() []Combo {
 
 // PlainHeader is the comment that opens each file under manifests/rendered.
 func PlainHeader(c Combo) string {
+	if c.KubeVersion != "" {
+		return fmt.Sprintf("# For Kubernetes %s (helm template --kube-version %[1]s).\n", c.KubeVersion) + PlainHeader(Combo{Name: c.Name})
+	}
 	return fmt.Sprintf("# Rendered from manifests/charts/gpushare (release %q, namespace %s) with\n"+
 		"# the values of combination %q (test/chart Combos); do not edit: change the\n"+
 		"# chart and run `cd test/chart && go test -run TestPlainManifests -update`.\n"+

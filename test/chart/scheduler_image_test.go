@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -54,6 +55,63 @@ func TestSchedulerImageFollowsCluster(t *testing.T) {
 			}
 			if !strings.Contains(r.Notes, tc.want) {
 				t.Errorf("NOTES.txt does not name the image %s:\n%s", tc.want, r.Notes)
+			}
+		})
+	}
+}
+
+// TestSchedulerRoleFollowsVersion: the second scheduler's ClusterRole
+// grants the DRA rules the built-in system:kube-scheduler of its
+// kube-scheduler's version has (the gates on by default there, read from
+// k8s.io/kubernetes v1.37.2 pkg/features): from v1.36 claims it creates
+// and deletes and their binding status, from v1.37 device taint rules.
+// Its version is scheduler.image.tag's when that is one, else the
+// cluster's. (TestChartLeases compares the v1.34.3 and v1.37.2 roles with
+// kube-apiserver's own.)
+func TestSchedulerRoleFollowsVersion(t *testing.T) {
+	c := load(t)
+	const (
+		claims  = "create,delete resource.k8s.io/resourceclaims"
+		binding = "update,patch resource.k8s.io/resourceclaims/binding"
+		taints  = "get,list,watch resource.k8s.io/devicetaintrules"
+	)
+	for _, tc := range []struct {
+		name, cluster, tag string
+		want               []string
+	}{
+		{name: "v1.34", cluster: "v1.34.3"},
+		{name: "v1.35", cluster: "v1.35.0"},
+		{name: "v1.36", cluster: "v1.36.2", want: []string{claims, binding}},
+		{name: "v1.37", cluster: "v1.37.2", want: []string{claims, binding, taints}},
+		{name: "v1.36 scheduler on v1.37", cluster: "v1.37.2", tag: "v1.36.4", want: []string{claims, binding}},
+		{name: "a build that is no version", cluster: "v1.37.2", tag: "corp-build-7", want: []string{claims, binding, taints}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values := map[string]any{}
+			if tc.tag != "" {
+				values["scheduler"] = map[string]any{"image": map[string]any{"tag": tc.tag}}
+			}
+			r, err := RenderAt(c, values, tc.cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, rule := range field(find(objects(t, r), "ClusterRole", "gpushare-scheduler"), "rules").([]any) {
+				var verbs, res []string
+				for _, v := range field(rule, "verbs").([]any) {
+					verbs = append(verbs, v.(string))
+				}
+				for _, x := range field(rule, "resources").([]any) {
+					res = append(res, x.(string))
+				}
+				groups := field(rule, "apiGroups").([]any)
+				line := strings.Join(verbs, ",") + " " + groups[0].(string) + "/" + strings.Join(res, ",")
+				if slices.Contains([]string{claims, binding, taints}, line) {
+					got = append(got, line)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the version's DRA rules of ClusterRole gpushare-scheduler (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -50,6 +50,18 @@ private build) is taken as is. */}}
 {{ .Values.scheduler.image.repository }}:{{ $tag }}
 {{- end }}
 
+{{/* The minor version of the second scheduler's kube-scheduler: that of
+scheduler.image.tag when it is a version, else the cluster's (as
+gpushare.schedulerImage picks it). Its ClusterRole follows it. */}}
+{{- define "gpushare.schedulerMinor" -}}
+{{- $tag := .Values.scheduler.image.tag -}}
+{{- if and $tag (regexMatch "^v?[0-9]+\\.[0-9]+\\.[0-9]+([-+].*)?$" $tag) -}}
+{{- (semver $tag).Minor -}}
+{{- else -}}
+{{- (semver .Capabilities.KubeVersion.Version).Minor -}}
+{{- end -}}
+{{- end }}
+
 {{- define "gpushare.image" -}}
 {{- $root := index . 0 }}{{ $img := index . 1 -}}
 {{ $root.Values.image.registry }}{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
