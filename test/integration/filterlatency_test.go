@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -77,6 +78,10 @@ func TestFilterLatency(t *testing.T) {
 		lat       util.Latencies
 		maxLat    time.Duration
 		reply     int
+		// gcBefore is its GC cycles before the calls
+		// (go_gc_duration_seconds_count): each takes a core from the
+		// requests it overlaps.
+		gcBefore string
 	}
 	bins := [][2]string{{"new", buildExtender(t)}}
 	if base := os.Getenv("GPUSHARE_BENCH_BASE_EXTENDER"); base != "" {
@@ -102,6 +107,9 @@ func TestFilterLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
+	for _, e := range exts {
+		e.gcBefore = metric(e.listen, "go_gc_duration_seconds_count")
+	}
 	const warmup = 20
 	for i := range warmup + calls {
 		for j := range exts {
@@ -133,8 +141,10 @@ func TestFilterLatency(t *testing.T) {
 		// client's latency is the extender's, and what the client's and
 		// the machine's.
 		server := scrape(t, e.listen)
-		t.Logf("%s extender: filter over HTTP with %d node names (%d KiB request), %d calls: p50 %v, p99 %v, max %v; %d nodes in the reply; in the extender p50 %s, p99 %s",
-			e.name, nodes, len(body)>>10, calls, p50, p99, e.maxLat, e.reply, server.quantile("filter", 0.5), server.quantile("filter", 0.99))
+		gcBefore, _ := strconv.Atoi(e.gcBefore)
+		gcAfter, _ := strconv.Atoi(metric(e.listen, "go_gc_duration_seconds_count"))
+		t.Logf("%s extender: filter over HTTP with %d node names (%d KiB request), %d calls: p50 %v, p99 %v, max %v; %d nodes in the reply; in the extender p50 %s, p99 %s; %d GC cycles during the calls",
+			e.name, nodes, len(body)>>10, calls, p50, p99, e.maxLat, e.reply, server.quantile("filter", 0.5), server.quantile("filter", 0.99), gcAfter-gcBefore)
 		fmt.Printf("BenchmarkFilterHTTP/nodes=%d/%s\t%d\t%.2f p50-ms\t%.2f p99-ms\t%.2f max-ms\t%d reply-nodes\n",
 			nodes, e.name, calls, ms(p50), ms(p99), ms(e.maxLat), e.reply)
 	}
