@@ -102,6 +102,12 @@ dra-demo-down: ## Stop exactly the processes make dra-demo started (PID files un
 test-dra: controlplane-dra ## Run the DRA driver's tests with -race, its integration tests against a real Kubernetes 1.37 control plane included (kept out of make test: a cold 1.37 build adds ~15 min).
 	cd dra && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+K8S_VERSION ?= v1.37.2
+
+.PHONY: test-k8s
+test-k8s: controlplane-dra ## Run the control-plane integration tests (test/integration: extender, webhook, chart's scheduler topologies) against kube-apiserver and kube-scheduler $(K8S_VERSION) (v1.37.2 or v1.34.3; make test runs v1.34.3).
+	GPUSHARE_KUBERNETES_VERSION=$(K8S_VERSION) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
+
 .PHONY: unit
 unit: ## Run the tests that need no control plane (-short), kubelet's device manager included.
 	$(GO) test -race -short ./...

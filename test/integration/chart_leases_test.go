@@ -60,8 +60,8 @@ func TestChartLeases(t *testing.T) {
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			ctx := context.Background()
-			chart := loadRendered(t, tc.file)
 			cp := framework.StartT(t, framework.Options{})
+			chart := loadRenderedFor(t, cp.Version(), tc.file)
 			admin := cp.Client(framework.AdminUser)
 			leases := admin.CoordinationV1().Leases(systemNamespace)
 			for _, name := range controlPlaneLeases {
@@ -83,7 +83,7 @@ func TestChartLeases(t *testing.T) {
 				})
 			}
 			if tc.file == "second-scheduler.yaml" {
-				checkSchedulerRole(t, admin, chart)
+				checkSchedulerRole(t, admin, chart, cp.Version())
 			}
 		})
 	}
@@ -176,10 +176,10 @@ func permissions(rules []rbacv1.PolicyRule, skip ...string) []string {
 // version, and its ClusterRole gpushare-scheduler grants what this
 // kube-apiserver's system:kube-scheduler grants, less Leases and
 // LeaseCandidates (coordination.k8s.io).
-func checkSchedulerRole(t *testing.T, admin kubernetes.Interface, chart renderedChart) {
+func checkSchedulerRole(t *testing.T, admin kubernetes.Interface, chart renderedChart, version string) {
 	t.Helper()
-	if img := chart.container(t, "gpushare-scheduler", "kube-scheduler").Image; !strings.HasSuffix(img, ":"+framework.KubernetesVersion) {
-		t.Errorf("the chart runs %s, this test kube-apiserver %s: compare the ClusterRole gpushare-scheduler with that version's system:kube-scheduler", img, framework.KubernetesVersion)
+	if img := chart.container(t, "gpushare-scheduler", "kube-scheduler").Image; !strings.HasSuffix(img, ":"+version) {
+		t.Errorf("the chart runs %s, this test kube-apiserver %s: compare the ClusterRole gpushare-scheduler with that version's system:kube-scheduler (a rendering for it: test/chart VersionedPlain)", img, version)
 	}
 	builtin, err := admin.RbacV1().ClusterRoles().Get(context.Background(), "system:kube-scheduler", metav1.GetOptions{})
 	if err != nil {

@@ -50,11 +50,30 @@ type renderedChart struct {
 
 func loadRendered(t *testing.T, file string) renderedChart {
 	t.Helper()
+	return loadRenderedFor(t, framework.KubernetesVersion, file)
+}
+
+// loadRenderedFor is loadRendered for a cluster of Kubernetes version:
+// the file of manifests/rendered/kubernetes-vMAJOR.MINOR/ where that
+// version has its own rendering of it (test/chart VersionedPlain), else
+// the file itself.
+func loadRenderedFor(t *testing.T, version, file string) renderedChart {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := framework.DecodeManifest(filepath.Join(root, "manifests", "rendered", file))
+	path := filepath.Join(root, "manifests", "rendered", file)
+	if version != framework.KubernetesVersion {
+		minor := version
+		if parts := strings.SplitN(version, ".", 3); len(parts) == 3 {
+			minor = parts[0] + "." + parts[1]
+		}
+		if p := filepath.Join(root, "manifests", "rendered", "kubernetes-"+minor, file); fileExists(p) {
+			path = p
+		}
+	}
+	objs, err := framework.DecodeManifest(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,8 +385,8 @@ func TestChartSecondScheduler(t *testing.T) {
 		t.Skip("starts a real control plane")
 	}
 	ctx := context.Background()
-	chart := loadRendered(t, "second-scheduler.yaml")
 	cp := framework.StartT(t, framework.Options{})
+	chart := loadRenderedFor(t, cp.Version(), "second-scheduler.yaml")
 	admin := cp.Client(framework.AdminUser)
 	chart.applyAccess(t, admin)
 	waitAnnotationsPolicy(t, admin)
@@ -376,10 +395,6 @@ func TestChartSecondScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	schedKC, err := cp.ServiceAccountKubeconfig(ctx, systemNamespace, chart.tokenAccount(t, "gpushare-scheduler", "kube-scheduler"), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins, err := framework.EnsureBinaries(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -432,7 +447,7 @@ func TestChartSecondScheduler(t *testing.T) {
 		_, port, _ := strings.Cut(p.schedAddr, ":")
 		args := rewriteArgs(t, sched.Args, map[string]string{"--config": cfgPath, "--secure-port": port}, "--bind-address=127.0.0.1")
 		logPath := filepath.Join(cp.LogsDir(), "chart-"+p.host+".log")
-		if p.scheduler, err = framework.StartProcWithHostname("kube-scheduler", p.host, bins.Scheduler, args, logPath); err != nil {
+		if p.scheduler, err = framework.StartProcWithHostname("kube-scheduler", p.host, cp.SchedulerBinary(), args, logPath); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.scheduler.Stop(10 * time.Second) })
@@ -842,4 +857,9 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("with a client certificate: %s, want 200", resp.Status)
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

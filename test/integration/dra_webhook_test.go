@@ -143,14 +143,15 @@ func TestDRAConversionWebhook(t *testing.T) {
 }
 
 // TestDRAConversionNeedsConsumableCapacity: on a kube-apiserver that drops
-// a claim's capacity request (v1.34 as released: DRAConsumableCapacity
-// off), the webhook refuses the pod saying so, and leaves no template.
+// a claim's capacity request (DRAConsumableCapacity off: v1.34 and v1.35
+// as released, or turned off on a later one), the webhook refuses the pod
+// saying so, and leaves no template.
 func TestDRAConversionNeedsConsumableCapacity(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
 	}
 	ctx := context.Background()
-	cp := framework.StartT(t, framework.Options{})
+	cp := framework.StartT(t, framework.Options{APIServerFeatureGates: map[string]bool{"DRAConsumableCapacity": false}})
 	w := startWebhook(t, cp, withDRAConversion)
 	_, err := w.create(ctx, onDRANodes(util.MakePod("a").GPUMem(8).Obj()), false)
 	if err == nil || !strings.Contains(err.Error(), "DRAConsumableCapacity") || !strings.Contains(err.Error(), "1.36") {

@@ -39,6 +39,25 @@ var kubernetesToolDirs = map[string]string{
 	KubernetesVersionDRA: "test/tools/k8s-v1.37",
 }
 
+// VersionEnv names the environment variable that picks the Kubernetes
+// version of control planes started without Options.KubernetesVersion
+// (and without Nodes): one of kubernetesToolDirs' versions, e.g. v1.37.2
+// (make test-k8s). Unset or empty: KubernetesVersion.
+const VersionEnv = "GPUSHARE_KUBERNETES_VERSION"
+
+// DefaultKubernetesVersion is the version VersionEnv names, else
+// KubernetesVersion; an error names the versions the harness builds.
+func DefaultKubernetesVersion() (string, error) {
+	v := os.Getenv(VersionEnv)
+	if v == "" {
+		return KubernetesVersion, nil
+	}
+	if kubernetesToolDirs[v] == "" {
+		return "", fmt.Errorf("%s=%s: the harness builds Kubernetes %s and %s", VersionEnv, v, KubernetesVersion, KubernetesVersionDRA)
+	}
+	return v, nil
+}
+
 // Binaries holds the absolute paths of the control-plane executables.
 type Binaries struct {
 	Dir       string // the cache directory holding kube-apiserver and kube-scheduler

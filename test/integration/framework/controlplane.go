@@ -79,8 +79,8 @@ type Options struct {
 	// their pods can use (test/node); see NodeAccess.
 	Nodes *NodeAccess
 	// KubernetesVersion of kube-apiserver, kube-scheduler and
-	// kube-controller-manager: KubernetesVersion (the default, "") or
-	// KubernetesVersionDRA. Not with Nodes, whose binaries are
+	// kube-controller-manager: KubernetesVersion or KubernetesVersionDRA;
+	// "" is DefaultKubernetesVersion. Not with Nodes, whose binaries are
 	// KubernetesVersion's.
 	KubernetesVersion string
 	// Controllers, when set, starts kube-controller-manager with these
@@ -221,6 +221,13 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 // logs are left in opts.Dir.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	version := opts.KubernetesVersion
+	if version == "" && opts.Nodes == nil {
+		v, err := DefaultKubernetesVersion()
+		if err != nil {
+			return nil, err
+		}
+		version = v
+	}
 	if version == "" {
 		version = KubernetesVersion
 	}
@@ -750,6 +757,12 @@ func (cp *ControlPlane) Exited() []error {
 
 // Dir is the control plane's directory (PKI, kubeconfigs, etcd data, logs).
 func (cp *ControlPlane) Dir() string { return cp.dir }
+
+// Version is the Kubernetes version of kube-apiserver and kube-scheduler.
+func (cp *ControlPlane) Version() string { return cp.bins.Version }
+
+// SchedulerBinary is the path of the kube-scheduler executable of Version.
+func (cp *ControlPlane) SchedulerBinary() string { return cp.bins.Scheduler }
 
 // LogsDir holds one NAME.log per component.
 func (cp *ControlPlane) LogsDir() string { return cp.logsDir }
