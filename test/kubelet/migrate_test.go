@@ -62,17 +62,9 @@ type legacyPod struct {
 func TestMigrateFromAliyun(t *testing.T) {
 	e := newEnv(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
 	const total = 48
-	pluginDir := filepath.Join(e.dir, "device-plugins")
 
 	// 1. Aliyun's plugin admits the pods placed before the switch.
-	aliyun, err := aliyunplugin.Start(e.ctx, aliyunplugin.Config{Dir: pluginDir, Node: nodeName, Cards: e.cards, Client: e.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aliyun.Stop()
-	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, total); err != nil {
-		t.Fatal(err)
-	}
+	aliyun := e.startAliyun(total)
 	var legacy []*legacyPod
 	admitLegacy := func(pod *corev1.Pod, card int, wantVisible string) {
 		t.Helper()
@@ -252,15 +244,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 func TestRegisteredWhileAliyunRuns(t *testing.T) {
 	e := newEnv(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
 	const total = 48
-	pluginDir := filepath.Join(e.dir, "device-plugins")
-	aliyun, err := aliyunplugin.Start(e.ctx, aliyunplugin.Config{Dir: pluginDir, Node: nodeName, Cards: e.cards, Client: e.client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer aliyun.Stop()
-	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, total); err != nil {
-		t.Fatal(err)
-	}
+	aliyun := e.startAliyun(total)
 	p := e.runPlugin(gpushare.UnitGiB)
 	select {
 	case e.handoff = <-p.ready:
@@ -285,6 +269,21 @@ func TestRegisteredWhileAliyunRuns(t *testing.T) {
 	if got, want := res["c0"].Env[deviceplugin.EnvVisibleDevices], e.card(1).UUID; got != want {
 		t.Errorf("pod after: %s=%s, want %s (its annotated card)", deviceplugin.EnvVisibleDevices, got, want)
 	}
+}
+
+// startAliyun starts Aliyun's device plugin (aliyunplugin) on e's kubelet
+// until the test ends, and waits until kubelet has its total devices.
+func (e *env) startAliyun(total int64) *aliyunplugin.Plugin {
+	e.t.Helper()
+	aliyun, err := aliyunplugin.Start(e.ctx, aliyunplugin.Config{Dir: filepath.Join(e.dir, "device-plugins"), Node: nodeName, Cards: e.cards, Client: e.client})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(aliyun.Stop)
+	if err := e.host.WaitForResource(e.deadline(10*time.Second), resource, total); err != nil {
+		e.t.Fatal(err)
+	}
+	return aliyun
 }
 
 // aliyunPlaced is a pod as Aliyun's scheduler extender leaves it: bound,
