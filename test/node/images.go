@@ -22,7 +22,7 @@ const (
 	// ImageTag tags gpushare's images (the chart's image.*.tag) and the
 	// test images.
 	ImageTag = "realnode"
-	// SchedulerRegistry and the framework's KubernetesVersion name the
+	// SchedulerRegistry and the cluster's Kubernetes version name the
 	// kube-scheduler image the chart's second-scheduler topology runs by
 	// default (scheduler.image).
 	SchedulerRegistry = "registry.k8s.io/"
@@ -56,10 +56,11 @@ func testRecipes() []imagebuild.Recipe {
 // BuildImages builds the images a real node runs: gpushare's three with
 // `make images` (the Go-native builder, ImageRegistry and ImageTag, into
 // <root>/_output/images), the test images (testRecipes) and a
-// kube-scheduler image of the control plane's binary, with its shared
-// libraries from this machine, into <root>/_output/node-images, with the
-// stub nvidia-cdi-hook for the host. Builders' output goes to w.
-func BuildImages(ctx context.Context, root string, w io.Writer) (Images, error) {
+// kube-scheduler image of the control plane's binary (Kubernetes version),
+// with its shared libraries from this machine, into
+// <root>/_output/node-images, with the stub nvidia-cdi-hook for the host.
+// Builders' output goes to w.
+func BuildImages(ctx context.Context, root, version string, w io.Writer) (Images, error) {
 	cmd := exec.CommandContext(ctx, "make", "images", "IMAGE_BUILDER=go", "IMAGE_PREFIX="+ImageRegistry, "VERSION="+ImageTag)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = w, w
@@ -93,15 +94,15 @@ func BuildImages(ctx context.Context, root string, w io.Writer) (Images, error) 
 	if imgs.CDIHook, err = imagebuild.GoBuild(ctx, imagebuild.ExecRunner{}, "go", root, hook, ImageTag, filepath.Join(out, "bin"), w); err != nil {
 		return Images{}, err
 	}
-	bins, err := framework.EnsureBinaries(ctx)
+	bins, err := framework.EnsureVersionBinaries(ctx, version, false)
 	if err != nil {
 		return Images{}, err
 	}
 	sched := imagebuild.Recipe{
 		Name: "kube-scheduler", Package: "k8s.io/kubernetes/cmd/kube-scheduler", CGO: true, User: imagebuild.NonRootUser,
-		Description: "test-only: kube-scheduler " + framework.KubernetesVersion + " as the integration tests build it, for the chart's second-scheduler topology",
+		Description: "test-only: kube-scheduler " + version + " as the integration tests build it, for the chart's second-scheduler topology",
 	}
-	res, err := imagebuild.Pack(sched, bins.Scheduler, imagebuild.PackOptions{Version: framework.KubernetesVersion, Revision: "test", Prefix: SchedulerRegistry, Out: out})
+	res, err := imagebuild.Pack(sched, bins.Scheduler, imagebuild.PackOptions{Version: version, Revision: "test", Prefix: SchedulerRegistry, Out: out})
 	if err != nil {
 		return Images{}, fmt.Errorf("packing kube-scheduler: %w", err)
 	}

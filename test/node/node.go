@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,6 +59,10 @@ func ParseRuntime(s string) (Runtime, error) {
 type Options struct {
 	// Runtime is the container runtime; default Containerd16.
 	Runtime Runtime
+	// KubernetesVersion is kubelet's and kube-proxy's, the control
+	// plane's (framework.EnsureNodeBinariesFor); default
+	// framework.KubernetesVersion. kubelet 1.36 and later need Containerd2.
+	KubernetesVersion string
 	// Name is the node's name; default "gpushare-node".
 	Name string
 	// Labels are the node's labels (kubelet --node-labels).
@@ -107,9 +112,9 @@ type Node struct {
 
 // Start takes the node lock, tears down whatever a node that was not
 // stopped left, prepares the machine (sysctls, directories, configuration
-// files), starts containerd, imports the images, and starts kube-proxy and
-// kubelet, waiting until the Node is Ready. On error everything started is
-// torn down again.
+// files), starts containerd, imports the images, starts kubelet, waits
+// until the Node is Ready, and starts kube-proxy. On error everything
+// started is torn down again.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.Name == "" {
 		opts.Name = "gpushare-node"
@@ -118,6 +123,12 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		opts.Runtime = Containerd16
 	}
 	if _, err := ParseRuntime(string(opts.Runtime)); err != nil {
+		return nil, err
+	}
+	if opts.KubernetesVersion == "" {
+		opts.KubernetesVersion = framework.KubernetesVersion
+	}
+	if err := runtimeFits(opts.Runtime, opts.KubernetesVersion); err != nil {
 		return nil, err
 	}
 	if opts.Logf == nil {
@@ -136,7 +147,7 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 		}
 		opts.Address = a
 	}
-	bins, err := framework.EnsureNodeBinaries(ctx)
+	bins, err := framework.EnsureNodeBinariesFor(ctx, opts.KubernetesVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -200,13 +211,18 @@ func (n *Node) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := n.startProxy(ctx); err != nil {
-		return err
-	}
 	if err := n.startKubelet(ctx); err != nil {
 		return err
 	}
-	return n.waitNodeReady(ctx)
+	if err := n.waitNodeReady(ctx); err != nil {
+		return err
+	}
+	// kube-proxy after the Node has its addresses: from v1.35 one that
+	// started before sees the node's IPs change and exits ("NodeIPs
+	// changed for the node"), leaving Service traffic from the host (the
+	// API server's calls to webhooks, kube-scheduler's to the extender)
+	// undirected.
+	return n.startProxy(ctx)
 }
 
 // writeConfig writes containerd's, CNI's, kubelet's and kube-proxy's
@@ -283,8 +299,7 @@ func (n *Node) ImportImage(ctx context.Context, archive string) error {
 	return n.importImage(ctx, archive)
 }
 
-// startProxy starts kube-proxy and waits until it answers /livez (its
-// /healthz fails until kubelet has registered the Node).
+// startProxy starts kube-proxy and waits until it answers /livez.
 func (n *Node) startProxy(ctx context.Context) error {
 	p, err := framework.StartProc("kube-proxy", n.bins.Proxy, []string{"--config=" + n.lay.proxyConfig(), "--v=2"},
 		filepath.Join(n.opts.LogsDir, "kube-proxy.log"))
@@ -555,6 +570,23 @@ func Cleanup(ctx context.Context, logf func(format string, args ...any)) error {
 	// which goes with the rest.
 	n := &Node{opts: Options{Logf: logf, LogsDir: DataDir}, lay: layout{data: DataDir}, bins: bins, lock: lock}
 	return n.teardown(ctx, "cleanup")
+}
+
+// runtimeFits refuses a runtime kubelet of version does not run with:
+// kubelet 1.35 is the last to support containerd 1.x.
+func runtimeFits(r Runtime, version string) error {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		return fmt.Errorf("starting the node: Kubernetes version %q: want vMAJOR.MINOR.PATCH", version)
+	}
+	minor, err := strconv.Atoi(parts[1])
+	if err != nil {
+		return fmt.Errorf("starting the node: Kubernetes version %q: %w", version, err)
+	}
+	if minor >= 36 && r != Containerd2 {
+		return fmt.Errorf("starting the node: kubelet %s needs containerd 2 (runtime %s; kubelet 1.35 is the last to support containerd 1.x)", version, Containerd2)
+	}
+	return nil
 }
 
 // runtimeBins are a runtime's programs.

@@ -71,6 +71,10 @@ type Options struct {
 	Out io.Writer
 	// Runtime is the node's container runtime (node.Options.Runtime).
 	Runtime node.Runtime
+	// KubernetesVersion is the control plane's and the node's
+	// (framework.KubernetesVersion or KubernetesVersionDRA); default
+	// framework.KubernetesVersion.
+	KubernetesVersion string
 }
 
 // Start builds what is missing (the host's packages, the Kubernetes
@@ -90,6 +94,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		logf("%s: %s", name, time.Since(start).Round(100*time.Millisecond))
 		return err
 	}
+	version := opts.KubernetesVersion
+	if version == "" {
+		version = framework.KubernetesVersion
+	}
 	var err error
 	if c.Root, err = chart.RepoRoot(); err != nil {
 		return nil, err
@@ -98,16 +106,16 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := step("kubernetes binaries", func() error {
-		if _, err := framework.EnsureBinaries(ctx); err != nil {
+		if _, err := framework.EnsureVersionBinaries(ctx, version, false); err != nil {
 			return err
 		}
-		_, err := framework.EnsureNodeBinaries(ctx)
+		_, err := framework.EnsureNodeBinariesFor(ctx, version)
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	if err := step("images", func() error {
-		c.Images, err = node.BuildImages(ctx, c.Root, opts.Out)
+		c.Images, err = node.BuildImages(ctx, c.Root, version, opts.Out)
 		return err
 	}); err != nil {
 		return nil, err
@@ -118,9 +126,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := step("control plane", func() error {
 		c.CP, err = framework.Start(ctx, framework.Options{
-			Scheduler: true,
-			Nodes:     &framework.NodeAccess{AdvertiseAddress: addr},
-			Dir:       filepath.Join(opts.Dir, "controlplane"),
+			Scheduler:         true,
+			KubernetesVersion: version,
+			Nodes:             &framework.NodeAccess{AdvertiseAddress: addr},
+			Dir:               filepath.Join(opts.Dir, "controlplane"),
 		})
 		return err
 	}); err != nil {
@@ -133,17 +142,18 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if err := step("node", func() error {
 		c.Node, err = node.Start(ctx, node.Options{
-			Runtime:      opts.Runtime,
-			Name:         NodeName,
-			Labels:       map[string]string{"gpushare": "true"},
-			Kubeconfig:   c.CP.AdminKubeconfig(),
-			Address:      addr,
-			Images:       c.Images.Archives,
-			SandboxImage: c.Images.Pause,
-			HostDirs:     hostDirs,
-			LogsDir:      logs,
-			Purpose:      opts.Purpose,
-			Logf:         logf,
+			Runtime:           opts.Runtime,
+			KubernetesVersion: version,
+			Name:              NodeName,
+			Labels:            map[string]string{"gpushare": "true"},
+			Kubeconfig:        c.CP.AdminKubeconfig(),
+			Address:           addr,
+			Images:            c.Images.Archives,
+			SandboxImage:      c.Images.Pause,
+			HostDirs:          hostDirs,
+			LogsDir:           logs,
+			Purpose:           opts.Purpose,
+			Logf:              logf,
 		})
 		return err
 	}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/node"
 )
 
@@ -26,6 +27,8 @@ var shared struct {
 	failed  bool // a test using it failed: keep dir
 	started time.Duration
 }
+
+var kubernetesFlag = flag.String("realnode.kubernetes", framework.KubernetesVersion, "the Kubernetes version of the control plane and the node: "+framework.KubernetesVersion+" or "+framework.KubernetesVersionDRA+" (kubelet 1.36 and later need -realnode.runtime=containerd-2)")
 
 var runtimeFlag = flag.String("realnode.runtime", string(node.Containerd16), "the real node's container runtime: containerd-1.6 (Debian's; ignores CDI devices) or containerd-2 (built from its module; applies them)")
 
@@ -63,7 +66,7 @@ func cluster(t *testing.T) *Cluster {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		start := time.Now()
-		shared.c, shared.err = Start(ctx, Options{Dir: shared.dir, Purpose: "go test ./realnode", Out: progress, Runtime: rt})
+		shared.c, shared.err = Start(ctx, Options{Dir: shared.dir, Purpose: "go test ./realnode", Out: progress, Runtime: rt, KubernetesVersion: *kubernetesFlag})
 		shared.started = time.Since(start)
 		if shared.c != nil {
 			for _, s := range shared.c.Timings {

@@ -141,8 +141,8 @@ func etcdSpec() buildSpec {
 }
 
 // nodeSpecs are NodeBinaries' builds.
-func nodeSpecs() []buildSpec {
-	return []buildSpec{kubernetesSpec("kubelet"), kubernetesSpec("kube-proxy"), kubernetesSpec("kube-controller-manager")}
+func nodeSpecs(version string) []buildSpec {
+	return []buildSpec{kubernetesVersionSpec("kubelet", version), kubernetesVersionSpec("kube-proxy", version), kubernetesVersionSpec("kube-controller-manager", version)}
 }
 
 // kubernetesSpec builds k8s.io/kubernetes/cmd/NAME of KubernetesVersion
@@ -185,6 +185,7 @@ func specVersion(s buildSpec) string {
 // runs the workload controllers, and a node's kubelet and kube-proxy.
 type NodeBinaries struct {
 	Dir               string // the cache directory, Binaries.Dir
+	Version           string // their Kubernetes version
 	ControllerManager string
 	Kubelet           string
 	Proxy             string
@@ -287,15 +288,25 @@ func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binar
 // the same tool module test/tools/k8s into the same cache (cold, after
 // kube-apiserver: about 1.5, 1 and 3.5 minutes on two cores).
 func EnsureNodeBinaries(ctx context.Context) (NodeBinaries, error) {
-	dir, err := CacheDir()
+	return EnsureNodeBinariesFor(ctx, KubernetesVersion)
+}
+
+// EnsureNodeBinariesFor is EnsureNodeBinaries for a version the harness
+// builds (kubernetesToolDirs), into that version's cache directory.
+func EnsureNodeBinariesFor(ctx context.Context, version string) (NodeBinaries, error) {
+	if kubernetesToolDirs[version] == "" {
+		return NodeBinaries{}, fmt.Errorf("ensuring a node's Kubernetes binaries: the harness builds %s and %s, not %s", KubernetesVersion, KubernetesVersionDRA, version)
+	}
+	dir, err := versionCacheDir(version)
 	if err != nil {
 		return NodeBinaries{}, err
 	}
-	if err := ensure(ctx, dir, nodeSpecs()); err != nil {
+	if err := ensure(ctx, dir, nodeSpecs(version)); err != nil {
 		return NodeBinaries{}, err
 	}
 	return NodeBinaries{
 		Dir:               dir,
+		Version:           version,
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Kubelet:           filepath.Join(dir, "kubelet"),
 		Proxy:             filepath.Join(dir, "kube-proxy"),

@@ -79,9 +79,9 @@ type Options struct {
 	// their pods can use (test/node); see NodeAccess.
 	Nodes *NodeAccess
 	// KubernetesVersion of kube-apiserver, kube-scheduler and
-	// kube-controller-manager: KubernetesVersion or KubernetesVersionDRA;
-	// "" is DefaultKubernetesVersion. Not with Nodes, whose binaries are
-	// KubernetesVersion's.
+	// kube-controller-manager (and, with Nodes, of the node binaries):
+	// KubernetesVersion or KubernetesVersionDRA; "" is
+	// DefaultKubernetesVersion, or KubernetesVersion with Nodes.
 	KubernetesVersion string
 	// Controllers, when set, starts kube-controller-manager with these
 	// controllers (its --controllers names, e.g.
@@ -231,8 +231,8 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if version == "" {
 		version = KubernetesVersion
 	}
-	if opts.Nodes != nil && (version != KubernetesVersion || len(opts.Controllers) > 0) {
-		return nil, fmt.Errorf("starting a control plane for nodes: it runs Kubernetes %s and NodeControllers, not %q and %v", KubernetesVersion, version, opts.Controllers)
+	if opts.Nodes != nil && len(opts.Controllers) > 0 {
+		return nil, fmt.Errorf("starting a control plane for nodes: it runs NodeControllers, not %v", opts.Controllers)
 	}
 	bins, err := EnsureVersionBinaries(ctx, version, len(opts.Controllers) > 0)
 	if err != nil {
@@ -243,7 +243,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 		if opts.Nodes.AdvertiseAddress == "" {
 			return nil, errors.New("starting a control plane for nodes: NodeAccess.AdvertiseAddress is empty")
 		}
-		if cp.nodeBins, err = EnsureNodeBinaries(ctx); err != nil {
+		if cp.nodeBins, err = EnsureNodeBinariesFor(ctx, version); err != nil {
 			return nil, err
 		}
 	}
