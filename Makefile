@@ -266,8 +266,8 @@ node-test: controlplane ## The real-node tests alone, verbose (root): helm insta
 	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.runtime=containerd-2
 
 .PHONY: node-test-k8s
-node-test-k8s: controlplane-dra ## The real-node install test on Kubernetes $(K8S_VERSION) (root): control plane, kubelet and kube-proxy of that version, containerd 2 (kubelet 1.36+ runs no containerd 1.x), helm install in both topologies, GPU pods on their cards.
-	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v -run '^TestHelmInstall$$' ./realnode/ -args -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-2
+node-test-k8s: controlplane-dra ## The real-node install tests on Kubernetes $(K8S_VERSION) (root): control plane, kubelet and kube-proxy of that version, containerd 2 (kubelet 1.36+ runs no containerd 1.x); helm install in both topologies with GPU pods on their cards, and with the DRA driver, whose claim pods share a card.
+	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v -run '^(TestHelmInstall|TestDRADriver)$$' ./realnode/ -args -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-2
 
 .PHONY: gpu-check
 gpu-check: ## On a machine with an NVIDIA GPU (root, python3 with PyTorch): the device plugin on the real card (NVML discovery, XID watch, each isolation mode checked with CUDA processes, MPS daemons across a plugin restart; TestRealGPU), and the DRA driver's claims in mps mode (TestRealGPUPrepare).

@@ -44,6 +44,7 @@ func Values(topology string, extra map[string]any) map[string]any {
 			"pullPolicy":   "Never",
 			"extender":     map[string]any{"tag": node.ImageTag},
 			"devicePlugin": map[string]any{"tag": node.ImageTag},
+			"draDriver":    map[string]any{"tag": node.ImageTag},
 		},
 		"devicePlugin": map[string]any{
 			"fakeGPUs":          FakeGPUs,

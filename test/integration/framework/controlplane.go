@@ -136,7 +136,8 @@ type NodeAccess struct {
 // token (the chart's extender sidecar mounts one: without it the
 // scheduler's pods never start); Services get EndpointSlices for
 // kube-proxy; PodDisruptionBudgets get their status; deleted namespaces
-// are emptied.
+// are emptied; pods naming a ResourceClaimTemplate get their claims (the
+// DRA driver's pods, converted by the chart's webhook).
 var NodeControllers = []string{
 	"daemonset-controller",
 	"deployment-controller",
@@ -145,6 +146,7 @@ var NodeControllers = []string{
 	"garbage-collector-controller",
 	"namespace-controller",
 	"replicaset-controller",
+	"resourceclaim-controller",
 	"root-ca-certificate-publisher-controller",
 	"serviceaccount-controller",
 	"serviceaccount-token-controller",

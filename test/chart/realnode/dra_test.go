@@ -1,0 +1,213 @@
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// The DRA driver's names (dra/pkg/devices; this module does not import
+// the dra module).
+const (
+	draDriverName = "gpu.gpushare.io"
+	// draNodeLabel is draDriver.nodeSelector's default label.
+	draNodeLabel, draNodeValue = "gpushare.io/device-mode", "dra"
+)
+
+// TestDRADriver installs the chart with the DRA driver on the real node
+// (labelled a DRA node: the device plugin keeps off it) in the
+// second-scheduler topology, whose webhook converts pods asking
+// aliyun.com/gpu-mem that select the DRA nodes into claim pods. Pods of 4,
+// 8 and 4 GiB run through the whole path: the webhook's conversion,
+// kube-controller-manager's claims from the templates, kube-scheduler's
+// allocation against the driver's ResourceSlice, kubelet's DRA manager
+// calling the driver, and the runtime applying the driver's CDI spec: each
+// container sees the card of its claim's allocation, and no card holds
+// more than it has. With 12 GiB more, a pod asking 1 GiB more than any
+// card has free waits. Kubernetes 1.36 or later (consumable capacity):
+// make node-test-k8s.
+func TestDRADriver(t *testing.T) {
+	c := cluster(t)
+	if minor := minorOf(c.CP.Version()); minor < 36 {
+		t.Skipf("the DRA driver shares cards from Kubernetes 1.36 (consumable capacity); this node runs %s (make node-test-k8s runs v1.37.2)", c.CP.Version())
+	}
+	ctx := context.Background()
+	setNodeLabel(ctx, t, c, draNodeLabel, draNodeValue)
+	t.Cleanup(func() { setNodeLabel(context.Background(), t, c, draNodeLabel, "") })
+	install(ctx, t, c, SecondScheduler, map[string]any{"draDriver": map[string]any{"enabled": true}})
+	uuids := waitSlice(ctx, t, c)
+
+	const ns = "realnode-dra"
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteNamespace(context.Background(), t, c, ns) })
+	sizes := []int64{4, 8, 4, 12}
+	for i, gib := range sizes {
+		pod := draPod(ns, fmt.Sprintf("dra-%d", i), c.Images.Probe, gib)
+		if _, err := createPod(ctx, c, pod); err != nil {
+			t.Fatalf("creating pod %s/%s: %v", ns, pod.Name, err)
+		}
+	}
+	used := map[string]int64{} // device -> MiB consumed
+	for i, gib := range sizes {
+		name := fmt.Sprintf("dra-%d", i)
+		pod, rep, _, err := c.WaitReport(ctx, ns, name, 0, podTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceGPUMem]; ok {
+			t.Errorf("pod %s still asks %s: the webhook did not convert it", name, gpushare.ResourceGPUMem)
+		}
+		device, mib := claimResult(ctx, t, c, pod)
+		if mib != gib*1024 {
+			t.Errorf("pod %s: its claim consumes %d MiB of %s, want %d", name, mib, device, gib*1024)
+		}
+		used[device] += mib
+		index := strings.TrimPrefix(device, "gpu-")
+		for key, want := range map[string]string{EnvVisibleDevices: uuids[device], gpushare.AnnotationIndex: index} {
+			if got, ok := rep.Getenv(key); !ok || got != want {
+				t.Errorf("pod %s (claim on %s): the container sees %s=%q, want %q", name, device, key, got, want)
+			}
+		}
+		t.Logf("pod %s: %d GiB on %s (%s), seen from inside", name, gib, device, uuids[device])
+	}
+	for device, mib := range used {
+		if mib > cardGiB*1024 {
+			t.Errorf("%s holds %d MiB of claims, has %d", device, mib, cardGiB*1024)
+		}
+	}
+
+	var maxFree int64 // MiB, on the card with the most
+	for device := range uuids {
+		maxFree = max(maxFree, cardGiB*1024-used[device])
+	}
+	big := draPod(ns, "dra-waits", c.Images.Probe, maxFree/1024+1)
+	if _, err := createPod(ctx, c, big); err != nil {
+		t.Fatal(err)
+	}
+	waitUnschedulable(ctx, t, c, ns, big.Name)
+}
+
+// draPod is GPUPod bound for the DRA nodes, which the webhook converts.
+func draPod(ns, name, image string, gib int64) *corev1.Pod {
+	p := GPUPod(ns, name, image, gib)
+	p.Spec.NodeSelector = map[string]string{draNodeLabel: draNodeValue}
+	return p
+}
+
+// minorOf is the minor version of a vMAJOR.MINOR.PATCH version, 0 for
+// none.
+func minorOf(version string) int {
+	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
+	if len(parts) < 2 {
+		return 0
+	}
+	m, _ := strconv.Atoi(parts[1])
+	return m
+}
+
+// setNodeLabel sets label key on the real node to value, or removes it
+// when value is empty.
+func setNodeLabel(ctx context.Context, t *testing.T, c *Cluster, key, value string) {
+	t.Helper()
+	v := `"` + value + `"`
+	if value == "" {
+		v = "null"
+	}
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, key, v)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Errorf("labelling node %s %s=%s: %v", NodeName, key, value, err)
+	}
+}
+
+// waitSlice waits for the driver's ResourceSlice of the real node and
+// returns its devices' UUIDs by device name.
+func waitSlice(ctx context.Context, t *testing.T, c *Cluster) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(podTimeout)
+	for {
+		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uuids := map[string]string{}
+		for _, s := range slices.Items {
+			if s.Spec.Driver != draDriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != NodeName {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
+					uuids[d.Name] = *a.StringValue
+				}
+			}
+		}
+		if len(uuids) == fakeGPUCount {
+			return uuids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ResourceSlice of %s with %d devices for node %s after %s (have %v)", draDriverName, fakeGPUCount, NodeName, podTimeout, uuids)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// claimResult returns the device of the driver that pod's one claim is
+// allocated on, and the memory it consumes there (MiB).
+func claimResult(ctx context.Context, t *testing.T, c *Cluster, pod *corev1.Pod) (string, int64) {
+	t.Helper()
+	if len(pod.Status.ResourceClaimStatuses) != 1 || pod.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod %s: claim statuses %+v, want one claim", pod.Name, pod.Status.ResourceClaimStatuses)
+	}
+	claim, err := c.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []resourcev1.DeviceRequestAllocationResult
+	if claim.Status.Allocation != nil {
+		results = claim.Status.Allocation.Devices.Results
+	}
+	if len(results) != 1 || results[0].Driver != draDriverName {
+		t.Fatalf("pod %s: claim %s allocated %+v, want one device of %s", pod.Name, claim.Name, results, draDriverName)
+	}
+	q, ok := results[0].ConsumedCapacity["memory"]
+	if !ok {
+		t.Fatalf("pod %s: claim %s consumes no memory of %s", pod.Name, claim.Name, results[0].Device)
+	}
+	return results[0].Device, q.Value() / (1 << 20)
+}
+
+// waitUnschedulable waits until pod ns/name is reported unschedulable.
+func waitUnschedulable(ctx context.Context, t *testing.T, c *Cluster, ns, name string) {
+	t.Helper()
+	deadline := time.Now().Add(podTimeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod %s was placed on %s although no card has its memory free", name, p.Spec.NodeName)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable {
+				t.Logf("pod %s waits: %s", name, cond.Message)
+				return
+			}
+		}
+		last = describePod(p)
+		time.Sleep(time.Second)
+	}
+	t.Errorf("pod %s neither placed nor reported unschedulable after %s: %s", name, podTimeout, last)
+}
