@@ -179,6 +179,21 @@ func (e *env) runPlugin(unit string) *plugin {
 	return p
 }
 
+// servePlugin runs the device plugin in unit on e's kubelet until the test
+// ends, and returns once it serves (e.handoff set), failing the test if it
+// ends first.
+func (e *env) servePlugin(unit string) *plugin {
+	e.t.Helper()
+	p := e.runPlugin(unit)
+	select {
+	case e.handoff = <-p.ready:
+	case err := <-p.done:
+		e.t.Fatalf("Run ended before serving: %v", err)
+	}
+	e.t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
 func (e *env) deadline(d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	e.t.Cleanup(cancel)

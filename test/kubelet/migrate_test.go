@@ -105,13 +105,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 	// unhealthy), then ours starts.
 	aliyun.Stop()
 	e.waitAllocatable(0)
-	p := e.runPlugin(gpushare.UnitGiB)
-	select {
-	case e.handoff = <-p.ready:
-	case err := <-p.done:
-		t.Fatalf("Run ended before serving: %v", err)
-	}
-	defer func() { _ = p.stop() }()
+	p := e.servePlugin(gpushare.UnitGiB)
 	e.waitAllocatable(total)
 	advertised := e.checkAdvertised(legacy)
 
@@ -190,12 +184,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 	// kubelet has seen the plugin go (otherwise the wait below may pass on
 	// the old plugin's devices, which kubelet then marks unhealthy).
 	e.waitAllocatable(0)
-	p = e.runPlugin(gpushare.UnitGiB)
-	select {
-	case e.handoff = <-p.ready:
-	case err := <-p.done:
-		t.Fatalf("Run ended before serving after a restart: %v", err)
-	}
+	e.servePlugin(gpushare.UnitGiB)
 	e.waitAllocatable(total)
 	if diff := cmp.Diff(advertised, e.host.AllocatableDevices(resource)); diff != "" {
 		t.Errorf("devices advertised after a plugin restart differ (-before +after):\n%s", diff)
@@ -245,13 +234,7 @@ func TestRegisteredWhileAliyunRuns(t *testing.T) {
 	e := newEnv(t, setup{fakeGPUs: "3xTesla-T4:16GiB"})
 	const total = 48
 	aliyun := e.startAliyun(total)
-	p := e.runPlugin(gpushare.UnitGiB)
-	select {
-	case e.handoff = <-p.ready:
-	case err := <-p.done:
-		t.Fatalf("Run ended before serving: %v", err)
-	}
-	defer func() { _ = p.stop() }()
+	e.servePlugin(gpushare.UnitGiB)
 	// kubelet lists our devices once ours has registered in place of
 	// Aliyun's.
 	e.waitOwnDevices(total)
