@@ -121,7 +121,8 @@ func (e *Endpoint) start(ctx context.Context, streams *streamWatch) (stop func()
 	if err != nil {
 		return func() {}, fmt.Errorf("listening on %s: %w", sock, err)
 	}
-	gs := newGRPCServer(klog.FromContext(ctx), streams.interceptor)
+	counted := streams.server()
+	gs := newGRPCServer(klog.FromContext(ctx), counted.interceptor)
 	pluginapi.RegisterDevicePluginServer(gs, e.Server)
 	done := make(chan struct{})
 	go func() {
@@ -130,10 +131,9 @@ func (e *Endpoint) start(ctx context.Context, streams *streamWatch) (stop func()
 			klog.FromContext(ctx).Error(err, "Device plugin gRPC server stopped")
 		}
 	}()
-	streams.setStopping(false)
 	stop = func() {
 		// Streams the server itself ends are no hang-up.
-		streams.setStopping(true)
+		counted.stop()
 		gs.Stop()
 		<-done
 		_ = os.Remove(sock)
@@ -165,13 +165,10 @@ func newGRPCServer(logger klog.Logger, watch grpc.StreamServerInterceptor) *grpc
 // listAndWatchMethod is the full gRPC name of ListAndWatch.
 var listAndWatchMethod = "/" + pluginapi.DevicePlugin_ServiceDesc.ServiceName + "/ListAndWatch"
 
-// streamWatch counts the plugin's open ListAndWatch streams and reports,
-// on hungUp, each time the last one ends while the server is not
-// stopping: kubelet has let go of the plugin.
+// streamWatch reports, on hungUp, each time kubelet has let go of the
+// plugin: the last ListAndWatch stream of the serving gRPC server ended
+// while that server was not stopping (serverStreams).
 type streamWatch struct {
-	mu       sync.Mutex
-	open     int
-	stopping bool
 	// hungUp holds at most one report; more while one waits are the same
 	// news.
 	hungUp chan struct{}
@@ -181,36 +178,48 @@ func newStreamWatch() *streamWatch {
 	return &streamWatch{hungUp: make(chan struct{}, 1)}
 }
 
-// setStopping says whether the server is stopping, so that the streams it
-// ends are not taken for kubelet's hang-up.
-func (w *streamWatch) setStopping(stopping bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.stopping = stopping
-	if !stopping {
-		// A report from the server before is stale.
-		select {
-		case <-w.hungUp:
-		default:
-		}
+// server returns the stream count of a new gRPC server, dropping a report
+// about the one before it.
+func (w *streamWatch) server() *serverStreams {
+	select {
+	case <-w.hungUp:
+	default:
 	}
+	return &serverStreams{w: w}
+}
+
+// serverStreams counts one gRPC server's open ListAndWatch streams. Its
+// streams that end once it is stopping (its own Stop ends them, and
+// handlers may return after the next server started) report nothing.
+type serverStreams struct {
+	w        *streamWatch
+	mu       sync.Mutex
+	open     int
+	stopping bool
+}
+
+// stop marks the server stopping.
+func (s *serverStreams) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopping = true
 }
 
 // interceptor is the grpc.StreamServerInterceptor that does the counting.
-func (w *streamWatch) interceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (s *serverStreams) interceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if info.FullMethod != listAndWatchMethod {
 		return handler(srv, ss)
 	}
-	w.mu.Lock()
-	w.open++
-	w.mu.Unlock()
+	s.mu.Lock()
+	s.open++
+	s.mu.Unlock()
 	defer func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		w.open--
-		if w.open == 0 && !w.stopping {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.open--
+		if s.open == 0 && !s.stopping {
 			select {
-			case w.hungUp <- struct{}{}:
+			case s.w.hungUp <- struct{}{}:
 			default:
 			}
 		}
