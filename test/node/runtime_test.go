@@ -1,0 +1,32 @@
+package node
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRuntimeFits: kubelet 1.36 and later run only on containerd 2;
+// earlier ones on either; a version that is none is refused.
+func TestRuntimeFits(t *testing.T) {
+	for _, tc := range []struct {
+		runtime Runtime
+		version string
+		wantErr string
+	}{
+		{Containerd16, "v1.34.3", ""},
+		{Containerd2, "v1.34.3", ""},
+		{Containerd16, "v1.35.0", ""},
+		{Containerd16, "v1.36.1", "needs containerd 2"},
+		{Containerd16, "v1.37.2", "needs containerd 2"},
+		{Containerd2, "v1.37.2", ""},
+		{Containerd2, "latest", "want vMAJOR.MINOR.PATCH"},
+	} {
+		err := runtimeFits(tc.runtime, tc.version)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("runtimeFits(%s, %s) = %v, want nil", tc.runtime, tc.version, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("runtimeFits(%s, %s) = %v, want an error with %q", tc.runtime, tc.version, err, tc.wantErr)
+		}
+	}
+}
