@@ -3,7 +3,6 @@ package realnode
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/node"
 )
 
 // The DRA driver's names (dra/pkg/devices; this module does not import
@@ -38,7 +38,7 @@ const (
 // make node-test-k8s.
 func TestDRADriver(t *testing.T) {
 	c := cluster(t)
-	if minor := minorOf(c.CP.Version()); minor < 36 {
+	if minor, err := node.MinorVersion(c.CP.Version()); err != nil || minor < 36 {
 		t.Skipf("the DRA driver shares cards from Kubernetes 1.36 (consumable capacity); this node runs %s (make node-test-k8s runs v1.37.2)", c.CP.Version())
 	}
 	ctx := context.Background()
@@ -104,17 +104,6 @@ func draPod(ns, name, image string, gib int64) *corev1.Pod {
 	p := GPUPod(ns, name, image, gib)
 	p.Spec.NodeSelector = map[string]string{draNodeLabel: draNodeValue}
 	return p
-}
-
-// minorOf is the minor version of a vMAJOR.MINOR.PATCH version, 0 for
-// none.
-func minorOf(version string) int {
-	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0
-	}
-	m, _ := strconv.Atoi(parts[1])
-	return m
 }
 
 // setNodeLabel sets label key on the real node to value, or removes it
