@@ -3,11 +3,14 @@ package prepare
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
@@ -15,6 +18,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpushare/gpushare/dra/pkg/devices"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/util/gpuclient"
@@ -48,6 +52,7 @@ func TestRealGPUPrepare(t *testing.T) {
 	for i := range cards {
 		cards[i].Isolation = modes[i]
 	}
+	checkSlice(t, n, cards)
 	specs, err := NewClaimSpecs(cdiDir)
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +100,58 @@ func TestRealGPUPrepare(t *testing.T) {
 	}
 	waitMPSStatus(t, root, uuid, isolation.MPSFloorMiB)
 	check("no limit of its own, nothing prepared", noLimit, 1, false)
+}
+
+// checkSlice compares the device the driver publishes for the first card
+// (devices.List over real NVML) with what nvidia-smi says of it: the UUID,
+// model and driver version, and a memory capacity of the card's total
+// rounded down to whole GiB, shared (multiple allocations) in mps mode.
+func checkSlice(t *testing.T, n *gpu.NVML, cards []devices.Card) {
+	t.Helper()
+	info := devices.Info{Unit: gpushare.UnitGiB}
+	drv, err := n.Driver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.DriverVersion = drv.Version
+	list := devices.List(cards, devices.DefaultOrder, info)
+	b, _ := json.Marshal(list[0])
+	t.Logf("published: %s", b)
+	out, err := exec.Command("nvidia-smi", "--query-gpu=uuid,name,driver_version,memory.total", "--format=csv,noheader,nounits", "-i", "0").Output()
+	if err != nil {
+		t.Fatalf("nvidia-smi: %v", err)
+	}
+	t.Logf("nvidia-smi: %s", strings.TrimSpace(string(out)))
+	f := strings.Split(strings.TrimSpace(string(out)), ", ")
+	if len(f) != 4 {
+		t.Fatalf("nvidia-smi printed %q, want four fields", out)
+	}
+	totalMiB, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := list[0]
+	str := func(name resourceapi.QualifiedName) string {
+		if a, ok := d.Attributes[name]; ok && a.StringValue != nil {
+			return *a.StringValue
+		}
+		return ""
+	}
+	want := map[string]string{"uuid": f[0], "model": f[1], "driverVersion": f[2], "isolation": "mps"}
+	got := map[string]string{}
+	for k := range want {
+		got[k] = str(resourceapi.QualifiedName(k))
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("device %s's attributes (-nvidia-smi +published):\n%s", d.Name, diff)
+	}
+	c := d.Capacity[devices.CapacityMemory]
+	if wantGiB := totalMiB / 1024; c.Value.Value() != wantGiB<<30 {
+		t.Errorf("device %s's memory capacity is %s, want %d GiB (nvidia-smi: %d MiB)", d.Name, c.Value.String(), wantGiB, totalMiB)
+	}
+	if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+		t.Errorf("device %s allows no multiple allocations", d.Name)
+	}
 }
 
 // claimContainer is what a container using request "gpu" of claim uid
