@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/memlimit"
 	"github.com/gpushare/gpushare/pkg/signals"
 	"github.com/gpushare/gpushare/pkg/version"
 )
@@ -44,6 +45,7 @@ func run(cfg deviceplugin.Config) int {
 	defer stop()
 	cfg.Restart = signals.Hangups(ctx)
 	defer klog.Flush()
+	memlimit.Apply(klog.Background(), os.DirFS("/"), os.Getenv, memlimit.DefaultFraction)
 	if err := deviceplugin.Run(ctx, cfg); err != nil {
 		klog.Background().Error(err, "Device plugin failed")
 		return 1

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/memlimit"
 	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/version"
 )
@@ -47,5 +48,6 @@ func main() {
 func run(cfg extender.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	memlimit.Apply(klog.Background(), os.DirFS("/"), os.Getenv, memlimit.DefaultFraction)
 	return extender.Run(klog.NewContext(ctx, klog.Background()), cfg)
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/dra/pkg/driver"
+	"github.com/gpushare/gpushare/pkg/memlimit"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -37,6 +38,7 @@ func run(cfg driver.Config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	defer klog.Flush()
+	memlimit.Apply(klog.Background(), os.DirFS("/"), os.Getenv, memlimit.DefaultFraction)
 	if err := driver.Run(ctx, cfg); err != nil {
 		klog.Background().Error(err, "DRA driver failed")
 		return 1

@@ -46,6 +46,7 @@ func TestHelmInstall(t *testing.T) {
 func testInstall(t *testing.T, c *Cluster, topology string) {
 	ctx := context.Background()
 	uninstall := install(ctx, t, c, topology, nil)
+	checkSoftMemoryLimits(ctx, t, c)
 	waitIdleTaint(ctx, t, c, true)
 	runGPUPods(ctx, t, c, "realnode-"+topology, []int64{4, 8, 12})
 	waitIdleTaint(ctx, t, c, false)
@@ -64,6 +65,46 @@ func testInstall(t *testing.T, c *Cluster, topology string) {
 	}
 	if len(left) > 0 {
 		t.Errorf("helm uninstall left %d things behind after %s:\n  %s", len(left), goneTimeout, strings.Join(left, "\n  "))
+	}
+}
+
+// softLimitContainers are the release's containers that set the Go
+// runtime's soft memory limit from their cgroup's (pkg/memlimit).
+var softLimitContainers = []string{"extender", "device-plugin"}
+
+// checkSoftMemoryLimits checks, in the logs of the release's extender and
+// device plugin containers, that each took 90% of its container's memory
+// limit (resources.limits.memory) as the Go runtime's soft memory limit:
+// what the runtime reads from the cgroup the container runtime made.
+func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
+	t.Helper()
+	pods, err := c.ReleasePods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, p := range pods {
+		for _, ctr := range p.Spec.Containers {
+			limit, ok := ctr.Resources.Limits[corev1.ResourceMemory]
+			if !ok || !slices.Contains(softLimitContainers, ctr.Name) {
+				continue
+			}
+			want := fmt.Sprintf(`"Soft memory limit from the cgroup" limitBytes=%d softLimitBytes=%d `, limit.Value(), int64(float64(limit.Value())*0.9))
+			var text string
+			for deadline := time.Now().Add(podTimeout); ; time.Sleep(time.Second) {
+				text, _, err = c.Node.ContainerLog(p.Namespace, p.Name, string(p.UID), ctr.Name)
+				if err == nil && strings.Contains(text, want) || time.Now().After(deadline) {
+					break
+				}
+			}
+			if !strings.Contains(text, want) {
+				t.Errorf("container %s of pod %s (limit %s) did not log %s; its log (%v):\n%s", ctr.Name, p.Name, limit.String(), want, err, text)
+			}
+			checked++
+		}
+	}
+	if checked < len(softLimitContainers) {
+		t.Errorf("checked the soft memory limit of %d containers; the release runs at least %d with a memory limit (%v)", checked, len(softLimitContainers), softLimitContainers)
 	}
 }
 
