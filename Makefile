@@ -116,9 +116,13 @@ unit: ## Run the tests that need no control plane (-short), kubelet's device man
 	cd dra && $(GO) test -race -short ./...
 
 BENCH_NODES ?= 5000
+# Rounds of each scheduling-throughput configuration, alternating (3 settles
+# the extender/plain ratio on a shared machine; each round at 5,000 nodes
+# takes ~2 min per configuration).
+BENCH_ROUNDS ?= 1
 
 .PHONY: bench
-bench: controlplane ## Run the benchmarks, the extender RSS (15,000 nodes), filter-over-HTTP latency and scheduling-throughput (BENCH_NODES) measurements (reported, never asserted); with BASE=<commit>, that commit's extender is measured beside this tree's in each.
+bench: controlplane ## Run the benchmarks, the extender RSS (15,000 nodes), filter-over-HTTP latency and scheduling-throughput (BENCH_NODES, BENCH_ROUNDS) measurements (reported, never asserted); with BASE=<commit>, that commit's extender is measured beside this tree's in each.
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 	@set -e; base_ext=""; \
 	if [ -n "$(BASE)" ]; then \
@@ -127,7 +131,7 @@ bench: controlplane ## Run the benchmarks, the extender RSS (15,000 nodes), filt
 	  git worktree remove --force $$tmp/tree; base_ext=$$tmp/extender; \
 	  echo "base extender: $(BASE), built in $$base_ext"; \
 	fi; \
-	GPUSHARE_BENCH=1 GPUSHARE_BENCH_NODES=$(BENCH_NODES) GPUSHARE_BENCH_BASE_EXTENDER=$$base_ext \
+	GPUSHARE_BENCH=1 GPUSHARE_BENCH_NODES=$(BENCH_NODES) GPUSHARE_BENCH_ROUNDS=$(BENCH_ROUNDS) GPUSHARE_BENCH_BASE_EXTENDER=$$base_ext \
 	  $(GO) test -count=1 -timeout 120m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
 
 BASE       ?=

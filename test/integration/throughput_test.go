@@ -62,8 +62,16 @@ import (
 //	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, cpu-mix, cpu-only,
 //	                            comma-separated (all)
 //	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
-//	GPUSHARE_BENCH_ROUNDS       times cpu-mix and cpu-only measure each configuration,
-//	                            in alternating order (1)
+//	GPUSHARE_BENCH_ROUNDS       times each configuration is measured, in alternating order
+//	                            (1): the GPU pods' configurations one after another in
+//	                            each round, reversed every other round, reported as
+//	                            medians and the median of each round's ratio to plain's;
+//	                            cpu-mix and cpu-only in pairs, likewise
+//	GPUSHARE_BENCH_BACKLOG      1: the GPU pods' configurations too create their pods with
+//	                            kube-scheduler stopped and measure the drain (runBacklog),
+//	                            so that creating the pods, on the same cores, does not
+//	                            bound the rate of a fast configuration (unset: created
+//	                            while it schedules)
 //	GPUSHARE_BENCH_BASE_EXTENDER another tree's extender binary (built as buildExtender
 //	                            builds it): "extender" then measures it too, right after
 //	                            this tree's, on a control plane of its own ("base")
@@ -118,34 +126,8 @@ func TestSchedulingThroughput(t *testing.T) {
 		return util.MakePod(fmt.Sprintf("p%05d", i)).GPUMem(int64(2 + 2*(i%4))).Obj()
 	}
 
+	backlog := os.Getenv("GPUSHARE_BENCH_BACKLOG") == "1"
 	for _, set := range settings {
-		var base, floor, best, with, baseBest float64
-		var bestHist, hist, baseHist histograms
-		if configs["plain"] {
-			// Without the extender: whole cards, the scheduler's own resource fit.
-			plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.apply(t, shipped)})
-			base = runThroughput(t, plain.Client(framework.AdminUser), nodes, pods, func(name string) *corev1.Node {
-				n := util.MakeNode(name).Obj()
-				for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
-					rl["nvidia.com/gpu"] = resource.MustParse("8")
-				}
-				return n
-			}, func(i int) *corev1.Pod {
-				p := util.MakePod(fmt.Sprintf("p%05d", i)).Container("c").Obj()
-				p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
-				return p
-			})
-			plain.Stop()
-		}
-
-		if configs["noop"] {
-			// A no-op extender with the same verbs but bind: the protocol's floor.
-			noop := noopExtender(t, nil)
-			floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.apply(t, noopCfg)})
-			floor = runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod)
-			floorCP.Stop()
-		}
-
 		// The extender (the real binary, with args) through the scheduler
 		// configuration cfg: pods made by pod on nodes made by node.
 		// With backlog, the pods are created while kube-scheduler is
@@ -179,68 +161,148 @@ func TestSchedulingThroughput(t *testing.T) {
 			}
 			return rate, scrape(t, listen)
 		}
-		// The GPU pods through the shipped scheduler configuration, as
-		// shipped and with --filter-best=false.
-		if configs["extender"] {
-			best, bestHist = extenderRun(bin, set.apply(t, shipped), false, pods, gpuNode, gpuPod) // --filter-best is the default
-			if baseBin != "" {
-				baseBest, baseHist = extenderRun(baseBin, set.apply(t, shipped), false, pods, gpuNode, gpuPod)
-			}
-		}
-		if configs["filter-all"] {
-			with, hist = extenderRun(bin, set.apply(t, shipped), false, pods, gpuNode, gpuPod, "--filter-best=false")
-		}
-
 		latencies := func(h histograms) string {
 			return fmt.Sprintf("filter p50 %s p99 %s, prioritize p50 %s p99 %s (%.0f calls), bind p50 %s p99 %s",
 				h.quantile("filter", 0.5), h.quantile("filter", 0.99),
 				h.quantile("prioritize", 0.5), h.quantile("prioritize", 0.99), h.count("prioritize"),
 				h.quantile("bind", 0.5), h.quantile("bind", 0.99))
 		}
+
+		// The GPU pods' configurations, each measured rounds times, one
+		// after another in each round, in reverse order every other round
+		// (so that a machine growing busier or calmer favours none); each
+		// run on a fresh control plane.
+		type config struct {
+			key, label, col string
+			run             func() (float64, histograms)
+			rates           []float64
+		}
+		var runs []*config
+		add := func(key, label, col string, run func() (float64, histograms)) {
+			runs = append(runs, &config{key: key, label: label, col: col, run: run})
+		}
+		if configs["plain"] {
+			// Without the extender: whole cards, the scheduler's own resource fit.
+			add("plain", "without extender", "plain-pods/s", func() (float64, histograms) {
+				plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.apply(t, shipped)})
+				defer plain.Stop()
+				node := func(name string) *corev1.Node {
+					n := util.MakeNode(name).Obj()
+					for _, rl := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+						rl["nvidia.com/gpu"] = resource.MustParse("8")
+					}
+					return n
+				}
+				pod := func(i int) *corev1.Pod {
+					p := util.MakePod(fmt.Sprintf("p%05d", i)).Container("c").Obj()
+					p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}
+					return p
+				}
+				if backlog {
+					return runBacklog(t, plain.Client(framework.AdminUser), plain, nodes, pods, node, pod), nil
+				}
+				return runThroughput(t, plain.Client(framework.AdminUser), nodes, pods, node, pod), nil
+			})
+		}
+		if configs["noop"] {
+			// A no-op extender with the same verbs but bind: the protocol's floor.
+			add("noop", "no-op extender", "noop-extender-pods/s", func() (float64, histograms) {
+				noop := noopExtender(t, nil)
+				floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.apply(t, noopCfg)})
+				defer floorCP.Stop()
+				if backlog {
+					return runBacklog(t, floorCP.Client(framework.AdminUser), floorCP, nodes, pods, gpuNode, gpuPod), nil
+				}
+				return runThroughput(t, floorCP.Client(framework.AdminUser), nodes, pods, gpuNode, gpuPod), nil
+			})
+		}
+		// The GPU pods through the shipped scheduler configuration, as
+		// shipped and with --filter-best=false.
+		if configs["extender"] {
+			add("extender", "gpushare extender", "extender-pods/s", func() (float64, histograms) {
+				return extenderRun(bin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod) // --filter-best is the default
+			})
+			if baseBin != "" {
+				add("base", "base extender "+baseBin, "base-extender-pods/s", func() (float64, histograms) {
+					return extenderRun(baseBin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod)
+				})
+			}
+		}
+		if configs["filter-all"] {
+			add("filter-all", "with --filter-best=false", "filter-all-pods/s", func() (float64, histograms) {
+				return extenderRun(bin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod, "--filter-best=false")
+			})
+		}
+
 		name := fmt.Sprintf("nodes=%d/pods=%d", nodes, pods)
 		logName := fmt.Sprintf("nodes=%d pods=%d, percentageOfNodesToScore %s", nodes, pods, set.name)
 		if set.name != "shipped" {
 			name += "/percentage=" + set.name
 		}
+		if backlog {
+			name += "/backlog"
+			logName += ", backlog"
+		}
+		var plainRun *config
+		for _, c := range runs {
+			if c.key == "plain" {
+				plainRun = c
+			}
+		}
+		// ratios: config key -> its rate over plain's of the same round.
+		ratios := map[string][]float64{}
+		for r := range rounds {
+			order := slices.Clone(runs)
+			if r%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, c := range order {
+				rate, h := c.run()
+				c.rates = append(c.rates, rate)
+				if h != nil {
+					t.Logf("%s, round %d: %s %.1f pods/s (%s)", logName, r+1, c.label, rate, latencies(h))
+				} else {
+					t.Logf("%s, round %d: %s %.1f pods/s", logName, r+1, c.label, rate)
+				}
+			}
+			if plainRun == nil {
+				continue
+			}
+			var each []string
+			for _, c := range runs {
+				if c != plainRun {
+					ratio := c.rates[r] / plainRun.rates[r]
+					ratios[c.key] = append(ratios[c.key], ratio)
+					each = append(each, fmt.Sprintf("%s %.2f", c.key, ratio))
+				}
+			}
+			if len(each) > 0 {
+				t.Logf("%s, round %d: ratios to without extender: %s", logName, r+1, strings.Join(each, ", "))
+			}
+		}
 		var logs, cols []string
-		ratio := func(v float64) string {
-			if base == 0 {
-				return "n/a"
+		for _, c := range runs {
+			m := median(c.rates)
+			line := fmt.Sprintf("%s %.1f pods/s", c.label, m)
+			cols = append(cols, fmt.Sprintf("%.1f %s", m, c.col))
+			if rs := ratios[c.key]; len(rs) > 0 {
+				each := make([]string, len(rs))
+				for i, v := range rs {
+					each[i] = fmt.Sprintf("%.2f", v)
+				}
+				line += fmt.Sprintf(" (ratio %.2f; rounds %s)", median(rs), strings.Join(each, ", "))
+				col := map[string]string{"extender": "ratio", "base": "base-ratio", "filter-all": "filter-all-ratio", "noop": "noop-ratio"}[c.key]
+				cols = append(cols, fmt.Sprintf("%.2f %s", median(rs), col))
 			}
-			return fmt.Sprintf("%.2f", v/base)
-		}
-		if configs["plain"] {
-			logs = append(logs, fmt.Sprintf("without extender %.1f pods/s", base))
-			cols = append(cols, fmt.Sprintf("%.1f plain-pods/s", base))
-		}
-		if configs["noop"] {
-			logs = append(logs, fmt.Sprintf("no-op extender %.1f pods/s (ratio %s)", floor, ratio(floor)))
-			cols = append(cols, fmt.Sprintf("%.1f noop-extender-pods/s", floor))
-		}
-		if configs["extender"] {
-			logs = append(logs, fmt.Sprintf("gpushare extender %.1f pods/s (ratio %s; %s)", best, ratio(best), latencies(bestHist)))
-			cols = append(cols, fmt.Sprintf("%.1f extender-pods/s", best))
-			if base > 0 {
-				cols = append(cols, fmt.Sprintf("%.2f ratio", best/base))
-			}
-		}
-		if configs["extender"] && baseBin != "" {
-			logs = append(logs, fmt.Sprintf("base extender %s %.1f pods/s (ratio %s; %s)", baseBin, baseBest, ratio(baseBest), latencies(baseHist)))
-			cols = append(cols, fmt.Sprintf("%.1f base-extender-pods/s", baseBest))
-			if base > 0 {
-				cols = append(cols, fmt.Sprintf("%.2f base-ratio", baseBest/base))
-			}
-		}
-		if configs["filter-all"] {
-			logs = append(logs, fmt.Sprintf("with --filter-best=false %.1f pods/s (ratio %s; %s)", with, ratio(with), latencies(hist)))
-			cols = append(cols, fmt.Sprintf("%.1f filter-all-pods/s", with))
-			if base > 0 {
-				cols = append(cols, fmt.Sprintf("%.2f filter-all-ratio", with/base))
-			}
+			logs = append(logs, line)
 		}
 		if len(logs) > 0 {
-			t.Logf("%s: %s", logName, strings.Join(logs, "; "))
-			fmt.Printf("BenchmarkSchedulingThroughput/%s\t1\t%s\n", name, strings.Join(cols, "\t"))
+			if rounds > 1 {
+				t.Logf("%s: medians of %d rounds: %s", logName, rounds, strings.Join(logs, "; "))
+			} else {
+				t.Logf("%s: %s", logName, strings.Join(logs, "; "))
+			}
+			fmt.Printf("BenchmarkSchedulingThroughput/%s\t%d\t%s\n", name, rounds, strings.Join(cols, "\t"))
 		}
 
 		if !configs["cpu-mix"] && !configs["cpu-only"] {
