@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 // DefaultPolicies is the --policy default: the study's baselines, then
@@ -44,6 +46,9 @@ type Config struct {
 	// for ShippedScheduler; Scheduler is what Simulate reads of it.
 	SchedulerFile string
 	Scheduler     *Scheduler
+	// KubeSchedulerMinor is the minor version (1.x) of the kube-scheduler
+	// replayed (Scheduler.ForKubernetes); 0 is DefaultKubeSchedulerMinor.
+	KubeSchedulerMinor int
 	// Topology is the chart topology replayed (ForTopology).
 	Topology Topology
 	// IdleTaintMinCards: Options.IdleTaintMinCards.
@@ -125,6 +130,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	topology := fs.String("topology", string(TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
 	idleMin := fs.Int("idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "the device plugin's --idle-taint-min-cards to replay: a node of at least this many cards, none holding GPU memory, carries the gpushare.io/idle-gpus taint (PreferNoSchedule), which kube-scheduler's TaintToleration weighs for every pod; 0: no node is tainted")
 	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
+	kubeVersion := fs.String("kube-scheduler-version", "v1."+strconv.Itoa(DefaultKubeSchedulerMinor), "the kube-scheduler version to replay, v1.MINOR[.PATCH]: from v1.36 its NodeResourcesBalancedAllocation scores how much a pod improves a node's balance, not the balance once it is there")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
 	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
 	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
@@ -175,6 +181,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("--idle-taint-min-cards %d: want 0 (no taint) or more", *idleMin)
 	}
 	cfg.IdleTaintMinCards = idleMin
+	minor, err := version.KubernetesMinor(*kubeVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-scheduler-version: %w", err)
+	}
+	cfg.KubeSchedulerMinor = minor
 	cfg.Topology = Topology(*topology)
 	if !slices.Contains(Topologies, cfg.Topology) {
 		return nil, fmt.Errorf("--topology %q: want %s or %s", *topology, TopologyExtender, TopologySecondScheduler)
@@ -368,6 +379,10 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		}
 		cfg.Scheduler = s
 	}
+	if cfg.Scheduler == nil {
+		cfg.Scheduler = &ShippedScheduler
+	}
+	cfg.Scheduler = cfg.Scheduler.ForKubernetes(cmp.Or(cfg.KubeSchedulerMinor, DefaultKubeSchedulerMinor))
 	tr, err := LoadTrace(cfg.NodesFile, cfg.PodsFile)
 	if err != nil {
 		return err

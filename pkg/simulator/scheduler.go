@@ -13,7 +13,7 @@ import (
 )
 
 // Scheduler is what a replay follows of a kube-scheduler configuration
-// (KubeSchedulerConfiguration v1, kube-scheduler v1.34): how many nodes a
+// (KubeSchedulerConfiguration v1, kube-scheduler v1.34 to v1.37: ForKubernetes): how many nodes a
 // scheduling cycle samples, how kube-scheduler's own score plugins rank the
 // nodes, and which pods go through the gpushare extender.
 //
@@ -40,6 +40,11 @@ type Scheduler struct {
 	// TaintWeight is TaintToleration's score weight, 0 when it does not
 	// score.
 	TaintWeight int64
+	// BalanceGain is NodeResourcesBalancedAllocation's score of kube-scheduler
+	// 1.36 and later (ForKubernetes): how much the pod improves the node's
+	// balance, 50 + (50 + after - before)/2, rather than the balance once
+	// the pod is there (1.34 and 1.35).
+	BalanceGain bool
 	// GPUPrioritizeWeight is the weight of the gpushare extender's
 	// prioritize scores (0..10, scaled by 10 to kube-scheduler's 0..100)
 	// for pods that ask GPU memory, 0 when no extender entry that gets
@@ -83,9 +88,30 @@ var DefaultKubeScheduler = Scheduler{
 	TaintWeight:       defaultTaintWeight,
 }
 
+// DefaultKubeSchedulerMinor is the kube-scheduler minor version (1.x)
+// that a replay models unless told otherwise (Config.KubeSchedulerMinor,
+// --kube-scheduler-version); the placement figures in docs/ are of it.
+const DefaultKubeSchedulerMinor = 34
+
+// BalanceGainMinor is the first kube-scheduler minor version (1.x) whose
+// NodeResourcesBalancedAllocation scores the gain in balance.
+const BalanceGainMinor = 36
+
+// ForKubernetes returns s as kube-scheduler 1.minor scores (BalanceGain),
+// its CPU scheduler too: the configuration files are the same across
+// versions, the scoring code is not.
+func (s Scheduler) ForKubernetes(minor int) *Scheduler {
+	s.BalanceGain = minor >= BalanceGainMinor
+	if s.CPU != nil {
+		s.CPU = s.CPU.ForKubernetes(minor)
+	}
+	return &s
+}
+
 // ForTopology returns what a replay of topology t follows, with gpu (nil:
 // ShippedScheduler) as the kube-scheduler that places the pods asking GPU
-// memory.
+// memory; the cluster's own kube-scheduler of the second-scheduler
+// topology scores as gpu's version does (BalanceGain).
 func ForTopology(t Topology, gpu *Scheduler) (*Scheduler, error) {
 	if gpu == nil {
 		gpu = &ShippedScheduler
@@ -95,7 +121,9 @@ func ForTopology(t Topology, gpu *Scheduler) (*Scheduler, error) {
 		return gpu, nil
 	case TopologySecondScheduler:
 		s := *gpu
-		s.CPU = &DefaultKubeScheduler
+		cpu := DefaultKubeScheduler // of the same version as gpu's
+		cpu.BalanceGain = gpu.BalanceGain
+		s.CPU = &cpu
 		return &s, nil
 	}
 	return nil, fmt.Errorf("topology %q: want %s or %s", t, TopologyExtender, TopologySecondScheduler)
@@ -503,7 +531,7 @@ func (s *Scheduler) score(u *kubeUsage, p *podUsage) int64 {
 		total += s.FitWeight * s.fitScore(u, p)
 	}
 	if s.BalancedWeight > 0 {
-		total += s.BalancedWeight * balancedScore(s.BalancedResources, u, p)
+		total += s.BalancedWeight * balancedScore(s.BalancedResources, u, p, s.BalanceGain)
 	}
 	return total
 }
@@ -591,11 +619,16 @@ func (s *Scheduler) shape(util int64) int64 {
 	return pts[len(pts)-1].Score * scale
 }
 
-// balancedScore is NodeResourcesBalancedAllocation's score: 100 × (1 −
-// the standard deviation of the requested shares of the resources),
-// requests as requested (not kube-scheduler's defaults); 0 for a pod that
-// requests none of them (kube-scheduler skips the plugin for it).
-func balancedScore(resources []string, u *kubeUsage, p *podUsage) int64 {
+// balancedScore is NodeResourcesBalancedAllocation's score (0 when the pod
+// asks none of the resources): 1.34's balanceOf the node with the pod,
+// or, with gain (kube-scheduler 1.36 and later), 50 + (50 + after -
+// before)/2 in integer arithmetic, after and before being the node's
+// balance with and without the pod. Example, nodes of 32 cores and 128
+// GiB, a pod of 4 cores and 32 GiB: on a node with 8 cores and 32 GiB
+// requested (25%, 25%) the balance goes 100 -> 93 (score 93; with gain
+// 71), on one with 16 cores and none (50%, 0%) it goes 75 -> 81 (score 81;
+// with gain 78): 1.34 prefers the first node, 1.36 the second.
+func balancedScore(resources []string, u *kubeUsage, p *podUsage, gain bool) int64 {
 	asks := false
 	for _, r := range resources {
 		switch r {
@@ -610,6 +643,19 @@ func balancedScore(resources []string, u *kubeUsage, p *podUsage) int64 {
 	if !asks {
 		return 0
 	}
+	after := balanceOf(resources, u, p, true)
+	if !gain {
+		return after
+	}
+	before := balanceOf(resources, u, p, false)
+	return maxNodeScore/2 + (maxNodeScore/2+after-before)/2
+}
+
+// balanceOf is kube-scheduler's balancedResourceScore of the node: 100
+// times one less the standard deviation of its requested shares of the
+// resources, counting the pod's requests when with is set (the resources
+// skipped are those allocReq skips, with the pod or without).
+func balanceOf(resources []string, u *kubeUsage, p *podUsage, with bool) int64 {
 	var buf [4]float64
 	fractions := buf[:0]
 	var total float64
@@ -617,6 +663,9 @@ func balancedScore(resources []string, u *kubeUsage, p *podUsage) int64 {
 		alloc, req := allocReq(r, u, p, false)
 		if alloc == 0 {
 			continue
+		}
+		if !with {
+			req -= podRequest(r, p)
 		}
 		f := min(float64(req)/float64(alloc), 1)
 		total += f
@@ -635,4 +684,17 @@ func balancedScore(resources []string, u *kubeUsage, p *podUsage) int64 {
 		std = math.Sqrt(sum / float64(len(fractions)))
 	}
 	return int64((1 - std) * maxNodeScore)
+}
+
+// podRequest is what the pod asks of resource (as allocReq counts it).
+func podRequest(resource string, p *podUsage) int64 {
+	switch resource {
+	case resourceCPU:
+		return p.cpu
+	case resourceMemory:
+		return p.mem
+	case string(gpushare.ResourceGPUMem):
+		return p.gpu
+	}
+	return 0
 }

@@ -248,3 +248,50 @@ func TestSchedulerScore(t *testing.T) {
 		})
 	}
 }
+
+// TestBalancedScore holds NodeResourcesBalancedAllocation's two formulas
+// to numbers worked by hand (balancedScore's doc comment): 1.34 scores the
+// balance with the pod, 1.36 and later the gain, and the two rank these
+// nodes in opposite order.
+func TestBalancedScore(t *testing.T) {
+	const gib = int64(1) << 30
+	node := func(cpuMilli, mem int64) *kubeUsage {
+		return &kubeUsage{allocCPU: 32000, allocMem: 128 * gib, reqCPU: cpuMilli, reqMem: mem}
+	}
+	pod := &podUsage{cpu: 4000, mem: 32 * gib}
+	res := []string{resourceCPU, resourceMemory}
+	for _, tc := range []struct {
+		name string
+		u    *kubeUsage
+		p    *podUsage
+		gain bool
+		want int64
+	}{
+		{"balanced node, 1.34", node(8000, 32*gib), pod, false, 93},
+		{"balanced node, gain", node(8000, 32*gib), pod, true, 71},
+		{"CPU-heavy node, 1.34", node(16000, 0), pod, false, 81},
+		{"CPU-heavy node, gain", node(16000, 0), pod, true, 78},
+		{"a pod asking neither", node(16000, 0), &podUsage{gpu: 8}, true, 0},
+		{"full node: shares capped at 1", node(32000, 128*gib), pod, true, 75},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := balancedScore(res, tc.u, tc.p, tc.gain); got != tc.want {
+				t.Errorf("balancedScore = %d, want %d", got, tc.want)
+			}
+		})
+	}
+	s := ShippedScheduler
+	s.CPU = &DefaultKubeScheduler
+	for _, tc := range []struct {
+		minor int
+		want  bool
+	}{{34, false}, {35, false}, {36, true}, {37, true}} {
+		got := s.ForKubernetes(tc.minor)
+		if got.BalanceGain != tc.want || got.CPU.BalanceGain != tc.want {
+			t.Errorf("ForKubernetes(%d): BalanceGain %v, its CPU scheduler's %v; want %v", tc.minor, got.BalanceGain, got.CPU.BalanceGain, tc.want)
+		}
+	}
+	if ShippedScheduler.BalanceGain || DefaultKubeScheduler.BalanceGain {
+		t.Error("ForKubernetes changed ShippedScheduler or DefaultKubeScheduler")
+	}
+}

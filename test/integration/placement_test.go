@@ -23,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -50,18 +51,22 @@ const placementGate = "gpushare.io/test-placement"
 // (Stepper.IdleTainted), so kube-scheduler's TaintToleration weighs it as
 // the simulator does.
 func TestSchedulerPlacesAsSimulated(t *testing.T) {
-	// The simulator models kube-scheduler v1.34's scoring (simulator.Scheduler);
-	// v1.37.2 breaks some ties among the extender's best nodes otherwise
-	// (pod 29 of the slice: another of the two nodes the extender passes).
-	if v, err := framework.DefaultKubernetesVersion(); err != nil || v != framework.KubernetesVersion {
-		t.Skipf("the simulator models kube-scheduler %s's scoring; this run's control plane is %s (%s)", framework.KubernetesVersion, v, framework.VersionEnv)
+	// The simulator scores as the control plane's kube-scheduler does
+	// (1.36 changed NodeResourcesBalancedAllocation: Scheduler.BalanceGain).
+	v, err := framework.DefaultKubernetesVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := version.KubernetesMinor(v)
+	if err != nil {
+		t.Fatal(err)
 	}
 	nodes, pods, tr := placementTrace(t)
 	order, err := simulator.Arrivals(tr, 1, simulator.DefaultInflate)
 	if err != nil {
 		t.Fatal(err)
 	}
-	step, err := simulator.NewStepper(tr, simulator.Options{Policy: allocator.DefaultPolicy})
+	step, err := simulator.NewStepper(tr, simulator.Options{Policy: allocator.DefaultPolicy, Scheduler: simulator.ShippedScheduler.ForKubernetes(minor)})
 	if err != nil {
 		t.Fatal(err)
 	}

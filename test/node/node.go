@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/kubeclient"
+	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/integration/framework"
 )
 
@@ -572,30 +572,17 @@ func Cleanup(ctx context.Context, logf func(format string, args ...any)) error {
 	return n.teardown(ctx, "cleanup")
 }
 
-// runtimeFits refuses a runtime kubelet of version does not run with:
+// runtimeFits refuses a runtime kubelet of kubeVersion does not run with:
 // kubelet 1.35 is the last to support containerd 1.x.
-func runtimeFits(r Runtime, version string) error {
-	minor, err := MinorVersion(version)
+func runtimeFits(r Runtime, kubeVersion string) error {
+	minor, err := version.KubernetesMinor(kubeVersion)
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)
 	}
 	if minor >= 36 && r != Containerd2 {
-		return fmt.Errorf("starting the node: kubelet %s needs containerd 2 (runtime %s; kubelet 1.35 is the last to support containerd 1.x)", version, Containerd2)
+		return fmt.Errorf("starting the node: kubelet %s needs containerd 2 (runtime %s; kubelet 1.35 is the last to support containerd 1.x)", kubeVersion, Containerd2)
 	}
 	return nil
-}
-
-// MinorVersion is the minor version of a Kubernetes version vMAJOR.MINOR.PATCH.
-func MinorVersion(version string) (int, error) {
-	parts := strings.SplitN(strings.TrimPrefix(version, "v"), ".", 3)
-	if len(parts) < 2 {
-		return 0, fmt.Errorf("parsing Kubernetes version %q: want vMAJOR.MINOR.PATCH", version)
-	}
-	minor, err := strconv.Atoi(parts[1])
-	if err != nil {
-		return 0, fmt.Errorf("parsing Kubernetes version %q: %w", version, err)
-	}
-	return minor, nil
 }
 
 // runtimeBins are a runtime's programs.

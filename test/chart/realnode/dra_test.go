@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
-	"github.com/gpushare/gpushare/test/node"
+	"github.com/gpushare/gpushare/pkg/version"
 )
 
 // The DRA driver's names (dra/pkg/devices; this module does not import
@@ -38,7 +38,7 @@ const (
 // make node-test-k8s.
 func TestDRADriver(t *testing.T) {
 	c := cluster(t)
-	if minor, err := node.MinorVersion(c.CP.Version()); err != nil || minor < 36 {
+	if minor, err := version.KubernetesMinor(c.CP.Version()); err != nil || minor < 36 {
 		t.Skipf("the DRA driver shares cards from Kubernetes 1.36 (consumable capacity); this node runs %s (make node-test-k8s runs v1.37.2)", c.CP.Version())
 	}
 	ctx := context.Background()
