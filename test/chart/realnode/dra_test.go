@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -22,6 +25,8 @@ const (
 	draDriverName = "gpu.gpushare.io"
 	// draNodeLabel is draDriver.nodeSelector's default label.
 	draNodeLabel, draNodeValue = "gpushare.io/device-mode", "dra"
+	// draDeviceClass is the chart's DeviceClass of the driver's devices.
+	draDeviceClass = "gpu-mem.gpushare.io"
 )
 
 // TestDRADriver installs the chart with the DRA driver on the real node
@@ -34,8 +39,12 @@ const (
 // calling the driver, and the runtime applying the driver's CDI spec: each
 // container sees the card of its claim's allocation, and no card holds
 // more than it has. With 12 GiB more, a pod asking 1 GiB more than any
-// card has free waits. Kubernetes 1.36 or later (consumable capacity):
-// make node-test-k8s.
+// card has free waits. Then kubelet is killed and restarted and the
+// driver's pod deleted: the claim pods' containers keep running, the
+// restarted driver republishes its slice and refuses an allocation written
+// by hand that would over-commit the fullest card (it restored the claims
+// it had prepared), and once pod dra-1 goes, the waiting pod runs.
+// Kubernetes 1.36 or later (consumable capacity): make node-test-k8s.
 func TestDRADriver(t *testing.T) {
 	c := cluster(t)
 	if minor, err := version.KubernetesMinor(c.CP.Version()); err != nil || minor < 36 {
@@ -97,6 +106,129 @@ func TestDRADriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUnschedulable(ctx, t, c, ns, big.Name)
+
+	// Restarts: kubelet killed, then the driver's pod deleted (its
+	// DaemonSet starts another, which restores its checkpoint).
+	containers := func() map[string]string { // pod -> container ID
+		out := map[string]string{}
+		for i := range sizes {
+			name := fmt.Sprintf("dra-%d", i)
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
+				out[name] = p.Status.ContainerStatuses[0].ContainerID
+			}
+		}
+		return out
+	}
+	before := containers()
+	if err := c.Node.RestartKubelet(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.deleteDaemonPod(ctx, draDriverApp); err != nil {
+		t.Fatal(err)
+	}
+	waitSlice(ctx, t, c)
+	if diff := cmp.Diff(before, containers()); diff != "" {
+		t.Errorf("the claim pods' running containers across kubelet's and the driver's restarts (-before +after):\n%s", diff)
+	}
+	// The restarted driver counts the claims it prepared before: an
+	// allocation written by hand that over-commits the fullest card is
+	// refused at prepare.
+	full, fullUsed := "", int64(0)
+	for device, mib := range used {
+		if mib > fullUsed {
+			full, fullUsed = device, mib
+		}
+	}
+	rogueGiB := (cardGiB*1024-fullUsed)/1024 + 1
+	refusal := prepareRogue(ctx, t, c, ns, full, rogueGiB)
+	t.Logf("after the restarts, a claim of %d GiB written by hand on %s (%d MiB prepared there): %s", rogueGiB, full, fullUsed, refusal)
+
+	// Deleting pod dra-1 unprepares its claim in the restarted driver,
+	// and the waiting pod gets the room.
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, "dra-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, _, _, err := c.WaitReport(ctx, ns, big.Name, 0, podTimeout)
+	if err != nil {
+		t.Fatalf("pod %s after pod dra-1 left: %v", big.Name, err)
+	}
+	device, mib := claimResult(ctx, t, c, pod)
+	t.Logf("pod %s: %d MiB on %s once pod dra-1 left", big.Name, mib, device)
+}
+
+// draDriverApp is the DRA driver's pods' app.kubernetes.io/name.
+const draDriverApp = "gpushare-dra-driver"
+
+// prepareRogue creates a claim of gib GiB whose allocation on device of
+// the real node is written by hand (no scheduler checks it) and a pod
+// bound to the node that uses it, and waits for kubelet to report the
+// driver's refusal to prepare it; it returns the event's message.
+func prepareRogue(ctx context.Context, t *testing.T, c *Cluster, ns, device string, gib int64) string {
+	t.Helper()
+	memory := *resource.NewQuantity(gib<<30, resource.BinarySI)
+	claim, err := c.Client.ResourceV1().ResourceClaims(ns).Create(ctx, &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "rogue"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{
+			Name: "gpu",
+			Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: draDeviceClass,
+				Capacity:        &resourcev1.CapacityRequirements{Requests: map[resourcev1.QualifiedName]resource.Quantity{"memory": memory}},
+			},
+		}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rogue"},
+		Spec: corev1.PodSpec{
+			NodeName: NodeName,
+			Containers: []corev1.Container{{
+				Name: ProbeContainer, Image: c.Images.Probe, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}},
+			}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &claim.Name}},
+		},
+	}
+	// The pod first, so that the claim can be reserved for its UID.
+	if pod, err = c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claim.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: draDriverName, Pool: NodeName, Device: device,
+		ShareID:          ptr.To(types.UID("0c1f2b6e-0000-4000-8000-00000000dead")),
+		ConsumedCapacity: map[resourcev1.QualifiedName]resource.Quantity{"memory": memory},
+	}}}}
+	claim.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+	if _, err := c.Client.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(podTimeout)
+	for time.Now().Before(deadline) {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil {
+			t.Fatalf("pod %s runs with %d GiB written by hand on %s: the driver prepared an over-commit", pod.Name, gib, device)
+		}
+		events, err := c.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, "refusing to over-commit") {
+				return e.Message
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("pod %s with %d GiB written by hand on %s: no refusal to over-commit in its events after %s", pod.Name, gib, device, podTimeout)
+	return ""
 }
 
 // draPod is GPUPod bound for the DRA nodes, which the webhook converts.

@@ -133,10 +133,17 @@ func TestFaults(t *testing.T) {
 // deleteDevicePluginPod deletes the device plugin's pod on the node and
 // waits until its DaemonSet has made another that is Ready.
 func (c *Cluster) deleteDevicePluginPod(ctx context.Context) error {
-	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gpushare-device-plugin"}
+	return c.deleteDaemonPod(ctx, "gpushare-device-plugin")
+}
+
+// deleteDaemonPod deletes the one pod on the node of the release's
+// DaemonSet app (its app.kubernetes.io/name) and waits until the
+// DaemonSet has made another that is Ready.
+func (c *Cluster) deleteDaemonPod(ctx context.Context, app string) error {
+	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app}
 	l, err := c.Client.CoreV1().Pods(Namespace).List(ctx, sel)
 	if err != nil || len(l.Items) != 1 {
-		return fmt.Errorf("finding the device plugin's pod: %d pods, %w", len(l.Items), err)
+		return fmt.Errorf("finding the pod of %s: %d pods, %w", app, len(l.Items), err)
 	}
 	old := l.Items[0]
 	if err := c.Client.CoreV1().Pods(Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{}); err != nil {
@@ -154,7 +161,7 @@ func (c *Cluster) deleteDevicePluginPod(ctx context.Context) error {
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("the device plugin's DaemonSet made no Ready pod within %s of deleting %s", recoverTimeout, old.Name)
+	return fmt.Errorf("the DaemonSet of %s made no Ready pod within %s of deleting %s", app, recoverTimeout, old.Name)
 }
 
 // registrations is how often the device plugin has logged its
