@@ -19,7 +19,7 @@ func TestRuntimeFits(t *testing.T) {
 		{Containerd16, "v1.36.1", "needs containerd 2"},
 		{Containerd16, "v1.37.2", "needs containerd 2"},
 		{Containerd2, "v1.37.2", ""},
-		{Containerd2, "latest", "want vMAJOR.MINOR.PATCH"},
+		{Containerd2, "latest", "want v1.MINOR[.PATCH]"},
 	} {
 		err := runtimeFits(tc.runtime, tc.version)
 		switch {
