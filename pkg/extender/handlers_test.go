@@ -381,6 +381,10 @@ func TestLargestFilterRequestFits(t *testing.T) {
 	if len(body) > MaxBodyBytes {
 		t.Fatalf("a %d-byte request is over the %d-byte cap", len(body), MaxBodyBytes)
 	}
+	// Of size, not speed: under -race on a busy machine decoding and
+	// fitting this request can outlast the verb's 1.5 s deadline (seen
+	// once); TestSearchSlots tests the deadline.
+	f.h.VerbTimeout = time.Minute
 	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", body)
 	if status != 200 || strings.Contains(got, `"Error"`) && !strings.Contains(got, `"Error": ""`) {
 		t.Errorf("largest filter request = %d %.300s", status, got)
