@@ -118,7 +118,7 @@ unit: ## Run the tests that need no control plane (-short), kubelet's device man
 BENCH_NODES ?= 5000
 # Rounds of each scheduling-throughput configuration, alternating (3 settles
 # the extender/plain ratio on a shared machine; each round at 5,000 nodes
-# takes ~2 min per configuration).
+# takes ~1 min per configuration, measured on 2 cores).
 BENCH_ROUNDS ?= 1
 
 .PHONY: bench

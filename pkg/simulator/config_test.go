@@ -1,7 +1,9 @@
 package simulator
 
 import (
+	"context"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -70,6 +72,44 @@ func TestGPUSpecAsFlag(t *testing.T) {
 		}
 		if cfg.Variant.GPUSpecAsLabel != tc.want || cfg.Variant.GPUSpecShare != 0.3 {
 			t.Errorf("--gpu-spec-as %q: GPUSpecAsLabel %v, share %g; want %v and 0.3", tc.arg, cfg.Variant.GPUSpecAsLabel, cfg.Variant.GPUSpecShare, tc.want)
+		}
+	}
+}
+
+// TestKubeSchedulerVersionFlag: --kube-scheduler-version picks the scoring
+// the replay follows (v1.34 by default; 1.36 and later score the gain in
+// balance) and refuses what is not a Kubernetes 1.x version.
+func TestKubeSchedulerVersionFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg      string
+		wantGain bool
+		wantErr  bool
+	}{
+		{arg: "", wantGain: false},
+		{arg: "v1.35.4", wantGain: false},
+		{arg: "v1.36", wantGain: true},
+		{arg: "1.37.2", wantGain: true},
+		{arg: "v2.0", wantErr: true},
+	} {
+		args := []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "fragaware", "--seeds", "1", "--format", "csv"}
+		if tc.arg != "" {
+			args = append(args, "--kube-scheduler-version", tc.arg)
+		}
+		cfg, err := parseFlags(args, io.Discard, io.Discard)
+		if tc.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "--kube-scheduler-version") {
+				t.Errorf("--kube-scheduler-version %q: error %v, want one naming the flag", tc.arg, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("--kube-scheduler-version %q: %v", tc.arg, err)
+		}
+		if err := Simulate(context.Background(), cfg, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Scheduler.BalanceGain != tc.wantGain {
+			t.Errorf("--kube-scheduler-version %q: the replay's BalanceGain %v, want %v", tc.arg, cfg.Scheduler.BalanceGain, tc.wantGain)
 		}
 	}
 }

@@ -631,14 +631,7 @@ func (s *Scheduler) shape(util int64) int64 {
 func balancedScore(resources []string, u *kubeUsage, p *podUsage, gain bool) int64 {
 	asks := false
 	for _, r := range resources {
-		switch r {
-		case resourceCPU:
-			asks = asks || p.cpu != 0
-		case resourceMemory:
-			asks = asks || p.mem != 0
-		case string(gpushare.ResourceGPUMem):
-			asks = asks || p.gpu != 0
-		}
+		asks = asks || podRequest(r, p) != 0
 	}
 	if !asks {
 		return 0

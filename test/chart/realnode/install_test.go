@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/memlimit"
 )
 
 // Timeouts of the install test; generous, for a loaded two-core machine.
@@ -73,7 +74,7 @@ func testInstall(t *testing.T, c *Cluster, topology string) {
 var softLimitContainers = []string{"extender", "device-plugin"}
 
 // checkSoftMemoryLimits checks, in the logs of the release's extender and
-// device plugin containers, that each took 90% of its container's memory
+// device plugin containers, that each took memlimit.DefaultFraction (90%) of its container's memory
 // limit (resources.limits.memory) as the Go runtime's soft memory limit:
 // what the runtime reads from the cgroup the container runtime made.
 func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
@@ -89,7 +90,7 @@ func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
 			if !ok || !slices.Contains(softLimitContainers, ctr.Name) {
 				continue
 			}
-			want := fmt.Sprintf(`"Soft memory limit from the cgroup" limitBytes=%d softLimitBytes=%d `, limit.Value(), int64(float64(limit.Value())*0.9))
+			want := fmt.Sprintf(`"Soft memory limit from the cgroup" limitBytes=%d softLimitBytes=%d `, limit.Value(), int64(float64(limit.Value())*memlimit.DefaultFraction))
 			var text string
 			for deadline := time.Now().Add(podTimeout); ; time.Sleep(time.Second) {
 				text, _, err = c.Node.ContainerLog(p.Namespace, p.Name, string(p.UID), ctr.Name)
