@@ -56,11 +56,11 @@ release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart
 	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)
 
 .PHONY: controlplane
-controlplane: ## Build etcd, kube-apiserver and kube-scheduler from Go modules, once (cached under ~/.cache/gpushare; make test's warm-up adds kubectl, for the docs tests).
+controlplane: ## Build etcd, kube-apiserver and kube-scheduler v1.37.2 from Go modules, once (cached under ~/.cache/gpushare; ~15 min cold on 2 cores; make test's warm-up adds kubectl, for the docs tests, and as root the real node's binaries).
 	$(CONTROLPLANE) build
 
 .PHONY: test
-test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, (as root) a real node with helm install, and the DRA driver's unit tests (its Kubernetes 1.37 integration tests: make test-dra).
+test: controlplane ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, the DRA driver against a real control plane, and (as root) a real node on containerd 2 with helm install and the DRA driver (1.34.3: make test-k8s, make node-test-k8s).
 	@# hack/warm-cache.sh builds the later modules' dependencies (and, as
 	@# root, the real node's binaries) at nice 19 while these tests leave a
 	@# core idle; its own process group, so a failed run stops it too. The
@@ -80,16 +80,12 @@ test: controlplane ## Run every test with -race: unit, fuzz seed corpora, golden
 	GO='$(GO)' bash hack/test-modules.sh \
 		'test/kubelet:-race -timeout $(TEST_TIMEOUT) ./...' \
 		'test/chart:-race -timeout $(TEST_TIMEOUT) ./...' \
-		'dra:-race -short -timeout $(TEST_TIMEOUT) ./...' || rc=$$?; \
-	wait $$warm || true; grep '^warm-cache: .*build-node' $(WARM_CACHE_LOG) || true; exit $$rc
-
-.PHONY: controlplane-dra
-controlplane-dra: ## Build kube-apiserver, kube-scheduler and kube-controller-manager v1.37.2 for the DRA driver's tests, once (cached under ~/.cache/gpushare; ~15 min cold on 2 cores).
-	$(CONTROLPLANE) build
-	$(CONTROLPLANE) build-dra
+		'dra:-race -timeout $(TEST_TIMEOUT) ./...' || rc=$$?; \
+	wait $$warm || true; grep -E '^warm-cache: .*build-(node|containerd)' $(WARM_CACHE_LOG) || true; exit $$rc
 
 .PHONY: dra-demo
 dra-demo: ## Run the DRA driver locally: a Kubernetes 1.37 control plane (built once, ~15 min cold), the driver on a simulated 16 GiB card, claims of 4+8+4 GiB sharing it and one that waits; prints inspect and KUBECONFIG=, stays up (make dra-demo-down).
+	$(CONTROLPLANE) build -kcm
 	cd dra && $(GO) build -o ../bin/gpushare-dra-demo ./test/cmd/drademo
 	bin/gpushare-dra-demo up
 
@@ -99,14 +95,18 @@ dra-demo-down: ## Stop exactly the processes make dra-demo started (PID files un
 	bin/gpushare-dra-demo down
 
 .PHONY: test-dra
-test-dra: controlplane-dra ## Run the DRA driver's tests with -race, its integration tests against a real Kubernetes 1.37 control plane included (kept out of make test: a cold 1.37 build adds ~15 min).
+test-dra: controlplane ## Run the DRA driver's tests alone with -race, its integration tests against a real Kubernetes 1.37 control plane included (make test runs them too).
+	$(CONTROLPLANE) build -kcm
 	cd dra && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-K8S_VERSION ?= v1.37.2
+# The other Kubernetes version the harness builds (make test runs v1.37.2).
+K8S_VERSION ?= v1.34.3
 
 .PHONY: test-k8s
-test-k8s: controlplane-dra ## Run the control-plane integration tests (test/integration: extender, webhook, chart's scheduler topologies) against kube-apiserver and kube-scheduler $(K8S_VERSION) (v1.37.2 or v1.34.3; make test runs v1.34.3).
+test-k8s: ## Run the control-plane integration tests (test/integration: extender, webhook, chart's scheduler topologies, placement) and the device plugin's end-to-end tests (test/kubelet/e2e) against kube-apiserver and kube-scheduler $(K8S_VERSION) (v1.34.3, the oldest we test, or v1.37.2; a cold v1.34.3 build is ~12 min on 2 cores).
+	$(CONTROLPLANE) build -version $(K8S_VERSION)
 	GPUSHARE_KUBERNETES_VERSION=$(K8S_VERSION) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./test/integration/...
+	cd test/kubelet && GPUSHARE_KUBERNETES_VERSION=$(K8S_VERSION) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./e2e/
 
 .PHONY: unit
 unit: ## Run the tests that need no control plane (-short), kubelet's device manager included.
@@ -265,13 +265,17 @@ node-demo-down: ## Stop every process make node-demo started and tear the real n
 	bin/gpushare-node-demo down
 
 .PHONY: node-test
-node-test: controlplane ## The real-node tests alone, verbose (root): helm install in both topologies, faults, driver mode, on Debian's containerd 1.6, then on containerd 2 built from its module (which applies CDI devices).
+node-test: controlplane ## The real-node tests alone, verbose (root), on Kubernetes 1.37.2 and containerd 2 built from its module: helm install in both topologies, the DRA driver, driver mode (CDI devices applied), and faults.
 	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults
-	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.runtime=containerd-2
 
 .PHONY: node-test-k8s
-node-test-k8s: controlplane-dra ## The real-node install tests on Kubernetes $(K8S_VERSION) (root): control plane, kubelet and kube-proxy of that version, containerd 2 (kubelet 1.36+ runs no containerd 1.x); helm install in both topologies with GPU pods on their cards, and with the DRA driver, whose claim pods share a card.
-	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v -run '^(TestHelmInstall|TestDRADriver)$$' ./realnode/ -args -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-2
+node-test-k8s: ## The real-node tests on Kubernetes $(K8S_VERSION) (root; default v1.34.3): control plane, kubelet and kube-proxy of that version; helm install in both topologies, faults, driver mode, on Debian's containerd 1.6 (kubelet 1.35 and older), then on containerd 2 (which applies CDI devices).
+	$(CONTROLPLANE) build -version $(K8S_VERSION)
+	@minor=$$(echo $(K8S_VERSION) | cut -d. -f2); if [ "$$minor" -lt 36 ]; then \
+		echo "cd test/chart && $(GO) test ... -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-1.6"; \
+		cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-1.6; \
+	fi
+	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-2
 
 .PHONY: gpu-check
 gpu-check: ## On a machine with an NVIDIA GPU (root, python3 with PyTorch): the device plugin on the real card (NVML discovery, XID watch, each isolation mode checked with CUDA processes, MPS daemons across a plugin restart; TestRealGPU), and the DRA driver's claims in mps mode (TestRealGPUPrepare).

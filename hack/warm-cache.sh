@@ -17,8 +17,9 @@
 #   - kubectl, which test/kubelet's docs tests run (make controlplane
 #     leaves it out: nothing before them needs it);
 #   - as root (the real-node tests skip otherwise): the real node's kubelet,
-#     kube-proxy and kube-controller-manager in the control-plane cache
-#     (~/.cache/gpushare); make test's real node runs Debian's containerd.
+#     kube-proxy and kube-controller-manager (which the DRA tests run too)
+#     and containerd 2, its runtime, in the control-plane cache
+#     (~/.cache/gpushare).
 set -u
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -62,5 +63,6 @@ if [ -n "${WARM_DEPS_DONE:-}" ]; then
 fi
 if [ "$(id -u)" = 0 ]; then
 	step $GO run -trimpath ./test/cmd/controlplane build-node
+	step $GO run -trimpath ./test/cmd/controlplane build-containerd
 fi
 exit $status

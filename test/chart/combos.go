@@ -22,7 +22,7 @@ type Combo struct {
 // VersionedPlain are the renderings kept under manifests/rendered for
 // other Kubernetes versions than KubeVersion, in a directory per version:
 // those of the topologies whose objects depend on it (the second
-// scheduler's image and ClusterRole), for make test-k8s.
+// scheduler's image and ClusterRole), for make test.
 func VersionedPlain() []Combo {
 	var out []Combo
 	for _, c := range Combos() {

@@ -64,14 +64,12 @@ func loadRenderedFor(t *testing.T, version, file string) renderedChart {
 		t.Fatal(err)
 	}
 	path := filepath.Join(root, "manifests", "rendered", file)
-	if version != framework.KubernetesVersion {
-		minor := version
-		if parts := strings.SplitN(version, ".", 3); len(parts) == 3 {
-			minor = parts[0] + "." + parts[1]
-		}
-		if p := filepath.Join(root, "manifests", "rendered", "kubernetes-"+minor, file); fileExists(p) {
-			path = p
-		}
+	minor := version
+	if parts := strings.SplitN(version, ".", 3); len(parts) == 3 {
+		minor = parts[0] + "." + parts[1]
+	}
+	if p := filepath.Join(root, "manifests", "rendered", "kubernetes-"+minor, file); fileExists(p) {
+		path = p
 	}
 	objs, err := framework.DecodeManifest(path)
 	if err != nil {

@@ -57,7 +57,8 @@ func ParseRuntime(s string) (Runtime, error) {
 
 // Options configure Start.
 type Options struct {
-	// Runtime is the container runtime; default Containerd16.
+	// Runtime is the container runtime; default DefaultRuntime of
+	// KubernetesVersion.
 	Runtime Runtime
 	// KubernetesVersion is kubelet's and kube-proxy's, the control
 	// plane's (framework.EnsureNodeBinariesFor); default
@@ -119,14 +120,18 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.Name == "" {
 		opts.Name = "gpushare-node"
 	}
+	if opts.KubernetesVersion == "" {
+		opts.KubernetesVersion = framework.KubernetesVersion
+	}
 	if opts.Runtime == "" {
-		opts.Runtime = Containerd16
+		r, err := DefaultRuntime(opts.KubernetesVersion)
+		if err != nil {
+			return nil, err
+		}
+		opts.Runtime = r
 	}
 	if _, err := ParseRuntime(string(opts.Runtime)); err != nil {
 		return nil, err
-	}
-	if opts.KubernetesVersion == "" {
-		opts.KubernetesVersion = framework.KubernetesVersion
 	}
 	if err := runtimeFits(opts.Runtime, opts.KubernetesVersion); err != nil {
 		return nil, err
@@ -570,6 +575,20 @@ func Cleanup(ctx context.Context, logf func(format string, args ...any)) error {
 	// which goes with the rest.
 	n := &Node{opts: Options{Logf: logf, LogsDir: DataDir}, lay: layout{data: DataDir}, bins: bins, lock: lock}
 	return n.teardown(ctx, "cleanup")
+}
+
+// DefaultRuntime is the runtime a node of kubelet kubeVersion gets
+// unless told otherwise: Containerd2 from kubelet 1.36 (1.35 is the last to
+// support containerd 1.x), else Containerd16, the quicker to set up.
+func DefaultRuntime(kubeVersion string) (Runtime, error) {
+	minor, err := version.KubernetesMinor(kubeVersion)
+	if err != nil {
+		return "", fmt.Errorf("choosing the node's runtime: %w", err)
+	}
+	if minor >= 36 {
+		return Containerd2, nil
+	}
+	return Containerd16, nil
 }
 
 // runtimeFits refuses a runtime kubelet of kubeVersion does not run with:

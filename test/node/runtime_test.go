@@ -30,3 +30,29 @@ func TestRuntimeFits(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultRuntime: containerd 2 from kubelet 1.36, containerd 1.6
+// before; every default fits its kubelet.
+func TestDefaultRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		want    Runtime
+		wantErr bool
+	}{
+		{"v1.34.3", Containerd16, false},
+		{"v1.35.0", Containerd16, false},
+		{"v1.36.0", Containerd2, false},
+		{"v1.37.2", Containerd2, false},
+		{"latest", "", true},
+	} {
+		got, err := DefaultRuntime(tc.version)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("DefaultRuntime(%s) = %q, %v; want %q, error %t", tc.version, got, err, tc.want, tc.wantErr)
+		}
+		if err == nil {
+			if err := runtimeFits(got, tc.version); err != nil {
+				t.Errorf("DefaultRuntime(%s) = %s, which does not fit: %v", tc.version, got, err)
+			}
+		}
+	}
+}

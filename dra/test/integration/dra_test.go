@@ -62,7 +62,7 @@ func startDRA(t *testing.T, nodes map[string]string) *draCluster {
 		t.Skip("starts a real control plane")
 	}
 	cp := framework.StartT(t, framework.Options{
-		KubernetesVersion: framework.KubernetesVersionDRA,
+		KubernetesVersion: framework.KubernetesVersion,
 		Scheduler:         true,
 		Controllers:       []string{"resourceclaim-controller"},
 	})

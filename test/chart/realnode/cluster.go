@@ -69,10 +69,11 @@ type Options struct {
 	Purpose string
 	// Out receives progress and the image builders' output.
 	Out io.Writer
-	// Runtime is the node's container runtime (node.Options.Runtime).
+	// Runtime is the node's container runtime (node.Options.Runtime);
+	// default node.DefaultRuntime of KubernetesVersion.
 	Runtime node.Runtime
 	// KubernetesVersion is the control plane's and the node's
-	// (framework.KubernetesVersion or KubernetesVersionDRA); default
+	// (framework.KubernetesVersion or KubernetesVersionOldest); default
 	// framework.KubernetesVersion.
 	KubernetesVersion string
 }

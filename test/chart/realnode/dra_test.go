@@ -44,11 +44,11 @@ const (
 // restarted driver republishes its slice and refuses an allocation written
 // by hand that would over-commit the fullest card (it restored the claims
 // it had prepared), and once pod dra-1 goes, the waiting pod runs.
-// Kubernetes 1.36 or later (consumable capacity): make node-test-k8s.
+// Kubernetes 1.36 or later (consumable capacity): make test, make node-test.
 func TestDRADriver(t *testing.T) {
 	c := cluster(t)
 	if minor, err := version.KubernetesMinor(c.CP.Version()); err != nil || minor < 36 {
-		t.Skipf("the DRA driver shares cards from Kubernetes 1.36 (consumable capacity); this node runs %s (make node-test-k8s runs v1.37.2)", c.CP.Version())
+		t.Skipf("the DRA driver shares cards from Kubernetes 1.36 (consumable capacity); this node runs %s (make test and make node-test run v1.37.2)", c.CP.Version())
 	}
 	ctx := context.Background()
 	setNodeLabel(ctx, t, c, draNodeLabel, draNodeValue)

@@ -28,9 +28,9 @@ var shared struct {
 	started time.Duration
 }
 
-var kubernetesFlag = flag.String("realnode.kubernetes", framework.KubernetesVersion, "the Kubernetes version of the control plane and the node: "+framework.KubernetesVersion+" or "+framework.KubernetesVersionDRA+" (kubelet 1.36 and later need -realnode.runtime=containerd-2)")
+var kubernetesFlag = flag.String("realnode.kubernetes", framework.KubernetesVersion, "the Kubernetes version of the control plane and the node: "+framework.KubernetesVersion+" or "+framework.KubernetesVersionOldest+" (kubelet 1.36 and later need -realnode.runtime=containerd-2)")
 
-var runtimeFlag = flag.String("realnode.runtime", string(node.Containerd16), "the real node's container runtime: containerd-1.6 (Debian's; ignores CDI devices) or containerd-2 (built from its module; applies them)")
+var runtimeFlag = flag.String("realnode.runtime", "", "the real node's container runtime: containerd-1.6 (Debian's; ignores CDI devices) or containerd-2 (built from its module; applies them); default: containerd-2 for kubelet 1.36 and later, else containerd-1.6")
 
 // startTimeout bounds the start: binaries and images are built when
 // missing (a cold Kubernetes build is about 20 minutes on two cores).
@@ -49,10 +49,12 @@ func cluster(t *testing.T) *Cluster {
 		t.Skip("real node: needs root (containerd, runc, kubelet, iptables, mounts); CI runs it as root")
 	}
 	shared.once.Do(func() {
-		rt, err := node.ParseRuntime(*runtimeFlag)
-		if err != nil {
-			shared.err = err
-			return
+		var rt node.Runtime
+		if *runtimeFlag != "" {
+			rt, shared.err = node.ParseRuntime(*runtimeFlag)
+			if shared.err != nil {
+				return
+			}
 		}
 		shared.dir, shared.err = os.MkdirTemp("", "gpushare-realnode-")
 		if shared.err != nil {

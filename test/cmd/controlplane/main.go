@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -16,23 +17,25 @@ import (
 const usage = `usage: go run ./test/cmd/controlplane <command> [flags]
 
 Commands:
-  build   build etcd %[2]s, kube-apiserver and kube-scheduler %[1]s into
-          the cache if missing, and print the cache directory
+  build [-version V] [-kcm]
+          build etcd %[2]s, kube-apiserver and kube-scheduler V (default
+          %[1]s; or %[3]s), and with -kcm kube-controller-manager, into the
+          cache if missing, and print V's cache directory
   build-kubectl
           build kubectl %[1]s (the docs tests run it) into the cache if
           missing, and print its path
-  build-node
+  build-node [-version V]
           build a real node's kubelet, kube-proxy and kube-controller-manager
-          %[1]s into the cache if missing, and print the cache directory
-          (make test's real node; the containerd-2 runs build containerd
-          %[4]s themselves)
-  build-dra
-          build kube-apiserver, kube-scheduler and kube-controller-manager
-          %[3]s for the DRA driver's tests into their cache if missing, and
-          print that directory
+          V (default %[1]s) into the cache if missing, and print the cache
+          directory
+  build-containerd
+          build containerd %[4]s, its runc shim and ctr (the real node's
+          runtime for kubelet 1.36 and later) into the cache if missing, and
+          print the cache directory
   up      start etcd, kube-apiserver and kube-scheduler on 127.0.0.1, print
           the admin kubeconfig path, and run in the foreground until
           interrupted (Ctrl-C), then stop them; the directory is kept
+          (the version: $` + framework.VersionEnv + `, default %[1]s)
 
 Flags of up:
 `
@@ -44,7 +47,7 @@ func main() {
 	noScheduler := upFlags.Bool("no-scheduler", false, "start only etcd and kube-apiserver")
 	dir := upFlags.String("dir", "", "directory for PKI, kubeconfigs, etcd data and logs (default: a new temporary directory)")
 	printUsage := func() {
-		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion, framework.KubernetesVersionDRA, framework.ContainerdVersion)
+		fmt.Fprintf(os.Stderr, usage, framework.KubernetesVersion, framework.EtcdVersion, framework.KubernetesVersionOldest, framework.ContainerdVersion)
 		upFlags.PrintDefaults()
 	}
 	upFlags.Usage = printUsage
@@ -56,14 +59,39 @@ func main() {
 	os.Exit(run(printUsage, upFlags, extender, schedConfig, noScheduler, dir))
 }
 
+// buildFlags parses the flags of a build command: -version, and -kcm when
+// kcm is set.
+func buildFlags(name string, args []string, kcm bool) (version string, withKCM bool, err error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	v := fs.String("version", framework.KubernetesVersion, "the Kubernetes version: "+framework.KubernetesVersion+" or "+framework.KubernetesVersionOldest)
+	var k *bool
+	if kcm {
+		k = fs.Bool("kcm", false, "build kube-controller-manager too")
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", false, err
+	}
+	if fs.NArg() > 0 {
+		return "", false, fmt.Errorf("%s: unexpected arguments %q", name, fs.Args())
+	}
+	if err := framework.CheckVersion(*v); err != nil {
+		return "", false, fmt.Errorf("%s -version: %w", name, err)
+	}
+	return *v, k != nil && *k, nil
+}
+
 // run carries out the command in os.Args[1] and returns the exit code.
 func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string, noScheduler *bool, dir *string) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
-	switch os.Args[1] {
+	switch cmd := os.Args[1]; cmd {
 	case "build":
-		bins, err := framework.EnsureBinaries(ctx)
+		version, kcm, err := buildFlags(cmd, os.Args[2:], true)
+		if err != nil {
+			return usageError(err)
+		}
+		bins, err := framework.EnsureVersionBinaries(ctx, version, kcm)
 		if err != nil {
 			return fail(err)
 		}
@@ -75,13 +103,17 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		}
 		fmt.Println(kubectl)
 	case "build-node":
-		bins, err := framework.EnsureNodeBinaries(ctx)
+		version, _, err := buildFlags(cmd, os.Args[2:], false)
+		if err != nil {
+			return usageError(err)
+		}
+		bins, err := framework.EnsureNodeBinariesFor(ctx, version)
 		if err != nil {
 			return fail(err)
 		}
 		fmt.Println(bins.Dir)
-	case "build-dra":
-		bins, err := framework.EnsureVersionBinaries(ctx, framework.KubernetesVersionDRA, true)
+	case "build-containerd":
+		bins, err := framework.EnsureContainerdBinaries(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -103,11 +135,20 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 	case "-h", "-help", "--help", "help":
 		printUsage()
 	default:
-		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "unknown command %q\n", cmd)
 		printUsage()
 		return 2
 	}
 	return 0
+}
+
+// usageError reports a command line error: exit code 2.
+func usageError(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "controlplane:", err)
+	return 2
 }
 
 func fail(err error) int {

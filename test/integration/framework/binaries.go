@@ -15,14 +15,17 @@ import (
 )
 
 const (
-	// KubernetesVersion is the version of kube-apiserver, kube-scheduler and
-	// the node binaries (NodeBinaries) pinned by test/tools/k8s/go.mod.
-	KubernetesVersion = "v1.34.3"
-	// KubernetesVersionDRA is the version of the control plane the DRA
-	// driver's tests run (Options.KubernetesVersion), pinned by
-	// test/tools/k8s-v1.37/go.mod: DRA's consumable capacity is on by
-	// default from 1.36.
-	KubernetesVersionDRA = "v1.37.2"
+	// KubernetesVersion is the version make test runs: kube-apiserver,
+	// kube-scheduler, kube-controller-manager, kubectl and the real
+	// node's kubelet and kube-proxy, pinned by test/tools/k8s-v1.37/go.mod.
+	// The DRA driver needs it to be 1.36 or later (consumable capacity is
+	// on by default from 1.36).
+	KubernetesVersion = "v1.37.2"
+	// KubernetesVersionOldest is the oldest version the extender, the
+	// webhook and the device plugin are tested on (make test-k8s and make
+	// node-test with K8S_VERSION=v1.34.3), pinned by
+	// test/tools/k8s-v1.34/go.mod.
+	KubernetesVersionOldest = "v1.34.3"
 	// EtcdVersion is the version of etcd pinned by test/tools/etcd/go.mod.
 	EtcdVersion = "v3.5.21"
 	// ContainerdVersion is the version of containerd pinned by
@@ -35,13 +38,13 @@ const (
 // kubernetesToolDirs are the Kubernetes versions the harness builds:
 // version -> the tool module (relative to the repository root) that pins it.
 var kubernetesToolDirs = map[string]string{
-	KubernetesVersion:    "test/tools/k8s",
-	KubernetesVersionDRA: "test/tools/k8s-v1.37",
+	KubernetesVersion:       "test/tools/k8s-v1.37",
+	KubernetesVersionOldest: "test/tools/k8s-v1.34",
 }
 
 // VersionEnv names the environment variable that picks the Kubernetes
 // version of control planes started without Options.KubernetesVersion
-// (and without Nodes): one of kubernetesToolDirs' versions, e.g. v1.37.2
+// (and without Nodes): one of kubernetesToolDirs' versions, e.g. v1.34.3
 // (make test-k8s). Unset or empty: KubernetesVersion.
 const VersionEnv = "GPUSHARE_KUBERNETES_VERSION"
 
@@ -52,10 +55,19 @@ func DefaultKubernetesVersion() (string, error) {
 	if v == "" {
 		return KubernetesVersion, nil
 	}
-	if kubernetesToolDirs[v] == "" {
-		return "", fmt.Errorf("%s=%s: the harness builds Kubernetes %s and %s", VersionEnv, v, KubernetesVersion, KubernetesVersionDRA)
+	if err := CheckVersion(v); err != nil {
+		return "", fmt.Errorf("%s=%s: %w", VersionEnv, v, err)
 	}
 	return v, nil
+}
+
+// CheckVersion returns nil when the harness builds Kubernetes version,
+// else an error that names the versions it builds.
+func CheckVersion(version string) error {
+	if kubernetesToolDirs[version] == "" {
+		return fmt.Errorf("the harness builds Kubernetes %s and %s, not %q", KubernetesVersion, KubernetesVersionOldest, version)
+	}
+	return nil
 }
 
 // Binaries holds the absolute paths of the control-plane executables.
@@ -243,14 +255,14 @@ func EnsureBinaries(ctx context.Context) (Binaries, error) {
 }
 
 // EnsureVersionBinaries is EnsureBinaries for a Kubernetes version the
-// harness builds (KubernetesVersion or KubernetesVersionDRA), with
+// harness builds (KubernetesVersion or KubernetesVersionOldest), with
 // kube-controller-manager when kcm is set. etcd is always the one in
 // CacheDir; a version other than KubernetesVersion has its own cache
 // directory (cold: about 10, 1.5 and 3.5 minutes on two cores for
 // kube-apiserver, kube-scheduler and kube-controller-manager).
 func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binaries, error) {
-	if kubernetesToolDirs[version] == "" {
-		return Binaries{}, fmt.Errorf("ensuring Kubernetes binaries: the harness builds %s and %s, not %s", KubernetesVersion, KubernetesVersionDRA, version)
+	if err := CheckVersion(version); err != nil {
+		return Binaries{}, fmt.Errorf("ensuring Kubernetes binaries: %w", err)
 	}
 	etcdDir, err := CacheDir()
 	if err != nil {
@@ -285,7 +297,7 @@ func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binar
 
 // EnsureNodeBinaries is EnsureBinaries for NodeBinaries: kubelet,
 // kube-proxy and kube-controller-manager of KubernetesVersion, built from
-// the same tool module test/tools/k8s into the same cache (cold, after
+// the same tool module test/tools/k8s-v1.37 into the same cache (cold, after
 // kube-apiserver: about 1.5, 1 and 3.5 minutes on two cores).
 func EnsureNodeBinaries(ctx context.Context) (NodeBinaries, error) {
 	return EnsureNodeBinariesFor(ctx, KubernetesVersion)
@@ -294,8 +306,8 @@ func EnsureNodeBinaries(ctx context.Context) (NodeBinaries, error) {
 // EnsureNodeBinariesFor is EnsureNodeBinaries for a version the harness
 // builds (kubernetesToolDirs), into that version's cache directory.
 func EnsureNodeBinariesFor(ctx context.Context, version string) (NodeBinaries, error) {
-	if kubernetesToolDirs[version] == "" {
-		return NodeBinaries{}, fmt.Errorf("ensuring a node's Kubernetes binaries: the harness builds %s and %s, not %s", KubernetesVersion, KubernetesVersionDRA, version)
+	if err := CheckVersion(version); err != nil {
+		return NodeBinaries{}, fmt.Errorf("ensuring a node's Kubernetes binaries: %w", err)
 	}
 	dir, err := versionCacheDir(version)
 	if err != nil {

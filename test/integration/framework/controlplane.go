@@ -80,7 +80,7 @@ type Options struct {
 	Nodes *NodeAccess
 	// KubernetesVersion of kube-apiserver, kube-scheduler and
 	// kube-controller-manager (and, with Nodes, of the node binaries):
-	// KubernetesVersion or KubernetesVersionDRA; "" is
+	// KubernetesVersion or KubernetesVersionOldest; "" is
 	// DefaultKubernetesVersion, or KubernetesVersion with Nodes.
 	KubernetesVersion string
 	// Controllers, when set, starts kube-controller-manager with these

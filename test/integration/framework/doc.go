@@ -1,9 +1,10 @@
 // Package framework starts a real etcd, kube-apiserver and kube-scheduler on loopback for integration tests.
 //
 // The three binaries are built from Go modules, not downloaded: the pinned
-// tool modules test/tools/etcd and test/tools/k8s name exact versions
-// (KubernetesVersion, EtcdVersion), and EnsureBinaries runs `go build` in
-// them. The results are cached in $GPUSHARE_CACHE_DIR if set, otherwise in
+// tool modules test/tools/etcd, test/tools/k8s-v1.37 and
+// test/tools/k8s-v1.34 name exact versions (EtcdVersion, KubernetesVersion,
+// the default, and KubernetesVersionOldest), and EnsureBinaries runs
+// `go build` in them. The results are cached in $GPUSHARE_CACHE_DIR if set, otherwise in
 // ${XDG_CACHE_HOME:-$HOME/.cache}/gpushare/controlplane/<versions>/, so only
 // the first run pays for the build (kube-apiserver alone takes about ten
 // minutes cold on two cores). Concurrent builds, for instance from parallel

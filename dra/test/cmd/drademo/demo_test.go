@@ -19,7 +19,7 @@ import (
 // same again; down stops every process the demo started.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a Kubernetes 1.37 control plane (make test-dra)")
+		t.Skip("starts a Kubernetes 1.37 control plane")
 	}
 	bin := filepath.Join(t.TempDir(), "gpushare-dra-demo")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

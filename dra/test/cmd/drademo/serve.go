@@ -73,16 +73,16 @@ func serve(ctx context.Context, o options) error {
 		fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 	}
 	cp, err := framework.Start(ctx, framework.Options{
-		KubernetesVersion: framework.KubernetesVersionDRA,
+		KubernetesVersion: framework.KubernetesVersion,
 		Scheduler:         true,
 		Controllers:       []string{"resourceclaim-controller"},
 		Dir:               o.path(clusterDir),
 	})
 	if err != nil {
-		return o.files().GiveUp(fmt.Errorf("starting the Kubernetes %s control plane: %w", framework.KubernetesVersionDRA, err))
+		return o.files().GiveUp(fmt.Errorf("starting the Kubernetes %s control plane: %w", framework.KubernetesVersion, err))
 	}
 	defer cp.Stop()
-	logf("control plane %s up: %s", framework.KubernetesVersionDRA, cp.APIServerURL())
+	logf("control plane %s up: %s", framework.KubernetesVersion, cp.APIServerURL())
 	admin := cp.Client(framework.AdminUser)
 	if _, err := admin.ResourceV1().DeviceClasses().Create(ctx, devices.DeviceClass(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return o.files().GiveUp(fmt.Errorf("creating the DeviceClass: %w", err))

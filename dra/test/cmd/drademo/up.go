@@ -28,8 +28,8 @@ func up(ctx context.Context, o options) error {
 		return status(ctx, o)
 	}
 	start := time.Now()
-	fmt.Printf("== Building: the Kubernetes %s control plane on the first run only (about 15 min on 2 cores, then cached in ~/.cache/gpushare), then bin/kubectl-inspect-gpushare\n", framework.KubernetesVersionDRA)
-	if _, err := framework.EnsureVersionBinaries(ctx, framework.KubernetesVersionDRA, true); err != nil {
+	fmt.Printf("== Building: the Kubernetes %s control plane on the first run only (about 15 min on 2 cores, then cached in ~/.cache/gpushare), then bin/kubectl-inspect-gpushare\n", framework.KubernetesVersion)
+	if _, err := framework.EnsureVersionBinaries(ctx, framework.KubernetesVersion, true); err != nil {
 		return err
 	}
 	build := exec.CommandContext(ctx, "go", "build", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare")

@@ -1,10 +1,11 @@
-// Module k8s pins the Kubernetes binaries that the tests and `make demo`
-// build from Go modules: kube-apiserver and kube-scheduler, kubectl for the
-// docs tests, and for the real node (test/node) kubelet, kube-proxy and
+// Module k8s-v1.34 pins the Kubernetes v1.34 binaries, the oldest version
+// the extender, the webhook and the device plugin are tested on (make
+// test-k8s, make node-test-k8s): kube-apiserver and kube-scheduler, kubectl,
+// and for the real node (test/node) kubelet, kube-proxy and
 // kube-controller-manager. Each staging module is replaced with its
 // published v0.X.Y twin, because k8s.io/kubernetes itself points them at
 // ./staging.
-module github.com/gpushare/gpushare/test/tools/k8s
+module github.com/gpushare/gpushare/test/tools/k8s-v1.34
 
 go 1.24.0
 
