@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/pkg/kubeclient"
+	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 )
 
@@ -72,17 +73,32 @@ func status(ctx context.Context, o options) error {
 	fmt.Printf(`
 == The cluster keeps running. Play with it:
 export KUBECONFIG=%s
-  kubectl get nodes,pods -o wide                 # kubectl %s or newer
+  kubectl get nodes,pods -o wide                 # %s
   PATH=$PWD/bin:$PATH kubectl inspect gpushare -d
   bin/gpushare-demo status                       # this report again
   make demo-down                                 # stop every process the demo started
 Logs: %s
-`, kubeconfig, "v1.34", filepath.Join(o.dir, clusterDir, "logs"))
+`, kubeconfig, kubectlSkew(client), filepath.Join(o.dir, clusterDir, "logs"))
 	if disagree > 0 {
 		fmt.Fprintf(os.Stderr, "demo: %d containers got other cards than their annotation names\n", disagree)
 		return exitCode(1)
 	}
 	return nil
+}
+
+// kubectlSkew says which kubectl versions work with the cluster: those
+// within one minor version of kube-apiserver (Kubernetes' skew policy).
+func kubectlSkew(client kubernetes.Interface) string {
+	const unknown = "kubectl within one minor version of kube-apiserver"
+	v, err := client.Discovery().ServerVersion()
+	if err != nil {
+		return unknown
+	}
+	minor, err := version.KubernetesMinor(v.GitVersion)
+	if err != nil {
+		return unknown
+	}
+	return fmt.Sprintf("kubectl v1.%d to v1.%d (kube-apiserver %s)", minor-1, minor+1, v.GitVersion)
 }
 
 // settle waits until every named pod runs with its environment recorded,
