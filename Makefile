@@ -86,12 +86,12 @@ test: controlplane ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz
 .PHONY: dra-demo
 dra-demo: ## Run the DRA driver locally: a Kubernetes 1.37 control plane (built once, ~15 min cold), the driver on a simulated 16 GiB card, claims of 4+8+4 GiB sharing it and one that waits; prints inspect and KUBECONFIG=, stays up (make dra-demo-down).
 	$(CONTROLPLANE) build -kcm
-	cd dra && $(GO) build -o ../bin/gpushare-dra-demo ./test/cmd/drademo
+	cd dra && $(GO) build -trimpath -o ../bin/gpushare-dra-demo ./test/cmd/drademo
 	bin/gpushare-dra-demo up
 
 .PHONY: dra-demo-down
 dra-demo-down: ## Stop exactly the processes make dra-demo started (PID files under _output/dra-demo).
-	cd dra && $(GO) build -o ../bin/gpushare-dra-demo ./test/cmd/drademo
+	cd dra && $(GO) build -trimpath -o ../bin/gpushare-dra-demo ./test/cmd/drademo
 	bin/gpushare-dra-demo down
 
 .PHONY: test-dra

@@ -32,8 +32,11 @@ func up(ctx context.Context, o options) error {
 	if _, err := framework.EnsureVersionBinaries(ctx, framework.KubernetesVersion, true); err != nil {
 		return err
 	}
-	build := exec.CommandContext(ctx, "go", "build", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare")
-	build.Dir = o.root
+	// -trimpath and no cgo, as its image and the extender's are built
+	// (pkg/imagebuild's recipes): make test compiles client-go that way
+	// before this runs, so a cold run compiles little more here.
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare")
+	build.Dir, build.Env = o.root, append(os.Environ(), "CGO_ENABLED=0")
 	var out bytes.Buffer
 	build.Stdout, build.Stderr = &out, &out
 	if err := build.Run(); err != nil {
