@@ -95,7 +95,7 @@ dra-demo-down: ## Stop exactly the processes make dra-demo started (PID files un
 	bin/gpushare-dra-demo down
 
 .PHONY: test-dra
-test-dra: controlplane ## Run the DRA driver's tests alone with -race, its integration tests against a real Kubernetes 1.37 control plane included (make test runs them too).
+test-dra: ## Run the DRA driver's tests alone with -race, its integration tests against a real Kubernetes 1.37 control plane included (make test runs them too).
 	$(CONTROLPLANE) build -kcm
 	cd dra && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 

@@ -37,6 +37,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/leader"
+	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -57,18 +58,18 @@ func loadRendered(t *testing.T, file string) renderedChart {
 // the file of manifests/rendered/kubernetes-vMAJOR.MINOR/ where that
 // version has its own rendering of it (test/chart VersionedPlain), else
 // the file itself.
-func loadRenderedFor(t *testing.T, version, file string) renderedChart {
+func loadRenderedFor(t *testing.T, kubeVersion, file string) renderedChart {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(root, "manifests", "rendered", file)
-	minor := version
-	if parts := strings.SplitN(version, ".", 3); len(parts) == 3 {
-		minor = parts[0] + "." + parts[1]
+	minor, err := version.KubernetesMinor(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p := filepath.Join(root, "manifests", "rendered", "kubernetes-"+minor, file); fileExists(p) {
+	path := filepath.Join(root, "manifests", "rendered", file)
+	if p := filepath.Join(root, "manifests", "rendered", fmt.Sprintf("kubernetes-v1.%d", minor), file); fileExists(p) {
 		path = p
 	}
 	objs, err := framework.DecodeManifest(path)

@@ -585,11 +585,15 @@ func DefaultRuntime(kubeVersion string) (Runtime, error) {
 	if err != nil {
 		return "", fmt.Errorf("choosing the node's runtime: %w", err)
 	}
-	if minor >= 36 {
+	if needsContainerd2(minor) {
 		return Containerd2, nil
 	}
 	return Containerd16, nil
 }
+
+// needsContainerd2 reports whether kubelet 1.minor runs only on
+// containerd 2: 1.35 is the last to support containerd 1.x.
+func needsContainerd2(minor int) bool { return minor > 35 }
 
 // runtimeFits refuses a runtime kubelet of kubeVersion does not run with:
 // kubelet 1.35 is the last to support containerd 1.x.
@@ -598,7 +602,7 @@ func runtimeFits(r Runtime, kubeVersion string) error {
 	if err != nil {
 		return fmt.Errorf("starting the node: %w", err)
 	}
-	if minor >= 36 && r != Containerd2 {
+	if needsContainerd2(minor) && r != Containerd2 {
 		return fmt.Errorf("starting the node: kubelet %s needs containerd 2 (runtime %s; kubelet 1.35 is the last to support containerd 1.x)", kubeVersion, Containerd2)
 	}
 	return nil

@@ -68,7 +68,8 @@ func TestDRADriver(t *testing.T) {
 			t.Fatalf("creating pod %s/%s: %v", ns, pod.Name, err)
 		}
 	}
-	used := map[string]int64{} // device -> MiB consumed
+	used := map[string]int64{}      // device -> MiB consumed
+	deviceOf := map[string]string{} // pod -> its claim's device
 	for i, gib := range sizes {
 		name := fmt.Sprintf("dra-%d", i)
 		pod, rep, _, err := c.WaitReport(ctx, ns, name, 0, podTimeout)
@@ -83,6 +84,7 @@ func TestDRADriver(t *testing.T) {
 			t.Errorf("pod %s: its claim consumes %d MiB of %s, want %d", name, mib, device, gib*1024)
 		}
 		used[device] += mib
+		deviceOf[name] = device
 		index := strings.TrimPrefix(device, "gpu-")
 		for key, want := range map[string]string{EnvVisibleDevices: uuids[device], gpushare.AnnotationIndex: index} {
 			if got, ok := rep.Getenv(key); !ok || got != want {
@@ -124,6 +126,9 @@ func TestDRADriver(t *testing.T) {
 		return out
 	}
 	before := containers()
+	if len(before) != len(sizes) {
+		t.Fatalf("before the restarts, running claim pods %v, want all %d", before, len(sizes))
+	}
 	if err := c.Node.RestartKubelet(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +161,12 @@ func TestDRADriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pod %s after pod dra-1 left: %v", big.Name, err)
 	}
+	// Every other card had at most maxFree free before: only dra-1's has
+	// room for it now.
 	device, mib := claimResult(ctx, t, c, pod)
+	if wantMiB := (maxFree/1024 + 1) * 1024; device != deviceOf["dra-1"] || mib != wantMiB {
+		t.Errorf("pod %s once pod dra-1 left: %d MiB on %s, want %d MiB on %s, the card dra-1 held", big.Name, mib, device, wantMiB, deviceOf["dra-1"])
+	}
 	t.Logf("pod %s: %d MiB on %s once pod dra-1 left", big.Name, mib, device)
 }
 
