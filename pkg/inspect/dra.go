@@ -5,28 +5,18 @@ import (
 	"maps"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/draview"
 )
 
-// What the DRA driver publishes (dra/pkg/devices; this module does not
-// import the driver's, which is on newer Kubernetes libraries).
-const (
-	// draDriver is the driver's name in ResourceSlices and allocations.
-	draDriver = "gpu.gpushare.io"
-	// draMemory is its devices' consumable capacity, in bytes.
-	draMemory resourcev1.QualifiedName = "memory"
-	// sourceDRA is Node.Source for a node whose cards the DRA driver
-	// publishes.
-	sourceDRA = "dra"
-)
+// sourceDRA is Node.Source for a node whose cards the DRA driver
+// publishes (package draview reads them).
+const sourceDRA = "dra"
 
 // DRA states of PodShare: a claim a pod has reserved, or one allocated
 // that no pod uses yet.
@@ -45,7 +35,7 @@ var _ DRAAPI = ClientAPI{}
 
 // ListResourceSlices implements DRAAPI: the slices of the DRA driver.
 func (a ClientAPI) ListResourceSlices(ctx context.Context) ([]resourcev1.ResourceSlice, error) {
-	l, err := a.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: resourcev1.ResourceSliceSelectorDriver + "=" + draDriver})
+	l, err := a.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: resourcev1.ResourceSliceSelectorDriver + "=" + draview.DriverName})
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +87,7 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 	newest := map[string]int64{} // pool -> newest generation
 	for i := range slices {
 		s := &slices[i].Spec
-		if s.Driver == draDriver && s.NodeName != nil && s.Pool.Generation > newest[s.Pool.Name] {
+		if s.Driver == draview.DriverName && s.NodeName != nil && s.Pool.Generation > newest[s.Pool.Name] {
 			newest[s.Pool.Name] = s.Pool.Generation
 		}
 	}
@@ -110,7 +100,7 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 	devs := map[key]ref{}
 	for i := range slices {
 		s := &slices[i].Spec
-		if s.Driver != draDriver || s.NodeName == nil || s.Pool.Generation != newest[s.Pool.Name] {
+		if s.Driver != draview.DriverName || s.NodeName == nil || s.Pool.Generation != newest[s.Pool.Name] {
 			continue
 		}
 		n := nodes[*s.NodeName]
@@ -119,15 +109,15 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 			nodes[*s.NodeName] = n
 		}
 		for _, d := range s.Devices {
-			c, unit, ok := draCard(&d)
+			dc, ok := draview.ReadCard(&d)
 			if !ok {
 				continue
 			}
 			if n.Unit == "" {
-				n.Unit = unit
+				n.Unit = dc.Unit
 			}
-			total := d.Capacity[draMemory].Value
-			c.Total = total.Value() / unitSize(n.Unit)
+			c := Card{Index: dc.Index, UUID: dc.UUID, Model: dc.Model, Isolation: dc.Isolation, Healthy: dc.Healthy,
+				Total: dc.Bytes / draview.UnitBytes(n.Unit), Pods: []PodShare{}}
 			n.Cards = append(n.Cards, c)
 			devs[key{s.Pool.Name, d.Name}] = ref{n.Name, c.Index}
 		}
@@ -156,16 +146,15 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 				break
 			}
 		}
-		for _, r := range cl.Status.Allocation.Devices.Results {
+		for _, r := range draview.Shares(cl) {
 			at, ok := devs[key{r.Pool, r.Device}]
-			if r.Driver != draDriver || !ok {
+			if !ok {
 				continue
 			}
 			c := card(at)
 			units := c.Total // no consumed capacity: the whole card
-			if q, ok := r.ConsumedCapacity[draMemory]; ok {
-				size := unitSize(nodes[at.node].Unit)
-				units = (q.Value() + size - 1) / size
+			if r.Bytes > 0 {
+				units = draview.Units(r.Bytes, nodes[at.node].Unit)
 			}
 			s := share
 			s.Units = units
@@ -187,49 +176,6 @@ func draNodes(slices []resourcev1.ResourceSlice, claims []resourcev1.ResourceCla
 		}
 	}
 	return nodes
-}
-
-// draCard reads one device of the driver: its card, and the node's unit
-// from the memory capacity's request step; ok is false for a device
-// without memory capacity.
-func draCard(d *resourcev1.Device) (c Card, unit string, ok bool) {
-	mem, ok := d.Capacity[draMemory]
-	if !ok {
-		return Card{}, "", false
-	}
-	unit = gpushare.UnitGiB
-	if p := mem.RequestPolicy; p != nil && p.ValidRange != nil && p.ValidRange.Step != nil && p.ValidRange.Step.Value() == 1<<20 {
-		unit = gpushare.UnitMiB
-	}
-	c = Card{Healthy: true, Isolation: gpushare.IsolationNone, Pods: []PodShare{}}
-	if a, ok := d.Attributes["index"]; ok && a.IntValue != nil {
-		c.Index = int(*a.IntValue)
-	} else if s, ok := strings.CutPrefix(d.Name, "gpu-"); ok {
-		c.Index, _ = strconv.Atoi(s)
-	}
-	if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
-		c.UUID = *a.StringValue
-	}
-	if a, ok := d.Attributes["model"]; ok && a.StringValue != nil {
-		c.Model = *a.StringValue
-	}
-	if a, ok := d.Attributes["isolation"]; ok && a.StringValue != nil && *a.StringValue != "" {
-		c.Isolation = gpushare.Isolation(*a.StringValue)
-	}
-	for _, t := range d.Taints {
-		if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
-			c.Healthy = false
-		}
-	}
-	return c, unit, true
-}
-
-// unitSize is the bytes of a unit.
-func unitSize(unit string) int64 {
-	if unit == gpushare.UnitMiB {
-		return 1 << 20
-	}
-	return 1 << 30
 }
 
 // mergeDRA puts the DRA driver's nodes into r, among those shown: a node

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -29,7 +30,7 @@ func draDevice(index int, uuid, model string, gib int64, mode gpushare.Isolation
 			"index": {IntValue: ptr.To(int64(index))}, "uuid": {StringValue: ptr.To(uuid)},
 			"model": {StringValue: ptr.To(model)}, "isolation": {StringValue: ptr.To(string(mode))},
 		},
-		Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{draMemory: {
+		Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{draview.Memory: {
 			Value: *total,
 			RequestPolicy: &resourcev1.CapacityRequestPolicy{Default: total,
 				ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: resource.NewQuantity(stepBytes, resource.BinarySI), Step: resource.NewQuantity(stepBytes, resource.BinarySI)}},
@@ -52,7 +53,7 @@ func draSlice(name, node, driver string, gen int64, devs ...resourcev1.Device) *
 func draResult(driver, node, device string, gib int64) resourcev1.DeviceRequestAllocationResult {
 	r := resourcev1.DeviceRequestAllocationResult{Request: "gpu", Driver: driver, Pool: node, Device: device}
 	if gib > 0 {
-		r.ConsumedCapacity = map[resourcev1.QualifiedName]resource.Quantity{draMemory: *resource.NewQuantity(gib<<30, resource.BinarySI)}
+		r.ConsumedCapacity = map[resourcev1.QualifiedName]resource.Quantity{draview.Memory: *resource.NewQuantity(gib<<30, resource.BinarySI)}
 	}
 	return r
 }
@@ -80,20 +81,20 @@ func draCluster() []runtime.Object {
 	a := withIP(util.MakeNode("dra-a").Obj(), "10.0.1.1")
 	b := withIP(util.MakeNode("dra-b").Obj(), "10.0.1.2")
 	unhealthy := draDevice(1, "GPU-dra-a-1", "Tesla-T4", 16, gpushare.IsolationNone, gib)
-	unhealthy.Taints = []resourcev1.DeviceTaint{{Key: draDriver + "/unhealthy", Value: "xid", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
+	unhealthy.Taints = []resourcev1.DeviceTaint{{Key: draview.DriverName + "/unhealthy", Value: "xid", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
 	return []runtime.Object{
 		a, b,
-		draSlice("dra-a-old", "dra-a", draDriver, 1, draDevice(0, "GPU-old", "Tesla-T4", 16, gpushare.IsolationNone, gib)),
-		draSlice("dra-a-gpu", "dra-a", draDriver, 2, unhealthy, draDevice(0, "GPU-dra-a-0", "Tesla-T4", 16, gpushare.IsolationMPS, gib)),
+		draSlice("dra-a-old", "dra-a", draview.DriverName, 1, draDevice(0, "GPU-old", "Tesla-T4", 16, gpushare.IsolationNone, gib)),
+		draSlice("dra-a-gpu", "dra-a", draview.DriverName, 2, unhealthy, draDevice(0, "GPU-dra-a-0", "Tesla-T4", 16, gpushare.IsolationMPS, gib)),
 		draSlice("dra-a-other", "dra-a", "gpu.nvidia.com", 5, draDevice(7, "GPU-other", "H100", 80, gpushare.IsolationNone, gib)),
-		draSlice("dra-b-gpu", "dra-b", draDriver, 1, draDevice(0, "GPU-dra-b-0", "A100-SXM4-40GB", 40, gpushare.IsolationDriver, mib)),
-		draClaim("default", "infer-0-gpu", "infer-0", draResult(draDriver, "dra-a", "gpu-0", 8)),
-		draClaim("team-a", "warm", "", draResult(draDriver, "dra-a", "gpu-0", 4)),
-		draClaim("default", "train-gpu", "train", draResult(draDriver, "dra-a", "gpu-1", 0)),
+		draSlice("dra-b-gpu", "dra-b", draview.DriverName, 1, draDevice(0, "GPU-dra-b-0", "A100-SXM4-40GB", 40, gpushare.IsolationDriver, mib)),
+		draClaim("default", "infer-0-gpu", "infer-0", draResult(draview.DriverName, "dra-a", "gpu-0", 8)),
+		draClaim("team-a", "warm", "", draResult(draview.DriverName, "dra-a", "gpu-0", 4)),
+		draClaim("default", "train-gpu", "train", draResult(draview.DriverName, "dra-a", "gpu-1", 0)),
 		draClaim("default", "nvidia", "x", draResult("gpu.nvidia.com", "dra-a", "gpu-7", 0)),
 		draClaim("default", "unallocated", ""),
-		draClaim("default", "gone-card", "y", draResult(draDriver, "dra-a", "gpu-9", 4)),
-		draClaim("team-a", "notebook-gpu", "notebook", draResult(draDriver, "dra-b", "gpu-0", 5)),
+		draClaim("default", "gone-card", "y", draResult(draview.DriverName, "dra-a", "gpu-9", 4)),
+		draClaim("team-a", "notebook-gpu", "notebook", draResult(draview.DriverName, "dra-b", "gpu-0", 5)),
 	}
 }
 
@@ -131,8 +132,8 @@ func TestDRANodes(t *testing.T) {
 // node not asked for is not shown.
 func TestDRANodeWithPluginCards(t *testing.T) {
 	objs := join(objs(nodeA()), podsA(), objs(
-		draSlice("gpu-a-dra", "gpu-a", draDriver, 1, draDevice(0, "GPU-x", "Tesla-T4", 16, gpushare.IsolationNone, 1<<30)),
-		draSlice("other-dra", "other", draDriver, 1, draDevice(0, "GPU-y", "Tesla-T4", 16, gpushare.IsolationNone, 1<<30))))
+		draSlice("gpu-a-dra", "gpu-a", draview.DriverName, 1, draDevice(0, "GPU-x", "Tesla-T4", 16, gpushare.IsolationNone, 1<<30)),
+		draSlice("other-dra", "other", draview.DriverName, 1, draDevice(0, "GPU-y", "Tesla-T4", 16, gpushare.IsolationNone, 1<<30))))
 	client := fake.NewClientset(objs...)
 	r, err := APISource{API: ClientAPI{Client: client}}.Report(context.Background(), Query{Node: "gpu-a"})
 	if err != nil {
@@ -160,8 +161,8 @@ func TestDRASlicesFromTheDriver(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs := []runtime.Object{util.MakeNode("n-gib").Obj(), util.MakeNode("n-mib").Obj(),
-		draClaim("default", "infer-gpu", "infer", draResult(draDriver, "n-gib", "gpu-0", 6)),
-		draClaim("default", "train-gpu", "train", draResult(draDriver, "n-mib", "gpu-1", 0))}
+		draClaim("default", "infer-gpu", "infer", draResult(draview.DriverName, "n-gib", "gpu-0", 6)),
+		draClaim("default", "train-gpu", "train", draResult(draview.DriverName, "n-mib", "gpu-1", 0))}
 	for i := range list.Items {
 		objs = append(objs, &list.Items[i])
 	}

@@ -12,6 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
@@ -318,7 +319,7 @@ func sourceText(source string) string {
 	case "none":
 		return "none: the node reports no " + string(gpushare.ResourceGPUMem)
 	case sourceDRA:
-		return "from the DRA driver's ResourceSlices (" + draDriver + "); amounts are the allocated ResourceClaims"
+		return "from the DRA driver's ResourceSlices (" + draview.DriverName + "); amounts are the allocated ResourceClaims"
 	}
 	return "from the device inventory"
 }

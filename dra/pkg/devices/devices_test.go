@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/draclaim"
+	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -190,5 +191,43 @@ func TestWebhookAgrees(t *testing.T) {
 	if draclaim.DeviceClassName != DeviceClassName || string(draclaim.MemoryCapacity) != string(CapacityMemory) {
 		t.Errorf("draclaim asks DeviceClass %q capacity %q; the driver serves %q capacity %q",
 			draclaim.DeviceClassName, draclaim.MemoryCapacity, DeviceClassName, CapacityMemory)
+	}
+}
+
+// TestDRAViewReads: the root module's draview, which the extender's node
+// choice and kubectl inspect gpushare read the driver's objects with,
+// reads what List publishes (driver name, device name, index, UUID, model,
+// isolation, capacity, unit from the request step, health from the taint)
+// and reads a device's index back from its name, as it does for an
+// allocation result.
+func TestDRAViewReads(t *testing.T) {
+	if draview.DriverName != DriverName || draview.DeviceClassName != DeviceClassName || string(draview.Memory) != string(CapacityMemory) {
+		t.Fatalf("draview reads driver %q class %q capacity %q; the driver publishes %q, %q, %q",
+			draview.DriverName, draview.DeviceClassName, draview.Memory, DriverName, DeviceClassName, CapacityMemory)
+	}
+	cards := []Card{
+		{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", MemoryMiB: 16280, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS},
+		{Index: 1, UUID: "GPU-1", Model: "A100", MemoryMiB: 40960, CapacityMiB: 40960, Isolation: gpushare.IsolationDriver},
+	}
+	for _, unit := range []string{gpushare.UnitGiB, gpushare.UnitMiB} {
+		devs := List(cards, OrderLargestFirst, Info{Unit: unit, Unhealthy: map[string]bool{"GPU-0": true}})
+		var got []draview.Card
+		for i := range devs {
+			c, ok := draview.ReadCard(&devs[i])
+			if !ok {
+				t.Fatalf("draview does not read device %s", devs[i].Name)
+			}
+			if idx, ok := draview.DeviceIndex(devs[i].Name); !ok || idx != c.Index {
+				t.Errorf("device %s: index %d from its name (%t), %d from its attribute", devs[i].Name, idx, ok, c.Index)
+			}
+			got = append(got, c)
+		}
+		want := []draview.Card{
+			{Index: 1, UUID: "GPU-1", Model: "A100", Isolation: gpushare.IsolationDriver, Healthy: true, Bytes: 40960 << 20, Unit: unit},
+			{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", Isolation: gpushare.IsolationMPS, Bytes: 15360 << 20, Unit: unit},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("unit %s: draview reads (-want +got):\n%s", unit, diff)
+		}
 	}
 }
