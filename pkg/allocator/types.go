@@ -26,6 +26,10 @@ type Card struct {
 	// Isolation is how the card enforces each container's share of its
 	// memory (inventory "isolation"); "" (unknown) enforces nothing.
 	Isolation gpushare.Isolation
+	// Rank is the card's place in its node's DRA ResourceSlice (0 first),
+	// the order in which kube-scheduler's first fit tries the cards of a
+	// node the gpushare DRA driver serves (SliceOrder); 0 on other nodes.
+	Rank int
 }
 
 // Free returns the units a new pod may take on the card: 0 for an

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -75,5 +76,46 @@ func TestDRACardChoice(t *testing.T) {
 				t.Errorf("%d GiB in order %s took gpu-%d, want gpu-%d", tc.units, tc.order, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSliceOrderIsTheDRAReplay: the extender rates a claim pod's nodes
+// with allocator.SliceOrder (cards tried by their Rank in the node's
+// slice); the simulator's DRA replay with nodes rated by the extender
+// (DRAPolicy, index order) must place and rate alike when each card's Rank
+// is its index, as the driver's default --device-order publishes them: on
+// random nodes and requests, the same card and the same node score.
+func TestSliceOrderIsTheDRAReplay(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 26))
+	typical := []allocator.Shape{{Units: 4, Cards: 1, Weight: 0.5}, {Units: 8, Cards: 1, Weight: 0.3}, {Units: 16, Cards: 1, Weight: 0.2}}
+	for _, name := range []string{allocator.NameFragAware, allocator.NameBinpack, allocator.NameSpread} {
+		inner, err := allocator.New(name, typical, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		replay := DRAPolicy(inner, &DRA{Order: DRAOrderIndex, NodeChoice: DRANodeExtender})
+		extender := allocator.SliceOrder(inner)
+		for trial := range 2000 {
+			n := allocator.Node{Name: "n", Unit: "GiB"}
+			for i := range 1 + rng.IntN(8) {
+				total := []int64{16, 24, 32, 40, 80}[rng.IntN(5)]
+				n.Cards = append(n.Cards, allocator.Card{Index: i, Total: total, Used: rng.Int64N(total + 1), Healthy: rng.IntN(10) > 0, Rank: i})
+			}
+			d := gpushare.Demand{{Name: "gpu", Units: 1 + rng.Int64N(24), Cards: 1}}
+			want, werr := allocator.Fit(&n, d, replay)
+			got, gerr := allocator.Fit(&n, d, extender)
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("%s trial %d: fits in the replay: %v, in the extender: %v", name, trial, werr, gerr)
+			}
+			if werr != nil {
+				continue
+			}
+			if diff := cmp.Diff(want.Cards, got.Cards); diff != "" {
+				t.Fatalf("%s trial %d, node %+v, demand %v: cards (-replay +extender):\n%s", name, trial, n.Cards, d, diff)
+			}
+			if w, g := replay.NodeScore(&n, want), extender.NodeScore(&n, got); w != g {
+				t.Fatalf("%s trial %d: node score %v in the replay, %v in the extender", name, trial, w, g)
+			}
+		}
 	}
 }
