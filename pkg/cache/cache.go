@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +65,10 @@ type Cache struct {
 	mu sync.Mutex
 	// nodes: node name -> its cards and the pods on them.
 	nodes map[string]*nodeState
+	// draNodes: node name -> the cards the gpushare DRA driver publishes
+	// for it (SetDRANode), which the node takes when it has no cards of
+	// the device plugin.
+	draNodes map[string]*draNode
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
 	// workload learns typical requests from every gpu-mem pod placed
@@ -131,7 +137,10 @@ type nodeState struct {
 	// node holds the cards; each card's Used is the sum over pods of
 	// podState.perCard for its index.
 	node   allocator.Node
-	source string // SourceInventory, SourceCapacity or SourceNone
+	source string // SourceInventory, SourceCapacity, SourceDRA or SourceNone
+	// info is what the node informer last gave SetNodeInfo (nil for a
+	// placeholder): SetDRANode applies the node again with it.
+	info *NodeInfo
 	// invErr explains an ignored inventory annotation; empty when fine.
 	invErr string
 	// cordonErr explains an invalid gpushare.io/cordoned-gpus annotation
@@ -295,6 +304,7 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{
 		nodes:          map[string]*nodeState{},
+		draNodes:       map[string]*draNode{},
 		pods:           map[types.UID]*podState{},
 		workload:       allocator.NewWorkload(),
 		observed:       map[uint64]struct{}{},
@@ -323,14 +333,54 @@ func (c *Cache) SetNode(node *corev1.Node) error { return c.SetNodeInfo(NewNodeI
 func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in := nodeInput{name: node.Name}
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
-	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
 	c.mu.Lock()
+	if d := c.draNodes[node.Name]; d != nil && in.source == SourceNone {
+		in.unit, in.cards, in.source = d.unit, slices.Clone(d.cards), SourceDRA
+	}
+	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
+	c.nodeState(node.Name).info = node
 	newly := c.setNode(&in)
 	c.publish()
 	c.mu.Unlock()
 	c.report(newly)
 	return errors.Join(in.invErr, in.cordonErr)
+}
+
+// draNode is what the gpushare DRA driver publishes for a node.
+type draNode struct {
+	// unit of the cards' Total (the node's request step).
+	unit string
+	// cards, ordered by Index, their Rank their place in the slice.
+	cards []allocator.Card
+}
+
+// SetDRANode records the cards the gpushare DRA driver publishes for node
+// (its ResourceSlice; unit is the node's, each card's Rank its place in
+// the slice), or forgets them when cards is empty. A node without the
+// device plugin's cards (no gpushare.io/devices, no aliyun.com/gpu-mem)
+// takes them, with source SourceDRA, once the node informer has shown
+// the node; its cordon annotation applies to them. Pods whose claims
+// hold memory there are charged by UpsertClaim.
+func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
+	cards = slices.Clone(cards)
+	slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
+	c.mu.Lock()
+	if len(cards) == 0 {
+		delete(c.draNodes, node)
+	} else {
+		c.draNodes[node] = &draNode{unit: unit, cards: cards}
+	}
+	ns, ok := c.nodes[node]
+	var info *NodeInfo
+	if ok {
+		info = ns.info
+	}
+	c.mu.Unlock()
+	if info == nil {
+		return nil // SetNodeInfo takes them when the node comes
+	}
+	return c.SetNodeInfo(info)
 }
 
 // nodeInput is what SetNode reads of a node.
@@ -415,7 +465,7 @@ func (c *Cache) DeleteNode(name string) {
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
 	} else {
-		ns.seen, ns.node.Cards, ns.source, ns.invErr = false, nil, SourceNone, ""
+		ns.seen, ns.node.Cards, ns.source, ns.invErr, ns.info = false, nil, SourceNone, "", nil
 		ns.cordonErr, ns.cordonMissing = "", nil
 		ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = false, 0, 0
 		ns.missing, ns.unattributed = 0, 0
@@ -622,17 +672,19 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 		c.mu.Unlock()
 		return
 	}
-	c.upsertAndUnlock(pod)
+	c.upsertAndUnlock(pod, true)
 }
 
-// upsertAndUnlock applies pod's GPU memory and host requests, releases
-// c.mu (which the caller holds) and reports the pod's allocation annotation
-// once it newly becomes ignored.
-func (c *Cache) upsertAndUnlock(pod *PodInfo) {
+// upsertAndUnlock applies pod's GPU memory and (with host: a pod, not a
+// claim) its host requests, releases c.mu (which the caller holds) and
+// reports the pod's allocation annotation once it newly becomes ignored.
+func (c *Cache) upsertAndUnlock(pod *PodInfo, host bool) {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
-	c.syncHost(pod)
-	c.observeCPUOnly(pod)
+	if host {
+		c.syncHost(pod)
+		c.observeCPUOnly(pod)
+	}
 	now := c.ignoredReason(pod.UID)
 	c.publish()
 	c.mu.Unlock()
@@ -807,6 +859,30 @@ func (c *Cache) observePlaced(pod *PodInfo) {
 func (c *Cache) forgetPod(uid types.UID) {
 	c.remove(uid)
 	delete(c.pendingIgnored, uid)
+}
+
+// UpsertClaim charges what a ResourceClaim of the gpushare DRA driver
+// holds, as a bound pod keyed by the claim's UID: claim.NodeName is the
+// node of its allocation, Demand one container of the memory asked on one
+// card, Allocation the card and memory of the allocation (in any unit; it
+// is converted to the node's, and must fit its cards as any allocation
+// annotation must). The claim's own pod asks no gpu-mem and is charged only
+// its CPU and memory. A claim whose allocation is gone (deallocated) is
+// forgotten with DeleteClaim. Claims are never preemption victims: the
+// extender evicts pods for GPU memory only on the device plugin's nodes.
+func (c *Cache) UpsertClaim(claim *PodInfo) {
+	claim.Priority, claim.PreemptNever = math.MaxInt32, true
+	c.mu.Lock()
+	c.upsertAndUnlock(claim, false)
+}
+
+// DeleteClaim forgets what the claim of UID uid held (UpsertClaim).
+func (c *Cache) DeleteClaim(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.publish()
+	c.forgetPod(uid)
+	delete(c.observed, c.observedKey(uid))
 }
 
 // DeletePod applies a pod delete from the informer.
@@ -1036,6 +1112,9 @@ func newScorer(in *policyInputs, pod *PodInfo) (*scorer, error) {
 	p, err := in.policy(pod.Policy)
 	if err != nil {
 		return nil, err
+	}
+	if pod.DRA {
+		p = allocator.SliceOrder(p)
 	}
 	sc := &scorer{p: p, host: allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: in.maxMilliCPU, MaxUnits: in.maxUnits}}
 	sc.hs, _ = p.(allocator.HostScorer)

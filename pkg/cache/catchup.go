@@ -68,7 +68,7 @@ func (c *Cache) ApplyQuorum(cu *CatchUp, pod *PodInfo) {
 	if ok {
 		c.floor[pod.UID] = rv
 	}
-	c.upsertAndUnlock(pod)
+	c.upsertAndUnlock(pod, true)
 }
 
 // stale reports whether an informer event of pod is older than the version

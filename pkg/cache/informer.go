@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -25,9 +26,15 @@ type Feeder struct {
 	factory informers.SharedInformerFactory
 	// pods holds a *PodInfo per pod, keyed namespace/name.
 	pods toolscache.Indexer
-	// synced reports whether both informers' initial lists have been
+	// synced reports whether the informers' initial lists have been
 	// delivered to the cache.
 	synced []toolscache.InformerSynced
+	// With EnableDRA: slices holds the ResourceSlices (indexed by node),
+	// claims the ResourceClaims (keyed namespace/name), draUnit the unit
+	// their memory is counted in. Nil and "" without.
+	slices, claims toolscache.Indexer
+	draUnit        string
+	logger         klog.Logger
 }
 
 // NewFeeder registers node and pod informers that feed c. The pod
@@ -37,7 +44,7 @@ type Feeder struct {
 func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Feeder, error) {
 	logger := klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
-	f := &Feeder{cache: c, client: client, factory: factory}
+	f := &Feeder{cache: c, client: client, factory: factory, logger: logger}
 
 	podInf := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 		return coreinformers.NewPodInformer(client, metav1.NamespaceAll, resync, podIndexers())
@@ -58,10 +65,7 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 			f.upsertPod(obj)
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if pod, ok := obj.(*PodInfo); ok {
+			if pod, ok := deleted(obj).(*PodInfo); ok {
 				c.DeletePod(pod.UID)
 			}
 		},
@@ -75,10 +79,7 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 			f.setNode(logger, old, obj)
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if node, ok := obj.(*NodeInfo); ok {
+			if node, ok := deleted(obj).(*NodeInfo); ok {
 				c.DeleteNode(node.Name)
 			}
 		},
@@ -88,6 +89,15 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 	}
 	f.synced = []toolscache.InformerSynced{podReg.HasSynced, nodeReg.HasSynced}
 	return f, nil
+}
+
+// deleted is the object of an informer's delete event: obj itself, or
+// the last state a tombstone (DeletedFinalStateUnknown) holds.
+func deleted(obj any) any {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
 }
 
 // podIndexers are the pod informer store's indexes. It has none: the
@@ -179,6 +189,12 @@ func strip(obj any) (any, error) {
 		return NewPodInfo(o), nil
 	case *corev1.Node:
 		return NewNodeInfo(o), nil
+	case *resourcev1.ResourceSlice:
+		o.ManagedFields = nil
+		return o, nil
+	case *resourcev1.ResourceClaim:
+		o.ManagedFields = nil
+		return o, nil
 	}
 	return obj, nil
 }

@@ -13,6 +13,7 @@ import (
 const (
 	SourceInventory = "inventory" // the device plugin's gpushare.io/devices annotation
 	SourceCapacity  = "capacity"  // aliyun.com/gpu-mem ÷ aliyun.com/gpu-count
+	SourceDRA       = "dra"       // the gpushare DRA driver's ResourceSlice (Cache.SetDRANode)
 	SourceNone      = "none"      // the node reports no GPU memory
 )
 

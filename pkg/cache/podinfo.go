@@ -32,6 +32,12 @@ type PodInfo struct {
 	Phase           corev1.PodPhase
 	// Demand is nil for a pod that asks no gpu-mem or asks it invalidly.
 	Demand gpushare.Demand
+	// DRA: Demand is the memory the pod's claim of the gpushare DRA driver
+	// asks (the extender's filter sets it; NewPodInfo never does): the pod
+	// fits only the DRA driver's nodes, on the card kube-scheduler's first
+	// fit takes there (allocator.SliceOrder). Pods asking gpu-mem fit
+	// only the device plugin's nodes.
+	DRA bool
 	// Allocation is the parsed gpushare.io/allocation, nil when absent or invalid.
 	Allocation *gpushare.Allocation
 	// AllocationErr says why a gpushare.io/allocation annotation the pod

@@ -15,7 +15,7 @@ import (
 type nodeSnap struct {
 	// node holds a copy of the cards.
 	node   allocator.Node
-	source string // SourceInventory, SourceCapacity or SourceNone
+	source string // SourceInventory, SourceCapacity, SourceDRA or SourceNone
 	// invErr and cordonErr as in nodeState.
 	invErr, cordonErr string
 	// hostKnown: the node reports its CPU; freeMilliCPU and freeMemMiB are
@@ -231,7 +231,13 @@ func (c *Cache) fitSnap(name string, pod *PodInfo, cr *credit, p allocator.Polic
 // allow, with policy p into pl, spending b, and says why it does not fit
 // ("" when it does).
 func fitReason(n *allocator.Node, source, invErr string, pod *PodInfo, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) string {
-	if cc := pod.Constraints; cc != nil && source != SourceInventory && (cc.ReadsModel() || cc.ReadsUUID()) {
+	if dra := source == SourceDRA; dra != pod.DRA {
+		if dra {
+			return "the gpushare DRA driver serves the node's cards: only pods asking GPU memory through its claims run there"
+		}
+		return "the pod asks GPU memory through a claim of the gpushare DRA driver, which does not serve this node's cards"
+	}
+	if cc := pod.Constraints; cc != nil && source != SourceInventory && source != SourceDRA && (cc.ReadsModel() || cc.ReadsUUID()) {
 		// Every card would be excluded as unknown: say why once.
 		reason := "the pod asks a GPU " + cc.String() + "; the node publishes no " + gpushare.AnnotationInventory +
 			" inventory (its cards come from " + string(gpushare.ResourceGPUMem) + " capacity), so their models and UUIDs are unknown"

@@ -1,0 +1,187 @@
+package cache
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// sliceNodeIndex indexes the ResourceSlice informer's store by node name.
+const sliceNodeIndex = "node"
+
+// EnableDRA also feeds the cache what the gpushare DRA driver leaves in
+// the API, for the extender's node choice of claim pods: each node's cards
+// from the driver's ResourceSlices (Cache.SetDRANode) and what each
+// allocated ResourceClaim holds on them (Cache.UpsertClaim), both counted
+// in unit (GiB or MiB: a card's memory rounded down, a claim's rounded
+// up). Call it before Start. It needs list and watch on resourceslices and
+// resourceclaims (resource.k8s.io/v1, Kubernetes 1.34 or newer).
+func (f *Feeder) EnableDRA(unit string) error {
+	if unit != gpushare.UnitGiB && unit != gpushare.UnitMiB {
+		return fmt.Errorf("DRA memory unit %q: want %s or %s", unit, gpushare.UnitGiB, gpushare.UnitMiB)
+	}
+	f.draUnit = unit
+	sliceInf := f.factory.Resource().V1().ResourceSlices().Informer()
+	if err := sliceInf.AddIndexers(toolscache.Indexers{sliceNodeIndex: func(obj any) ([]string, error) {
+		if s, ok := obj.(*resourcev1.ResourceSlice); ok && s.Spec.Driver == draview.DriverName && s.Spec.NodeName != nil {
+			return []string{*s.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return fmt.Errorf("indexing ResourceSlices by node: %w", err)
+	}
+	f.slices = sliceInf.GetIndexer()
+	sliceReg, err := sliceInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.sliceChanged(obj) },
+		UpdateFunc: func(_, obj any) { f.sliceChanged(obj) },
+		DeleteFunc: func(obj any) { f.sliceChanged(deleted(obj)) },
+	})
+	if err != nil {
+		return fmt.Errorf("registering ResourceSlice handler: %w", err)
+	}
+	claimInf := f.factory.Resource().V1().ResourceClaims().Informer()
+	f.claims = claimInf.GetIndexer()
+	claimReg, err := claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { f.claimChanged(obj) },
+		UpdateFunc: func(_, obj any) { f.claimChanged(obj) },
+		DeleteFunc: func(obj any) {
+			if cl, ok := deleted(obj).(*resourcev1.ResourceClaim); ok {
+				f.cache.DeleteClaim(cl.UID)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("registering ResourceClaim handler: %w", err)
+	}
+	f.synced = append(f.synced, sliceReg.HasSynced, claimReg.HasSynced)
+	return nil
+}
+
+// sliceChanged applies the cards the driver now publishes for the node of
+// slice obj (a slice of another driver, or of no node, changes nothing).
+func (f *Feeder) sliceChanged(obj any) {
+	s, ok := obj.(*resourcev1.ResourceSlice)
+	if !ok || s.Spec.Driver != draview.DriverName || s.Spec.NodeName == nil {
+		return
+	}
+	node := *s.Spec.NodeName
+	cards := f.draCards(node)
+	if err := f.cache.SetDRANode(node, f.draUnit, cards); err != nil {
+		f.logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KRef("", node))
+	}
+	// Claims on the node may name cards it did not publish before.
+	for _, obj := range f.claims.List() {
+		if cl, ok := obj.(*resourcev1.ResourceClaim); ok && claimOnNode(cl, node) {
+			f.claimChanged(cl)
+		}
+	}
+}
+
+// draCards returns node's cards from the slices in the informer's store,
+// in the feeder's unit, Rank their place in the slices.
+func (f *Feeder) draCards(node string) []allocator.Card {
+	objs, _ := f.slices.ByIndex(sliceNodeIndex, node)
+	list := make([]*resourcev1.ResourceSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*resourcev1.ResourceSlice); ok {
+			list = append(list, s)
+		}
+	}
+	var cards []allocator.Card
+	for rank, c := range draview.NodeCards(node, list) {
+		cards = append(cards, allocator.Card{Index: c.Index, UUID: c.UUID, Model: c.Model, Healthy: c.Healthy,
+			Isolation: c.Isolation, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank})
+	}
+	return cards
+}
+
+// claimOnNode reports whether claim's allocation holds a device of the
+// driver in node's pool.
+func claimOnNode(claim *resourcev1.ResourceClaim, node string) bool {
+	for _, s := range draview.Shares(claim) {
+		if s.Pool == node {
+			return true
+		}
+	}
+	return false
+}
+
+// claimChanged charges claim obj's allocation, or forgets it when the
+// claim holds nothing of the driver.
+func (f *Feeder) claimChanged(obj any) {
+	cl, ok := obj.(*resourcev1.ResourceClaim)
+	if !ok {
+		return
+	}
+	if info := f.claimInfo(cl); info != nil {
+		f.cache.UpsertClaim(info)
+		return
+	}
+	f.cache.DeleteClaim(cl.UID)
+}
+
+// claimInfo is what the cache charges for claim (UpsertClaim): a bound
+// "pod" named after the claim, one container per device result of the
+// driver on the node of its pool (a result without consumed capacity
+// holds the whole card); nil when the claim holds no device of the driver
+// or its results span several nodes.
+func (f *Feeder) claimInfo(claim *resourcev1.ResourceClaim) *PodInfo {
+	shares := draview.Shares(claim)
+	if len(shares) == 0 {
+		return nil
+	}
+	node := shares[0].Pool
+	info := &PodInfo{Name: claim.Name, Namespace: claim.Namespace, UID: claim.UID, ResourceVersion: claim.ResourceVersion,
+		NodeName: node, Phase: corev1.PodRunning, LegacyIndex: -1, StartTime: claim.CreationTimestamp.Time}
+	alloc := &gpushare.Allocation{Node: node, Unit: f.draUnit}
+	var cards []allocator.Card
+	for k, s := range shares {
+		idx, ok := draview.DeviceIndex(s.Device)
+		if s.Pool != node || !ok {
+			return nil
+		}
+		bytes := s.Bytes
+		if bytes == 0 {
+			if cards == nil {
+				cards = f.draCards(node)
+			}
+			for _, c := range cards {
+				if c.Index == idx {
+					bytes = c.Total * draview.UnitBytes(f.draUnit)
+				}
+			}
+		}
+		units := draview.Units(bytes, f.draUnit)
+		name := "device-" + strconv.Itoa(k)
+		info.Demand = append(info.Demand, gpushare.ContainerDemand{Name: name, Units: units, Cards: 1})
+		alloc.Containers = append(alloc.Containers, gpushare.ContainerAllocation{Name: name,
+			Devices: []gpushare.DeviceShare{{Index: idx, Units: units}}})
+	}
+	info.Allocation = alloc
+	return info
+}
+
+// Claim returns the informer's ResourceClaim namespace/name; ok is false
+// when the informer does not hold it (yet), or EnableDRA was not called.
+func (f *Feeder) Claim(namespace, name string) (*resourcev1.ResourceClaim, bool) {
+	if f.claims == nil {
+		return nil, false
+	}
+	obj, exists, err := f.claims.GetByKey(namespace + "/" + name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	cl, ok := obj.(*resourcev1.ResourceClaim)
+	return cl, ok
+}
+
+// DRAUnit is EnableDRA's unit, "" when it was not called.
+func (f *Feeder) DRAUnit() string { return f.draUnit }

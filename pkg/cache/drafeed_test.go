@@ -1,0 +1,166 @@
+package cache
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// draSlice is a slice of the gpushare DRA driver for node, generation gen,
+// one 1 GiB-step device per card size (GiB) in the order given, named by
+// index (indexes[i]).
+func draSlice(node string, gen int64, indexes []int, gib []int64) *resourcev1.ResourceSlice {
+	s := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu-" + string(rune('a'+gen))},
+		Spec: resourcev1.ResourceSliceSpec{Driver: draview.DriverName, NodeName: ptr.To(node),
+			Pool: resourcev1.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1}},
+	}
+	for i, idx := range indexes {
+		total := resource.NewQuantity(gib[i]<<30, resource.BinarySI)
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{
+			Name:       "gpu-" + string(rune('0'+idx)),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{"index": {IntValue: ptr.To(int64(idx))}, "uuid": {StringValue: ptr.To("GPU-" + node + "-" + string(rune('0'+idx)))}},
+			Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{draview.Memory: {Value: *total,
+				RequestPolicy: &resourcev1.CapacityRequestPolicy{ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: resource.NewQuantity(1<<30, resource.BinarySI), Step: resource.NewQuantity(1<<30, resource.BinarySI)}}}},
+		})
+	}
+	return s
+}
+
+// draClaim is a claim allocated gib GiB of node's device gpu-<idx>, or
+// not allocated when node is "".
+func draClaim(name, node string, idx int, gib int64) *resourcev1.ResourceClaim {
+	cl := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)}}
+	if node != "" {
+		cl.Status.Allocation = &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{Results: []resourcev1.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: draview.DriverName, Pool: node, Device: "gpu-" + string(rune('0'+idx)),
+			ConsumedCapacity: map[resourcev1.QualifiedName]resource.Quantity{draview.Memory: *resource.NewQuantity(gib<<30, resource.BinarySI)},
+		}}}}
+	}
+	return cl
+}
+
+// cardsOf is node's cards as Inspect shows them: index -> "used/total".
+func cardsOf(t *testing.T, c *Cache, node string) (source string, cards map[int][2]int64) {
+	t.Helper()
+	views, ok := c.Inspect(node)
+	if !ok || len(views) != 1 {
+		return "", nil
+	}
+	cards = map[int][2]int64{}
+	for _, cv := range views[0].Cards {
+		cards[cv.Index] = [2]int64{cv.Used, cv.Total}
+	}
+	return views[0].Source, cards
+}
+
+// TestFeederDRA: with EnableDRA the cache takes a DRA node's cards from
+// the newest generation of the driver's slice (the node itself carries no
+// gpu-mem), charges each allocated claim on its card, forgets a claim when
+// it is deallocated or deleted, and rates claim pods on DRA nodes only, on
+// the card DRA's first fit takes (slice order), while gpu-mem pods keep off
+// them.
+func TestFeederDRA(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(
+		util.MakeNode("dra-a").Obj(), util.MakeNode("dra-b").Obj(), util.MakeNode("plugin").Cards("T4", 16).Obj(),
+		// dra-a's old slice (generation 1) is superseded by generation 2,
+		// which lists card 1 before card 0.
+		draSlice("dra-a", 1, []int{0}, []int64{8}),
+		draSlice("dra-a", 2, []int{1, 0}, []int64{16, 16}),
+		draSlice("dra-b", 1, []int{0}, []int64{16}),
+		draClaim("a0", "dra-a", 0, 4),
+		draClaim("pending", "", 0, 0),
+	)
+	c, err := New(Config{Policy: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFeeder(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.EnableDRA(gpushare.UnitGiB); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	if !f.WaitForSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	eventually(t, "dra-a's cards with claim a0", func() bool {
+		src, cards := cardsOf(t, c, "dra-a")
+		return src == SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
+	})
+	if src, cards := cardsOf(t, c, "plugin"); src != SourceInventory || len(cards) != 1 {
+		t.Errorf("the device plugin's node: source %s, cards %v", src, cards)
+	}
+
+	// A claim pod of 8 GiB fits both DRA nodes; binpack rates a node by
+	// its use once the pod is placed: dra-a 12 of 32 GiB, dra-b 8 of 16.
+	claimPod := &PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 8, Cards: 1}}, DRA: true}
+	best, failed, err := c.FilterBest(ctx, claimPod, []string{"dra-a", "dra-b", "plugin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"dra-b"}, best); diff != "" {
+		t.Errorf("best nodes of the claim pod (-want +got):\n%s", diff)
+	}
+	if _, ok := failed["plugin"]; !ok {
+		t.Errorf("the device plugin's node is not failed for a claim pod: %v", failed)
+	}
+	gpuPod := &PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 8, Cards: 1}}}
+	if fit, _, err := c.Filter(ctx, gpuPod, []string{"dra-a", "dra-b", "plugin"}); err != nil || !cmp.Equal(fit, []string{"plugin"}) {
+		t.Errorf("a gpu-mem pod fits %v (%v), want only the device plugin's node", fit, err)
+	}
+
+	// Fill dra-a's card 1 with a claim: dra-a would then be 28 of 32 GiB
+	// used, binpack's choice.
+	if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, draClaim("a1", "dra-a", 1, 16), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "claim a1 charged", func() bool {
+		_, cards := cardsOf(t, c, "dra-a")
+		return cards[1] == [2]int64{16, 16}
+	})
+	if best, _, err := c.FilterBest(ctx, claimPod, []string{"dra-a", "dra-b"}); err != nil || !cmp.Equal(best, []string{"dra-a"}) {
+		t.Errorf("best nodes %v (%v), want dra-a (its card 0 holds 4 GiB)", best, err)
+	}
+
+	// Deallocated, then deleted: forgotten.
+	a0 := draClaim("a0", "", 0, 0)
+	if _, err := client.ResourceV1().ResourceClaims("default").Update(ctx, a0, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ResourceV1().ResourceClaims("default").Delete(ctx, "a1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "claims released", func() bool {
+		_, cards := cardsOf(t, c, "dra-a")
+		return cmp.Equal(cards, map[int][2]int64{0: {0, 16}, 1: {0, 16}})
+	})
+
+	// The driver's slice gone: the node has no cards.
+	for _, name := range []string{"dra-b-gpu-b"} {
+		if err := client.ResourceV1().ResourceSlices().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "dra-b without cards", func() bool {
+		src, cards := cardsOf(t, c, "dra-b")
+		return src == SourceNone && len(cards) == 0
+	})
+}
