@@ -80,7 +80,13 @@ func ValidUnit(unit string) error {
 // had they run one). It returns gpushare.ErrNoGPUMem for a pod that asks
 // none, an error wrapping ErrUnsupported for a shape it cannot keep, and
 // PodDemand's error for a malformed request.
-func Convert(pod *corev1.Pod, unit string) (*Conversion, error) {
+//
+// With nodeChoice the container also gets the marker resource
+// gpushare.io/dra-claim: 1 (gpushare.ResourceDRAClaim, in its limits, and
+// in its requests when they held the GPU memory), which routes the pod
+// through the extender's node choice in a kube-scheduler configured for it
+// (the extender's --dra-node-choice).
+func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error) {
 	size, err := unitBytes(unit)
 	if err != nil {
 		return nil, err
@@ -122,11 +128,25 @@ func Convert(pod *corev1.Pod, unit string) (*Conversion, error) {
 	base := fmt.Sprintf("/spec/%s/%d/resources", field, index)
 	res := escape(string(gpushare.ResourceGPUMem))
 	var patch []PatchOp
-	if _, ok := ctr.Resources.Limits[gpushare.ResourceGPUMem]; ok {
+	_, inLimits := ctr.Resources.Limits[gpushare.ResourceGPUMem]
+	if inLimits {
 		patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + res})
 	}
-	if _, ok := ctr.Resources.Requests[gpushare.ResourceGPUMem]; ok {
+	_, inRequests := ctr.Resources.Requests[gpushare.ResourceGPUMem]
+	if inRequests {
 		patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + res})
+	}
+	if nodeChoice {
+		marker, one := escape(string(gpushare.ResourceDRAClaim)), resource.MustParse("1")
+		if len(ctr.Resources.Limits) == 0 {
+			// (A remove leaves an emptied map in place.)
+			patch = append(patch, PatchOp{Op: "add", Path: base + "/limits", Value: corev1.ResourceList{gpushare.ResourceDRAClaim: one}})
+		} else {
+			patch = append(patch, PatchOp{Op: "add", Path: base + "/limits/" + marker, Value: one})
+		}
+		if inRequests {
+			patch = append(patch, PatchOp{Op: "add", Path: base + "/requests/" + marker, Value: one})
+		}
 	}
 	claimRef := corev1.ResourceClaim{Name: ClaimName}
 	if len(ctr.Resources.Claims) == 0 {

@@ -64,6 +64,8 @@ func TestConvert(t *testing.T) {
 		container  string
 		wantName   string
 		wantBytes  int64
+		// nodeChoice: the marker gpushare.io/dra-claim is added.
+		nodeChoice bool
 	}{
 		{name: "one-container-gib", unit: "GiB", pod: util.MakePod("p").Container("sidecar").GPUMem(8).Obj(), container: "c1", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30},
 		{name: "mib", unit: "MiB", pod: util.MakePod("p").GPUMem(1536).Obj(), container: "c0", wantName: "gpushare-gpu-mem-1536mi", wantBytes: 1536 << 20},
@@ -72,12 +74,14 @@ func TestConvert(t *testing.T) {
 		{name: "existing-claims-and-annotations", unit: "GiB", pod: util.MakePod("p").Annotation("team", "a").Obj(), container: "c0", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30},
 		{name: "limit-only", unit: "GiB", pod: limitOnly, container: "c0", wantName: "gpushare-gpu-mem-4gi", wantBytes: 4 << 30},
 		{name: "a-tebibyte", unit: "GiB", pod: util.MakePod("p").GPUMem(1024).Obj(), container: "c0", wantName: "gpushare-gpu-mem-1ti", wantBytes: 1 << 40},
+		{name: "node-choice", unit: "GiB", pod: util.MakePod("p").Container("sidecar").GPUMem(8).Obj(), container: "c1", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30, nodeChoice: true},
+		{name: "node-choice-limit-only", unit: "GiB", pod: limitOnly.DeepCopy(), container: "c0", wantName: "gpushare-gpu-mem-4gi", wantBytes: 4 << 30, nodeChoice: true},
 	}
 	tests[4].pod.Spec = withClaims.Spec
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := tt.pod.DeepCopy()
-			conv, err := Convert(tt.pod, tt.unit)
+			conv, err := Convert(tt.pod, tt.unit, tt.nodeChoice)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,6 +102,16 @@ func TestConvert(t *testing.T) {
 				}
 				if names != (c.Name == tt.container) {
 					t.Errorf("container %q names the claim: %t, want %t", c.Name, names, c.Name == tt.container)
+				}
+				want := tt.nodeChoice && c.Name == tt.container
+				if q, ok := c.Resources.Limits[gpushare.ResourceDRAClaim]; ok != want || (ok && q.Value() != 1) {
+					t.Errorf("container %q limits %s: %v, want it (1) %t", c.Name, gpushare.ResourceDRAClaim, c.Resources.Limits, want)
+				}
+				// In requests too when they held the GPU memory.
+				_, list, i := containerOf(before, c.Name)
+				_, asked := list[i].Resources.Requests[gpushare.ResourceGPUMem]
+				if _, marked := c.Resources.Requests[gpushare.ResourceDRAClaim]; marked != (want && asked) {
+					t.Errorf("container %q requests %v: the marker there %t, want %t", c.Name, c.Resources.Requests, marked, want && asked)
 				}
 			}
 			if n := len(got.Spec.ResourceClaims); n != len(before.Spec.ResourceClaims)+1 {
@@ -142,7 +156,7 @@ func TestConvertRefuses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conv, err := Convert(tt.pod, tt.unit)
+			conv, err := Convert(tt.pod, tt.unit, false)
 			if err == nil {
 				t.Fatalf("converted: %+v", conv)
 			}

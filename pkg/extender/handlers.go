@@ -80,6 +80,10 @@ type Handlers struct {
 	// that fits no node (preempt.go); nil: the preempt verb lets
 	// kube-scheduler evict nobody for a GPU pod. Set before serving.
 	Preempt *Preemptor
+	// Claims, when set (--dra-node-choice), lets filter rate the nodes of
+	// pods asking gpushare.io/dra-claim (filterDRA); nil: filter passes
+	// them every node. Set before serving.
+	Claims ClaimSource
 
 	// verbSlots (filter and prioritize) and bindSlots (made by Router)
 	// and inspectSlots hold one token per request being served;
@@ -328,6 +332,9 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
+		if args.Pod != nil && asksDRANodeChoice(args.Pod) {
+			return h.filterDRA(ctx, &args)
+		}
 		pod, names, err := podArgs(&args, false)
 		if err != nil {
 			return nil, err

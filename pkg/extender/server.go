@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/certs"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/pkg/webhook"
@@ -71,8 +72,14 @@ type Config struct {
 	// empty: off.
 	WebhookDRANodeSelector string
 	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion:
-	// GiB or MiB.
+	// GiB or MiB; with DRANodeChoice, also the unit the DRA nodes' memory
+	// is counted in ("": GiB).
 	WebhookDRAUnit string
+	// DRANodeChoice: filter rates the nodes of pods asking the marker
+	// gpushare.io/dra-claim (claim pods of the gpushare DRA driver) from
+	// the driver's ResourceSlices and the allocated ResourceClaims, which
+	// the extender then watches; the webhook's conversion adds the marker.
+	DRANodeChoice bool
 	// CertCheckPeriod is how often the TLS files are stat'ed besides the
 	// fsnotify events (certs.DefaultCheckPeriod when zero).
 	CertCheckPeriod time.Duration
@@ -177,6 +184,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--scheduler-name: %w", err))
 		}
 	}
+	if u := c.WebhookDRAUnit; c.DRANodeChoice && u != "" && u != gpushare.UnitGiB && u != gpushare.UnitMiB {
+		errs = append(errs, fmt.Errorf("--webhook-dra-memory-unit %q: want %s or %s", u, gpushare.UnitGiB, gpushare.UnitMiB))
+	}
 	if c.WebhookDRANodeSelector != "" {
 		if c.WebhookListen == "" {
 			errs = append(errs, errors.New("--webhook-dra-node-selector needs --webhook-listen"))
@@ -202,7 +212,7 @@ func (c *Config) draConversion(client kubernetes.Interface) (webhook.DRA, error)
 		}
 		labels[key] = value
 	}
-	d := webhook.DRA{NodeSelector: labels, Unit: c.WebhookDRAUnit, Templates: webhook.ClientTemplates{Client: client}}
+	d := webhook.DRA{NodeSelector: labels, Unit: c.WebhookDRAUnit, NodeChoice: c.DRANodeChoice, Templates: webhook.ClientTemplates{Client: client}}
 	if err := d.Validate(); err != nil {
 		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector/--webhook-dra-memory-unit: %w", err)
 	}
@@ -292,6 +302,12 @@ func Run(ctx context.Context, cfg Config) error {
 	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
 	h := NewHandlers(logger, c, binder, feeder.Synced)
 	h.FilterAll = cfg.FilterAll
+	if cfg.DRANodeChoice {
+		if err := feeder.EnableDRA(cmp.Or(cfg.WebhookDRAUnit, gpushare.UnitGiB)); err != nil {
+			return err
+		}
+		h.Claims = feeder
+	}
 	var preemptor *Preemptor
 	if !cfg.NoPreemption {
 		preemptor = NewPreemptor(logger.WithName("preempt"), c, ClientPreemptAPI{Client: client}, feeder, client)
@@ -374,7 +390,7 @@ func Run(ctx context.Context, cfg Config) error {
 		logger.Info("Serving", "listener", ep.name, "address", ep.ln.Addr().String(), "https", ep.tls != nil,
 			"clientCertificates", ep.tls != nil && ep.tls.ClientAuth == tls.RequireAndVerifyClientCert)
 	}
-	logger.Info("Scheduler extender started", "policy", cfg.Policy, "filterBest", !cfg.FilterAll, "preemption", !cfg.NoPreemption)
+	logger.Info("Scheduler extender started", "policy", cfg.Policy, "filterBest", !cfg.FilterAll, "preemption", !cfg.NoPreemption, "draNodeChoice", cfg.DRANodeChoice)
 	files.watch(ctx, cfg.CertCheckPeriod)
 
 	feeder.Start(ctx)

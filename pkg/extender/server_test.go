@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/test/util"
 )
 
 // TestServerCutsOffStalledClients: a client that sends a request's headers
@@ -31,7 +32,7 @@ func TestServerCutsOffStalledClients(t *testing.T) {
 	// The API server is nowhere: the informers never sync, the server
 	// serves regardless.
 	kc := nowhereKubeconfig(t)
-	addr := freeAddr(t)
+	addr := util.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Kubeconfig: kc, Listen: addr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
@@ -104,17 +105,6 @@ current-context: c
 		t.Fatal(err)
 	}
 	return kc
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestProfilingRoutes: the profiles are served only when --profiling is

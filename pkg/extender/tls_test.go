@@ -140,7 +140,7 @@ func TestRunServesTLS(t *testing.T) {
 	first := serverCA.Server(t)
 	certstest.WriteSecretVolume(t, tlsDir, map[string][]byte{certstest.CertFile: first.CertPEM, certstest.KeyFile: first.KeyPEM, certstest.CAFile: schedulerCA.PEM})
 	certstest.WriteSecretVolume(t, webhookDir, certstest.SecretFiles(serverCA, serverCA.Server(t, "gpushare-webhook.kube-system.svc")))
-	api, metricsAddr, webhookAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	api, metricsAddr, webhookAddr := util.FreeAddr(t), util.FreeAddr(t), util.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Kubeconfig: nowhereKubeconfig(t), Listen: api, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,

@@ -8,6 +8,15 @@ const (
 	ResourceGPUMem corev1.ResourceName = "aliyun.com/gpu-mem"
 	// ResourceGPUCount is a number of cards.
 	ResourceGPUCount corev1.ResourceName = "aliyun.com/gpu-count"
+	// ResourceDRAClaim marks a pod whose GPU memory comes through a claim
+	// of the gpushare DRA driver and whose node the extender chooses: the
+	// webhook gives a converted pod's container one (with the extender's
+	// --dra-node-choice), kube-scheduler's configuration lists it as a
+	// managed resource of the extender with ignoredByScheduler, so the
+	// scheduler sends such pods to the extender's filter and counts the
+	// marker nowhere, and kubelet drops it at admission as no node
+	// advertises it. Its quantity means nothing (1).
+	ResourceDRAClaim corev1.ResourceName = "gpushare.io/dra-claim"
 )
 
 // Pod annotations compatible with Aliyun's gpushare.

@@ -43,7 +43,9 @@ func onDRANodes(p *corev1.Pod) *corev1.Pod {
 // that asks gpu-mem is converted (its template ensured first, without
 // writing for a dry run) and keeps its scheduler; one the conversion
 // cannot keep, or whose template fails, is refused with the reason; every
-// other request takes the scheduler-name route as before.
+// other request takes the scheduler-name route as before. With NodeChoice
+// the conversion also adds the marker gpushare.io/dra-claim and sends a
+// pod of the default scheduler to the webhook's, which knows the marker.
 func TestDRAConversion(t *testing.T) {
 	setPatch := `[{"op":"add","path":"/spec/schedulerName","value":"gpushare-scheduler"}]`
 	tests := []struct {
@@ -55,8 +57,18 @@ func TestDRAConversion(t *testing.T) {
 		wantCalls   []string
 		wantPatch   string // for results other than converted
 		wantMessage string // for denied
+		nodeChoice  bool
+		// wantScheduler: a converted pod's schedulerName after the patch.
+		wantScheduler string
 	}{
 		{name: "converted", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
+		{name: "node choice", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true, wantResult: ResultConverted,
+			wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}, wantScheduler: "gpushare-scheduler"},
+		{name: "node choice keeps a scheduler of the pod's own", pod: func() *corev1.Pod {
+			p := onDRANodes(util.MakePod("p").GPUMem(8).Obj())
+			p.Spec.SchedulerName = "mine"
+			return p
+		}(), nodeChoice: true, wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}, wantScheduler: "mine"},
 		{name: "dry run writes nothing", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), dryRun: true, wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=true"}},
 		{name: "two GPU containers refused", pod: onDRANodes(util.MakePod("p").GPUMem(4).GPUMem(4).Obj()), wantResult: ResultDenied, wantMessage: `containers "c0", "c1" all ask aliyun.com/gpu-mem`},
 		{name: "a bad request refused", pod: onDRANodes(util.MakePod("p").GPUMem(0).Obj()), wantResult: ResultDenied, wantMessage: "want a positive whole number"},
@@ -80,7 +92,7 @@ func TestDRAConversion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _ := newHandler(t, ktestingLogger(t))
 			store := &fakeTemplates{err: tc.storeErr}
-			if err := h.EnableDRA(DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", Templates: store}); err != nil {
+			if err := h.EnableDRA(DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", NodeChoice: tc.nodeChoice, Templates: store}); err != nil {
 				t.Fatal(err)
 			}
 			body := review(t, admissionv1.Create, podsResource, "", tc.pod)
@@ -111,16 +123,26 @@ func TestDRAConversion(t *testing.T) {
 					t.Errorf("message %q does not say which node selector sent the pod to DRA", resp.Result.Message)
 				}
 			case ResultConverted:
-				conv, err := draclaim.Convert(tc.pod, "GiB")
+				conv, err := draclaim.Convert(tc.pod, "GiB", tc.nodeChoice)
 				if err != nil {
 					t.Fatal(err)
 				}
 				want, _ := json.Marshal(conv.Patch)
-				if !resp.Allowed || string(resp.Patch) != string(want) || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+				if !resp.Allowed || !strings.HasPrefix(string(resp.Patch), strings.TrimSuffix(string(want), "]")) || resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
 					t.Errorf("response %+v (patch %s), want allowed with the conversion's patch %s", resp, resp.Patch, want)
 				}
-				if strings.Contains(string(resp.Patch), "schedulerName") {
-					t.Errorf("the conversion changes the scheduler: %s", resp.Patch)
+				var ops []draclaim.PatchOp
+				if err := json.Unmarshal(resp.Patch, &ops); err != nil {
+					t.Fatal(err)
+				}
+				sched := tc.pod.Spec.SchedulerName
+				for _, op := range ops {
+					if op.Path == "/spec/schedulerName" {
+						sched, _ = op.Value.(string)
+					}
+				}
+				if sched != tc.wantScheduler {
+					t.Errorf("the converted pod's scheduler is %q, want %q (patch %s)", sched, tc.wantScheduler, resp.Patch)
 				}
 			default:
 				if !resp.Allowed || string(resp.Patch) != tc.wantPatch {

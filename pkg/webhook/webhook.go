@@ -90,6 +90,13 @@ type DRA struct {
 	NodeSelector map[string]string
 	// Unit is aliyun.com/gpu-mem's unit on those nodes: GiB or MiB.
 	Unit string
+	// NodeChoice also gives converted pods the marker resource
+	// gpushare.io/dra-claim, so kube-scheduler asks the extender to rate
+	// their nodes (draclaim.Convert), and the webhook's scheduler name
+	// when their schedulerName is empty or default-scheduler, as for pods
+	// asking gpu-mem: that scheduler's configuration lists the marker as
+	// the extender's (config/kube-scheduler-config.yaml).
+	NodeChoice bool
 	// Templates makes the templates.
 	Templates Templates
 }
@@ -321,12 +328,18 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 			Message: fmt.Sprintf("gpushare: a pod that selects nodes %s (spec.nodeSelector or required node affinity) runs on a DRA node: %v", h.dra.selector(), err),
 		}}, ResultDenied, true
 	}
-	conv, err := draclaim.Convert(&pod, h.dra.Unit)
+	conv, err := draclaim.Convert(&pod, h.dra.Unit, h.dra.NodeChoice)
 	switch {
 	case errors.Is(err, gpushare.ErrNoGPUMem):
 		return nil, "", false
 	case err != nil:
 		return deny(err)
+	}
+	if h.dra.NodeChoice && (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) {
+		// The marker resource is known only to the scheduler whose
+		// configuration names the extender: send the pod there, as Mutate
+		// does for pods asking gpu-mem.
+		conv.Patch = append(conv.Patch, draclaim.PatchOp{Op: "add", Path: "/spec/schedulerName", Value: h.schedulerName})
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	if err := h.dra.Templates.Ensure(ctx, req.Namespace, conv.Template, dryRun); err != nil {

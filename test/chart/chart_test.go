@@ -207,18 +207,22 @@ func TestDashboardCopy(t *testing.T) {
 // the shipped kube-scheduler configurations (but its urlPrefix). The
 // extender's RBAC serves both topologies, so each of its objects is the
 // chart's in one of them; its Role following kube-system/kube-scheduler is
-// the chart's for a scheduler of that Lease name.
+// the chart's for a scheduler of that Lease name; its ClusterRole, which
+// also grants what --dra-node-choice reads, the chart's with the DRA driver.
 func TestMirrorsOfShippedFiles(t *testing.T) {
 	c := load(t)
 	second := objects(t, render(t, c, nil))
 	ext := objects(t, render(t, c, map[string]any{"topology": "extender"}))
 	followsDefault := objects(t, render(t, c, map[string]any{"scheduler": map[string]any{"name": "kube-scheduler"}}))
+	// manifests/extender/rbac.yaml grants what --dra-node-choice reads,
+	// which the chart grants with the DRA driver.
+	extDRA := objects(t, render(t, c, map[string]any{"topology": "extender", "draDriver": map[string]any{"enabled": true}}))
 	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml",
 		"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
 		for _, want := range readYAML(t, file) {
 			kind, name := want["kind"].(string), field(want, "metadata", "name").(string)
 			var diffs []string
-			for _, rendering := range [][]map[string]any{second, ext, followsDefault} {
+			for _, rendering := range [][]map[string]any{second, ext, followsDefault, extDRA} {
 				if got := find(rendering, kind, name); got != nil {
 					diffs = append(diffs, cmp.Diff(want, withoutChartMetadata(got)))
 				}

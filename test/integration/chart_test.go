@@ -422,7 +422,7 @@ func TestChartSecondScheduler(t *testing.T) {
 	pods := make([]*schedulerPod, chart.replicas(t, "gpushare-scheduler"))
 	hosts := make([]string, len(pods))
 	for i := range pods {
-		p := &schedulerPod{host: fmt.Sprintf("gpushare-scheduler-%c", 'a'+i), listen: freeAddr(t), metrics: freeAddr(t), hook: freeAddr(t), schedAddr: freeAddr(t)}
+		p := &schedulerPod{host: fmt.Sprintf("gpushare-scheduler-%c", 'a'+i), listen: util.FreeAddr(t), metrics: util.FreeAddr(t), hook: util.FreeAddr(t), schedAddr: util.FreeAddr(t)}
 		pods[i], hosts[i] = p, p.host
 		p.sidecar = startChartExtender(t, rewriteArgs(t, sidecar.Args, map[string]string{
 			"--listen": p.listen, "--metrics-listen": p.metrics, "--webhook-listen": p.hook,
@@ -750,7 +750,7 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(chart.configMapData(t, "gpushare-kube-scheduler-config", "kube-scheduler-config.yaml")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	svc := freeAddr(t)
+	svc := util.FreeAddr(t)
 	cp := framework.StartT(t, framework.Options{
 		ExtenderURL:     "https://" + svc + extender.Prefix,
 		SchedulerConfig: cfgPath,
@@ -775,8 +775,8 @@ func TestChartExtenderOverHTTPS(t *testing.T) {
 	apiserver := strings.TrimPrefix(cp.APIServerURL(), "https://")
 	for i := range n {
 		names[i] = fmt.Sprintf("gpushare-scheduler-extender-%c", 'a'+i)
-		backends[i] = proxyBackend{listen: freeAddr(t), metrics: freeAddr(t)}
-		link := freeAddr(t)
+		backends[i] = proxyBackend{listen: util.FreeAddr(t), metrics: util.FreeAddr(t)}
+		link := util.FreeAddr(t)
 		links[i] = startTCPProxy(t, link, func() string { return apiserver })
 		// What the downward API gives each pod; the flag's default reads it.
 		t.Setenv("POD_NAME", names[i])

@@ -39,7 +39,7 @@ func startCluster(t *testing.T) *cluster {
 	if testing.Short() {
 		t.Skip("starts a real control plane")
 	}
-	listen := freeAddr(t)
+	listen := util.FreeAddr(t)
 	cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix})
 	ctx := context.Background()
 	admin := cp.Client(framework.AdminUser)

@@ -89,7 +89,7 @@ func TestFilterLatency(t *testing.T) {
 	}
 	var exts []*ext
 	for _, b := range bins {
-		listen, metricsAddr := freeAddr(t), freeAddr(t)
+		listen, metricsAddr := util.FreeAddr(t), util.FreeAddr(t)
 		startExtender(t, b[1], "--kubeconfig", cp.AdminKubeconfig(), "--listen", listen, "--metrics-listen", metricsAddr)
 		waitReady(t, listen)
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {

@@ -36,7 +36,7 @@ func TestFrozenExtender(t *testing.T) {
 		t.Skip("starts a real control plane")
 	}
 	const nodes, cpuPods, gpuPods, frozenCPUBound = 50, 200, 10, 2 * time.Minute
-	listen := freeAddr(t)
+	listen := util.FreeAddr(t)
 	cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix})
 	admin := cp.Client(framework.AdminUser)
 	ctx := context.Background()

@@ -359,7 +359,7 @@ func TestElectedReplicasOneReady(t *testing.T) {
 		done   chan error
 	}
 	start := func(identity string) *ext {
-		e := &ext{listen: freeAddr(t), done: make(chan error, 1)}
+		e := &ext{listen: util.FreeAddr(t), done: make(chan error, 1)}
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName(identity)))
 		e.stop = cancel
 		go func() {

@@ -66,11 +66,11 @@ func TestExtenderRSS(t *testing.T) {
 		bins = append(bins, struct{ name, path string }{"/base", base})
 	}
 	for _, b := range bins {
-		addr := freeAddr(t)
+		addr := util.FreeAddr(t)
 		args := []string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", addr}
 		profileDir, metricsAddr := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR"), ""
 		if profileDir != "" {
-			metricsAddr = freeAddr(t)
+			metricsAddr = util.FreeAddr(t)
 			args = append(args, "--metrics-listen", metricsAddr, "--profiling")
 		}
 		pid, stop := startExtender(t, b.path, args...)

@@ -153,7 +153,7 @@ func TestExtenderOverHTTPS(t *testing.T) {
 	schedulerCert := schedulerCA.Client(t, "kube-scheduler")
 	certstest.WriteSecretVolume(t, schedDir, map[string][]byte{certstest.CertFile: schedulerCert.CertPEM, certstest.KeyFile: schedulerCert.KeyPEM, certstest.CAFile: servingCA.PEM})
 
-	listen, metrics := freeAddr(t), freeAddr(t)
+	listen, metrics := util.FreeAddr(t), util.FreeAddr(t)
 	cp := framework.StartT(t, framework.Options{
 		ExtenderURL:     "https://" + listen + extender.Prefix,
 		SchedulerConfig: filepath.Join(root, "config", "kube-scheduler-config-https.yaml"),

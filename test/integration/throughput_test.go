@@ -134,14 +134,14 @@ func TestSchedulingThroughput(t *testing.T) {
 		// stopped (runBacklog).
 		profiled := 0 // extender runs profiled so far
 		extenderRun := func(bin, cfg string, backlog bool, pods int, node func(string) *corev1.Node, pod func(int) *corev1.Pod, args ...string) (float64, histograms) {
-			listen := freeAddr(t)
+			listen := util.FreeAddr(t)
 			cp := framework.StartT(t, framework.Options{ExtenderURL: "http://" + listen + extender.Prefix, SchedulerConfig: cfg})
 			defer cp.Stop()
 			args = append([]string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen,
 				"--kube-api-qps", "500", "--kube-api-burst", "1000"}, args...)
 			profileDir, metricsAddr := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR"), ""
 			if profileDir != "" {
-				metricsAddr = freeAddr(t)
+				metricsAddr = util.FreeAddr(t)
 				args = append(args, "--metrics-listen", metricsAddr, "--profiling")
 			}
 			_, stop := startExtender(t, bin, args...)
@@ -661,16 +661,6 @@ func startExtender(t *testing.T, bin string, args ...string) (pid int, stop func
 	}
 	t.Cleanup(p.Kill)
 	return p.PID(), p.Kill
-}
-
-// freeAddr returns a 127.0.0.1 address with a port free at the time.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := framework.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // noopSchedulerConfig calls an extender for filter and prioritize only

@@ -101,8 +101,8 @@ func startWebhook(t *testing.T, cp *framework.ControlPlane, cfg func(*extender.C
 	ca := certstest.NewCA(t, "webhook-ca")
 	dir := t.TempDir()
 	certstest.WriteSecretVolume(t, dir, certstest.SecretFiles(ca, ca.Server(t)))
-	hook, metrics := freeAddr(t), freeAddr(t)
-	c := extender.Config{Kubeconfig: cp.AdminKubeconfig(), Listen: freeAddr(t), Policy: allocator.DefaultPolicy, QPS: 50, Burst: 100,
+	hook, metrics := util.FreeAddr(t), util.FreeAddr(t)
+	c := extender.Config{Kubeconfig: cp.AdminKubeconfig(), Listen: util.FreeAddr(t), Policy: allocator.DefaultPolicy, QPS: 50, Burst: 100,
 		MetricsListen: metrics, WebhookListen: hook, SchedulerName: webhook.DefaultSchedulerName,
 		WebhookTLSCertFile: filepath.Join(dir, certstest.CertFile), WebhookTLSKeyFile: filepath.Join(dir, certstest.KeyFile)}
 	if cfg != nil {

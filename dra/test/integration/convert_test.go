@@ -24,11 +24,18 @@ import (
 // applies a webhook's; then creates the pod.
 func (c *draCluster) createConverted(t *testing.T, name string, gib int64) {
 	t.Helper()
+	c.createConvertedWith(t, name, gib, false)
+}
+
+// createConvertedWith is createConverted with the webhook's nodeChoice
+// (the marker gpushare.io/dra-claim; the scheduler name is left as it is).
+func (c *draCluster) createConvertedWith(t *testing.T, name string, gib int64, nodeChoice bool) {
+	t.Helper()
 	ctx := context.Background()
 	pod := util.MakePod(name).GPUMem(gib).Obj()
 	pod.UID = ""
 	pod.Spec.NodeSelector = map[string]string{"gpushare.io/device-mode": "dra"}
-	conv, err := draclaim.Convert(pod, gpushare.UnitGiB)
+	conv, err := draclaim.Convert(pod, gpushare.UnitGiB, nodeChoice)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,12 +58,20 @@ type draNode struct {
 // fake GPU spec).
 func startDRA(t *testing.T, nodes map[string]string) *draCluster {
 	t.Helper()
+	return startDRAWith(t, nodes, "")
+}
+
+// startDRAWith is startDRA with kube-scheduler calling the extenders of
+// config/kube-scheduler-config.yaml at extenderURL ("": none).
+func startDRAWith(t *testing.T, nodes map[string]string, extenderURL string) *draCluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a real control plane")
 	}
 	cp := framework.StartT(t, framework.Options{
 		KubernetesVersion: framework.KubernetesVersion,
 		Scheduler:         true,
+		ExtenderURL:       extenderURL,
 		Controllers:       []string{"resourceclaim-controller"},
 	})
 	ctx := context.Background()

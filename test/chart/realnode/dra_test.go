@@ -27,12 +27,15 @@ const (
 	draNodeLabel, draNodeValue = "gpushare.io/device-mode", "dra"
 	// draDeviceClass is the chart's DeviceClass of the driver's devices.
 	draDeviceClass = "gpu-mem.gpushare.io"
+	// chartSchedulerName is the chart's scheduler.name.
+	chartSchedulerName = "gpushare-scheduler"
 )
 
 // TestDRADriver installs the chart with the DRA driver on the real node
 // (labelled a DRA node: the device plugin keeps off it) in the
 // second-scheduler topology, whose webhook converts pods asking
-// aliyun.com/gpu-mem that select the DRA nodes into claim pods. Pods of 4,
+// aliyun.com/gpu-mem that select the DRA nodes into claim pods, marked for
+// the extender's node choice and sent to the chart's scheduler. Pods of 4,
 // 8 and 4 GiB run through the whole path: the webhook's conversion,
 // kube-controller-manager's claims from the templates, kube-scheduler's
 // allocation against the driver's ResourceSlice, kubelet's DRA manager
@@ -78,6 +81,12 @@ func TestDRADriver(t *testing.T) {
 		}
 		if _, ok := pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceGPUMem]; ok {
 			t.Errorf("pod %s still asks %s: the webhook did not convert it", name, gpushare.ResourceGPUMem)
+		}
+		// The chart's extender rates claim pods' nodes (--dra-node-choice):
+		// the webhook marks them and sends them to the chart's scheduler,
+		// and kubelet admits the marker no node advertises.
+		if _, ok := pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceDRAClaim]; !ok || pod.Spec.SchedulerName != chartSchedulerName {
+			t.Errorf("pod %s: limits %v, scheduler %q; want the marker %s and scheduler %s", name, pod.Spec.Containers[0].Resources.Limits, pod.Spec.SchedulerName, gpushare.ResourceDRAClaim, chartSchedulerName)
 		}
 		device, mib := claimResult(ctx, t, c, pod)
 		if mib != gib*1024 {

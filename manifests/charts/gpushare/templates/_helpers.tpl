@@ -100,6 +100,24 @@ extenders:
   # Card counts are the extender's to check (config/kube-scheduler-config.yaml).
   - name: aliyun.com/gpu-count
     ignoredByScheduler: true
+# Claim pods of the DRA driver marked gpushare.io/dra-claim (the extender's
+# --dra-node-choice, on with draDriver.enabled): its node choice only;
+# ignorable, no bind (config/kube-scheduler-config.yaml).
+- urlPrefix: {{ .url }}
+  filterVerb: filter
+  enableHTTPS: {{ .https }}
+  {{- if .https }}
+  tlsConfig:
+    certFile: /etc/gpushare/scheduler-tls/tls.crt
+    keyFile: /etc/gpushare/scheduler-tls/tls.key
+    caFile: /etc/gpushare/scheduler-tls/ca.crt
+  {{- end }}
+  nodeCacheCapable: true
+  ignorable: true
+  httpTimeout: 2s
+  managedResources:
+  - name: gpushare.io/dra-claim
+    ignoredByScheduler: true
 {{- if .root.Values.extender.scoreCPUPods }}
 {{- if ne .root.Values.topology "extender" }}
 {{- fail "extender.scoreCPUPods needs topology: extender (in the second-scheduler topology the cluster's own kube-scheduler places the pods that ask no GPU memory, and they never reach the chart's)" }}
@@ -129,6 +147,9 @@ extenders:
 - --assume-ttl={{ .Values.extender.assumeTTL }}
 - --kube-api-qps={{ .Values.extender.kubeAPIQPS }}
 - --kube-api-burst={{ .Values.extender.kubeAPIBurst }}
+{{- if .Values.draDriver.enabled }}
+- --dra-node-choice
+{{- end }}
 - --metrics-listen=:{{ .Values.extender.metricsPort }}
 - -v={{ .Values.extender.verbosity }}
 {{- with .Values.extender.extraArgs }}

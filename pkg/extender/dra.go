@@ -1,0 +1,135 @@
+package extender
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/klog/v2"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// ClaimSource reads the ResourceClaims the extender's informer holds
+// (cache.Feeder with EnableDRA).
+type ClaimSource interface {
+	// Claim returns namespace/name; ok is false when it is not known (yet).
+	Claim(namespace, name string) (*resourcev1.ResourceClaim, bool)
+	// DRAUnit is the unit the DRA nodes' memory is counted in.
+	DRAUnit() string
+}
+
+var _ ClaimSource = (*cache.Feeder)(nil)
+
+// asksDRANodeChoice reports whether pod carries the marker resource
+// gpushare.io/dra-claim (requests or limits of any container): its GPU
+// memory comes through a claim of the gpushare DRA driver and the
+// extender rates its nodes.
+func asksDRANodeChoice(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			r := &list[i].Resources
+			if _, ok := r.Limits[gpushare.ResourceDRAClaim]; ok {
+				return true
+			}
+			if _, ok := r.Requests[gpushare.ResourceDRAClaim]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// draDemand returns the demand of a claim pod: the memory its one claim
+// of the driver's DeviceClass asks (draview.RequestBytes), on one card, in
+// claims' unit, with info.DRA set. It returns an error when the pod's
+// claims are not all known yet (kube-controller-manager makes a pod's
+// claim from its template before kube-scheduler tries the pod, but the
+// informer may lag) or none of them, or more than one, asks memory of one
+// card of the driver.
+func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+	var found []string
+	var bytes int64
+	for _, rc := range pod.Spec.ResourceClaims {
+		name := ""
+		switch {
+		case rc.ResourceClaimName != nil:
+			name = *rc.ResourceClaimName
+		case rc.ResourceClaimTemplateName != nil:
+			for _, st := range pod.Status.ResourceClaimStatuses {
+				if st.Name == rc.Name && st.ResourceClaimName != nil {
+					name = *st.ResourceClaimName
+				}
+			}
+		}
+		if name == "" {
+			return fmt.Errorf("pod's claim %q has no ResourceClaim yet", rc.Name)
+		}
+		cl, ok := claims.Claim(pod.Namespace, name)
+		if !ok {
+			return fmt.Errorf("ResourceClaim %s/%s (the pod's claim %q) is not in the extender's informer yet", pod.Namespace, name, rc.Name)
+		}
+		if b, ok := draview.RequestBytes(&cl.Spec); ok {
+			found, bytes = append(found, name), b
+		}
+	}
+	switch len(found) {
+	case 0:
+		return fmt.Errorf("none of the pod's claims asks memory of one card of DeviceClass %s", draview.DeviceClassName)
+	case 1:
+	default:
+		return fmt.Errorf("the pod's claims %v each ask memory of a card of DeviceClass %s; the extender rates nodes for one", found, draview.DeviceClassName)
+	}
+	info.Demand = gpushare.Demand{{Name: found[0], Units: draview.Units(bytes, claims.DRAUnit()), Cards: 1}}
+	info.DRA = true
+	return nil
+}
+
+// filterDRA answers filter for a claim pod (asksDRANodeChoice): the nodes
+// fragaware (or the pod's policy) rates best for the card kube-scheduler's
+// first fit will give its claim there (cache.FilterBest with PodInfo.DRA).
+// kube-scheduler's DynamicResources plugin has already kept only the nodes
+// where the claim can be allocated, and allocates it itself: the
+// extender's answer only narrows the choice. Where it cannot rate (node
+// choice off, the claim not in the informer yet, a claim of another shape,
+// or no node fits in its view, which may lag behind the scheduler's), it
+// passes every node and says why in the log, never failing the pod.
+func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	logger := klog.FromContext(ctx)
+	_, names, err := podArgs(args, true)
+	if err != nil {
+		return nil, err
+	}
+	all := filterResult(args, names, nil)
+	if h.Claims == nil {
+		logger.V(2).Info("Passing every node for a pod that asks the extender's node choice of a DRA claim: off (--dra-node-choice)")
+		return all, nil
+	}
+	pod := cache.NewPodInfo(args.Pod)
+	if pod.Demand != nil {
+		return nil, fmt.Errorf("pod %s/%s asks %s and %s; a pod gets its GPU memory from the device plugin or from a DRA claim, not both", args.Pod.Namespace, args.Pod.Name, gpushare.ResourceGPUMem, gpushare.ResourceDRAClaim)
+	}
+	if err := draDemand(args.Pod, pod, h.Claims); err != nil {
+		logger.V(2).Info("Passing every node for a claim pod", "reason", err.Error())
+		return all, nil
+	}
+	var fit []string
+	var failed map[string]string
+	err = h.searching(ctx, pod, func() (err error) {
+		fit, failed, err = h.cache.FilterBest(ctx, pod, names)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(fit) == 0 {
+		logger.V(2).Info("Passing every node for a claim pod: none fits in the extender's view of the DRA nodes", "nodes", len(names))
+		return all, nil
+	}
+	logger.V(4).Info("Filtered a claim pod", "units", pod.Demand.Total(), "fit", len(fit), "failed", len(failed))
+	return filterResult(args, fit, failed), nil
+}
