@@ -41,7 +41,7 @@ func onDRANodes(p *corev1.Pod) *corev1.Pod {
 
 // TestDRAConversion: with EnableDRA, a pod CREATE selecting the DRA nodes
 // that asks gpu-mem is converted (its template ensured first, without
-// writing for a dry run) and keeps its scheduler; one the conversion
+// writing for a dry run) and, without NodeChoice, keeps its scheduler; one the conversion
 // cannot keep, or whose template fails, is refused with the reason; every
 // other request takes the scheduler-name route as before. With NodeChoice
 // the conversion also adds the marker gpushare.io/dra-claim and sends a

@@ -79,7 +79,8 @@ type Handler struct {
 // it) and that asks aliyun.com/gpu-mem is answered with the patch that
 // makes it ask the same memory through a claim, once its
 // ResourceClaimTemplate exists; its scheduler is left as it is
-// (kube-scheduler allocates claims in every profile). A pod the conversion
+// (kube-scheduler allocates claims in every profile) unless NodeChoice
+// sends it to the extender's. A pod the conversion
 // cannot keep is refused with the reason. A pod that may land on DRA nodes
 // and on others (some affinity terms ask a label, some do not; it asks only
 // some of the labels) is not converted.
