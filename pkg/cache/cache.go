@@ -545,7 +545,7 @@ func (c *Cache) addHost(ns *nodeState, sign int) {
 // that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
 // caller holds c.mu.
 func (c *Cache) observeCPUOnly(pod *PodInfo) {
-	if pod.Demand != nil || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
+	if pod.Demand != nil || pod.ClaimPod || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		return
 	}
 	key := c.observedKey(pod.UID)
@@ -866,8 +866,9 @@ func (c *Cache) forgetPod(uid types.UID) {
 // node of its allocation, Demand one container of the memory asked on one
 // card, Allocation the card and memory of the allocation (in any unit; it
 // is converted to the node's, and must fit its cards as any allocation
-// annotation must). The claim's own pod asks no gpu-mem and is charged only
-// its CPU and memory. A claim whose allocation is gone (deallocated) is
+// annotation must), MilliCPU and MemoryMiB its pod's requests (the workload
+// model learns the claim as a GPU pod; its pod, PodInfo.ClaimPod, asks no
+// gpu-mem and is charged only its CPU and memory). A claim whose allocation is gone (deallocated) is
 // forgotten with DeleteClaim. Claims are never preemption victims: the
 // extender evicts pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *PodInfo) {

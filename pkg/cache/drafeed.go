@@ -166,6 +166,15 @@ func (f *Feeder) claimInfo(claim *resourcev1.ResourceClaim) *PodInfo {
 			Devices: []gpushare.DeviceShare{{Index: idx, Units: units}}})
 	}
 	info.Allocation = alloc
+	// The workload model learns the claim with its pod's CPU and memory.
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			if pod, ok := f.Pod(claim.Namespace, r.Name); ok && pod.UID == r.UID {
+				info.MilliCPU, info.MemoryMiB = pod.MilliCPU, pod.MemoryMiB
+			}
+			break
+		}
+	}
 	return info
 }
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
@@ -76,6 +79,9 @@ func TestFeederDRA(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The pod of claim a1, marked for the node choice.
+	user := util.MakePod("user-a1").UID("user-a1").Requests("2", "4Gi").Node("dra-a").Obj()
+	user.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpushare.ResourceDRAClaim: resource.MustParse("1")}
 	client := fake.NewClientset(
 		util.MakeNode("dra-a").Obj(), util.MakeNode("dra-b").Obj(), util.MakeNode("plugin").Cards("T4", 16).Obj(),
 		// dra-a's old slice (generation 1) is superseded by generation 2,
@@ -85,6 +91,7 @@ func TestFeederDRA(t *testing.T) {
 		draSlice("dra-b", 1, []int{0}, []int64{16}),
 		draClaim("a0", "dra-a", 0, 4),
 		draClaim("pending", "", 0, 0),
+		user,
 	)
 	c, err := New(Config{Policy: "binpack"})
 	if err != nil {
@@ -129,13 +136,23 @@ func TestFeederDRA(t *testing.T) {
 
 	// Fill dra-a's card 1 with a claim: dra-a would then be 28 of 32 GiB
 	// used, binpack's choice.
-	if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, draClaim("a1", "dra-a", 1, 16), metav1.CreateOptions{}); err != nil {
+	a1 := draClaim("a1", "dra-a", 1, 16)
+	a1.Status.ReservedFor = []resourcev1.ResourceClaimConsumerReference{{Resource: "pods", Name: "user-a1", UID: "user-a1"}}
+	if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, a1, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "claim a1 charged", func() bool {
 		_, cards := cardsOf(t, c, "dra-a")
 		return cards[1] == [2]int64{16, 16}
 	})
+	// The workload model learnt a0 (no pod known: no CPU) and a1 with its
+	// pod's 2 cores, and not a1's pod as one asking no GPU memory.
+	c.mu.Lock()
+	cpuPerGiB := c.workload.CPUPerUnit()
+	c.mu.Unlock()
+	if want := 2000 / (4*0.999 + 16); !cmp.Equal(want, cpuPerGiB, cmpopts.EquateApprox(1e-9, 0)) {
+		t.Errorf("CPU per GiB learnt from the claims: %v, want %v", cpuPerGiB, want)
+	}
 	if best, _, err := c.FilterBest(ctx, claimPod, []string{"dra-a", "dra-b"}); err != nil || !cmp.Equal(best, []string{"dra-a"}) {
 		t.Errorf("best nodes %v (%v), want dra-a (its card 0 holds 4 GiB)", best, err)
 	}
@@ -163,4 +180,45 @@ func TestFeederDRA(t *testing.T) {
 		src, cards := cardsOf(t, c, "dra-b")
 		return src == SourceNone && len(cards) == 0
 	})
+}
+
+// TestCPUPressureLearnsClaimPods: on a DRA node, a pod marked
+// gpushare.io/dra-claim is learnt through its claim, as a GPU pod with the
+// pod's CPU (the simulator's DRA replay learns it so), never as a pod
+// asking no GPU memory; an unmarked pod there is one.
+func TestCPUPressureLearnsClaimPods(t *testing.T) {
+	c := newCache(t, nil)
+	if err := c.SetDRANode("dra", gpushare.UnitGiB, []allocator.Card{{Index: 0, Total: 16, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetNode(util.MakeNode("dra").Host("32", "128Gi").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	marked := util.MakePod("train").Requests("2", "4Gi").Node("dra").Obj()
+	marked.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpushare.ResourceDRAClaim: resource.MustParse("1")}
+	const d = 0.999 // allocator's workloadDecay
+	for _, s := range []struct {
+		name string
+		do   func()
+		want float64 // millicores per GiB
+	}{
+		{"the marked pod bound: not a pod without GPU memory", func() { c.UpsertPod(marked) }, 0},
+		{"its claim: 2 cores for 4 GiB", func() {
+			c.UpsertClaim(&PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
+				MilliCPU: 2000, MemoryMiB: 4096, Demand: gpushare.Demand{{Name: "d", Units: 4, Cards: 1}},
+				Allocation: &gpushare.Allocation{Node: "dra", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}})
+		}, 500},
+		{"an unmarked pod there: one without GPU memory", func() { c.UpsertPod(util.MakePod("web").Requests("1", "1Gi").Node("dra").Obj()) }, (2000*d + 1000) / (4 * d)},
+	} {
+		s.do()
+		c.mu.Lock()
+		got := c.workload.CPUPerUnit()
+		c.mu.Unlock()
+		if diff := cmp.Diff(s.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
+		}
+	}
+	if _, cards := cardsOf(t, c, "dra"); cards[0] != [2]int64{4, 16} {
+		t.Errorf("the claim holds %v of the DRA card, want 4 of 16 GiB", cards[0])
+	}
 }

@@ -32,6 +32,11 @@ type PodInfo struct {
 	Phase           corev1.PodPhase
 	// Demand is nil for a pod that asks no gpu-mem or asks it invalidly.
 	Demand gpushare.Demand
+	// ClaimPod: the pod asks gpushare.io/dra-claim (gpushare.AsksDRAClaim):
+	// its GPU memory is a claim of the gpushare DRA driver, which the
+	// workload model learns from the claim (Cache.UpsertClaim), not as a
+	// pod asking no GPU memory.
+	ClaimPod bool
 	// DRA: Demand is the memory the pod's claim of the gpushare DRA driver
 	// asks (the extender's filter sets it; NewPodInfo never does): the pod
 	// fits only the DRA driver's nodes, on the card kube-scheduler's first
@@ -94,6 +99,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		Policy:   pod.Annotations[gpushare.AnnotationPolicy],
 	}
 	info.MilliCPU, info.MemoryMiB = PodRequests(pod)
+	info.ClaimPod = gpushare.AsksDRAClaim(pod)
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
 		info.Labels = NewLabelSet(pod.Labels)

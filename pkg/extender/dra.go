@@ -25,25 +25,6 @@ type ClaimSource interface {
 
 var _ ClaimSource = (*cache.Feeder)(nil)
 
-// asksDRANodeChoice reports whether pod carries the marker resource
-// gpushare.io/dra-claim (requests or limits of any container): its GPU
-// memory comes through a claim of the gpushare DRA driver and the
-// extender rates its nodes.
-func asksDRANodeChoice(pod *corev1.Pod) bool {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			r := &list[i].Resources
-			if _, ok := r.Limits[gpushare.ResourceDRAClaim]; ok {
-				return true
-			}
-			if _, ok := r.Requests[gpushare.ResourceDRAClaim]; ok {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // draDemand returns the demand of a claim pod: the memory its one claim
 // of the driver's DeviceClass asks (draview.RequestBytes), on one card, in
 // claims' unit, with info.DRA set. It returns an error when the pod's
@@ -89,7 +70,7 @@ func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
 	return nil
 }
 
-// filterDRA answers filter for a claim pod (asksDRANodeChoice): the nodes
+// filterDRA answers filter for a claim pod (gpushare.AsksDRAClaim): the nodes
 // fragaware (or the pod's policy) rates best for the card kube-scheduler's
 // first fit will give its claim there (cache.FilterBest with PodInfo.DRA).
 // kube-scheduler's DynamicResources plugin has already kept only the nodes

@@ -332,7 +332,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
-		if args.Pod != nil && asksDRANodeChoice(args.Pod) {
+		if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
 			return h.filterDRA(ctx, &args)
 		}
 		pod, names, err := podArgs(&args, false)

@@ -48,3 +48,20 @@ const (
 
 // DefaultUnit is the unit assumed when a node publishes no inventory.
 const DefaultUnit = UnitGiB
+
+// AsksDRAClaim reports whether a container (or init container) of pod
+// asks ResourceDRAClaim, in its limits or requests.
+func AsksDRAClaim(pod *corev1.Pod) bool {
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			r := &list[i].Resources
+			if _, ok := r.Limits[ResourceDRAClaim]; ok {
+				return true
+			}
+			if _, ok := r.Requests[ResourceDRAClaim]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}

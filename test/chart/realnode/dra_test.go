@@ -35,7 +35,9 @@ const (
 // (labelled a DRA node: the device plugin keeps off it) in the
 // second-scheduler topology, whose webhook converts pods asking
 // aliyun.com/gpu-mem that select the DRA nodes into claim pods, marked for
-// the extender's node choice and sent to the chart's scheduler. Pods of 4,
+// the extender's node choice and sent to the chart's scheduler; the driver
+// and the extender set the Go runtime's soft memory limit from their
+// containers' cgroups. Pods of 4,
 // 8 and 4 GiB run through the whole path: the webhook's conversion,
 // kube-controller-manager's claims from the templates, kube-scheduler's
 // allocation against the driver's ResourceSlice, kubelet's DRA manager
@@ -58,6 +60,8 @@ func TestDRADriver(t *testing.T) {
 	t.Cleanup(func() { setNodeLabel(context.Background(), t, c, draNodeLabel, "") })
 	install(ctx, t, c, SecondScheduler, map[string]any{"draDriver": map[string]any{"enabled": true}})
 	uuids := waitSlice(ctx, t, c)
+	// The DRA node runs the driver instead of the device plugin.
+	checkSoftMemoryLimits(ctx, t, c, "extender", "dra-driver")
 
 	const ns = "realnode-dra"
 	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

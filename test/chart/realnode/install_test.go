@@ -47,7 +47,7 @@ func TestHelmInstall(t *testing.T) {
 func testInstall(t *testing.T, c *Cluster, topology string) {
 	ctx := context.Background()
 	uninstall := install(ctx, t, c, topology, nil)
-	checkSoftMemoryLimits(ctx, t, c)
+	checkSoftMemoryLimits(ctx, t, c, softLimitContainers...)
 	waitIdleTaint(ctx, t, c, true)
 	runGPUPods(ctx, t, c, "realnode-"+topology, []int64{4, 8, 12})
 	waitIdleTaint(ctx, t, c, false)
@@ -73,11 +73,12 @@ func testInstall(t *testing.T, c *Cluster, topology string) {
 // runtime's soft memory limit from their cgroup's (pkg/memlimit).
 var softLimitContainers = []string{"extender", "device-plugin"}
 
-// checkSoftMemoryLimits checks, in the logs of the release's extender and
-// device plugin containers, that each took memlimit.DefaultFraction (90%) of its container's memory
-// limit (resources.limits.memory) as the Go runtime's soft memory limit:
-// what the runtime reads from the cgroup the container runtime made.
-func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
+// checkSoftMemoryLimits checks, in the logs of the release's containers
+// named names (each must run with a memory limit), that each took
+// memlimit.DefaultFraction (90%) of its container's memory limit
+// (resources.limits.memory) as the Go runtime's soft memory limit: what
+// the runtime reads from the cgroup the container runtime made.
+func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster, names ...string) {
 	t.Helper()
 	pods, err := c.ReleasePods(ctx)
 	if err != nil {
@@ -87,7 +88,7 @@ func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
 	for _, p := range pods {
 		for _, ctr := range p.Spec.Containers {
 			limit, ok := ctr.Resources.Limits[corev1.ResourceMemory]
-			if !ok || !slices.Contains(softLimitContainers, ctr.Name) {
+			if !ok || !slices.Contains(names, ctr.Name) {
 				continue
 			}
 			want := fmt.Sprintf(`"Soft memory limit from the cgroup" limitBytes=%d softLimitBytes=%d `, limit.Value(), int64(float64(limit.Value())*memlimit.DefaultFraction))
@@ -104,8 +105,8 @@ func checkSoftMemoryLimits(ctx context.Context, t *testing.T, c *Cluster) {
 			checked++
 		}
 	}
-	if checked < len(softLimitContainers) {
-		t.Errorf("checked the soft memory limit of %d containers; the release runs at least %d with a memory limit (%v)", checked, len(softLimitContainers), softLimitContainers)
+	if checked < len(names) {
+		t.Errorf("checked the soft memory limit of %d containers; the release runs at least %d with a memory limit (%v)", checked, len(names), names)
 	}
 }
 
