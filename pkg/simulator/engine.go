@@ -67,7 +67,8 @@ type Options struct {
 	// gpushare.io/idle-gpus (PreferNoSchedule), which kube-scheduler's
 	// TaintToleration weighs (Scheduler.TaintWeight) for every pod; 0
 	// taints no node; nil is gpushare.DefaultIdleTaintMinCards, what the
-	// plugin does by default.
+	// plugin does by default, or 0 in a DRA replay (the driver's nodes run
+	// no device plugin).
 	IdleTaintMinCards *int
 	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
 	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
@@ -308,6 +309,11 @@ func (opts *Options) complete() error {
 	}
 	if opts.IdleTaintMinCards == nil {
 		opts.IdleTaintMinCards = ptr.To(gpushare.DefaultIdleTaintMinCards)
+		if opts.DRA != nil {
+			// The DRA driver's nodes run no device plugin: nothing
+			// taints them idle.
+			opts.IdleTaintMinCards = ptr.To(0)
+		}
 	}
 	if p := *opts.PercentageOfNodesToScore; p < 0 || p > 100 {
 		return fmt.Errorf("percentageOfNodesToScore %d: want 0 (kube-scheduler's adaptive default) to 100", p)

@@ -128,7 +128,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
 	cpuPods := fs.String("cpu-pods", string(CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
 	topology := fs.String("topology", string(TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
-	idleMin := fs.Int("idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "the device plugin's --idle-taint-min-cards to replay: a node of at least this many cards, none holding GPU memory, carries the gpushare.io/idle-gpus taint (PreferNoSchedule), which kube-scheduler's TaintToleration weighs for every pod; 0: no node is tainted")
+	idleMin := fs.Int("idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "the device plugin's --idle-taint-min-cards to replay: a node of at least this many cards, none holding GPU memory, carries the gpushare.io/idle-gpus taint (PreferNoSchedule), which kube-scheduler's TaintToleration weighs for every pod; 0: no node is tainted; unset: the plugin's default, and 0 in a DRA replay (POLICY@dra:…), whose nodes run no device plugin")
 	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
 	kubeVersion := fs.String("kube-scheduler-version", "v1."+strconv.Itoa(DefaultKubeSchedulerMinor), "the kube-scheduler version to replay, v1.MINOR[.PATCH]: from v1.36 its NodeResourcesBalancedAllocation scores how much a pod improves a node's balance, not the balance once it is there")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
@@ -180,7 +180,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if *idleMin < 0 {
 		return nil, fmt.Errorf("--idle-taint-min-cards %d: want 0 (no taint) or more", *idleMin)
 	}
-	cfg.IdleTaintMinCards = idleMin
+	// Unset, each replay takes Options' default: the plugin's, or none on
+	// the DRA driver's nodes.
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "idle-taint-min-cards" {
+			cfg.IdleTaintMinCards = idleMin
+		}
+	})
 	minor, err := version.KubernetesMinor(*kubeVersion)
 	if err != nil {
 		return nil, fmt.Errorf("--kube-scheduler-version: %w", err)

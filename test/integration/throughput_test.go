@@ -970,7 +970,7 @@ func TestDropEveryPodEntry(t *testing.T) {
 		want    []entry
 		wantErr bool
 	}{
-		{name: "opt-in", in: optIn, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}}},
+		{name: "opt-in", in: optIn, want: []entry{{FilterVerb: "filter", BindVerb: "bind"}, {FilterVerb: "filter"}}},
 		{name: "shipped: no every-pod entry", in: shipped, wantErr: true},
 		{name: "no every-pod entry", in: []byte("extenders:\n- {filterVerb: filter, managedResources: [{name: aliyun.com/gpu-mem}]}\n"), wantErr: true},
 		{name: "only the every-pod entry", in: []byte("extenders:\n- {prioritizeVerb: prioritize}\n"), wantErr: true},

@@ -31,10 +31,17 @@ func (c *draCluster) createConverted(t *testing.T, name string, gib int64) {
 // (the marker gpushare.io/dra-claim; the scheduler name is left as it is).
 func (c *draCluster) createConvertedWith(t *testing.T, name string, gib int64, nodeChoice bool) {
 	t.Helper()
-	ctx := context.Background()
 	pod := util.MakePod(name).GPUMem(gib).Obj()
 	pod.UID = ""
 	pod.Spec.NodeSelector = map[string]string{"gpushare.io/device-mode": "dra"}
+	c.convertAndCreate(t, pod, nodeChoice)
+}
+
+// convertAndCreate converts pod (asking GiB of aliyun.com/gpu-mem) as the
+// webhook does, with nodeChoice, and creates it.
+func (c *draCluster) convertAndCreate(t *testing.T, pod *corev1.Pod, nodeChoice bool) {
+	t.Helper()
+	ctx := context.Background()
 	conv, err := draclaim.Convert(pod, gpushare.UnitGiB, nodeChoice)
 	if err != nil {
 		t.Fatal(err)

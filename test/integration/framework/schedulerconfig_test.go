@@ -123,12 +123,14 @@ func readSchedulerConfig(t *testing.T, flag string) configv1.KubeSchedulerConfig
 // checkExtenders checks cfg's extenders: as shipped, pointed at url.
 func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url string, wantTLS *configv1.ExtenderTLSConfig) {
 	t.Helper()
-	// As shipped: one entry, the GPU entry (filter, bind, gpu-mem managed
-	// and gpu-count ignored by the scheduler), pointed at the test's
-	// extender. No entry prioritizes pods that ask no GPU memory: those
-	// never wait on the extender (issue 21).
-	if len(cfg.Extenders) != 1 {
-		t.Fatalf("%d extenders, want the 1 shipped", len(cfg.Extenders))
+	// As shipped: two entries, pointed at the test's extender: the GPU
+	// entry (filter, bind, gpu-mem managed and gpu-count ignored by the
+	// scheduler) and the claim pods' (filter only, ignorable, the marker
+	// gpushare.io/dra-claim ignored by the scheduler). No entry
+	// prioritizes pods that ask no GPU memory: those never wait on the
+	// extender (issue 21).
+	if len(cfg.Extenders) != 2 {
+		t.Fatalf("%d extenders, want the 2 shipped", len(cfg.Extenders))
 	}
 	for i, ext := range cfg.Extenders {
 		if ext.URLPrefix != url || cfg.ClientConnection.Kubeconfig != "/admin.kubeconfig" {
@@ -151,5 +153,11 @@ func checkExtenders(t *testing.T, cfg configv1.KubeSchedulerConfiguration, url s
 	}
 	if gpu.PrioritizeVerb != "" {
 		t.Errorf("extender 0 prioritizeVerb %q, want none shipped (the opt-in file adds it)", gpu.PrioritizeVerb)
+	}
+	claims := cfg.Extenders[1]
+	wantMarker := []configv1.ExtenderManagedResource{{Name: "gpushare.io/dra-claim", IgnoredByScheduler: true}}
+	if !claims.NodeCacheCapable || claims.FilterVerb != "filter" || claims.BindVerb != "" || claims.PrioritizeVerb != "" || claims.PreemptVerb != "" ||
+		!claims.Ignorable || cmp.Diff(wantMarker, claims.ManagedResources) != "" {
+		t.Errorf("extender 1 %+v: want filter only, nodeCacheCapable, ignorable, the marker ignored by the scheduler, as shipped", claims)
 	}
 }
