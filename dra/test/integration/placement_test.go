@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -47,7 +49,9 @@ type placementNode struct {
 // until the cards are more than full: each must land on a node the
 // simulator rates best (kube-scheduler breaks ties at random), its claim
 // on the card the simulator gives it there, or wait where the simulator
-// finds no node; the simulator then follows the real choice.
+// finds no node; the simulator then follows the real choice. Then the
+// extender is stopped: the claim pods' extender entry is ignorable, so a
+// marked pod still schedules, without the node choice.
 func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 	minor, err := version.KubernetesMinor(framework.KubernetesVersion)
 	if err != nil {
@@ -144,12 +148,13 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	runExtender(t, extender.Config{Kubeconfig: c.cp.AdminKubeconfig(), Listen: listen, Policy: allocator.DefaultPolicy,
+	stopExtender := runExtender(t, extender.Config{Kubeconfig: c.cp.AdminKubeconfig(), Listen: listen, Policy: allocator.DefaultPolicy,
 		QPS: 100, Burst: 200, DRANodeChoice: true, WebhookDRAUnit: gpushare.UnitGiB})
 	var held int64 // GiB the claims hold, as the extender must see them
 	waitExtender(t, listen, len(nodes), held)
 
 	var placed, failed, ties int
+	var firstPlaced string
 	for k, s := range shapes {
 		choice := step.Choices(&tr.Pods[k])
 		if len(choice.Best) > 1 {
@@ -175,6 +180,9 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 			continue
 		}
 		placed++
+		if firstPlaced == "" {
+			firstPlaced = s.name
+		}
 		claim, err := c.podClaimNamed(ctx, got, draclaim.ClaimName)
 		if err != nil {
 			t.Fatal(err)
@@ -191,6 +199,18 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 	if placed == 0 || failed == 0 || ties == 0 {
 		t.Errorf("the sequence exercises too little: want pods placed, pods waiting and ties")
 	}
+
+	// The claim pods' entry is ignorable: with the extender stopped, a
+	// marked pod that fits (in the room of the first pod placed, deleted
+	// with its claim) still schedules.
+	stopExtender()
+	last := util.MakePod("extender-down").GPUMem(2).Obj()
+	last.UID, last.Spec.NodeSelector = "", draLabel
+	if err := c.admin.CoreV1().Pods("default").Delete(ctx, firstPlaced, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	c.convertAndCreate(t, last, true)
+	t.Logf("with the extender stopped, a marked claim pod still scheduled, on %s", c.waitPod(t, last.Name, true).Spec.NodeName)
 }
 
 // waitExtender waits until the extender's inspect shows nodes DRA nodes
@@ -222,4 +242,40 @@ func waitExtender(t *testing.T, listen string, nodes int, gib int64) {
 		t.Fatalf("the extender never showed %d DRA nodes holding %d GiB: %v", nodes, gib, err)
 	}
 	time.Sleep(100 * time.Millisecond)
+}
+
+// runExtender runs the extender in this process until the returned stop,
+// and waits until it is ready.
+func runExtender(t *testing.T, cfg extender.Config) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName("extender")))
+	done := make(chan error, 1)
+	go func() { done <- extender.Run(ctx, cfg) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("extender: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-done:
+			return false, fmt.Errorf("the extender ended: %w", err)
+		default:
+		}
+		resp, err := http.Get("http://" + cfg.Listen + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the extender: %v", err)
+	}
+	return stop
 }
