@@ -21,6 +21,43 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
+// TraceOf is the trace of nodes and pods, read as ReadKubernetes reads
+// them from a file: a test builds a cluster and its replay from the same
+// objects. The pods keep their order.
+func TraceOf(nodes []*corev1.Node, pods []*corev1.Pod) (*Trace, error) {
+	var buf bytes.Buffer
+	write := func(obj any) error {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return err
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+		buf.WriteString("\n")
+		return nil
+	}
+	for _, n := range nodes {
+		n = n.DeepCopy()
+		n.APIVersion, n.Kind = "v1", "Node"
+		if err := write(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range pods {
+		p = p.DeepCopy()
+		p.APIVersion, p.Kind = "v1", "Pod"
+		if err := write(p); err != nil {
+			return nil, err
+		}
+	}
+	tr := &Trace{}
+	var err error
+	if tr.Nodes, tr.Pods, err = ReadKubernetes(&buf, "objects"); err != nil {
+		return nil, err
+	}
+	return tr, nil
+}
+
 // ReadKubernetes reads Nodes and Pods from YAML or JSON, as `kubectl get
 // nodes,pods -o yaml` writes them (a List) or as documents separated by
 // "---"; other kinds are ignored. A node's cards are what the extender's

@@ -107,6 +107,31 @@ func TestReadKubernetes(t *testing.T) {
 	}
 }
 
+// TestTraceOf: the trace of objects is what ReadKubernetes reads of them
+// from a file, and the objects are left as they were.
+func TestTraceOf(t *testing.T) {
+	nodes := []*corev1.Node{util.MakeNode("inv").Cards("Tesla T4", 16, 16).Obj(), util.MakeNode("cpu-only").Obj()}
+	pods := []*corev1.Pod{withCPU(util.MakePod("train").GPUMem(12).Obj(), "4", "8Gi"), withCPU(util.MakePod("web").Container("web").Obj(), "1", "1Gi")}
+	before := []any{nodes[0].DeepCopy(), nodes[1].DeepCopy(), pods[0].DeepCopy(), pods[1].DeepCopy()}
+	tr, err := TraceOf(nodes, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, []any{nodes[0], nodes[1], pods[0], pods[1]}); diff != "" {
+		t.Errorf("TraceOf changed its objects:\n%s", diff)
+	}
+	wantNodes, wantPods, err := ReadKubernetes(strings.NewReader(kubeList(t, nodes[0], nodes[1], pods[0], pods[1])), "cluster.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&Trace{Nodes: wantNodes, Pods: wantPods}, tr); diff != "" {
+		t.Errorf("TraceOf (-ReadKubernetes +TraceOf):\n%s", diff)
+	}
+	if len(tr.Nodes) != 2 || len(tr.Pods) != 2 || tr.Pods[0].Name != "default/train" {
+		t.Errorf("trace %+v: want 2 nodes and the pods in order", tr)
+	}
+}
+
 func TestReadKubernetesDocuments(t *testing.T) {
 	input := "# a node, then a pod\napiVersion: v1\nkind: Node\nmetadata:\n  name: n1\nstatus:\n  allocatable:\n    cpu: \"4\"\n    memory: 8Gi\n    aliyun.com/gpu-mem: \"16\"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ignored\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: ns\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n        aliyun.com/gpu-mem: \"3\"\n"
 	nodes, pods, err := ReadKubernetes(strings.NewReader(input), "x.yaml")

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -190,14 +188,6 @@ func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Tra
 		t.Fatal(err)
 	}
 	var nodes []*corev1.Node
-	var docs []string
-	add := func(obj any, kind string) {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, fmt.Sprintf(`{"apiVersion":"v1","kind":%q,%s`, kind, strings.TrimPrefix(string(b), "{")))
-	}
 	for _, n := range openb.Nodes[:placementNodes] {
 		sizes := make([]int64, len(n.Cards))
 		for i := range sizes {
@@ -205,7 +195,6 @@ func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Tra
 		}
 		node := util.MakeNode(n.Name).Cards(n.Model, sizes...).Host(fmt.Sprintf("%dm", n.MilliCPU), fmt.Sprintf("%dMi", n.MemoryMiB)).Obj()
 		nodes = append(nodes, node)
-		add(node, "Node")
 	}
 	var pods []*corev1.Pod
 	for _, p := range openb.Pods {
@@ -221,20 +210,15 @@ func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Tra
 		pod := w.Requests(fmt.Sprintf("%dm", p.MilliCPU), fmt.Sprintf("%dMi", p.MemoryMiB)).Obj()
 		pod.UID = ""
 		pods = append(pods, pod)
-		add(pod, "Pod")
 	}
-	file := filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := os.WriteFile(file, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := simulator.LoadTrace(file, file)
+	tr, err := simulator.TraceOf(nodes, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(tr.Pods) != len(pods) {
 		t.Fatalf("the simulator read %d pods of %d", len(tr.Pods), len(pods))
 	}
-	// ReadKubernetes keeps the objects' order; the names say it too.
+	// TraceOf keeps the objects' order; the names say it too.
 	for i := range pods {
 		if want := pods[i].Namespace + "/" + pods[i].Name; tr.Pods[i].Name != want {
 			t.Fatalf("pod %d is %s in the simulator, %s here", i, tr.Pods[i].Name, want)

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -94,19 +92,12 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 	// The simulator's trace, read from the objects it stands for: the
 	// nodes with their cards (as an inventory: the replay's cards), the
 	// pods as they ask before the webhook's conversion.
-	var docs []string
-	add := func(obj any, kind string) {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, fmt.Sprintf(`{"apiVersion":"v1","kind":%q,%s`, kind, strings.TrimPrefix(string(b), "{")))
-	}
 	draLabel := map[string]string{"gpushare.io/device-mode": "dra"}
+	var traceNodes []*corev1.Node
 	for _, n := range nodes {
 		node := util.MakeNode(n.name).Cards("Tesla-T4", n.cardsGiB...).Host(n.cpu, n.mem).Obj()
 		node.Labels = draLabel
-		add(node, "Node")
+		traceNodes = append(traceNodes, node)
 	}
 	pods := make([]*corev1.Pod, len(shapes))
 	for i, s := range shapes {
@@ -114,13 +105,8 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 		pod.UID = ""
 		pod.Spec.NodeSelector = draLabel
 		pods[i] = pod
-		add(pod, "Pod")
 	}
-	file := filepath.Join(t.TempDir(), "cluster.yaml")
-	if err := os.WriteFile(file, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := simulator.LoadTrace(file, file)
+	tr, err := simulator.TraceOf(traceNodes, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
