@@ -62,7 +62,8 @@ if [ -n "${WARM_DEPS_DONE:-}" ]; then
 	touch "$WARM_DEPS_DONE"
 fi
 if [ "$(id -u)" = 0 ]; then
-	step $GO run -trimpath ./test/cmd/controlplane build-node
-	step $GO run -trimpath ./test/cmd/controlplane build-containerd
+	# One go run: the node's binaries and containerd's build side by side
+	# (their links overlap), under one hold of the cache's lock.
+	step $GO run -trimpath ./test/cmd/controlplane build-node -containerd
 fi
 exit $status

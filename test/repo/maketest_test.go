@@ -198,9 +198,10 @@ func TestMakeTestFailsWithALaterModule(t *testing.T) {
 }
 
 // TestMakeTestStartsModulesBesideTheNodeBuild: as root the warm-up's last
-// step builds the real node's binaries (go run ... build-node, here 4 s);
-// the later modules' tests start before it ends, once the warm-up's
-// dependency builds are done, and make test waits for it before exiting.
+// step builds the real node's binaries and containerd (go run ...
+// build-node -containerd, here 4 s); the later modules' tests start before
+// it ends, once the warm-up's dependency builds are done, and make test
+// waits for it before exiting.
 func TestMakeTestStartsModulesBesideTheNodeBuild(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
@@ -214,7 +215,7 @@ func TestMakeTestStartsModulesBesideTheNodeBuild(t *testing.T) {
 	}
 	index := func(f func(goCall) bool) int { return slices.IndexFunc(calls, f) }
 	nodeEnd := index(func(c goCall) bool {
-		return strings.HasPrefix(c.args, "ended run") && strings.HasSuffix(c.args, "build-node")
+		return strings.HasPrefix(c.args, "ended run") && strings.HasSuffix(c.args, "build-node -containerd")
 	})
 	lastDeps := -1
 	for i, c := range calls {

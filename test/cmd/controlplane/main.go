@@ -24,10 +24,11 @@ Commands:
   build-kubectl
           build kubectl %[1]s (the docs tests run it) into the cache if
           missing, and print its path
-  build-node [-version V]
+  build-node [-version V] [-containerd]
           build a real node's kubelet, kube-proxy and kube-controller-manager
           V (default %[1]s) into the cache if missing, and print the cache
-          directory
+          directory; with -containerd, build-containerd's binaries too,
+          beside them
   build-containerd
           build containerd %[4]s, its runc shim and ctr (the real node's
           runtime for kubelet 1.36 and later) into the cache if missing, and
@@ -59,14 +60,18 @@ func main() {
 	os.Exit(run(printUsage, upFlags, extender, schedConfig, noScheduler, dir))
 }
 
-// buildFlags parses the flags of a build command: -version, and -kcm when
-// kcm is set.
-func buildFlags(name string, args []string, kcm bool) (version string, withKCM bool, err error) {
+// buildFlags parses the flags of a build command: -version, and the bool
+// flag named extra ("kcm" for build, "containerd" for build-node) unless
+// extra is empty.
+func buildFlags(name string, args []string, extra string) (version string, withExtra bool, err error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	v := fs.String("version", framework.KubernetesVersion, "the Kubernetes version: "+framework.KubernetesVersion+" or "+framework.KubernetesVersionOldest)
-	var k *bool
-	if kcm {
-		k = fs.Bool("kcm", false, "build kube-controller-manager too")
+	var x *bool
+	switch extra {
+	case "kcm":
+		x = fs.Bool("kcm", false, "build kube-controller-manager too")
+	case "containerd":
+		x = fs.Bool("containerd", false, "build containerd "+framework.ContainerdVersion+", its runc shim and ctr too")
 	}
 	if err := fs.Parse(args); err != nil {
 		return "", false, err
@@ -77,7 +82,7 @@ func buildFlags(name string, args []string, kcm bool) (version string, withKCM b
 	if err := framework.CheckVersion(*v); err != nil {
 		return "", false, fmt.Errorf("%s -version: %w", name, err)
 	}
-	return *v, k != nil && *k, nil
+	return *v, x != nil && *x, nil
 }
 
 // run carries out the command in os.Args[1] and returns the exit code.
@@ -87,7 +92,7 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 
 	switch cmd := os.Args[1]; cmd {
 	case "build":
-		version, kcm, err := buildFlags(cmd, os.Args[2:], true)
+		version, kcm, err := buildFlags(cmd, os.Args[2:], "kcm")
 		if err != nil {
 			return usageError(err)
 		}
@@ -103,11 +108,16 @@ func run(printUsage func(), upFlags *flag.FlagSet, extender, schedConfig *string
 		}
 		fmt.Println(kubectl)
 	case "build-node":
-		version, _, err := buildFlags(cmd, os.Args[2:], false)
+		version, withContainerd, err := buildFlags(cmd, os.Args[2:], "containerd")
 		if err != nil {
 			return usageError(err)
 		}
-		bins, err := framework.EnsureNodeBinariesFor(ctx, version)
+		var bins framework.NodeBinaries
+		if withContainerd {
+			bins, _, err = framework.EnsureNodeAndContainerd(ctx, version)
+		} else {
+			bins, err = framework.EnsureNodeBinariesFor(ctx, version)
+		}
 		if err != nil {
 			return fail(err)
 		}

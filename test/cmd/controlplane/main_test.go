@@ -10,26 +10,29 @@ import (
 )
 
 // TestBuildFlags: -version defaults to the harness's version and takes
-// only a version it builds; -kcm only where the command has it; no
-// arguments beside the flags.
+// only a version it builds; -kcm and -containerd only where the command
+// has them; no arguments beside the flags.
 func TestBuildFlags(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		args        []string
-		kcm         bool // the command has -kcm
+		extra       string // the command's bool flag: kcm, containerd or none
 		wantVersion string
-		wantKCM     bool
+		wantKCM     bool // the extra flag's value
 		wantErr     string
 	}{
-		{name: "defaults", kcm: true, wantVersion: framework.KubernetesVersion},
-		{name: "oldest with kcm", args: []string{"-version", framework.KubernetesVersionOldest, "-kcm"}, kcm: true, wantVersion: framework.KubernetesVersionOldest, wantKCM: true},
-		{name: "node oldest", args: []string{"-version=" + framework.KubernetesVersionOldest}, wantVersion: framework.KubernetesVersionOldest},
-		{name: "unbuilt version", args: []string{"-version", "v1.36.0"}, kcm: true, wantErr: `not "v1.36.0"`},
-		{name: "no kcm on build-node", args: []string{"-kcm"}, wantErr: "-kcm"},
-		{name: "stray argument", args: []string{"v1.34.3"}, kcm: true, wantErr: "unexpected arguments"},
+		{name: "defaults", extra: "kcm", wantVersion: framework.KubernetesVersion},
+		{name: "oldest with kcm", args: []string{"-version", framework.KubernetesVersionOldest, "-kcm"}, extra: "kcm", wantVersion: framework.KubernetesVersionOldest, wantKCM: true},
+		{name: "node oldest", args: []string{"-version=" + framework.KubernetesVersionOldest}, extra: "containerd", wantVersion: framework.KubernetesVersionOldest},
+		{name: "node with containerd", args: []string{"-containerd"}, extra: "containerd", wantVersion: framework.KubernetesVersion, wantKCM: true},
+		{name: "unbuilt version", args: []string{"-version", "v1.36.0"}, extra: "kcm", wantErr: `not "v1.36.0"`},
+		{name: "no kcm on build-node", args: []string{"-kcm"}, extra: "containerd", wantErr: "-kcm"},
+		{name: "no containerd on build", args: []string{"-containerd"}, extra: "kcm", wantErr: "-containerd"},
+		{name: "none on build-kubectl", args: []string{"-kcm"}, wantErr: "-kcm"},
+		{name: "stray argument", args: []string{"v1.34.3"}, extra: "kcm", wantErr: "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			version, kcm, err := buildFlags("build", tc.args, tc.kcm)
+			version, kcm, err := buildFlags("build", tc.args, tc.extra)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("buildFlags(%q) error %v, want one with %q", tc.args, err, tc.wantErr)
@@ -41,7 +44,7 @@ func TestBuildFlags(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := buildFlags("build", []string{"-h"}, true); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := buildFlags("build", []string{"-h"}, "kcm"); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("buildFlags(-h) error %v, want flag.ErrHelp (exit 0)", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -268,9 +269,6 @@ func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binar
 	if err != nil {
 		return Binaries{}, err
 	}
-	if err := ensure(ctx, etcdDir, []buildSpec{etcdSpec()}); err != nil {
-		return Binaries{}, err
-	}
 	dir, err := versionCacheDir(version)
 	if err != nil {
 		return Binaries{}, err
@@ -278,6 +276,12 @@ func EnsureVersionBinaries(ctx context.Context, version string, kcm bool) (Binar
 	specs := []buildSpec{kubernetesVersionSpec("kube-apiserver", version), kubernetesVersionSpec("kube-scheduler", version)}
 	if kcm {
 		specs = append(specs, kubernetesVersionSpec("kube-controller-manager", version))
+	}
+	if dir == etcdDir {
+		// One ensure: etcd builds beside Kubernetes (buildGroups).
+		specs = append(specs, etcdSpec())
+	} else if err := ensure(ctx, etcdDir, []buildSpec{etcdSpec()}); err != nil {
+		return Binaries{}, err
 	}
 	if err := ensure(ctx, dir, specs); err != nil {
 		return Binaries{}, err
@@ -325,7 +329,37 @@ func EnsureNodeBinariesFor(ctx context.Context, version string) (NodeBinaries, e
 	}, nil
 }
 
-// ensure builds the specs missing from dir, under dir's lock.
+// EnsureNodeAndContainerd is EnsureNodeBinariesFor and
+// EnsureContainerdBinaries at once: for KubernetesVersion, whose cache
+// directory holds both, in one ensure (the two builds side by side);
+// for another version one after the other.
+func EnsureNodeAndContainerd(ctx context.Context, version string) (NodeBinaries, ContainerdBinaries, error) {
+	if err := CheckVersion(version); err != nil {
+		return NodeBinaries{}, ContainerdBinaries{}, fmt.Errorf("ensuring a node's Kubernetes binaries: %w", err)
+	}
+	dir, err := CacheDir()
+	if err != nil {
+		return NodeBinaries{}, ContainerdBinaries{}, err
+	}
+	if version == KubernetesVersion {
+		if err := ensure(ctx, dir, append(nodeSpecs(version), containerdSpecs()...)); err != nil {
+			return NodeBinaries{}, ContainerdBinaries{}, err
+		}
+	}
+	node, err := EnsureNodeBinariesFor(ctx, version)
+	if err != nil {
+		return NodeBinaries{}, ContainerdBinaries{}, err
+	}
+	ctrd, err := EnsureContainerdBinaries(ctx)
+	return node, ctrd, err
+}
+
+// ensure builds the specs missing from dir, under dir's lock. Specs that
+// share a tool module, ldflags and tags are built by one go build (their
+// common packages compiled once, their links side by side), and such
+// groups at once: a link runs on one core, so a lone build leaves the other
+// idle through each of its links (three to four big links in make test's
+// cold control-plane build).
 func ensure(ctx context.Context, dir string, specs []buildSpec) error {
 	if len(missing(dir, specs)) == 0 {
 		return nil
@@ -347,12 +381,34 @@ func ensure(ctx context.Context, dir string, specs []buildSpec) error {
 	}
 	defer unlock()
 	// Another process may have built some while we waited for the lock.
-	for _, s := range missing(dir, specs) {
-		if err := build(ctx, root, dir, s); err != nil {
-			return err
-		}
+	groups := buildGroups(missing(dir, specs))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() { errs[i] = build(ctx, root, dir, g) })
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// buildGroups splits specs into the groups one go build can make: the same
+// tool module, ldflags and tags; in the order of each group's first spec.
+func buildGroups(specs []buildSpec) [][]buildSpec {
+	type key struct{ toolDir, ldflags, tags string }
+	var order []key
+	groups := map[key][]buildSpec{}
+	for _, s := range specs {
+		k := key{s.toolDir, s.ldflags, s.tags}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], s)
+	}
+	out := make([][]buildSpec, 0, len(order))
+	for _, k := range order {
+		out = append(out, groups[k])
+	}
+	return out
 }
 
 // EnsureKubectl returns the path of kubectl KubernetesVersion in the
@@ -414,32 +470,61 @@ func lockDir(ctx context.Context, dir string) (func(), error) {
 	}
 }
 
-func build(ctx context.Context, root, dir string, s buildSpec) error {
+// build runs one go build for specs (one buildGroups group) into a
+// temporary directory of dir, then moves each binary to its name in dir.
+func build(ctx context.Context, root, dir string, specs []buildSpec) error {
 	cold := map[string]string{"etcd": "~1 min", "kube-apiserver": "~10 min", "kube-scheduler": "~5 min", "kubectl": "~5 min",
-		"kubelet": "~1.5 min after kube-apiserver", "kube-proxy": "~1 min after kubelet", "kube-controller-manager": "~3.5 min after kube-apiserver"}[s.name]
-	if cold == "" {
-		cold = "a few min"
+		"kubelet": "~1.5 min after kube-apiserver", "kube-proxy": "~1 min after kubelet", "kube-controller-manager": "~3.5 min after kube-apiserver"}
+	var what, built []string
+	pkgs := make([]string, 0, len(specs))
+	for _, s := range specs {
+		c := cold[s.name]
+		if c == "" {
+			c = "a few min"
+		}
+		what = append(what, fmt.Sprintf("%s %s (cold: %s on 2 cores)", s.name, specVersion(s), c))
+		built = append(built, s.name)
+		pkgs = append(pkgs, s.pkg)
 	}
-	fmt.Fprintf(os.Stderr, "building %s %s (cold: %s on 2 cores)\n", s.name, specVersion(s), cold)
+	names := strings.Join(built, ", ")
+	fmt.Fprintf(os.Stderr, "building %s\n", strings.Join(what, ", "))
 	start := time.Now()
-	tmp := filepath.Join(dir, s.name+".tmp")
-	args := []string{"build", "-trimpath", "-ldflags=" + s.ldflags, "-o", tmp}
+	tmp, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return fmt.Errorf("building %s: %w", names, err)
+	}
+	defer os.RemoveAll(tmp)
+	s := specs[0]
+	args := []string{"build", "-trimpath", "-ldflags=" + s.ldflags, "-o", tmp + string(filepath.Separator)}
 	if s.tags != "" {
 		args = append(args, "-tags="+s.tags)
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, s.pkg)...) //nolint:gosec // G204: go build of a pinned tool module
+	cmd := exec.CommandContext(ctx, "go", append(args, pkgs...)...) //nolint:gosec // G204: go build of a pinned tool module
 	cmd.Dir = filepath.Join(root, filepath.FromSlash(s.toolDir))
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("building %s in %s: %w\n%s", s.name, cmd.Dir, err, LastLines(out.String(), 30))
+		return fmt.Errorf("building %s in %s: %w\n%s", names, cmd.Dir, err, LastLines(out.String(), 30))
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, s.name)); err != nil {
-		return fmt.Errorf("installing %s: %w", s.name, err)
+	for _, s := range specs {
+		if err := os.Rename(filepath.Join(tmp, execName(s.pkg)), filepath.Join(dir, s.name)); err != nil {
+			return fmt.Errorf("installing %s: %w", s.name, err)
+		}
 	}
-	fmt.Fprintf(os.Stderr, "built %s in %s\n", s.name, time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "built %s in %s\n", names, time.Since(start).Round(time.Second))
 	return nil
+}
+
+// execName is the file go build -o DIR/ writes for the main package pkg:
+// its last path element, or the one before a major version suffix
+// (go.etcd.io/etcd/server/v3 -> server).
+func execName(pkg string) string {
+	elems := strings.Split(pkg, "/")
+	last := elems[len(elems)-1]
+	if len(elems) > 1 && len(last) > 1 && last[0] == 'v' && last[1] != '0' && strings.Trim(last[1:], "0123456789") == "" {
+		return elems[len(elems)-2]
+	}
+	return last
 }
