@@ -81,7 +81,7 @@ func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
 // passes every node and says why in the log, never failing the pod.
 func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
 	logger := klog.FromContext(ctx)
-	_, names, err := podArgs(args, true)
+	pod, names, err := podArgs(args, true)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,6 @@ func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs)
 		logger.V(2).Info("Passing every node for a pod that asks the extender's node choice of a DRA claim: off (--dra-node-choice)")
 		return all, nil
 	}
-	pod := cache.NewPodInfo(args.Pod)
 	if pod.Demand != nil {
 		return nil, fmt.Errorf("pod %s/%s asks %s and %s; a pod gets its GPU memory from the device plugin or from a DRA claim, not both", args.Pod.Namespace, args.Pod.Name, gpushare.ResourceGPUMem, gpushare.ResourceDRAClaim)
 	}
