@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +15,14 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// sliceNodeIndex indexes the ResourceSlice informer's store by node name.
-const sliceNodeIndex = "node"
+// sliceNodeIndex indexes the ResourceSlice informer's store by node name;
+// claimWholeCardIndex the ResourceClaim informer's store by the nodes of
+// the claim's results that hold a whole card of the driver (no consumed
+// capacity: the claim is charged the card's size, which the slices give).
+const (
+	sliceNodeIndex      = "node"
+	claimWholeCardIndex = "wholeCardNode"
+)
 
 // EnableDRA also feeds the cache what the gpushare DRA driver leaves in
 // the API, for the extender's node choice of claim pods: each node's cards
@@ -48,6 +55,21 @@ func (f *Feeder) EnableDRA(unit string) error {
 		return fmt.Errorf("registering ResourceSlice handler: %w", err)
 	}
 	claimInf := f.factory.Resource().V1().ResourceClaims().Informer()
+	if err := claimInf.AddIndexers(toolscache.Indexers{claimWholeCardIndex: func(obj any) ([]string, error) {
+		cl, ok := obj.(*resourcev1.ResourceClaim)
+		if !ok {
+			return nil, nil
+		}
+		var nodes []string
+		for _, s := range draview.Shares(cl) {
+			if s.Bytes == 0 && !slices.Contains(nodes, s.Pool) {
+				nodes = append(nodes, s.Pool)
+			}
+		}
+		return nodes, nil
+	}}); err != nil {
+		return fmt.Errorf("indexing ResourceClaims by node: %w", err)
+	}
 	f.claims = claimInf.GetIndexer()
 	claimReg, err := claimInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { f.claimChanged(obj) },
@@ -77,11 +99,12 @@ func (f *Feeder) sliceChanged(obj any) {
 	if err := f.cache.SetDRANode(node, f.draUnit, cards); err != nil {
 		f.logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KRef("", node))
 	}
-	// Claims on the node may name cards it did not publish before.
-	for _, obj := range f.claims.List() {
-		if cl, ok := obj.(*resourcev1.ResourceClaim); ok && claimOnNode(cl, node) {
-			f.claimChanged(cl)
-		}
+	// SetDRANode re-resolves the claims the cache holds on the node against
+	// its new cards; a claim of a whole card is charged the card's size,
+	// which only the slices say: charge it again.
+	objs, _ := f.claims.ByIndex(claimWholeCardIndex, node)
+	for _, obj := range objs {
+		f.claimChanged(obj)
 	}
 }
 
@@ -101,17 +124,6 @@ func (f *Feeder) draCards(node string) []allocator.Card {
 			Isolation: c.Isolation, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank})
 	}
 	return cards
-}
-
-// claimOnNode reports whether claim's allocation holds a device of the
-// driver in node's pool.
-func claimOnNode(claim *resourcev1.ResourceClaim, node string) bool {
-	for _, s := range draview.Shares(claim) {
-		if s.Pool == node {
-			return true
-		}
-	}
-	return false
 }
 
 // claimChanged charges claim obj's allocation, or forgets it when the

@@ -182,6 +182,50 @@ func TestFeederDRA(t *testing.T) {
 	})
 }
 
+// TestFeederDRAWholeCard: a claim of a whole card (no consumed capacity)
+// is charged the card's size from the driver's slice, also when the
+// slice comes after the claim or changes the card's size; a claim of a
+// share keeps its share.
+func TestFeederDRAWholeCard(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	whole := draClaim("whole", "dra-w", 0, 0)
+	whole.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil
+	client := fake.NewClientset(util.MakeNode("dra-w").Obj(), whole, draClaim("share", "dra-w", 1, 4))
+	c, err := New(Config{Policy: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFeeder(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.EnableDRA(gpushare.UnitGiB); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	if !f.WaitForSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, draSlice("dra-w", 1, []int{0, 1}, []int64{16, 16}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the whole card charged 16 GiB once the slice comes", func() bool {
+		_, cards := cardsOf(t, c, "dra-w")
+		return cmp.Equal(cards, map[int][2]int64{0: {16, 16}, 1: {4, 16}})
+	})
+	bigger := draSlice("dra-w", 1, []int{0, 1}, []int64{24, 16})
+	bigger.Name = "dra-w-gpu-b" // the same slice, card 0 now 24 GiB
+	if _, err := client.ResourceV1().ResourceSlices().Update(ctx, bigger, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the whole card charged 24 GiB once the slice says so", func() bool {
+		_, cards := cardsOf(t, c, "dra-w")
+		return cmp.Equal(cards, map[int][2]int64{0: {24, 24}, 1: {4, 16}})
+	})
+}
+
 // TestCPUPressureLearnsClaimPods: on a DRA node, a pod marked
 // gpushare.io/dra-claim is learnt through its claim, as a GPU pod with the
 // pod's CPU (the simulator's DRA replay learns it so), never as a pod
