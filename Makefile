@@ -60,10 +60,12 @@ controlplane: ## Build etcd, kube-apiserver and kube-scheduler v1.37.2 from Go m
 	$(CONTROLPLANE) build
 
 .PHONY: test
-test: controlplane ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, the DRA driver against a real control plane, and (as root) a real node on containerd 2 with helm install and the DRA driver (1.34.3: make test-k8s, make node-test-k8s).
+test: ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, the DRA driver against a real control plane, and (as root) a real node on containerd 2 with helm install and the DRA driver (1.34.3: make test-k8s, make node-test-k8s).
 	@# hack/warm-cache.sh builds the later modules' dependencies (and, as
-	@# root, the real node's binaries) at nice 19 while these tests leave a
-	@# core idle; its own process group, so a failed run stops it too. The
+	@# root, the real node's binaries) at nice 19 while the control plane
+	@# builds (make controlplane; its links leave a core idle) and the root
+	@# module's tests run (they leave a core idle waiting on control
+	@# planes); its own process group, so a failed run stops it too. The
 	@# later modules' tests wait on control planes and a real node far more
 	@# than they compute: they start together (hack/test-modules.sh, each
 	@# one's output whole as it ends) once the warm-up has compiled their
@@ -71,10 +73,14 @@ test: controlplane ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz
 	@# test waits for those under the control-plane cache's lock).
 	@mkdir -p $(dir $(WARM_CACHE_LOG)); rm -f $(WARM_CACHE_LOG).deps-done; \
 	GO='$(GO)' WARM_DEPS_DONE='$(WARM_CACHE_LOG).deps-done' setsid nice -n 19 bash hack/warm-cache.sh >$(WARM_CACHE_LOG) 2>&1 & warm=$$!; \
-	echo "$(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./...   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
-	rc=0; start=$$(date +%s); $(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
+	stop_warm() { kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; wait $$warm; }; \
+	echo "$(CONTROLPLANE) build   (warming the build cache alongside: $(WARM_CACHE_LOG))"; \
+	rc=0; $(CONTROLPLANE) build || rc=$$?; \
+	if [ $$rc -ne 0 ]; then stop_warm; exit $$rc; fi; \
+	echo "$(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./..."; \
+	start=$$(date +%s); $(GO) test -race -p $(ROOT_TEST_P) -timeout $(TEST_TIMEOUT) ./... || rc=$$?; \
 	echo "the root module's go test took $$(( $$(date +%s) - start ))s"; \
-	if [ $$rc -ne 0 ]; then kill -- -$$warm 2>/dev/null || kill $$warm 2>/dev/null || true; wait $$warm; exit $$rc; fi; \
+	if [ $$rc -ne 0 ]; then stop_warm; exit $$rc; fi; \
 	while kill -0 $$warm 2>/dev/null && [ ! -e $(WARM_CACHE_LOG).deps-done ]; do sleep 1; done; \
 	grep '^warm-cache:' $(WARM_CACHE_LOG) || true; \
 	GO='$(GO)' bash hack/test-modules.sh \

@@ -114,6 +114,31 @@ func TestMakeTestWarmsTheCache(t *testing.T) {
 	}
 }
 
+// TestMakeTestWarmsBesideTheControlPlaneBuild: the warm-up starts before
+// make test builds the control plane (here 3 s), not after it, and the
+// root module's tests start once that build has ended.
+func TestMakeTestWarmsBesideTheControlPlaneBuild(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	calls, err := runMakeTest(t, "FAKEGO_RUN_SECONDS=3")
+	if err != nil {
+		t.Fatalf("make test: %v", err)
+	}
+	index := func(f func(goCall) bool) int { return slices.IndexFunc(calls, f) }
+	cpEnd := index(func(c goCall) bool { return c.dir == "" && c.args == "ended run -trimpath ./test/cmd/controlplane build" })
+	firstWarm := index(func(c goCall) bool { return c.dir == "test/kubelet" && strings.HasPrefix(c.args, "build -race") })
+	rootTests := index(func(c goCall) bool { return c.dir == "" && strings.HasPrefix(c.args, "test -race") })
+	switch {
+	case cpEnd < 0 || firstWarm < 0 || rootTests < 0:
+		t.Fatalf("missing calls (control plane build ended %d, first warm-up build %d, root tests %d): %+v", cpEnd, firstWarm, rootTests, calls)
+	case firstWarm > cpEnd:
+		t.Errorf("the warm-up's first build (call %d) started after the control plane's build ended (call %d)", firstWarm, cpEnd)
+	case rootTests < cpEnd:
+		t.Errorf("the root module's tests (call %d) started before the control plane's build ended (call %d)", rootTests, cpEnd)
+	}
+}
+
 // TestMakeTestStopsTheWarmUp: when the root module's tests fail, make test
 // fails and stops the warm-up rather than leaving it compiling.
 func TestMakeTestStopsTheWarmUp(t *testing.T) {
