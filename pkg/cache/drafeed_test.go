@@ -69,6 +69,28 @@ func cardsOf(t *testing.T, c *Cache, node string) (source string, cards map[int]
 	return views[0].Source, cards
 }
 
+// startDRAFeeder returns a binpack cache fed by client's informers, DRA
+// included (GiB), once they have synced; they stop with ctx.
+func startDRAFeeder(ctx context.Context, t *testing.T, client *fake.Clientset) *Cache {
+	t.Helper()
+	c, err := New(Config{Policy: "binpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFeeder(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.EnableDRA(gpushare.UnitGiB); err != nil {
+		t.Fatal(err)
+	}
+	f.Start(ctx)
+	if !f.WaitForSync(ctx) {
+		t.Fatal("informers did not sync")
+	}
+	return c
+}
+
 // TestFeederDRA: with EnableDRA the cache takes a DRA node's cards from
 // the newest generation of the driver's slice (the node itself carries no
 // gpu-mem), charges each allocated claim on its card, forgets a claim when
@@ -93,21 +115,7 @@ func TestFeederDRA(t *testing.T) {
 		draClaim("pending", "", 0, 0),
 		user,
 	)
-	c, err := New(Config{Policy: "binpack"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := NewFeeder(ctx, c, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.EnableDRA(gpushare.UnitGiB); err != nil {
-		t.Fatal(err)
-	}
-	f.Start(ctx)
-	if !f.WaitForSync(ctx) {
-		t.Fatal("informers did not sync")
-	}
+	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "dra-a's cards with claim a0", func() bool {
 		src, cards := cardsOf(t, c, "dra-a")
 		return src == SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
@@ -193,21 +201,7 @@ func TestFeederDRAWholeCard(t *testing.T) {
 	whole := draClaim("whole", "dra-w", 0, 0)
 	whole.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil
 	client := fake.NewClientset(util.MakeNode("dra-w").Obj(), whole, draClaim("share", "dra-w", 1, 4))
-	c, err := New(Config{Policy: "binpack"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := NewFeeder(ctx, c, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.EnableDRA(gpushare.UnitGiB); err != nil {
-		t.Fatal(err)
-	}
-	f.Start(ctx)
-	if !f.WaitForSync(ctx) {
-		t.Fatal("informers did not sync")
-	}
+	c := startDRAFeeder(ctx, t, client)
 	if _, err := client.ResourceV1().ResourceSlices().Create(ctx, draSlice("dra-w", 1, []int{0, 1}, []int64{16, 16}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
