@@ -126,7 +126,9 @@ func TestMakeTestWarmsBesideTheControlPlaneBuild(t *testing.T) {
 		t.Fatalf("make test: %v", err)
 	}
 	index := func(f func(goCall) bool) int { return slices.IndexFunc(calls, f) }
-	cpEnd := index(func(c goCall) bool { return c.dir == "" && c.args == "ended run -trimpath ./test/cmd/controlplane build" })
+	cpEnd := index(func(c goCall) bool {
+		return c.dir == "" && c.args == "ended run -trimpath ./test/cmd/controlplane build"
+	})
 	firstWarm := index(func(c goCall) bool { return c.dir == "test/kubelet" && strings.HasPrefix(c.args, "build -race") })
 	rootTests := index(func(c goCall) bool { return c.dir == "" && strings.HasPrefix(c.args, "test -race") })
 	switch {
