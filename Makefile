@@ -62,10 +62,12 @@ controlplane: ## Build etcd, kube-apiserver and kube-scheduler v1.37.2 from Go m
 .PHONY: test
 test: ## Run every test with -race on Kubernetes 1.37.2: unit, fuzz seed corpora, golden files, integration against a real control plane, kubelet's device manager, the DRA driver against a real control plane, and (as root) a real node on containerd 2 with helm install and the DRA driver (1.34.3: make test-k8s, make node-test-k8s).
 	@# hack/warm-cache.sh builds the later modules' dependencies (and, as
-	@# root, the real node's binaries) at nice 19 while the control plane
-	@# builds (make controlplane; its links leave a core idle) and the root
-	@# module's tests run (they leave a core idle waiting on control
-	@# planes); its own process group, so a failed run stops it too. The
+	@# root, the real node's binaries) at nice 19 from the start, while the
+	@# control plane builds (make controlplane) and the root module's tests
+	@# run, so that its last step is done when the later modules need it
+	@# (cold: 63.1 min when it started after the control plane, 56.3 min
+	@# now; docs/development.md); its own process group, so a failed run
+	@# stops it too. The
 	@# later modules' tests wait on control planes and a real node far more
 	@# than they compute: they start together (hack/test-modules.sh, each
 	@# one's output whole as it ends) once the warm-up has compiled their

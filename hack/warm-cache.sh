@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds ahead what make test's later steps compile, while the root module's
-# tests run: most of those wait on a real control plane and leave a core idle
-# for minutes (measured: 35-40% CPU busy on 2 cores during test/integration).
-# make test runs this at nice 19, so a test never waits for it, and starts
+# Builds ahead what make test's later steps compile, from make test's start:
+# beside the control plane's build, then while the root module's tests run
+# (most of those wait on a real control plane). make test runs this at
+# nice 19, so a test never waits for it, and starts
 # the next modules' tests when it has compiled their dependencies (the file
 # $WARM_DEPS_DONE appears), so nothing is compiled twice at once; its last
 # step, the real node's binaries, goes on beside them.

@@ -21,41 +21,75 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// TraceOf is the trace of nodes and pods, read as ReadKubernetes reads
-// them from a file: a test builds a cluster and its replay from the same
-// objects. The pods keep their order.
+// TraceOf is the trace of nodes and pods as ReadKubernetes reads them
+// from a file: a test builds a cluster and its replay from the same
+// objects. The pods keep their order; the objects are not changed.
 func TraceOf(nodes []*corev1.Node, pods []*corev1.Pod) (*Trace, error) {
-	var buf bytes.Buffer
-	write := func(obj any) error {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return err
-		}
-		buf.WriteString("---\n")
-		buf.Write(b)
-		buf.WriteString("\n")
-		return nil
-	}
-	for _, n := range nodes {
-		n = n.DeepCopy()
-		n.APIVersion, n.Kind = "v1", "Node"
-		if err := write(n); err != nil {
-			return nil, err
-		}
-	}
-	for _, p := range pods {
-		p = p.DeepCopy()
-		p.APIVersion, p.Kind = "v1", "Pod"
-		if err := write(p); err != nil {
-			return nil, err
-		}
-	}
-	tr := &Trace{}
-	var err error
-	if tr.Nodes, tr.Pods, err = ReadKubernetes(&buf, "objects"); err != nil {
+	conv, err := newKubeObjects()
+	if err != nil {
 		return nil, err
 	}
-	return tr, nil
+	for i, n := range nodes {
+		if err := conv.addNode(n, fmt.Sprintf("node %d", i+1)); err != nil {
+			return nil, err
+		}
+	}
+	for i, p := range pods {
+		if err := conv.addPod(p, fmt.Sprintf("pod %d", i+1)); err != nil {
+			return nil, err
+		}
+	}
+	return &Trace{Nodes: conv.nodes, Pods: conv.pods}, nil
+}
+
+// kubeObjects turns Nodes and Pods into the replay's, one at a time, for
+// ReadKubernetes and TraceOf: a name seen twice is an error, and pods that
+// finished (Succeeded, Failed) are left out.
+type kubeObjects struct {
+	c                 *cache.Cache      // makes each node's cards as the extender sees them
+	seenNode, seenPod map[string]string // node name, or namespace/name -> where it was first
+	nodes             []Node
+	pods              []Pod
+}
+
+func newKubeObjects() (*kubeObjects, error) {
+	c, err := cache.New(cache.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return &kubeObjects{c: c, seenNode: map[string]string{}, seenPod: map[string]string{}}, nil
+}
+
+// addNode adds node, found at where (e.g. "line 3").
+func (o *kubeObjects) addNode(node *corev1.Node, where string) error {
+	if prev, dup := o.seenNode[node.Name]; dup {
+		return fmt.Errorf("node %s appears twice (first on %s)", node.Name, prev)
+	}
+	o.seenNode[node.Name] = where
+	n, err := kubeNode(o.c, node)
+	if err != nil {
+		return err
+	}
+	o.nodes = append(o.nodes, n)
+	return nil
+}
+
+// addPod adds pod, found at where, unless it finished.
+func (o *kubeObjects) addPod(pod *corev1.Pod, where string) error {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	key := pod.Namespace + "/" + pod.Name
+	if prev, dup := o.seenPod[key]; dup {
+		return fmt.Errorf("pod %s appears twice (first on %s)", key, prev)
+	}
+	o.seenPod[key] = where
+	p, err := kubePod(pod)
+	if err != nil {
+		return err
+	}
+	o.pods = append(o.pods, p)
+	return nil
 }
 
 // ReadKubernetes reads Nodes and Pods from YAML or JSON, as `kubectl get
@@ -72,11 +106,10 @@ func ReadKubernetes(r io.Reader, file string) (nodes []Node, pods []Pod, err err
 	if err != nil {
 		return nil, nil, &InputError{File: file, Err: err}
 	}
-	c, err := cache.New(cache.Config{})
+	conv, err := newKubeObjects()
 	if err != nil {
 		return nil, nil, err
 	}
-	seenNode, seenPod := map[string]int{}, map[string]int{}
 	for _, doc := range docs {
 		j, err := yaml.YAMLToJSON(doc.text)
 		if err != nil {
@@ -117,37 +150,21 @@ func ReadKubernetes(r io.Reader, file string) (nodes []Node, pods []Pod, err err
 				if err := json.Unmarshal(item, &node); err != nil {
 					return nil, nil, fail(fmt.Errorf("decoding a Node: %w", err))
 				}
-				if prev, dup := seenNode[node.Name]; dup {
-					return nil, nil, fail(fmt.Errorf("node %s appears twice (first on line %d)", node.Name, prev))
-				}
-				seenNode[node.Name] = doc.line
-				n, err := kubeNode(c, &node)
-				if err != nil {
+				if err := conv.addNode(&node, fmt.Sprintf("line %d", doc.line)); err != nil {
 					return nil, nil, fail(err)
 				}
-				nodes = append(nodes, n)
 			case "Pod":
 				var pod corev1.Pod
 				if err := json.Unmarshal(item, &pod); err != nil {
 					return nil, nil, fail(fmt.Errorf("decoding a Pod: %w", err))
 				}
-				if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-					continue
-				}
-				key := pod.Namespace + "/" + pod.Name
-				if prev, dup := seenPod[key]; dup {
-					return nil, nil, fail(fmt.Errorf("pod %s appears twice (first on line %d)", key, prev))
-				}
-				seenPod[key] = doc.line
-				p, err := kubePod(&pod)
-				if err != nil {
+				if err := conv.addPod(&pod, fmt.Sprintf("line %d", doc.line)); err != nil {
 					return nil, nil, fail(err)
 				}
-				pods = append(pods, p)
 			}
 		}
 	}
-	return nodes, pods, nil
+	return conv.nodes, conv.pods, nil
 }
 
 // kubeNode turns node into a Node with the cards the extender's cache sees.

@@ -28,7 +28,7 @@ func TestBuildFlags(t *testing.T) {
 		{name: "unbuilt version", args: []string{"-version", "v1.36.0"}, extra: "kcm", wantErr: `not "v1.36.0"`},
 		{name: "no kcm on build-node", args: []string{"-kcm"}, extra: "containerd", wantErr: "-kcm"},
 		{name: "no containerd on build", args: []string{"-containerd"}, extra: "kcm", wantErr: "-containerd"},
-		{name: "none on build-kubectl", args: []string{"-kcm"}, wantErr: "-kcm"},
+		{name: "no extra flag", args: []string{"-kcm"}, wantErr: "-kcm"},
 		{name: "stray argument", args: []string{"v1.34.3"}, extra: "kcm", wantErr: "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
