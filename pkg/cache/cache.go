@@ -111,6 +111,11 @@ type Cache struct {
 	// reservations counts the entries of pods in StateReserved (Reserve),
 	// read without the lock: while it is 0 no pod's fit needs its credit.
 	reservations atomic.Int64
+	// binding: pod UID (types.UID) -> node name (string), for each of our
+	// assumptions (StateAssumed): a bind that has not ended, or ended with
+	// an unknown outcome. Written under mu beside pods; read without it by
+	// the verbs, which send the pod's next try to that node (pinnedNode).
+	binding sync.Map
 
 	// index finds the slot holding the last published copy of every node
 	// seen (not placeholders), by name; inputs:
@@ -647,8 +652,11 @@ func (c *Cache) remove(uid types.UID) {
 		return
 	}
 	delete(c.pods, uid)
-	if ps.state == StateReserved {
+	switch ps.state {
+	case StateReserved:
 		c.reservations.Add(-1)
+	case StateAssumed:
+		c.binding.Delete(uid)
 	}
 	if h, ok := c.hosts[uid]; ok && h.assumed {
 		c.dropHost(uid)
@@ -747,6 +755,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 	if old != nil && old.ours && old.node == pod.NodeName && pod.Allocation != nil && reflect.DeepEqual(old.alloc, pod.Allocation) {
 		// Our bind's annotation coming back: confirmed.
 		old.state, old.confirmed, old.deadline = StateBound, true, time.Time{}
+		c.binding.Delete(pod.UID)
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
@@ -1010,6 +1019,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
 		alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
+	c.binding.Store(uid, ns.node.Name)
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
 	}
@@ -1024,6 +1034,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 func (c *Cache) FinishBinding(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.binding.Delete(uid)
 	if ps, ok := c.pods[uid]; ok {
 		ps.state = StateBound
 		ps.deadline = time.Time{}
@@ -1144,6 +1155,36 @@ func stopped(ctx context.Context, pod *PodInfo, done, nodes int) error {
 	return nil
 }
 
+// pinnedNode returns the node of uid's assumption if the pod has one (its
+// bind there has not ended, or ended with an unknown outcome) and the node
+// is among nodes. A pod kube-scheduler tries again then goes back to that
+// node: a second bind there re-sends the Binding with the same cards, which
+// settles the first (Assume is idempotent, and a Binding already made
+// answers Conflict, then reads back as bound). Sent elsewhere, its bind
+// would be refused (ErrBindInFlight) until the assumption expired,
+// AssumeTTL later. It takes no lock.
+func (c *Cache) pinnedNode(uid types.UID, nodes []string) (string, bool) {
+	v, ok := c.binding.Load(uid)
+	if !ok {
+		return "", false
+	}
+	node, _ := v.(string)
+	return node, slices.Contains(nodes, node)
+}
+
+// pinnedTo is Filter's answer for a pod pinned to node (pinnedNode): node
+// alone, the other nodes failed with the reason.
+func pinnedTo(node string, nodes []string) (fit []string, failed map[string]string) {
+	reason := fmt.Sprintf("the pod's bind to node %s has not ended or its outcome is unknown; it is tried on %s again", node, node)
+	failed = make(map[string]string, len(nodes)-1)
+	for _, n := range nodes {
+		if n != node {
+			failed[n] = reason
+		}
+	}
+	return []string{node}, failed
+}
+
 // Filter splits nodes into those where pod's Demand fits, on the cards its
 // constraints allow, and those where it does not, with the reason for each.
 // It fails, naming the pod, when no node could take it, and when ctx ends
@@ -1154,6 +1195,10 @@ func stopped(ctx context.Context, pod *PodInfo, done, nodes int) error {
 func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
 	if err := pod.placeable(); err != nil {
 		return nil, nil, err
+	}
+	if node, ok := c.pinnedNode(pod.UID, nodes); ok {
+		fit, failed = pinnedTo(node, nodes)
+		return fit, failed, nil
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
 	cr := c.creditFor(pod.UID)
@@ -1181,6 +1226,13 @@ func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit [
 // them. The nodes left out are not failed (they fit; they are not the
 // best, or not needed). Each node is fitted once.
 func (c *Cache) FilterBest(ctx context.Context, pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
+	if err := pod.placeable(); err != nil {
+		return nil, nil, err
+	}
+	if node, ok := c.pinnedNode(pod.UID, nodes); ok {
+		best, failed = pinnedTo(node, nodes)
+		return best, failed, nil
+	}
 	ev, err := c.evaluate(ctx, pod, nodes)
 	if err != nil {
 		return nil, nil, err

@@ -1050,3 +1050,73 @@ func TestPendingPodsDoNotSteer(t *testing.T) {
 		t.Errorf("typical requests changed with 200 pending pods (-before +after):\n%s", diff)
 	}
 }
+
+// TestFilterPinsAnUnsettledBind: while the pod's own assumption stands (a
+// bind that has not ended, or ended with an unknown outcome), Filter and
+// FilterBest offer kube-scheduler only that node, where a second bind
+// settles the first; once the Binding is made, forgotten or expired, or
+// when kube-scheduler does not offer the node, they answer as usual.
+func TestFilterPinsAnUnsettledBind(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		if err := c.SetNode(util.MakeNode(n).Cards("T4", 16).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := util.MakePod("p").GPUMem(10).Obj() // 10 of 16 GiB: a second copy of it never fits beside the first
+	pod := NewPodInfo(raw)
+	all := []string{"n1", "n2", "n3"}
+	assume := func() {
+		t.Helper()
+		if _, err := c.Assume(context.Background(), pod, "n2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reason := "the pod's bind to node n2 has not ended or its outcome is unknown; it is tried on n2 again"
+	pinned := map[string]string{"n1": reason, "n3": reason}
+	usual := map[string]string{}
+	tests := []struct {
+		name       string
+		step       func()
+		nodes      []string
+		wantFit    []string
+		wantFailed map[string]string
+	}{
+		{"no assumption", func() {}, all, all, usual},
+		{"bind in flight: its node alone", assume, all, []string{"n2"}, pinned},
+		{"its node not offered: the usual answer", func() {}, []string{"n1", "n3"}, []string{"n1", "n3"}, usual},
+		{"bind failed, no Binding (Forget)", func() { c.Forget(pod.UID) }, all, all, usual},
+		{"bind in flight again", assume, all, []string{"n2"}, pinned},
+		{"assumption expired", func() {
+			clk.Step(DefaultAssumeTTL + time.Second)
+			if got := len(c.Expire()); got != 1 {
+				t.Fatalf("Expire released %d allocations, want 1", got)
+			}
+		}, all, all, usual},
+		{"bind in flight once more", assume, all, []string{"n2"}, pinned},
+		{"Binding made (FinishBinding): n2 holds the pod", func() { c.FinishBinding(pod.UID) }, all, []string{"n1", "n3"},
+			map[string]string{"n2": "container c0 needs 10 GiB on one GPU; largest free GPU has 6 of 16 GiB"}},
+	}
+	for _, tc := range tests {
+		tc.step()
+		fit, failed, err := c.Filter(context.Background(), pod, tc.nodes)
+		if err != nil {
+			t.Fatalf("%s: Filter: %v", tc.name, err)
+		}
+		best, bestFailed, err := c.FilterBest(context.Background(), pod, tc.nodes)
+		if err != nil {
+			t.Fatalf("%s: FilterBest: %v", tc.name, err)
+		}
+		for verb, got := range map[string][]string{"Filter": fit, "FilterBest": best} {
+			if diff := cmp.Diff(tc.wantFit, got); diff != "" {
+				t.Errorf("%s: %s's nodes (-want +got):\n%s", tc.name, verb, diff)
+			}
+		}
+		for verb, got := range map[string]map[string]string{"Filter": failed, "FilterBest": bestFailed} {
+			if diff := cmp.Diff(tc.wantFailed, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s: %s's failed nodes (-want +got):\n%s", tc.name, verb, diff)
+			}
+		}
+	}
+}

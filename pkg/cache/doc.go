@@ -30,7 +30,10 @@
 //	          (or re-created: a UID change)   (absent)
 //
 // While an assumption stands, Assume refuses the same pod on another node
-// (ErrBindInFlight): its Binding may still be made.
+// (ErrBindInFlight): its Binding may still be made. Filter and FilterBest
+// send the pod back to the assumption's node instead (when kube-scheduler
+// offers it): a bind there re-sends the Binding with the same cards, which
+// settles an outcome left unknown at once rather than AssumeTTL later.
 //
 // What a bound pod is charged: only two kinds of allocation are trusted.
 // Ours (Assume) and a bound pod's gpushare.io/allocation annotation that

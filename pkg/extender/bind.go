@@ -116,6 +116,9 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	}
 	if pod.NodeName != "" {
 		if pod.NodeName == node {
+			// A retry after an outcome left unknown: the Binding was made.
+			// Our assumption, if any, is bound now (no-op otherwise).
+			b.cache.FinishBinding(pod.UID)
 			logger.V(2).Info("Pod already bound to this node; nothing to do")
 			return nil
 		}

@@ -3,6 +3,7 @@ package extender
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -332,5 +333,68 @@ func TestBindOutlivesTheSchedulersRequest(t *testing.T) {
 	}
 	if v, _ := c.Inspect("n1"); v[0].Used != 4 {
 		t.Errorf("used = %d, want 4", v[0].Used)
+	}
+}
+
+// TestBindRetrySettlesAnUnknownOutcome: a bind whose outcome is unknown
+// (its Binding request got no answer and the pod could not be read back)
+// leaves its cards held; kube-scheduler's next try is offered that node
+// alone, and binding there again settles it as bound with the same cards,
+// whether the first Binding was made or not, at once rather than when the
+// assumption expires.
+func TestBindRetrySettlesAnUnknownOutcome(t *testing.T) {
+	unavailable := apierrors.NewServiceUnavailable("etcd leader changed")
+	timeout := apierrors.NewTimeoutError("request did not complete within the allowed duration", 0)
+	for _, tc := range []struct {
+		name  string
+		first error // the first Binding's answer
+	}{
+		{"first Binding made, its answer lost", errLostAnswer},
+		{"first Binding never made", timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			pod := util.MakePod("p").GPUMem(4).Obj()
+			api := &fakeAPI{pod: pod, bindErrs: []error{tc.first}, getErrs: []error{unavailable, unavailable, unavailable}}
+			b, c := newBinderFixture(t, api)
+			if err := c.SetNode(util.MakeNode("n2").Cards("T4", 16).Obj()); err != nil {
+				t.Fatal(err)
+			}
+			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
+			if got := BindResultOf(err); got != BindUnknown {
+				t.Fatalf("first bind: result %q (%v), want %q", got, err, BindUnknown)
+			}
+			held, _ := c.Inspect("n1")
+
+			// The scheduler tries the pod again, pending as it last saw it.
+			info := cache.NewPodInfo(pod)
+			best, failed, err := c.FilterBest(ctx, info, []string{"n2", "n1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{"n1"}, best); diff != "" {
+				t.Errorf("filter after the unknown outcome (-want +got):\n%s", diff)
+			}
+			if _, ok := failed["n2"]; !ok {
+				t.Errorf("filter did not say why n2 is left out: %v", failed)
+			}
+			if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
+				t.Fatalf("second bind on n1: %v", err)
+			}
+			if api.pod.Spec.NodeName != "n1" {
+				t.Errorf("pod bound to %q, want n1", api.pod.Spec.NodeName)
+			}
+			now, _ := c.Inspect("n1")
+			if diff := cmp.Diff(held[0].Cards[0].Pods[0].Units, now[0].Cards[0].Pods[0].Units); diff != "" || now[0].Used != 4 {
+				t.Errorf("n1's cards after the second bind: %+v, want the first bind's 4 GiB", now[0].Cards)
+			}
+			if got := now[0].Cards[0].Pods[0].State; got != cache.StateBound {
+				t.Errorf("p is %q after the second bind, want %q", got, cache.StateBound)
+			}
+			// Settled: the pod is no longer sent to n1 alone.
+			if fit, _, err := c.Filter(ctx, info, []string{"n2", "n1"}); err != nil || !slices.Contains(fit, "n2") {
+				t.Errorf("filter after the bind settled: %v, %v; want n2 offered", fit, err)
+			}
+		})
 	}
 }
