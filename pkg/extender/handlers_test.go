@@ -162,8 +162,13 @@ func TestWireGolden(t *testing.T) {
 		wantStatus         int
 		filterAll          bool
 	}{
-		{"filter-fit-and-reasons", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+		// Some node fits: the others' reasons stay out of the reply.
+		{"filter-fit", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("train").GPUMem(12).Obj(), "mixed", "sick", "nogpu", "ghost")
+		}, 200, false},
+		// None fits: each node's reason, for kube-scheduler's event.
+		{"filter-reasons", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
+			return extenderArgs(t, util.MakePod("train").GPUMem(12).Obj(), "sick", "nogpu", "ghost")
 		}, 200, false},
 		{"filter-best", "POST", "/gpushare-scheduler/filter", func(t *testing.T) string {
 			return extenderArgs(t, util.MakePod("small").GPUMem(4).Obj(), "mixed", "sick", "nogpu")

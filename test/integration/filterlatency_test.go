@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -29,7 +30,10 @@ import (
 // 96 cores and 512 GiB, with 8 bound GPU pods each (2..8 GiB, 4..16
 // cores). It sends GPUSHARE_BENCH_FILTER_CALLS filters (500) one after the
 // other, for a pod asking 12 GiB on one card, 8 cores and 32 GiB, and
-// reports the client's p50, p99 and max and the nodes in the reply.
+// reports the client's p50, p99 and max and the nodes in the reply. With
+// GPUSHARE_BENCH_PROFILE_DIR set, it writes a CPU profile of this tree's
+// extender over the first GPUSHARE_BENCH_PROFILE_SECONDS (10) of the calls
+// there (filter-new.pprof).
 // Issue 26 asks p50 ≤ 4 ms and p99 ≤ 10 ms at 5,000 nodes
 // (GPUSHARE_BENCH_NODES, 5,000), and no more nodes in the reply than
 // kube-scheduler needs. With GPUSHARE_BENCH_BASE_EXTENDER set to another
@@ -88,9 +92,14 @@ func TestFilterLatency(t *testing.T) {
 		bins = append(bins, [2]string{"base", base})
 	}
 	var exts []*ext
+	profileDir, profiled := os.Getenv("GPUSHARE_BENCH_PROFILE_DIR"), ""
 	for _, b := range bins {
 		listen, metricsAddr := util.FreeAddr(t), util.FreeAddr(t)
-		startExtender(t, b[1], "--kubeconfig", cp.AdminKubeconfig(), "--listen", listen, "--metrics-listen", metricsAddr)
+		args := []string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen, "--metrics-listen", metricsAddr}
+		if profileDir != "" && b[0] == "new" {
+			args, profiled = append(args, "--profiling"), metricsAddr
+		}
+		startExtender(t, b[1], args...)
 		waitReady(t, listen)
 		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(context.Context) (bool, error) {
 			return metric(metricsAddr, "gpushare_extender_pods") == fmt.Sprint(len(shares)), nil
@@ -112,6 +121,10 @@ func TestFilterLatency(t *testing.T) {
 	}
 	const warmup = 20
 	for i := range warmup + calls {
+		if i == warmup && profiled != "" {
+			seconds := envInt(t, "GPUSHARE_BENCH_PROFILE_SECONDS", 10)
+			defer profileCPU(t, profiled, filepath.Join(profileDir, "filter-new.pprof"), time.Duration(seconds)*time.Second)()
+		}
 		for j := range exts {
 			e := exts[(i+j)%len(exts)] // each goes first in turn
 			start := time.Now()
