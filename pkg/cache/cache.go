@@ -38,6 +38,7 @@ var (
 	ErrUnknownNode    = errors.New("node unknown to the extender")
 	ErrBoundElsewhere = errors.New("pod already bound to another node")
 	ErrBindInFlight   = errors.New("an earlier bind of the pod has not ended")
+	ErrPodGone        = errors.New("pod deleted")
 )
 
 // DefaultAssumeTTL is how long an assumed allocation survives without its
@@ -84,6 +85,11 @@ type Cache struct {
 	observed map[uint64]struct{}
 	// observedSeed seeds observedKey; immutable.
 	observedSeed maphash.Seed
+	// gone: observedKey(pod UID) -> when the informer delivered the pod's
+	// delete, kept assumeTTL (Expire prunes): a bind that read the pod
+	// just before the delete must not hold cards for it after, which no
+	// later event would release (assumable refuses it, ErrPodGone).
+	gone map[uint64]time.Time
 	// hosts: pod UID -> the node whose CPU and memory the pod holds: every
 	// pod bound to a node and not finished, GPU or not, and every assumed
 	// allocation. Each node's reqMilliCPU and reqMemMiB sum its entries.
@@ -313,6 +319,7 @@ func New(cfg Config) (*Cache, error) {
 		pods:           map[types.UID]*podState{},
 		workload:       allocator.NewWorkload(),
 		observed:       map[uint64]struct{}{},
+		gone:           map[uint64]time.Time{},
 		observedSeed:   maphash.MakeSeed(),
 		hosts:          map[types.UID]hostUse{},
 		holes:          allocator.NewHoles(),
@@ -902,7 +909,9 @@ func (c *Cache) DeletePod(uid types.UID) {
 	defer c.publish()
 	c.forgetPod(uid)
 	c.dropHost(uid)
-	delete(c.observed, c.observedKey(uid))
+	key := c.observedKey(uid)
+	delete(c.observed, key)
+	c.gone[key] = c.clock.Now()
 	c.deleted(uid)
 }
 
@@ -912,9 +921,10 @@ func (c *Cache) DeletePod(uid types.UID) {
 // for a pod that already holds an allocation on node it returns that
 // allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
 // bound to another node, ErrBindInFlight for a pod whose bind to another
-// node has not ended (or ended with an unknown outcome), ErrUnknownNode for
-// a node the extender has not seen, or an *allocator.FitError (one with
-// filter's reason for a node without GPUs).
+// node has not ended (or ended with an unknown outcome), ErrPodGone for a
+// pod whose delete the informer has delivered, ErrUnknownNode for a node
+// the extender has not seen, or an *allocator.FitError (one with filter's
+// reason for a node without GPUs).
 //
 // The search runs on the node's published copy without the lock, spending
 // a request budget that ends with ctx; the choice is then held only if the
@@ -980,6 +990,9 @@ const optimisticTries = 3
 // the allocation the pod already holds there (Assume is idempotent), err
 // why it may not. The caller holds c.mu.
 func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
+	if _, ok := c.gone[c.observedKey(pod.GetUID())]; ok {
+		return nil, nil, fmt.Errorf("pod %s/%s (UID %s): %w", pod.GetNamespace(), pod.GetName(), pod.GetUID(), ErrPodGone)
+	}
 	if ps, ok := c.pods[pod.GetUID()]; ok && ps.state != StateReserved {
 		switch {
 		case ps.node == node && ps.alloc != nil:
@@ -1073,12 +1086,17 @@ type Expired struct {
 
 // Expire releases assumed allocations and reserved room whose deadline has
 // passed, and bound allocations the informer has not confirmed by theirs,
-// and returns them.
+// and returns them. It also forgets the deletes older than AssumeTTL.
 func (c *Cache) Expire() []Expired {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.publish()
+	for key, at := range c.gone {
+		if now.Sub(at) > c.assumeTTL {
+			delete(c.gone, key)
+		}
+	}
 	var out []Expired
 	for uid, ps := range c.pods {
 		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {

@@ -1120,3 +1120,46 @@ func TestFilterPinsAnUnsettledBind(t *testing.T) {
 		}
 	}
 }
+
+// TestAssumeRefusesADeletedPod: a bind that read the pod just before its
+// delete reached the cache holds nothing for it after (no later event would
+// release the cards); a delete after the hold releases it; the deletes are
+// forgotten AssumeTTL later.
+func TestAssumeRefusesADeletedPod(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	early := NewPodInfo(util.MakePod("early").UID("uid-early").GPUMem(6).Obj())
+	c.DeletePod(early.UID) // the delete arrives between the bind's read of the pod and its hold
+	if _, err := c.Assume(context.Background(), early, "n1"); !errors.Is(err, ErrPodGone) {
+		t.Errorf("Assume after the pod's delete: %v, want ErrPodGone", err)
+	}
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("n1 after the refused Assume (-want +got):\n%s", diff)
+	}
+
+	late := NewPodInfo(util.MakePod("late").UID("uid-late").GPUMem(6).Obj())
+	if _, err := c.Assume(context.Background(), late, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.DeletePod(late.UID) // the delete arrives after the hold
+	if diff := cmp.Diff([]int64{0}, used(t, c, "n1")); diff != "" {
+		t.Errorf("n1 after the held pod's delete (-want +got):\n%s", diff)
+	}
+
+	if got := len(c.gone); got != 2 {
+		t.Errorf("deletes remembered: %d, want 2", got)
+	}
+	clk.Step(DefaultAssumeTTL)
+	c.Expire()
+	if got := len(c.gone); got != 2 {
+		t.Errorf("deletes remembered at AssumeTTL: %d, want 2", got)
+	}
+	clk.Step(time.Second)
+	c.Expire()
+	if got := len(c.gone); got != 0 {
+		t.Errorf("deletes remembered after AssumeTTL: %d, want 0", got)
+	}
+}

@@ -34,6 +34,9 @@
 // send the pod back to the assumption's node instead (when kube-scheduler
 // offers it): a bind there re-sends the Binding with the same cards, which
 // settles an outcome left unknown at once rather than AssumeTTL later.
+// Assume refuses a pod whose delete the informer has delivered (for
+// AssumeTTL after it, ErrPodGone): a bind that read the pod just before
+// the delete would otherwise hold cards that no later event releases.
 //
 // What a bound pod is charged: only two kinds of allocation are trusted.
 // Ours (Assume) and a bound pod's gpushare.io/allocation annotation that

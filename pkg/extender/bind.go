@@ -174,7 +174,7 @@ func BindResultOf(err error) string {
 		return BindBound
 	case errors.As(err, &re):
 		return re.result
-	case errors.Is(err, cache.ErrBoundElsewhere), errors.Is(err, cache.ErrBindInFlight):
+	case errors.Is(err, cache.ErrBoundElsewhere), errors.Is(err, cache.ErrBindInFlight), errors.Is(err, cache.ErrPodGone):
 		return BindConflict
 	}
 	return BindError

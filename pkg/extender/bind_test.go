@@ -398,3 +398,23 @@ func TestBindRetrySettlesAnUnknownOutcome(t *testing.T) {
 		})
 	}
 }
+
+// TestBindRacingTheDelete: the pod's delete reaches the cache after the
+// bind read the pod: the bind holds nothing and sends no Binding.
+func TestBindRacingTheDelete(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	pod := util.MakePod("p").GPUMem(4).Obj()
+	api := &fakeAPI{pod: pod}
+	b, c := newBinderFixture(t, api)
+	c.DeletePod(pod.UID)
+	err := b.Bind(ctx, "default", "p", pod.UID, "n1")
+	if !errors.Is(err, cache.ErrPodGone) || BindResultOf(err) != BindConflict {
+		t.Fatalf("Bind after the delete: %v (result %q), want ErrPodGone, %q", err, BindResultOf(err), BindConflict)
+	}
+	if diff := cmp.Diff([]string{"get"}, api.calls); diff != "" {
+		t.Errorf("API calls (-want +got):\n%s", diff)
+	}
+	if v, _ := c.Inspect("n1"); v[0].Used != 0 {
+		t.Errorf("n1 holds %d GiB after the refused bind, want 0", v[0].Used)
+	}
+}

@@ -21,8 +21,8 @@ const (
 	// BindBound: the pod is bound to the node (also a retried bind of a
 	// pod already there).
 	BindBound = "bound"
-	// BindConflict: the pod was bound elsewhere, re-created, or still
-	// held by an earlier bind; or the Binding kept conflicting.
+	// BindConflict: the pod was bound elsewhere, re-created or deleted,
+	// or still held by an earlier bind; or the Binding kept conflicting.
 	BindConflict = "conflict"
 	// BindError: refused for any other reason (no fit, a bad request, the
 	// API refused the Binding); the cards were released.
