@@ -2,7 +2,9 @@ package extender
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -52,7 +54,7 @@ func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
 		}
 		cl, ok := claims.Claim(pod.Namespace, name)
 		if !ok {
-			return fmt.Errorf("ResourceClaim %s/%s (the pod's claim %q) is not in the extender's informer yet", pod.Namespace, name, rc.Name)
+			return fmt.Errorf("ResourceClaim %s/%s (the pod's claim %q): %w", pod.Namespace, name, rc.Name, errClaimNotSeen)
 		}
 		if b, ok := draview.RequestBytes(&cl.Spec); ok {
 			found, bytes = append(found, name), b
@@ -70,13 +72,51 @@ func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
 	return nil
 }
 
+// errClaimNotSeen: a claim of the pod is not in the extender's informer.
+var errClaimNotSeen = errors.New("not in the extender's informer yet")
+
+// claimWait bounds how long filter waits for a claim pod's claim to reach
+// the extender's informer. kube-scheduler tries the pod once its own
+// informer has the claim; the extender's follows within milliseconds,
+// and a pod filtered before then was placed without the extender's choice
+// (every node passed). kube-scheduler's cycle waits with the filter, so
+// the wait stays short; claimPoll is how often it looks.
+const (
+	claimWait = 250 * time.Millisecond
+	claimPoll = 5 * time.Millisecond
+)
+
+// awaitClaim calls draDemand until the pod's claims are all in the
+// informer, claimWait has passed or ctx ends, and returns its last error.
+func awaitClaim(ctx context.Context, pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+	err := draDemand(pod, info, claims)
+	if !errors.Is(err, errClaimNotSeen) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimWait)
+	defer cancel()
+	tick := time.NewTicker(claimPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-tick.C:
+			if err = draDemand(pod, info, claims); !errors.Is(err, errClaimNotSeen) {
+				return err
+			}
+		}
+	}
+}
+
 // filterDRA answers filter for a claim pod (gpushare.AsksDRAClaim): the nodes
 // fragaware (or the pod's policy) rates best for the card kube-scheduler's
 // first fit will give its claim there (cache.FilterBest with PodInfo.DRA).
 // kube-scheduler's DynamicResources plugin has already kept only the nodes
 // where the claim can be allocated, and allocates it itself: the
 // extender's answer only narrows the choice. Where it cannot rate (node
-// choice off, the claim not in the informer yet, a claim of another shape,
+// choice off, the claim not in the informer claimWait after the call, a
+// claim of another shape,
 // or no node fits in its view, which may lag behind the scheduler's), it
 // passes every node and says why in the log, never failing the pod.
 func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
@@ -93,7 +133,7 @@ func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs)
 	if pod.Demand != nil {
 		return nil, fmt.Errorf("pod %s/%s asks %s and %s; a pod gets its GPU memory from the device plugin or from a DRA claim, not both", args.Pod.Namespace, args.Pod.Name, gpushare.ResourceGPUMem, gpushare.ResourceDRAClaim)
 	}
-	if err := draDemand(args.Pod, pod, h.Claims); err != nil {
+	if err := awaitClaim(ctx, args.Pod, pod, h.Claims); err != nil {
 		logger.V(2).Info("Passing every node for a claim pod", "reason", err.Error())
 		return all, nil
 	}

@@ -33,6 +33,21 @@ func (f fakeClaims) Claim(namespace, name string) (*resourcev1.ResourceClaim, bo
 
 func (fakeClaims) DRAUnit() string { return gpushare.UnitGiB }
 
+// lateClaims is a ClaimSource whose informer gets its claims after the
+// first misses lookups.
+type lateClaims struct {
+	fakeClaims
+	misses int
+}
+
+func (l *lateClaims) Claim(namespace, name string) (*resourcev1.ResourceClaim, bool) {
+	if l.misses > 0 {
+		l.misses--
+		return nil, false
+	}
+	return l.fakeClaims.Claim(namespace, name)
+}
+
 // claimOf is a claim asking gib GiB of count devices of the driver's class.
 func claimOf(gib int64, count int64) *resourcev1.ResourceClaim {
 	tmpl := draclaim.Template(resource.NewQuantity(gib<<30, resource.BinarySI))
@@ -56,8 +71,9 @@ func claimPod() *corev1.Pod {
 // (binpack here: dra-busy, whose first card in slice order holds 8 GiB),
 // never the device plugin's; wherever it cannot rate, it passes every
 // node (node choice off, the claim unknown or of another shape, no node
-// fitting in its view), so the pod is never failed for it; a pod asking
-// gpu-mem too is an error.
+// fitting in its view), so the pod is never failed for it, waiting up to
+// claimWait for a claim its informer has not seen; a pod asking gpu-mem
+// too is an error.
 func TestFilterDRA(t *testing.T) {
 	logger, _ := ktesting.NewTestContext(t)
 	c, err := cache.New(cache.Config{Policy: allocator.NameBinpack})
@@ -91,7 +107,8 @@ func TestFilterDRA(t *testing.T) {
 	}{
 		{name: "rated", claims: fakeClaims{"default/p-gpu": claimOf(8, 1)}, pod: claimPod(), want: []string{"dra-busy"}},
 		{name: "node choice off", pod: claimPod(), want: all},
-		{name: "claim not known yet", claims: fakeClaims{}, pod: claimPod(), want: all},
+		{name: "claim not known within claimWait", claims: fakeClaims{}, pod: claimPod(), want: all},
+		{name: "claim reaching the informer during the call", claims: &lateClaims{fakeClaims: fakeClaims{"default/p-gpu": claimOf(8, 1)}, misses: 3}, pod: claimPod(), want: []string{"dra-busy"}},
 		{name: "claim of two cards", claims: fakeClaims{"default/p-gpu": claimOf(8, 2)}, pod: claimPod(), want: all},
 		{name: "fits nowhere in the extender's view", claims: fakeClaims{"default/p-gpu": claimOf(24, 1)}, pod: claimPod(), want: all},
 		{name: "gpu-mem too", claims: fakeClaims{"default/p-gpu": claimOf(8, 1)}, pod: both, wantError: "not both"},
