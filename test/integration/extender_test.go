@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/http"
@@ -324,14 +325,16 @@ func waitExtenderReady(t *testing.T, addr string, done <-chan error) {
 }
 
 // waitExtenderAnswers polls http://addr+path until the extender answers
-// 200 (e.g. /healthz of a replica that is not the leader, never ready).
+// 200 (e.g. /healthz of a replica that is not the leader, never ready). done
+// must be buffered (its one error stays there for the extender's stop).
 func waitExtenderAnswers(t *testing.T, addr, path string, done <-chan error) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		select {
-		case err := <-done:
-			return false, fmt.Errorf("extender exited: %w", err)
-		default:
+		if len(done) > 0 {
+			// Left in done for whoever stops the extender: it reads
+			// the error there (taking it here left that reader
+			// waiting forever).
+			return false, errors.New("extender exited (its error follows, from its stop)")
 		}
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {

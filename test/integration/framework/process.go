@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpushare/gpushare/test/util"
 )
 
 // Proc is one child process of a test: in its own process group, so a stop
@@ -173,8 +175,9 @@ var handedOut = struct {
 	ports map[int]bool
 }{ports: map[int]bool{}}
 
-// listenLoopback listens on a port the kernel chooses (tests replace it).
-var listenLoopback = func() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+// listenLoopback listens on a free loopback port below the kernel's
+// ephemeral range (util.ListenLoopback; tests replace it).
+var listenLoopback = util.ListenLoopback
 
 // freePortAttempts bounds the listens freePorts makes for one call.
 const freePortAttempts = 1000
