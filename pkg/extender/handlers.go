@@ -395,8 +395,7 @@ func undecided(failed map[string]string) bool {
 // reads them only then (its FailedScheduling event, and which nodes a
 // preemption may help); when some node fits it decodes them into a status
 // per node and only counts them in a log line, in its one-pod-at-a-time
-// cycle. At 5,000 names on a fragmented cluster they were most of the reply
-// (2,142 reasons beside 100 names). The extender logs them at V(5).
+// cycle. The extender logs them at V(5).
 func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string]string) *extenderv1.ExtenderFilterResult {
 	if len(fit) > 0 {
 		failed = nil
