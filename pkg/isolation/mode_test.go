@@ -329,3 +329,33 @@ func TestSysAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupsOf: Setup reads the node's hierarchy at the default root when
+// its config names none (the DRA driver's real-GPU test, which builds its
+// own SetupConfig, read "" and logged "cgroup version unknown" on an H200
+// node), and takes a fake node's version from its driver.
+func TestCgroupsOf(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  SetupConfig
+		want Cgroups
+	}{
+		{"no root", SetupConfig{}, SysCgroups{Root: DefaultCgroupRoot}},
+		{"a root", SetupConfig{CgroupRoot: "/host/sys/fs/cgroup"}, SysCgroups{Root: "/host/sys/fs/cgroup"}},
+		{"fake, v2", SetupConfig{Fake: true, FakeDriver: "615.00"}, FixedCgroups{V2: true}},
+		{"fake, v1", SetupConfig{Fake: true, FakeDriver: "615.00,cgroup-v1", CgroupRoot: "/x"}, FixedCgroups{V2: false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := cgroupsOf(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("cgroupsOf (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := cgroupsOf(SetupConfig{Fake: true, FakeDriver: "x.y"}); err == nil {
+		t.Error("cgroupsOf with a bad fake driver: nil error, want one")
+	}
+}

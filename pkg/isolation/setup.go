@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os/exec"
@@ -56,7 +57,8 @@ type SetupConfig struct {
 	// checked.
 	Fake       bool
 	FakeDriver string
-	// CgroupRoot is where the node's cgroup hierarchy is mounted.
+	// CgroupRoot is where the node's cgroup hierarchy is mounted
+	// (DefaultCgroupRoot when empty).
 	CgroupRoot string
 	// MPSControl, MPSRoot: mps mode's binary and directories.
 	MPSControl, MPSRoot string
@@ -86,13 +88,9 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var cg Cgroups = SysCgroups{Root: cfg.CgroupRoot}
-	if cfg.Fake {
-		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		cg = FixedCgroups{V2: !fd.CgroupV1}
+	cg, err := cgroupsOf(cfg)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	caps := Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
 	caps.RuntimeCDIErr = cfg.RuntimeCDIErr
@@ -206,4 +204,19 @@ func StartMPSDaemons(ctx context.Context, cfg MPSDaemonsConfig) (stop func()) {
 			klog.FromContext(ctx).Error(err, "Stopping the MPS control daemons")
 		}
 	}
+}
+
+// cgroupsOf returns how Setup learns the node's cgroup version: stated by
+// a fake node's driver, else read from the hierarchy at cfg.CgroupRoot
+// (DefaultCgroupRoot when empty: a caller that sets no root, as a test
+// building its own SetupConfig, still reads the node's).
+func cgroupsOf(cfg SetupConfig) (Cgroups, error) {
+	if cfg.Fake {
+		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)
+		if err != nil {
+			return nil, err
+		}
+		return FixedCgroups{V2: !fd.CgroupV1}, nil
+	}
+	return SysCgroups{Root: cmp.Or(cfg.CgroupRoot, DefaultCgroupRoot)}, nil
 }

@@ -42,7 +42,8 @@ const envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
 //     advisory (it allocates beyond it), and says so;
 //   - driver: refused on a driver older than R615 (or without the CDI
 //     hook), naming what is missing;
-//   - mps (daemons in the plugin): each client is held to its share; a
+//   - mps (daemons in the plugin): each client is held to its share, and
+//     two containers hold memory within their shares and compute at once; a
 //     client that drops its limit gets the card's largest share (a
 //     client's own limit only lowers the server's, so the server's must be
 //     the largest); a process outside MPS cannot use the card;
@@ -172,6 +173,28 @@ func TestRealGPU(t *testing.T) {
 			t.Logf("%s: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", c.name, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
 			if got.OK != c.ok {
 				t.Errorf("%s: allocated=%v, want %v (%s)", c.name, got.OK, c.ok, got.Error)
+			}
+		}
+		// The two containers share the card at once: each holds memory
+		// within its share while the other does, then both compute on it.
+		gates := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+		both := []*gpuclient.Client{
+			gpuclient.Start(t, python, container(small), 6, gates[0]),
+			gpuclient.Start(t, python, container(big), 12, gates[1]),
+		}
+		for _, g := range gates {
+			gpuclient.WaitFile(t, g+".ready", 90*time.Second)
+		}
+		for _, g := range gates {
+			if err := os.WriteFile(g, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range both {
+			got := c.Wait(t)
+			t.Logf("together, client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
+			if !got.OK {
+				t.Errorf("together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", i, got.Error)
 			}
 		}
 		// A process that does not go through the card's MPS server cannot
