@@ -286,17 +286,20 @@ node-test-k8s: ## The real-node tests on Kubernetes $(K8S_VERSION) (root; defaul
 	cd test/chart && $(GO) test -count=1 -timeout $(NODE_TIMEOUT) -v ./realnode/ -args -realnode.faults -realnode.kubernetes=$(K8S_VERSION) -realnode.runtime=containerd-2
 
 .PHONY: gpu-check
-gpu-check: ## On a machine with an NVIDIA GPU (root, python3 with PyTorch): the device plugin on the real card (NVML discovery, XID watch, each isolation mode checked with CUDA processes, MPS daemons across a plugin restart; TestRealGPU), and the DRA driver's claims in mps mode (TestRealGPUPrepare).
+gpu-check: ## On a machine with an NVIDIA GPU (root, python3 with PyTorch): the device plugin on the real card (NVML discovery, XID watch, each isolation mode checked with CUDA processes, mps also in containers run by runc where runc is, MPS daemons across a plugin restart; TestRealGPU), and the DRA driver's claims in mps mode (TestRealGPUPrepare).
 	$(GO) build -o bin/gpushare-device-plugin ./deviceplugin
 	cd test/kubelet && GPUSHARE_REAL_GPU=1 GPUSHARE_REAL_GPU_PLUGIN=$(CURDIR)/bin/gpushare-device-plugin $(GO) test -count=1 -timeout 10m -run '^TestRealGPU$$' -v .
 	cd dra && GPUSHARE_REAL_GPU=1 $(GO) test -count=1 -timeout 5m -run '^TestRealGPUPrepare$$' -v ./pkg/prepare/
 
 .PHONY: gpu-check-bundle
-gpu-check-bundle: ## gpu-check for a GPU machine without Go: _output/gpu-check/ (~35 MB) holds the two tests' binaries, the device plugin and gpu-check.sh; copy it there and run `bash gpu-check.sh`.
+gpu-check-bundle: ## gpu-check for a GPU machine without Go: _output/gpu-check/ (~35 MB) holds the two tests' binaries, the device plugin, this machine's runc (for the containers, where that machine has none) and gpu-check.sh; copy it there and run `bash gpu-check.sh`.
 	rm -rf _output/gpu-check && mkdir -p _output/gpu-check
 	cd test/kubelet && $(GO) test -c -ldflags '-s -w' -o ../../_output/gpu-check/kubelet.test .
 	cd dra && $(GO) test -c -ldflags '-s -w' -o ../_output/gpu-check/dra-prepare.test ./pkg/prepare/
 	$(GO) build -ldflags '-s -w' -o _output/gpu-check/gpushare-device-plugin ./deviceplugin
+	@# This machine's runc and its libseccomp, for TestRealGPU's containers where the GPU machine has no runc.
+	if r=$$(command -v runc); then mkdir -p _output/gpu-check/runc && cp "$$r" _output/gpu-check/runc/runc && \
+		cp -L $$(ldd "$$r" | awk '/libseccomp/ {print $$3}') _output/gpu-check/runc/; fi
 	xz -T0 -6 _output/gpu-check/kubelet.test _output/gpu-check/dra-prepare.test _output/gpu-check/gpushare-device-plugin
 	cp hack/gpu-check.sh _output/gpu-check/
 

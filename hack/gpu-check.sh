@@ -3,7 +3,7 @@
 # (dra/pkg/prepare/realgpu_test.go) from the bundle that
 # `make gpu-check-bundle` writes: the device plugin on this machine's
 # NVIDIA card under kubelet's device manager, each isolation mode checked
-# with CUDA processes, and the DRA driver's claims in mps mode. For a GPU machine without Go; with Go, run
+# with CUDA processes (mps also in containers run by runc), and the DRA driver's claims in mps mode. For a GPU machine without Go; with Go, run
 # `make gpu-check`. Needs root, the NVIDIA driver (nvidia-smi) and a python3
 # with PyTorch built for CUDA. Usage: bash gpu-check.sh [go test flags].
 set -u
@@ -23,6 +23,13 @@ for f in kubelet.test dra-prepare.test gpushare-device-plugin; do
 	fi
 	chmod +x "$bin/$f"
 done
+# TestRealGPU's containers: the machine's runc, else the bundle's (with its
+# libseccomp).
+if ! command -v runc >/dev/null && [ -x "$here/runc/runc" ]; then
+	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$here/runc" "$here/runc/runc" >"$bin/runc"
+	chmod +x "$bin/runc"
+	export GPUSHARE_REAL_GPU_RUNC="$bin/runc"
+fi
 export GPUSHARE_REAL_GPU=1 GPUSHARE_REAL_GPU_MPS_CONTROL="${mps:-nvidia-cuda-mps-control}" GPUSHARE_REAL_GPU_PLUGIN="$bin/gpushare-device-plugin"
 rc=0
 "$bin/kubelet.test" -test.run '^TestRealGPU$' -test.v -test.timeout 8m "$@" || rc=1

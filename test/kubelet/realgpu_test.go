@@ -47,6 +47,11 @@ const envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
 //     client that drops its limit gets the card's largest share (a
 //     client's own limit only lowers the server's, so the server's must be
 //     the largest); a process outside MPS cannot use the card;
+//   - mps in containers (where runc is): two containers run by runc with
+//     what the plugin gave them, the card's device nodes given as the
+//     NVIDIA runtime would, hold memory within their shares at once; one
+//     is refused beyond its share; one without the card's nodes finds no
+//     card;
 //   - mps (daemons in their own process): a client keeps its memory and
 //     computes across a plugin restart.
 func TestRealGPU(t *testing.T) {
@@ -204,6 +209,53 @@ func TestRealGPU(t *testing.T) {
 			t.Error("a process outside MPS allocated on the card, want it refused (exclusive-process)")
 		} else {
 			t.Logf("a process outside MPS: %s", got.Error)
+		}
+	})
+
+	t.Run("mps-containers", func(t *testing.T) {
+		runc := gpuclient.Runc()
+		if runc == "" {
+			t.Skipf("no runc (set %s, or put runc in PATH)", gpuclient.EnvRunc)
+		}
+		root := gpuclient.MPSRoot(t)
+		r := startRealPlugin(t, n, devs, deviceplugin.Config{
+			Isolation: string(isolation.RequestMPS), MPSControl: mpsControl, MPSRoot: root, MPSDaemons: deviceplugin.MPSDaemonsPlugin,
+		})
+		small := r.admit(t, "ctr-a", 8)
+		big := r.admit(t, "ctr-b", 16)
+		// Two containers at once, each within its share.
+		gates := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+		both := []*gpuclient.Client{
+			gpuclient.StartIn(t, runc, python, container(small), 6, gates[0]),
+			gpuclient.StartIn(t, runc, python, container(big), 12, gates[1]),
+		}
+		for _, g := range gates {
+			gpuclient.WaitFile(t, g+".ready", 90*time.Second)
+		}
+		for _, g := range gates {
+			if err := os.WriteFile(g, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range both {
+			got := c.Wait(t)
+			t.Logf("in containers, together, client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
+			if !got.OK {
+				t.Errorf("in containers, together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", i, got.Error)
+			}
+		}
+		over := gpuclient.StartIn(t, runc, python, container(small), 10, "").Wait(t)
+		t.Logf("in a container, 10 GiB on an 8 GiB share: ok=%v %s", over.OK, over.Error)
+		if over.OK {
+			t.Error("in a container, 10 GiB on an 8 GiB share allocated, want refused")
+		}
+		// The same container without the card's device nodes (what a
+		// container not given the card gets) cannot use it.
+		bare := container(small).Without("NVIDIA_VISIBLE_DEVICES")
+		none := gpuclient.StartIn(t, runc, python, bare, 1, "").Wait(t)
+		t.Logf("in a container without the card's device nodes: ok=%v %s", none.OK, none.Error)
+		if none.OK {
+			t.Error("a container without the card's device nodes allocated on it, want CUDA to find no card")
 		}
 	})
 
