@@ -182,26 +182,7 @@ func TestRealGPU(t *testing.T) {
 		}
 		// The two containers share the card at once: each holds memory
 		// within its share while the other does, then both compute on it.
-		gates := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
-		both := []*gpuclient.Client{
-			gpuclient.Start(t, python, container(small), 6, gates[0]),
-			gpuclient.Start(t, python, container(big), 12, gates[1]),
-		}
-		for _, g := range gates {
-			gpuclient.WaitFile(t, g+".ready", 90*time.Second)
-		}
-		for _, g := range gates {
-			if err := os.WriteFile(g, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, c := range both {
-			got := c.Wait(t)
-			t.Logf("together, client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
-			if !got.OK {
-				t.Errorf("together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", i, got.Error)
-			}
-		}
+		checkTogether(t, "", python, small, big)
 		// A process that does not go through the card's MPS server cannot
 		// use the card: it is exclusive to the server.
 		outside := gpuclient.Container{Env: map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID, isolation.EnvMPSPipeDir: t.TempDir()}}
@@ -224,26 +205,7 @@ func TestRealGPU(t *testing.T) {
 		small := r.admit(t, "ctr-a", 8)
 		big := r.admit(t, "ctr-b", 16)
 		// Two containers at once, each within its share.
-		gates := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
-		both := []*gpuclient.Client{
-			gpuclient.StartIn(t, runc, python, container(small), 6, gates[0]),
-			gpuclient.StartIn(t, runc, python, container(big), 12, gates[1]),
-		}
-		for _, g := range gates {
-			gpuclient.WaitFile(t, g+".ready", 90*time.Second)
-		}
-		for _, g := range gates {
-			if err := os.WriteFile(g, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i, c := range both {
-			got := c.Wait(t)
-			t.Logf("in containers, together, client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
-			if !got.OK {
-				t.Errorf("in containers, together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", i, got.Error)
-			}
-		}
+		checkTogether(t, runc, python, small, big)
 		over := gpuclient.StartIn(t, runc, python, container(small), 10, "").Wait(t)
 		t.Logf("in a container, 10 GiB on an 8 GiB share: ok=%v %s", over.OK, over.Error)
 		if over.OK {
@@ -391,6 +353,20 @@ func startMPSDaemons(t *testing.T, control, root string) (stop func()) {
 	return func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+	}
+}
+
+// checkTogether runs clients of 6 GiB on the 8 GiB share small and 12
+// GiB on the 16 GiB share big at once (in runc's containers when runc is
+// not ""): both must hold their memory together and compute.
+func checkTogether(t *testing.T, runc, python string, small, big devicehost.Result) {
+	t.Helper()
+	where := map[bool]string{true: "in containers", false: "on the host"}[runc != ""]
+	for i, got := range gpuclient.Together(t, runc, python, []gpuclient.Container{container(small), container(big)}, []float64{6, 12}) {
+		t.Logf("%s, together, client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", where, i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
+		if !got.OK {
+			t.Errorf("%s, together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", where, i, got.Error)
+		}
 	}
 }
 

@@ -29,7 +29,9 @@ import (
 // processes with what each claim's CDI spec gives a container (make
 // gpu-check; skipped unless GPUSHARE_REAL_GPU=1, with
 // GPUSHARE_REAL_GPU_PYTHON and GPUSHARE_REAL_GPU_MPS_CONTROL as for the
-// device plugin's TestRealGPU): each claim is held to its share, a process
+// device plugin's TestRealGPU, and GPUSHARE_REAL_GPU_RUNC): each claim is
+// held to its share, the two at once in containers run by runc where runc
+// is (gpuclient.StartIn), a process
 // that drops its limit gets the largest share prepared, and the limit
 // follows the claims as they are unprepared, down to the floor.
 func TestRealGPUPrepare(t *testing.T) {
@@ -79,6 +81,15 @@ func TestRealGPUPrepare(t *testing.T) {
 		t.Logf("%s, %g GiB: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", name, gib, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
 		if got.OK != ok {
 			t.Errorf("%s, %g GiB: allocated=%v, want %v (%s)", name, gib, got.OK, ok, got.Error)
+		}
+	}
+	// The two claims' containers at once, in containers of their own
+	// where runc is (else on the host): each within its share.
+	runc := gpuclient.Runc()
+	for i, got := range gpuclient.Together(t, runc, python, []gpuclient.Container{claims["a"], claims["b"]}, []float64{6, 12}) {
+		t.Logf("claims a and b together (runc %q), client %d: ok=%v (cudaMemGetInfo free %d of %d MiB) %s", runc, i, got.OK, got.FreeMiB, got.TotalMiB, got.Error)
+		if !got.OK {
+			t.Errorf("claims together, client %d (6 of 8 GiB, 12 of 16 GiB): %s; want both to hold their memory and compute", i, got.Error)
 		}
 	}
 	noLimit := claims["a"].Without(isolation.EnvMPSPinnedLimit)

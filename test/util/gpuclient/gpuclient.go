@@ -254,3 +254,36 @@ func Python() string { return cmp.Or(os.Getenv(EnvPython), "python3") }
 // MPSControl is nvidia-cuda-mps-control: GPUSHARE_REAL_GPU_MPS_CONTROL,
 // else the name, looked up in PATH.
 func MPSControl() string { return cmp.Or(os.Getenv(EnvMPSControl), isolation.DefaultMPSControl) }
+
+// Together runs a client for each container of cs at once, client i
+// allocating gibs[i] GiB: each holds its memory until every one holds
+// its own, then all compute on it. With runc (not "") each runs in a
+// container of its own (StartIn), else on the host. It returns what each
+// printed, in cs's order.
+func Together(t testing.TB, runc, python string, cs []Container, gibs []float64) []Result {
+	t.Helper()
+	dir := t.TempDir()
+	clients := make([]*Client, len(cs))
+	gates := make([]string, len(cs))
+	for i, c := range cs {
+		gates[i] = filepath.Join(dir, fmt.Sprint("gate-", i))
+		if runc != "" {
+			clients[i] = StartIn(t, runc, python, c, gibs[i], gates[i])
+		} else {
+			clients[i] = Start(t, python, c, gibs[i], gates[i])
+		}
+	}
+	for _, g := range gates {
+		WaitFile(t, g+".ready", 90*time.Second)
+	}
+	for _, g := range gates {
+		if err := os.WriteFile(g, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]Result, len(cs))
+	for i, c := range clients {
+		out[i] = c.Wait(t)
+	}
+	return out
+}
