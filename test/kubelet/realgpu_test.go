@@ -38,6 +38,8 @@ const envRealGPUPlugin = "GPUSHARE_REAL_GPU_PLUGIN"
 //   - discovery: NVML lists the cards, the driver and each card's features;
 //   - health: the XID watch registers and runs without events, Probe
 //     answers;
+//   - xid: a CUDA kernel's page fault (with CuPy) reaches the XID watch as
+//     the card's application XID, not critical; the card serves on;
 //   - none: kubelet advertises the cards' memory; a container's share is
 //     advisory (it allocates beyond it), and says so;
 //   - driver: refused on a driver older than R615 (or without the CDI
@@ -102,6 +104,47 @@ func TestRealGPU(t *testing.T) {
 	})
 
 	card := devs[0]
+
+	t.Run("xid", func(t *testing.T) {
+		// A kernel that writes where nothing is mapped: the driver raises
+		// an XID for the card, an application's (31, a page fault), which
+		// the watch delivers and which leaves the card healthy.
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		events := make(chan gpu.Event, 16)
+		done := make(chan error, 1)
+		go func() { done <- n.WatchXIDs(ctx, events) }()
+		// WatchXIDs registers for the cards' events before it waits (a
+		// few milliseconds in the health subtest); an event raised before
+		// that would be missed.
+		time.Sleep(2 * time.Second)
+		faulted, msg := gpuclient.Fault(t, python, map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID})
+		t.Logf("faulting kernel: faulted=%v %s", faulted, msg)
+		if !faulted {
+			t.Fatalf("the kernel writing to an unmapped address did not fault: %s", msg)
+		}
+		select {
+		case e := <-events:
+			t.Logf("XID event: card %s, XID %d, critical %v", e.UUID, e.XID, gpu.IsCritical(e.XID))
+			if e.UUID != card.UUID || gpu.IsCritical(e.XID) {
+				t.Errorf("event %+v: want card %s and an application's XID (not critical)", e, card.UUID)
+			}
+		case err := <-done:
+			t.Fatalf("the XID watch ended: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no XID event within 30 s of the fault")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchXIDs: %v", err)
+		}
+		// The card serves the next process as before.
+		if got := gpuclient.Run(t, python, gpuclient.Container{Env: map[string]string{"CUDA_VISIBLE_DEVICES": card.UUID}}, 1); !got.OK {
+			t.Errorf("after the fault, 1 GiB on the card: %s; want it allocated", got.Error)
+		}
+	})
+
 	cardGiB := card.MemoryMiB / 1024
 	if cardGiB < 24 {
 		t.Fatalf("card 0 has %d GiB; the isolation checks need 24", cardGiB)

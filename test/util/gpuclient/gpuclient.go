@@ -3,6 +3,7 @@ package gpuclient
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -286,4 +287,54 @@ func Together(t testing.TB, runc, python string, cs []Container, gibs []float64)
 		out[i] = c.Wait(t)
 	}
 	return out
+}
+
+// faultScript launches a CUDA kernel (with CuPy) that writes to a device
+// address nothing maps, and prints one JSON line: whether the launch
+// faulted, and the error. The driver reports such a fault as an XID (31, a
+// GPU memory page fault) of the card: an application's error, after which
+// the card serves other processes as before.
+const faultScript = `
+import json, os
+out = {"faulted": False}
+try:
+    import cupy as cp
+    k = cp.RawKernel(r'extern "C" __global__ void bad(unsigned long long a) { *(volatile int*)a = 1; }', "bad")
+    k((1,), (1,), (cp.uint64(0x10),))
+    cp.cuda.runtime.deviceSynchronize()
+except ImportError as e:
+    out["error"] = "ImportError: " + str(e)
+except BaseException as e:
+    out["faulted"] = True
+    out["error"] = (type(e).__name__ + ": " + str(e))[:400]
+print(json.dumps(out), flush=True)
+os._exit(0)  # CuPy's teardown on the faulted context prints tracebacks
+`
+
+// Fault runs faultScript with python on the cards env's CUDA_VISIBLE_DEVICES
+// names, on the host: whether the kernel faulted, and the error it got. It
+// skips the test when python has no CuPy.
+func Fault(t testing.TB, python string, env map[string]string) (faulted bool, msg string) {
+	t.Helper()
+	cmd := exec.Command(python, "-c", faultScript) //nolint:gosec // the test's own script
+	cmd.Env = HostEnv(Container{Env: env})
+	b, err := cmd.CombinedOutput()
+	var r struct {
+		Faulted bool   `json:"faulted"`
+		Error   string `json:"error"`
+	}
+	jerr := errors.New("no JSON line")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, `{"faulted"`) {
+			jerr = json.Unmarshal([]byte(l), &r)
+			break
+		}
+	}
+	if jerr != nil {
+		t.Fatalf("the faulting kernel printed no JSON line (%v, exit %v):\n%s", jerr, err, b)
+	}
+	if strings.HasPrefix(r.Error, "ImportError") {
+		t.Skipf("%s has no CuPy to launch the faulting kernel: %s", python, r.Error)
+	}
+	return r.Faulted, r.Error
 }
