@@ -59,7 +59,7 @@ func status(ctx context.Context, o options) error {
 
 	for _, args := range [][]string{{}, {"-d"}} {
 		fmt.Printf("\n== kubectl inspect gpushare %s   (bin/kubectl-inspect-gpushare)\n", strings.Join(args, " "))
-		cmd := exec.CommandContext(ctx, o.inspectBinary(), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		cmd := exec.CommandContext(ctx, o.inspectBinary(), append([]string{"--kubeconfig", kubeconfig}, args...)...) //nolint:gosec // the plugin this demo built, with its own arguments
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("running %s: %w", o.inspectBinary(), err)
@@ -205,7 +205,7 @@ func table(ctx context.Context, client kubernetes.Interface, o options, names []
 // cdiEnv is the gpushare environment a claim's CDI spec gives its
 // container, "NAME=value" joined by spaces.
 func cdiEnv(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // a CDI spec in the demo's own directory
 	if err != nil {
 		return "", fmt.Errorf("the claim's CDI spec: %w", err)
 	}

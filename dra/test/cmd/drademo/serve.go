@@ -93,7 +93,7 @@ func serve(ctx context.Context, o options) error {
 		return o.files().GiveUp(fmt.Errorf("creating node %s: %w", nodeName, err))
 	}
 	for _, d := range []string{o.kubeletDir(), o.cdiDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o755); err != nil { //nolint:gosec // kubelet's and CDI's directories, read by the runtime as on a node
 			return o.files().GiveUp(err)
 		}
 	}

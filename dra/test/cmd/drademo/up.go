@@ -35,7 +35,7 @@ func up(ctx context.Context, o options) error {
 	// -trimpath and no cgo, as its image and the extender's are built
 	// (pkg/imagebuild's recipes): make test compiles client-go that way
 	// before this runs, so a cold run compiles little more here.
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare") //nolint:gosec // the demo's own output path
 	build.Dir, build.Env = o.root, append(os.Environ(), "CGO_ENABLED=0")
 	var out bytes.Buffer
 	build.Stdout, build.Stderr = &out, &out
@@ -50,7 +50,7 @@ func up(ctx context.Context, o options) error {
 			return fmt.Errorf("clearing the last demo's state: %w", err)
 		}
 	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil { //nolint:gosec // the demo's directory, which the user reads
 		return fmt.Errorf("creating %s: %w", o.dir, err)
 	}
 	fmt.Printf("\n== Starting the cluster (state and logs in %s)\n", o.dir)
