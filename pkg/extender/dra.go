@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -89,24 +90,12 @@ const (
 // awaitClaim calls draDemand until the pod's claims are all in the
 // informer, claimWait has passed or ctx ends, and returns its last error.
 func awaitClaim(ctx context.Context, pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
-	err := draDemand(pod, info, claims)
-	if !errors.Is(err, errClaimNotSeen) {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, claimWait)
-	defer cancel()
-	tick := time.NewTicker(claimPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return err
-		case <-tick.C:
-			if err = draDemand(pod, info, claims); !errors.Is(err, errClaimNotSeen) {
-				return err
-			}
-		}
-	}
+	var err error
+	_ = wait.PollUntilContextTimeout(ctx, claimPoll, claimWait, true, func(context.Context) (bool, error) {
+		err = draDemand(pod, info, claims)
+		return !errors.Is(err, errClaimNotSeen), nil
+	})
+	return err
 }
 
 // filterDRA answers filter for a claim pod (gpushare.AsksDRAClaim): the nodes

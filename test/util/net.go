@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -50,8 +51,10 @@ func ListenLoopback() (net.Listener, error) {
 const portFloor = 10000
 
 // ephemeralLow returns the first port of the kernel's ephemeral range
-// (32768 when it cannot be read).
-func ephemeralLow() int {
+// (32768 when it cannot be read), read once per process.
+var ephemeralLow = sync.OnceValue(readEphemeralLow)
+
+func readEphemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 32768
