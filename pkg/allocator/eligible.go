@@ -60,10 +60,10 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 		return Eligible
 	}
 	if cc.ReadsModel() {
-		if c.Model == "" {
+		if c.Model() == "" {
 			return ExcludedModelUnknown
 		}
-		if ok, by := cc.AllowsModel(c.Model); !ok {
+		if ok, by := cc.AllowsModel(c.Model()); !ok {
 			if by != "" {
 				return ExcludedModelExcluded
 			}
@@ -72,18 +72,18 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	}
 	if cc.ReadsUUID() {
 		switch {
-		case c.UUID == "":
+		case c.UUID() == "":
 			return ExcludedUUIDUnknown
-		case len(cc.UUIDs) > 0 && !slices.Contains(cc.UUIDs, c.UUID):
+		case len(cc.UUIDs) > 0 && !slices.Contains(cc.UUIDs, c.UUID()):
 			return ExcludedUUID
-		case slices.Contains(cc.ExcludedUUIDs, c.UUID):
+		case slices.Contains(cc.ExcludedUUIDs, c.UUID()):
 			return ExcludedUUIDExcluded
 		}
 	}
-	if cc.Enforced && !c.Isolation.Enforced() {
+	if cc.Enforced && !c.Isolation().Enforced() {
 		return ExcludedNotEnforced
 	}
-	if cc.EnforcedAcrossCards && c.Isolation != gpushare.IsolationDriver {
+	if cc.EnforcedAcrossCards && c.Isolation() != gpushare.IsolationDriver {
 		return ExcludedNotEnforcedAcrossCards
 	}
 	return Eligible
@@ -147,7 +147,7 @@ func appendExclusions(b []byte, n *Node, cc *gpushare.CardConstraints, xs exclus
 		}
 		model := ""
 		if x == ExcludedModel || x == ExcludedModelExcluded {
-			model = n.Cards[i].Model
+			model = n.Cards[i].Model()
 		}
 		j := 0
 		for j < len(groups) && (groups[j].x != x || groups[j].model != model) {

@@ -10,8 +10,8 @@ import (
 )
 
 func TestExclude(t *testing.T) {
-	t4 := Card{UUID: "GPU-t4", Model: "Tesla T4", Healthy: true}
-	a100 := Card{UUID: "GPU-a100", Model: "A100-SXM4-80GB", Healthy: true}
+	t4 := Card{Healthy: true, Info: &CardInfo{UUID: "GPU-t4", Model: "Tesla T4"}}
+	a100 := Card{Healthy: true, Info: &CardInfo{UUID: "GPU-a100", Model: "A100-SXM4-80GB"}}
 	unknown := Card{Healthy: true} // a node without an inventory
 	cordoned := a100
 	cordoned.Cordoned = true
@@ -61,7 +61,12 @@ func TestExclude(t *testing.T) {
 }
 
 func withIsolation(c Card, m gpushare.Isolation) Card {
-	c.Isolation = m
+	info := CardInfo{}
+	if c.Info != nil {
+		info = *c.Info
+	}
+	info.Isolation = m
+	c.Info = &info
 	return c
 }
 
@@ -69,10 +74,10 @@ func withIsolation(c Card, m gpushare.Isolation) Card {
 // and an unhealthy A100.
 func mixed() *Node {
 	return &Node{Name: "n1", Unit: "GiB", Cards: []Card{
-		{Index: 0, UUID: "GPU-0", Model: "Tesla T4", Total: 16, Healthy: true},
-		{Index: 1, UUID: "GPU-1", Model: "Tesla T4", Total: 16, Healthy: true, Cordoned: true},
-		{Index: 2, UUID: "GPU-2", Model: "A100-SXM4-80GB", Total: 80, Used: 73, Healthy: true},
-		{Index: 3, UUID: "GPU-3", Model: "A100-SXM4-80GB", Total: 80, Healthy: true},
+		{Index: 0, Total: 16, Healthy: true, Info: &CardInfo{UUID: "GPU-0", Model: "Tesla T4"}},
+		{Index: 1, Total: 16, Healthy: true, Cordoned: true, Info: &CardInfo{UUID: "GPU-1", Model: "Tesla T4"}},
+		{Index: 2, Total: 80, Used: 73, Healthy: true, Info: &CardInfo{UUID: "GPU-2", Model: "A100-SXM4-80GB"}},
+		{Index: 3, Total: 80, Healthy: true, Info: &CardInfo{UUID: "GPU-3", Model: "A100-SXM4-80GB"}},
 	}}
 }
 
@@ -130,9 +135,9 @@ func TestFitWithExclusions(t *testing.T) {
 		{
 			name: "enforced pod: advisory cards counted, the enforcing one used",
 			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
-				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+				{Index: 0, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationNone}},
 				{Index: 1, Total: 16, Healthy: true},
-				{Index: 2, Total: 16, Used: 8, Healthy: true, Isolation: gpushare.IsolationMPS},
+				{Index: 2, Total: 16, Used: 8, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationMPS}},
 			}},
 			demand: gpushare.Demand{app("c0", 6)},
 			cc:     &gpushare.CardConstraints{Enforced: true},
@@ -141,8 +146,8 @@ func TestFitWithExclusions(t *testing.T) {
 		{
 			name: "enforced pod on a node that enforces nothing",
 			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
-				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
-				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
+				{Index: 0, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationNone}},
+				{Index: 1, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationNone}},
 			}},
 			demand:  gpushare.Demand{app("c0", 6)},
 			cc:      &gpushare.CardConstraints{Enforced: true},
@@ -153,10 +158,10 @@ func TestFitWithExclusions(t *testing.T) {
 			// daemon, so only driver mode limits a container on two cards.
 			name: "enforced pod with a two-card container: driver cards only",
 			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
-				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
-				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationDriver},
-				{Index: 2, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
-				{Index: 3, Total: 16, Healthy: true, Isolation: gpushare.IsolationDriver},
+				{Index: 0, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationMPS}},
+				{Index: 1, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationDriver}},
+				{Index: 2, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationMPS}},
+				{Index: 3, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationDriver}},
 			}},
 			demand: gpushare.Demand{app("a", 4), {Name: "b", Units: 8, Cards: 2}},
 			cc:     &gpushare.CardConstraints{Enforced: true},
@@ -165,8 +170,8 @@ func TestFitWithExclusions(t *testing.T) {
 		{
 			name: "enforced pod with a two-card container on an MPS node",
 			node: &Node{Name: "n1", Unit: "GiB", Cards: []Card{
-				{Index: 0, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
-				{Index: 1, Total: 16, Healthy: true, Isolation: gpushare.IsolationMPS},
+				{Index: 0, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationMPS}},
+				{Index: 1, Total: 16, Healthy: true, Info: &CardInfo{Isolation: gpushare.IsolationMPS}},
 			}},
 			demand:  gpushare.Demand{{Name: "b", Units: 8, Cards: 2}},
 			cc:      &gpushare.CardConstraints{Enforced: true},

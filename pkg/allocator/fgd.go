@@ -66,7 +66,7 @@ func (f *FGD) CardKey(c *Card, free, units int64) float64 {
 	after := free - units
 	for i := range f.tasks {
 		t := &f.tasks[i]
-		if t.Units <= 0 || !t.accepts(c.Model) {
+		if t.Units <= 0 || !t.accepts(c.Model()) {
 			d -= t.Weight * float64(units)
 			continue
 		}
@@ -155,7 +155,7 @@ func nodeModel(n *Node) string {
 	if len(n.Cards) == 0 {
 		return ""
 	}
-	return n.Cards[0].Model
+	return n.Cards[0].Model()
 }
 
 var (

@@ -515,7 +515,7 @@ func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation 
 		ca := gpushare.ContainerAllocation{Name: c.Name, Init: c.Init}
 		for _, pos := range pl.Cards[i] {
 			card := &n.Cards[pos]
-			ca.Devices = append(ca.Devices, gpushare.DeviceShare{Index: card.Index, UUID: card.UUID, Units: c.Units})
+			ca.Devices = append(ca.Devices, gpushare.DeviceShare{Index: card.Index, UUID: card.UUID(), Units: c.Units})
 		}
 		sort.Slice(ca.Devices, func(x, y int) bool { return ca.Devices[x].Index < ca.Devices[y].Index })
 		a.Containers = append(a.Containers, ca)

@@ -24,7 +24,7 @@ func node(cards ...string) *Node {
 		parts := strings.Split(c, "/")
 		total = atoi(parts[0])
 		used = atoi(parts[1])
-		n.Cards = append(n.Cards, Card{Index: i, UUID: "GPU-" + string(rune('a'+i)), Total: total, Used: used, Healthy: healthy})
+		n.Cards = append(n.Cards, Card{Index: i, Total: total, Used: used, Healthy: healthy, Info: &CardInfo{UUID: "GPU-" + string(rune('a'+i))}})
 	}
 	return n
 }
@@ -220,23 +220,23 @@ func refEligible(cc *gpushare.CardConstraints, d gpushare.Demand, c *Card) bool 
 		return true
 	}
 	match := func(patterns []string) bool {
-		return slices.ContainsFunc(patterns, func(p string) bool { return gpushare.MatchModel(p, c.Model) })
+		return slices.ContainsFunc(patterns, func(p string) bool { return gpushare.MatchModel(p, c.Model()) })
 	}
-	if len(cc.Models) > 0 && (c.Model == "" || !match(cc.Models)) {
+	if len(cc.Models) > 0 && (c.Model() == "" || !match(cc.Models)) {
 		return false
 	}
-	if len(cc.ExcludedModels) > 0 && (c.Model == "" || match(cc.ExcludedModels)) {
+	if len(cc.ExcludedModels) > 0 && (c.Model() == "" || match(cc.ExcludedModels)) {
 		return false
 	}
-	if len(cc.UUIDs) > 0 && (c.UUID == "" || !slices.Contains(cc.UUIDs, c.UUID)) {
+	if len(cc.UUIDs) > 0 && (c.UUID() == "" || !slices.Contains(cc.UUIDs, c.UUID())) {
 		return false
 	}
-	if len(cc.ExcludedUUIDs) > 0 && (c.UUID == "" || slices.Contains(cc.ExcludedUUIDs, c.UUID)) {
+	if len(cc.ExcludedUUIDs) > 0 && (c.UUID() == "" || slices.Contains(cc.ExcludedUUIDs, c.UUID())) {
 		return false
 	}
 	if cc.Enforced {
 		multiCard := slices.ContainsFunc(d, func(c gpushare.ContainerDemand) bool { return c.Cards > 1 })
-		switch c.Isolation {
+		switch c.Isolation() {
 		case gpushare.IsolationDriver:
 		case gpushare.IsolationMPS:
 			return !multiCard
@@ -320,10 +320,14 @@ func (scenario) Generate(r *rand.Rand, _ int) reflect.Value { // implements quic
 	for i := range 1 + r.Intn(4) {
 		total := sizes[r.Intn(len(sizes))]
 		c := Card{Index: i, Total: total, Used: r.Int63n(total + 1), Healthy: r.Intn(6) > 0, Cordoned: r.Intn(8) == 0}
-		if c.Model = models[r.Intn(len(models))]; c.Model != "" {
-			c.UUID = uuids[i]
+		info := &CardInfo{Model: models[r.Intn(len(models))]}
+		if info.Model != "" {
+			info.UUID = uuids[i]
 		}
-		c.Isolation = isolations[r.Intn(len(isolations))]
+		info.Isolation = isolations[r.Intn(len(isolations))]
+		if info.Model != "" || info.Isolation != "" || r.Intn(2) == 0 {
+			c.Info = info // a card without Info is one of unknown model, UUID and isolation
+		}
 		n.Cards = append(n.Cards, c)
 	}
 	var cc *gpushare.CardConstraints

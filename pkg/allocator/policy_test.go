@@ -216,7 +216,7 @@ func TestNodeScoreCPU(t *testing.T) {
 	cards := func(used ...int64) *Node {
 		n := &Node{Name: "n"}
 		for i, u := range used {
-			n.Cards = append(n.Cards, Card{Index: i, Model: "T4", Total: 1000, Used: u, Healthy: true})
+			n.Cards = append(n.Cards, Card{Index: i, Total: 1000, Used: u, Healthy: true, Info: &CardInfo{Model: "T4"}})
 		}
 		return n
 	}

@@ -86,7 +86,7 @@ func TestPressureSpreads(t *testing.T) {
 	node := func(name string, used ...int64) *Node {
 		n := &Node{Name: name}
 		for i, u := range used {
-			n.Cards = append(n.Cards, Card{Index: i, Model: "T4", Total: 1000, Used: u, Healthy: true})
+			n.Cards = append(n.Cards, Card{Index: i, Total: 1000, Used: u, Healthy: true, Info: &CardInfo{Model: "T4"}})
 		}
 		return n
 	}

@@ -7,29 +7,70 @@ import (
 )
 
 // Card is one GPU as the allocator sees it. Memory is in the node's unit.
+//
+// It holds what a fit reads of every card (40 bytes on 64-bit machines);
+// what only constraints and reports read lives behind Info, shared by the
+// copies of a card. The extender fits a pod on thousands of nodes per
+// filter call and its time goes to loading their cards from memory: with
+// the UUID, model and isolation inline a card took 88 bytes, a node of 8
+// cards 11 cache lines, where a fit reads 32 bytes of each card.
 type Card struct {
 	// Index is the card's index on its node.
 	Index int
-	// UUID is empty when the node publishes no inventory.
-	UUID  string
-	Model string
 	// Total memory of the card, in units.
 	Total int64
 	// Used is the memory held by pods, in units. It may exceed Total when
 	// the node shrank under running pods; Free is then 0.
 	Used int64
+	// Info is the card's identity and isolation; nil when the node
+	// publishes none (its cards come from capacity alone). Never modified
+	// once set: a change replaces it.
+	Info *CardInfo
+	// Rank is the card's place in its node's DRA ResourceSlice (0 first),
+	// the order in which kube-scheduler's first fit tries the cards of a
+	// node the gpushare DRA driver serves (SliceOrder); 0 on other nodes.
+	Rank int32
 	// Healthy cards take new pods; unhealthy ones keep what they hold.
 	Healthy bool
 	// Cordoned: the operator keeps new pods off the card (node annotation
 	// gpushare.io/cordoned-gpus); pods already on it keep what they hold.
 	Cordoned bool
+}
+
+// CardInfo is what the allocator reads of a card only under constraints
+// (Eligible) or to report it.
+type CardInfo struct {
+	// UUID is empty when the node publishes no inventory.
+	UUID  string
+	Model string
 	// Isolation is how the card enforces each container's share of its
 	// memory (inventory "isolation"); "" (unknown) enforces nothing.
 	Isolation gpushare.Isolation
-	// Rank is the card's place in its node's DRA ResourceSlice (0 first),
-	// the order in which kube-scheduler's first fit tries the cards of a
-	// node the gpushare DRA driver serves (SliceOrder); 0 on other nodes.
-	Rank int
+}
+
+// UUID returns the card's UUID, "" when unknown.
+func (c *Card) UUID() string {
+	if c.Info == nil {
+		return ""
+	}
+	return c.Info.UUID
+}
+
+// Model returns the card's model, "" when unknown.
+func (c *Card) Model() string {
+	if c.Info == nil {
+		return ""
+	}
+	return c.Info.Model
+}
+
+// Isolation returns how the card enforces each container's share of its
+// memory, "" (unknown: nothing) when the node does not say.
+func (c *Card) Isolation() gpushare.Isolation {
+	if c.Info == nil {
+		return ""
+	}
+	return c.Info.Isolation
 }
 
 // Free returns the units a new pod may take on the card: 0 for an

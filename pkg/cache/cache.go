@@ -842,7 +842,7 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 			if pos < 0 {
 				continue
 			}
-			if uuid := ns.node.Cards[pos].UUID; d.UUID != "" && uuid != "" && d.UUID != uuid {
+			if uuid := ns.node.Cards[pos].UUID(); d.UUID != "" && uuid != "" && d.UUID != uuid {
 				return nil, fmt.Sprintf("allocation names card %d as %s; node %s's card %d is %s", d.Index, d.UUID, ns.node.Name, d.Index, uuid)
 			}
 		}

@@ -119,9 +119,11 @@ func (f *Feeder) draCards(node string) []allocator.Card {
 		}
 	}
 	var cards []allocator.Card
-	for rank, c := range draview.NodeCards(node, list) {
-		cards = append(cards, allocator.Card{Index: c.Index, UUID: c.UUID, Model: c.Model, Healthy: c.Healthy,
-			Isolation: c.Isolation, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank})
+	var rank int32
+	for _, c := range draview.NodeCards(node, list) {
+		cards = append(cards, allocator.Card{Index: c.Index, Healthy: c.Healthy, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank,
+			Info: &allocator.CardInfo{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}})
+		rank++
 	}
 	return cards
 }

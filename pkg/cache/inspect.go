@@ -116,8 +116,8 @@ func (c *Cache) nodeView(ns *nodeState, pending []IgnoredView) NodeView {
 		card := &ns.node.Cards[i]
 		v.Total += card.Total
 		v.Used += card.Used
-		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Used: card.Used,
-			Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation, Pods: []PodView{}})
+		v.Cards = append(v.Cards, CardView{Index: card.Index, UUID: card.UUID(), Model: card.Model(), Total: card.Total, Used: card.Used,
+			Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation(), Pods: []PodView{}})
 	}
 	for uid := range ns.pods {
 		ps := c.pods[uid]

@@ -27,7 +27,8 @@ func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source stri
 		inv, err := gpushare.ParseInventory(node.inventory)
 		if err == nil {
 			for _, d := range inv.Devices {
-				cards = append(cards, allocator.Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Total: d.Memory, Healthy: d.Healthy, Isolation: d.Mode()})
+				cards = append(cards, allocator.Card{Index: d.Index, Total: d.Memory, Healthy: d.Healthy,
+					Info: &allocator.CardInfo{UUID: d.UUID, Model: d.Model, Isolation: d.Mode()}})
 			}
 			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
 			return inv.Unit, cards, SourceInventory, nil
@@ -50,10 +51,15 @@ func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source stri
 		return gpushare.DefaultUnit, nil, SourceNone, invErr
 	}
 	for i := range count {
-		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true, Isolation: gpushare.IsolationNone})
+		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true, Info: capacityInfo})
 	}
 	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
 }
+
+// capacityInfo is what is known of a card counted from capacity alone
+// (no inventory): its isolation, none. Shared by every such card; never
+// modified.
+var capacityInfo = &allocator.CardInfo{Isolation: gpushare.IsolationNone}
 
 // cordonCards marks the cards of node that its gpushare.io/cordoned-gpus
 // annotation names, and returns the UUIDs it names that no card has. An
@@ -73,7 +79,7 @@ func cordonCards(node *NodeInfo, cards []allocator.Card) (missing []string, err 
 	for _, u := range uuids {
 		found := false
 		for i := range cards {
-			if cards[i].UUID == u {
+			if cards[i].UUID() == u {
 				cards[i].Cordoned, found = true, true
 			}
 		}

@@ -359,7 +359,7 @@ func (h *Handoff) allows(cc *gpushare.CardConstraints, uuid string) bool {
 		return true
 	}
 	c := h.cards[uuid]
-	return allocator.Exclude(cc, &allocator.Card{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}) == allocator.Eligible
+	return allocator.Exclude(cc, &allocator.Card{Info: &allocator.CardInfo{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}}) == allocator.Eligible
 }
 
 // allowsShares reports whether pod e's card annotations allow every card

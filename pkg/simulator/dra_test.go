@@ -97,9 +97,9 @@ func TestSliceOrderIsTheDRAReplay(t *testing.T) {
 		extender := allocator.SliceOrder(inner)
 		for trial := range 2000 {
 			n := allocator.Node{Name: "n", Unit: "GiB"}
-			for i := range 1 + rng.IntN(8) {
+			for i := range int32(1 + rng.IntN(8)) {
 				total := []int64{16, 24, 32, 40, 80}[rng.IntN(5)]
-				n.Cards = append(n.Cards, allocator.Card{Index: i, Total: total, Used: rng.Int64N(total + 1), Healthy: rng.IntN(10) > 0, Rank: i})
+				n.Cards = append(n.Cards, allocator.Card{Index: int(i), Total: total, Used: rng.Int64N(total + 1), Healthy: rng.IntN(10) > 0, Rank: i})
 			}
 			d := gpushare.Demand{{Name: "gpu", Units: 1 + rng.Int64N(24), Cards: 1}}
 			want, werr := allocator.Fit(&n, d, replay)

@@ -183,7 +183,8 @@ func kubeNode(c *cache.Cache, node *corev1.Node) (Node, error) {
 	n := Node{Name: node.Name, Unit: v.Unit, Zone: ZoneKey(node.Labels), Labels: maps.Clone(node.Labels)}
 	n.MilliCPU, n.MemoryMiB, _ = cache.NodeAllocatable(node)
 	for _, card := range v.Cards {
-		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, UUID: card.UUID, Model: card.Model, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned, Isolation: card.Isolation})
+		n.Cards = append(n.Cards, allocator.Card{Index: card.Index, Total: card.Total, Healthy: card.Healthy, Cordoned: card.Cordoned,
+			Info: &allocator.CardInfo{UUID: card.UUID, Model: card.Model, Isolation: card.Isolation}})
 		if n.Model == "" {
 			n.Model = card.Model
 		}

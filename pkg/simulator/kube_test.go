@@ -80,10 +80,10 @@ func TestReadKubernetes(t *testing.T) {
 	}
 	wantNodes := []Node{
 		{Name: "inv", MilliCPU: 8000, MemoryMiB: 32768, Model: "Tesla T4", Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, UUID: "GPU-inv-0", Model: "Tesla T4", Total: 16, Healthy: true, Isolation: gpushare.IsolationNone},
-			{Index: 1, UUID: "GPU-inv-1", Model: "Tesla T4", Total: 16, Healthy: false, Isolation: gpushare.IsolationNone}}},
+			{Index: 0, Total: 16, Healthy: true, Info: &allocator.CardInfo{UUID: "GPU-inv-0", Model: "Tesla T4", Isolation: gpushare.IsolationNone}},
+			{Index: 1, Total: 16, Healthy: false, Info: &allocator.CardInfo{UUID: "GPU-inv-1", Model: "Tesla T4", Isolation: gpushare.IsolationNone}}}},
 		{Name: "cap", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB", Cards: []allocator.Card{
-			{Index: 0, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}, {Index: 1, Total: 32, Healthy: true, Isolation: gpushare.IsolationNone}}, Zone: ":\x00:z1",
+			{Index: 0, Total: 32, Healthy: true, Info: &allocator.CardInfo{Isolation: gpushare.IsolationNone}}, {Index: 1, Total: 32, Healthy: true, Info: &allocator.CardInfo{Isolation: gpushare.IsolationNone}}}, Zone: ":\x00:z1",
 			Labels: map[string]string{corev1.LabelTopologyZone: "z1"}},
 		{Name: "cpu-only", MilliCPU: 8000, MemoryMiB: 32768, Unit: "GiB"},
 	}

@@ -169,8 +169,9 @@ func ReadOpenbNodes(r io.Reader, file string) ([]Node, error) {
 		if err != nil {
 			return nil, err
 		}
+		info := &allocator.CardInfo{Model: n.Model} // the node's cards are alike
 		for i := range int(gpus) {
-			n.Cards = append(n.Cards, allocator.Card{Index: i, Model: n.Model, Total: OpenbMilli, Healthy: true})
+			n.Cards = append(n.Cards, allocator.Card{Index: i, Info: info, Total: OpenbMilli, Healthy: true})
 		}
 		n.Labels = NodeLabels(n.Model, len(n.Cards))
 		nodes = append(nodes, n)

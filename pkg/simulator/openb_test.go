@@ -19,7 +19,7 @@ func TestReadOpenbNodes(t *testing.T) {
 	}
 	want := []Node{
 		{Name: "n1", MilliCPU: 96000, MemoryMiB: 393216, Model: "G2", Unit: "milli", Cards: []allocator.Card{
-			{Index: 0, Model: "G2", Total: 1000, Healthy: true}, {Index: 1, Model: "G2", Total: 1000, Healthy: true}},
+			{Index: 0, Total: 1000, Healthy: true, Info: &allocator.CardInfo{Model: "G2"}}, {Index: 1, Total: 1000, Healthy: true, Info: &allocator.CardInfo{Model: "G2"}}},
 			// What the device plugin would label such a node with.
 			Labels: map[string]string{"gpushare.io/gpu.product": "G2", "nvidia.com/gpu.product": "G2", "gpushare.io/gpu.count": "2", "nvidia.com/gpu.count": "2"}},
 		{Name: "n2", MilliCPU: 64000, MemoryMiB: 262144, Unit: "milli",
@@ -106,7 +106,7 @@ func TestReadOpenbErrors(t *testing.T) {
 // each card's own model decides.
 func TestOpenbGPUSpecThroughFit(t *testing.T) {
 	tr := tinyTrace(t, "a100,64000,65536,1,A100\na10,64000,65536,1,A10\n", "p,1000,1024,1,600,A10\nq,1000,1024,1,600,A100|V100M32\nr,1000,1024,1,600,G3\n")
-	tr.Nodes[1].Cards = append(tr.Nodes[1].Cards, allocator.Card{Index: 1, Model: "G3", Total: OpenbMilli, Healthy: true})
+	tr.Nodes[1].Cards = append(tr.Nodes[1].Cards, allocator.Card{Index: 1, Total: OpenbMilli, Healthy: true, Info: &allocator.CardInfo{Model: "G3"}})
 	res, err := Run(context.Background(), tr, Options{Policy: allocator.NameBinpack, Seed: 1, Record: true, Inflate: 0.01})
 	if err != nil {
 		t.Fatal(err)
