@@ -118,11 +118,16 @@ func (f *Feeder) draCards(node string) []allocator.Card {
 			list = append(list, s)
 		}
 	}
-	var cards []allocator.Card
+	found := draview.NodeCards(node, list)
+	if len(found) == 0 {
+		return nil
+	}
+	cards := make([]allocator.Card, 0, len(found))
+	infos := make([]allocator.CardInfo, len(found)) // one allocation, read card after card
 	var rank int32
-	for _, c := range draview.NodeCards(node, list) {
-		cards = append(cards, allocator.Card{Index: c.Index, Healthy: c.Healthy, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank,
-			Info: &allocator.CardInfo{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}})
+	for i, c := range found {
+		infos[i] = allocator.CardInfo{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}
+		cards = append(cards, allocator.Card{Index: c.Index, Healthy: c.Healthy, Total: c.Bytes / draview.UnitBytes(f.draUnit), Rank: rank, Info: &infos[i]})
 		rank++
 	}
 	return cards

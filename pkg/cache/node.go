@@ -26,9 +26,12 @@ func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source stri
 	if node.hasInventory {
 		inv, err := gpushare.ParseInventory(node.inventory)
 		if err == nil {
-			for _, d := range inv.Devices {
-				cards = append(cards, allocator.Card{Index: d.Index, Total: d.Memory, Healthy: d.Healthy,
-					Info: &allocator.CardInfo{UUID: d.UUID, Model: d.Model, Isolation: d.Mode()}})
+			// One allocation for the node's infos: a constrained fit reads
+			// them card after card.
+			infos := make([]allocator.CardInfo, len(inv.Devices))
+			for i, d := range inv.Devices {
+				infos[i] = allocator.CardInfo{UUID: d.UUID, Model: d.Model, Isolation: d.Mode()}
+				cards = append(cards, allocator.Card{Index: d.Index, Total: d.Memory, Healthy: d.Healthy, Info: &infos[i]})
 			}
 			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
 			return inv.Unit, cards, SourceInventory, nil
