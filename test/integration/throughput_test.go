@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/imagebuild"
 	"github.com/gpushare/gpushare/pkg/simulator"
@@ -59,8 +60,8 @@ import (
 //	                            each measured on its own: "shipped" (the configurations as
 //	                            they are), "unset" (the key removed: kube-scheduler's adaptive
 //	                            default) or 0..100 ("shipped")
-//	GPUSHARE_BENCH_CONFIGS      of plain, noop, extender, filter-all, cpu-mix, cpu-only,
-//	                            comma-separated (all)
+//	GPUSHARE_BENCH_CONFIGS      of plain, noop, floor, extender, filter-all, cpu-mix,
+//	                            cpu-only, comma-separated (all)
 //	GPUSHARE_BENCH_CPU_SHARE    % of the pods of cpu-mix that ask only CPU and memory (50)
 //	GPUSHARE_BENCH_ROUNDS       times each configuration is measured, in alternating order
 //	                            (1): the GPU pods' configurations one after another in
@@ -204,6 +205,22 @@ func TestSchedulingThroughput(t *testing.T) {
 				return runThroughput(t, plain.Client(framework.AdminUser), nodes, pods, node, pod), nil
 			})
 		}
+		if configs["floor"] {
+			// The shipped configuration with an extender that does no
+			// work: what any extender in this topology could reach on
+			// this machine (floorExtender).
+			add("floor", "floor extender", "floor-extender-pods/s", func() (float64, histograms) {
+				url, setClient := floorExtender(t)
+				floorCP := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: set.apply(t, shipped)})
+				defer floorCP.Stop()
+				client := floorCP.Client(framework.AdminUser)
+				setClient(client)
+				if backlog {
+					return runBacklog(t, client, floorCP, nodes, pods, gpuNode, gpuPod), nil
+				}
+				return runThroughput(t, client, nodes, pods, gpuNode, gpuPod), nil
+			})
+		}
 		if configs["noop"] {
 			// A no-op extender with the same verbs but bind: the protocol's floor.
 			add("noop", "no-op extender", "noop-extender-pods/s", func() (float64, histograms) {
@@ -291,7 +308,7 @@ func TestSchedulingThroughput(t *testing.T) {
 					each[i] = fmt.Sprintf("%.2f", v)
 				}
 				line += fmt.Sprintf(" (ratio %.2f; rounds %s)", median(rs), strings.Join(each, ", "))
-				col := map[string]string{"extender": "ratio", "base": "base-ratio", "filter-all": "filter-all-ratio", "noop": "noop-ratio"}[c.key]
+				col := map[string]string{"extender": "ratio", "base": "base-ratio", "filter-all": "filter-all-ratio", "noop": "noop-ratio", "floor": "floor-ratio"}[c.key]
 				cols = append(cols, fmt.Sprintf("%.2f %s", median(rs), col))
 			}
 			logs = append(logs, line)
@@ -595,7 +612,7 @@ func (s percentageSetting) apply(t *testing.T, src string) string {
 // benchConfigs parses GPUSHARE_BENCH_CONFIGS ("" is all of them).
 func benchConfigs(t *testing.T, list string) map[string]bool {
 	t.Helper()
-	all := []string{"plain", "noop", "extender", "filter-all", "cpu-mix", "cpu-only"}
+	all := []string{"plain", "noop", "floor", "extender", "filter-all", "cpu-mix", "cpu-only"}
 	if list == "" {
 		list = strings.Join(all, ",")
 	}
@@ -710,6 +727,68 @@ func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String() + "/noop"
+}
+
+// floorExtender serves the verbs the shipped configuration calls, doing
+// no work: filter passes the first allocator.MaxBestNodes of the names it
+// is sent (as many as the extender's reply carries at most), bind creates
+// the pod's Binding with one API call (as the extender's does), preempt
+// keeps kube-scheduler's candidates. With it, a GPU pod's cycle costs the
+// protocol's exchanges and nothing else: the rate no extender in this
+// topology can pass on the machine. It returns its URL prefix (the
+// extender's) and a function that gives it the API client, once the
+// control plane it is configured into is up.
+func floorExtender(t *testing.T) (url string, setClient func(kubernetes.Interface)) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var client kubernetes.Interface
+	mux := http.NewServeMux()
+	mux.HandleFunc(extender.Prefix+"/filter", func(w http.ResponseWriter, r *http.Request) {
+		var a extenderv1.ExtenderArgs
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		res := extenderv1.ExtenderFilterResult{}
+		if a.NodeNames != nil {
+			names := (*a.NodeNames)[:min(len(*a.NodeNames), allocator.MaxBestNodes)]
+			res.NodeNames = &names
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	})
+	mux.HandleFunc(extender.Prefix+"/bind", func(w http.ResponseWriter, r *http.Request) {
+		var a extenderv1.ExtenderBindingArgs
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		mu.Lock()
+		c := client
+		mu.Unlock()
+		res := extenderv1.ExtenderBindingResult{}
+		err := errors.New("floor extender: no API client yet")
+		if c != nil {
+			err = c.CoreV1().Pods(a.PodNamespace).Bind(r.Context(), &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: a.PodNamespace, Name: a.PodName, UID: a.PodUID},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: a.Node},
+			}, metav1.CreateOptions{})
+		}
+		if err != nil {
+			res.Error = err.Error()
+		}
+		_ = json.NewEncoder(w).Encode(res)
+	})
+	mux.HandleFunc(extender.Prefix+"/preempt", func(w http.ResponseWriter, r *http.Request) {
+		var a extenderv1.ExtenderPreemptionArgs
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: a.NodeNameToMetaVictims})
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + extender.Prefix, func(c kubernetes.Interface) {
+		mu.Lock()
+		defer mu.Unlock()
+		client = c
+	}
 }
 
 func waitReady(t *testing.T, listen string) {
