@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -699,10 +699,6 @@ extenders:
 // record, when not nil, gets the node names of every filter call.
 func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/noop/filter", func(w http.ResponseWriter, r *http.Request) {
 		var a extenderv1.ExtenderArgs
@@ -723,10 +719,9 @@ func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 		}
 		_ = json.NewEncoder(w).Encode(out)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + "/noop"
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/noop"
 }
 
 // floorExtender serves the verbs the shipped configuration calls, doing
@@ -740,10 +735,6 @@ func noopExtender(t *testing.T, record func(nodeNames []string)) string {
 // control plane it is configured into is up.
 func floorExtender(t *testing.T) (url string, setClient func(kubernetes.Interface)) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var client kubernetes.Interface
 	mux := http.NewServeMux()
@@ -781,10 +772,9 @@ func floorExtender(t *testing.T) (url string, setClient func(kubernetes.Interfac
 		_ = json.NewDecoder(r.Body).Decode(&a)
 		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: a.NodeNameToMetaVictims})
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + extender.Prefix, func(c kubernetes.Interface) {
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + extender.Prefix, func(c kubernetes.Interface) {
 		mu.Lock()
 		defer mu.Unlock()
 		client = c
