@@ -3,46 +3,19 @@ package simulator
 import (
 	"slices"
 	"strings"
+
+	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
 // DefaultPercentageOfNodesToScore is the percentageOfNodesToScore that
 // config/kube-scheduler-config.yaml ships, and so what a replay follows
 // unless told otherwise: 0, kube-scheduler's adaptive default (see
-// NodesToFind). Measured on the openb trace at 1,213 and 5,000 nodes, it
+// sampling.NodesToFind). Measured on the openb trace at 1,213 and 5,000 nodes, it
 // allocates 0.03 to 0.05 points of GPU capacity less than 100 (every node)
 // while kube-scheduler schedules 1.5 (1,000 nodes) to 4 (5,000 nodes)
 // times as many pods per second; docs/design/policies.md ("kube-scheduler's
 // node sampling") has the numbers. TestShippedPercentageOfNodesToScore keeps the two in step.
 const DefaultPercentageOfNodesToScore int32 = 0
-
-// kube-scheduler v1.34's bounds on sampling (pkg/scheduler/schedule_one.go,
-// minFeasibleNodesToFind and minFeasibleNodesPercentageToFind).
-const (
-	minNodesToFind      = 100
-	minAdaptivePercent  = 5
-	adaptiveBasePercent = 50
-	// adaptiveNodesPerPercent: the adaptive percentage drops by 1 per this
-	// many nodes.
-	adaptiveNodesPerPercent = 125
-)
-
-// NodesToFind returns how many nodes that pass its own filters
-// kube-scheduler v1.34 looks for before it stops filtering and hands them to
-// the extender (numFeasibleNodesToFind): every node in clusters under 100
-// nodes; else percentage of the nodes, where percentage 0 (unset) is
-// adaptive, 50% less 1% per 125 nodes but at least 5%; and at least 100.
-// Example: 1,213 nodes, percentage 0: 50 − 1213/125 = 41%, so 497 nodes;
-// 5,000 nodes: 10%, 500; percentage 100: every node.
-func NodesToFind(percentage int32, nodes int) int {
-	if nodes < minNodesToFind {
-		return nodes
-	}
-	p := int(percentage)
-	if p == 0 {
-		p = max(adaptiveBasePercent-nodes/adaptiveNodesPerPercent, minAdaptivePercent)
-	}
-	return max(nodes*p/100, minNodesToFind)
-}
 
 // sampler walks the nodes as kube-scheduler v1.34 does in one scheduling
 // cycle (findNodesThatPassFilters): from the start index on, around the
@@ -65,7 +38,7 @@ type sampler struct {
 }
 
 func newSampler(nodes []Node, percentage int32) sampler {
-	return sampler{order: schedulerOrder(nodes), toFind: NodesToFind(percentage, len(nodes))}
+	return sampler{order: schedulerOrder(nodes), toFind: sampling.NodesToFind(percentage, len(nodes))}
 }
 
 // cycle returns the first toFind nodes from the start index on that pass

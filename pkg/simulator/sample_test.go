@@ -13,41 +13,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 )
 
-// TestNodesToFind checks kube-scheduler v1.34's numFeasibleNodesToFind
-// (pkg/scheduler/schedule_one.go): every node under 100; else the
-// percentage (0: 50% less 1% per 125 nodes, at least 5%), at least 100.
-func TestNodesToFind(t *testing.T) {
-	tests := []struct {
-		percentage int32
-		nodes      int
-		want       int
-	}{
-		{0, 50, 50},
-		{0, 99, 99},
-		{0, 100, 100}, // 50% of 100 is 50: at least 100
-		{0, 150, 100},
-		{0, 400, 188},   // 47%
-		{0, 1000, 420},  // 42%
-		{0, 1213, 497},  // 41% of the openb trace's nodes
-		{0, 5000, 500},  // 10%
-		{0, 5852, 292},  // 50 - 46 = 4%: 5% at least
-		{0, 10000, 500}, // 5%
-		{100, 5000, 5000},
-		{100, 50, 50},
-		{50, 400, 200},
-		{50, 150, 100},
-		{1, 20000, 200}, // a set percentage is not raised to 5%
-		{10, 5000, 500},
-	}
-	for _, tc := range tests {
-		t.Run(fmt.Sprintf("%d%% of %d", tc.percentage, tc.nodes), func(t *testing.T) {
-			if got := NodesToFind(tc.percentage, tc.nodes); got != tc.want {
-				t.Errorf("NodesToFind(%d, %d) = %d, want %d", tc.percentage, tc.nodes, got, tc.want)
-			}
-		})
-	}
-}
-
 // nodeNames returns "n<from>" to "n<to>" (three digits), inclusive.
 func nodeNames(from, to int) []string {
 	var out []string

@@ -36,7 +36,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/imagebuild"
-	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/sampling"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -457,7 +457,7 @@ func dropEveryPodEntry(data []byte) ([]byte, error) {
 
 // TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
 // hands the extender's filter on 150 nodes that all fit, against
-// simulator.NodesToFind: with the shipped percentageOfNodesToScore (the
+// sampling.NodesToFind: with the shipped percentageOfNodesToScore (the
 // adaptive default: 100 of them, as the simulator replays by default) and
 // with 100 (every node).
 func TestSchedulerSamplesAsSimulated(t *testing.T) {
@@ -492,7 +492,7 @@ func TestSchedulerSamplesAsSimulated(t *testing.T) {
 		set  percentageSetting
 		want int
 	}{
-		{"shipped", asShipped, simulator.NodesToFind(shippedValue, nodes)},
+		{"shipped", asShipped, sampling.NodesToFind(shippedValue, nodes)},
 		{"every node", percentageSetting{name: "100", value: ptr.To[int32](100)}, nodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
