@@ -117,6 +117,10 @@ type Cache struct {
 	// reservations counts the entries of pods in StateReserved (Reserve),
 	// read without the lock: while it is 0 no pod's fit needs its credit.
 	reservations atomic.Int64
+	// priorities: pod priority -> how many entries of that priority hold
+	// memory on cards (every entry but reservations). A pod can only
+	// preempt when one of a lower priority exists (LowestPriority).
+	priorities map[int32]int
 	// binding: pod UID (types.UID) -> node name (string), for each of our
 	// assumptions (StateAssumed): a bind that has not ended, or ended with
 	// an unknown outcome. Written under mu beside pods; read without it by
@@ -204,15 +208,21 @@ type podState struct {
 	// demand and legacyIndex what it is charged, again whenever its node's
 	// cards change.
 	ours bool
+	// terminating: the pod has a deletionTimestamp (a preemption counts
+	// its memory as free).
+	terminating bool
 	// confirmed: the informer showed the pod bound to node. Our Binding may
 	// be made for a pod the informer never delivers (created, bound through
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
-	// (Beside ours and legacyIndex: the three take 8 bytes. The entry is
-	// 176 bytes, one per pod: keep what few entries need in rare.)
+	// (Beside ours, terminating and legacyIndex: the four take 8 bytes.
+	// The entry is 184 bytes, one per pod: keep what few entries need in
+	// rare.)
 	confirmed bool
 	// legacyIndex: see claim.
 	legacyIndex int32
+	// priority is the pod's spec.priority (0 when unset).
+	priority int32
 	// alloc is the allocation charged: ours, or the pod's annotation once
 	// resolve accepted it (in the node's unit); nil for a pod charged by
 	// its Aliyun index or unattributed.
@@ -243,8 +253,10 @@ type podRare struct {
 	// none); the pod is then charged by its request, as if unannotated.
 	ignored string
 	// victims: for a StateReserved entry (preempt.go), the UIDs of the
-	// pods evicted for it, which later preemptions count as gone.
+	// pods evicted for it, which later preemptions count as gone; limit:
+	// the room waits for them no later than this.
 	victims []types.UID
+	limit   time.Time
 }
 
 // newPodRare returns a podRare holding claimErr and victims, nil when both
@@ -325,6 +337,7 @@ func New(cfg Config) (*Cache, error) {
 		holes:          allocator.NewHoles(),
 		pendingIgnored: map[types.UID]ignoredPod{},
 		floor:          map[types.UID]uint64{},
+		priorities:     map[int32]int{},
 		policy:         cfg.Policy,
 		assumeTTL:      cfg.AssumeTTL,
 		clock:          cfg.Clock,
@@ -640,6 +653,9 @@ func (ns *nodeState) position(idx int) int {
 // any previous entry for uid.
 func (c *Cache) add(uid types.UID, ps *podState) {
 	c.pods[uid] = ps
+	if ps.state != StateReserved {
+		c.priorities[ps.priority]++
+	}
 	ns := c.nodeState(ps.node)
 	if !ps.ours {
 		ns.resolve(ps)
@@ -664,6 +680,11 @@ func (c *Cache) remove(uid types.UID) {
 		c.reservations.Add(-1)
 	case StateAssumed:
 		c.binding.Delete(uid)
+	}
+	if ps.state != StateReserved {
+		if c.priorities[ps.priority]--; c.priorities[ps.priority] <= 0 {
+			delete(c.priorities, ps.priority)
+		}
 	}
 	if h, ok := c.hosts[uid]; ok && h.assumed {
 		c.dropHost(uid)
@@ -761,14 +782,15 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 	delete(c.pendingIgnored, pod.UID)
 	if old != nil && old.ours && old.node == pod.NodeName && pod.Allocation != nil && reflect.DeepEqual(old.alloc, pod.Allocation) {
 		// Our bind's annotation coming back: confirmed.
-		old.state, old.confirmed, old.deadline = StateBound, true, time.Time{}
+		old.state, old.confirmed, old.deadline, old.terminating = StateBound, true, time.Time{}, pod.Terminating
 		c.binding.Delete(pod.UID)
 		return
 	}
-	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
-		claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
+	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating,
+		priority: pod.Priority, claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
-		return // a status update: nothing the charge depends on changed
+		old.terminating = pod.Terminating // a status update: nothing the charge depends on changed
+		return
 	}
 	// Placed by us and changed since (the device plugin repaired it to the
 	// cards kubelet gave), or placed by someone else: re-charged as resolve
@@ -1031,7 +1053,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 	}
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
-		alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
+		priority: pod.Priority, alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
 	c.binding.Store(uid, ns.node.Name)
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
@@ -1102,11 +1124,34 @@ func (c *Cache) Expire() []Expired {
 		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {
 			continue
 		}
+		if ps.state == StateReserved && c.awaiting(ps, now) {
+			continue
+		}
 		out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node, Bound: ps.state == StateBound, Reserved: ps.state == StateReserved})
 		c.remove(uid)
 		c.dropHost(uid)
 	}
 	return out
+}
+
+// awaiting reports whether reservation ps, past its deadline at now, still
+// waits for one of its victims, a pod that holds a node still, and may
+// wait on (its limit not reached); its deadline then moves a TTL on, never
+// past the limit. The caller holds c.mu.
+func (c *Cache) awaiting(ps *podState, now time.Time) bool {
+	if ps.rare == nil || !now.Before(ps.rare.limit) {
+		return false
+	}
+	for _, v := range ps.rare.victims {
+		if _, ok := c.hosts[v]; ok {
+			ps.deadline = now.Add(c.assumeTTL)
+			if ps.deadline.After(ps.rare.limit) {
+				ps.deadline = ps.rare.limit
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // gpuNode returns name's state if the node has cards and takes new pods;

@@ -3,6 +3,7 @@ package cache
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,8 +25,11 @@ type Feeder struct {
 	cache   *Cache
 	client  kubernetes.Interface
 	factory informers.SharedInformerFactory
-	// pods holds a *PodInfo per pod, keyed namespace/name.
-	pods toolscache.Indexer
+	// pods holds a *PodInfo per pod, keyed namespace/name; nodes a
+	// *NodeInfo per node, keyed by name, and nodeCount their number.
+	pods      toolscache.Indexer
+	nodes     toolscache.Store
+	nodeCount atomic.Int64
 	// synced reports whether the informers' initial lists have been
 	// delivered to the cache.
 	synced []toolscache.InformerSynced
@@ -73,12 +77,18 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 	if err != nil {
 		return nil, fmt.Errorf("registering pod handler: %w", err)
 	}
-	nodeReg, err := factory.Core().V1().Nodes().Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { f.setNode(logger, nil, obj) },
+	nodeInf := factory.Core().V1().Nodes().Informer()
+	f.nodes = nodeInf.GetStore()
+	nodeReg, err := nodeInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			f.nodeCount.Add(1)
+			f.setNode(logger, nil, obj)
+		},
 		UpdateFunc: func(old, obj any) {
 			f.setNode(logger, old, obj)
 		},
 		DeleteFunc: func(obj any) {
+			f.nodeCount.Add(-1)
 			if node, ok := deleted(obj).(*NodeInfo); ok {
 				c.DeleteNode(node.Name)
 			}
@@ -181,6 +191,21 @@ func (f *Feeder) Pod(namespace, name string) (info *PodInfo, ok bool) {
 	info, ok = obj.(*PodInfo)
 	return info, ok
 }
+
+// Node returns the informer's NodeInfo for node name; ok is false when the
+// informer does not hold it (yet).
+func (f *Feeder) Node(name string) (info *NodeInfo, ok bool) {
+	obj, exists, err := f.nodes.GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	info, ok = obj.(*NodeInfo)
+	return info, ok
+}
+
+// NodeCount returns how many nodes the informer holds: the cluster's
+// nodes, with or without GPUs, as kube-scheduler counts them.
+func (f *Feeder) NodeCount() int { return int(f.nodeCount.Load()) }
 
 // strip is the informers' transform: it keeps only what the extender reads.
 func strip(obj any) (any, error) {

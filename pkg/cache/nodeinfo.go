@@ -17,6 +17,14 @@ type NodeInfo struct {
 	Name            string
 	UID             types.UID
 	ResourceVersion string
+	// Unschedulable, Taints and Labels are what kube-scheduler's own
+	// filters read of the node (spec.unschedulable, the taints of effect
+	// NoSchedule or NoExecute, the labels): a preemption checks them on
+	// the nodes kube-scheduler did not send it. The cache never reads
+	// them.
+	Unschedulable bool
+	Taints        []corev1.Taint
+	Labels        LabelSet
 	nodeReads
 }
 
@@ -44,6 +52,13 @@ func NewNodeInfo(node *corev1.Node) *NodeInfo {
 	info.cordoned, info.hasCordoned = node.Annotations[gpushare.AnnotationCordonedGPUs]
 	info.gpuMem, info.gpuCount = quantity(node, gpushare.ResourceGPUMem), quantity(node, gpushare.ResourceGPUCount)
 	info.milliCPU, info.memMiB, info.hostKnown = NodeAllocatable(node)
+	info.Unschedulable = node.Spec.Unschedulable
+	for _, t := range node.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			info.Taints = append(info.Taints, t)
+		}
+	}
+	info.Labels = NewLabelSet(node.Labels)
 	return info
 }
 

@@ -206,3 +206,15 @@ func (l LabelSet) Get(key string) string {
 }
 
 var _ labels.Labels = LabelSet(nil)
+
+// Map returns the set as a map, nil for none.
+func (l LabelSet) Map() map[string]string {
+	if len(l) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(l))
+	for _, e := range l {
+		m[e.Key] = e.Value
+	}
+	return m
+}

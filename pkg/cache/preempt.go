@@ -42,11 +42,15 @@ type Victim struct {
 	// GraceSeconds is its termination grace period: the reservation lasts
 	// at least that long beyond Reserve.
 	GraceSeconds int64
-	// Budgets names the PodDisruptionBudgets that cover the pod.
+	// Budgets names the PodDisruptionBudgets the Eviction API checks
+	// before it evicts the pod. It refuses a pod that more than one
+	// covers, so such a pod is never a victim.
 	Budgets []string
 }
 
-// Victims describes, to PlanPreemption, the pods charged on a node.
+// Victims describes, to PlanPreemption, the pods charged on a node. The
+// planner asks only about pods of a lower priority than the preemptor's,
+// and only about those it may evict.
 type Victims interface {
 	// Victim describes pod namespace/name with UID uid; ok false when the
 	// pod is unknown (it then stays, as if it could not be evicted).
@@ -72,6 +76,10 @@ type Plan struct {
 	Units map[int]int64
 	// GraceSeconds is the longest grace period among the victims.
 	GraceSeconds int64
+	// Awaited are the UIDs of pods that are to leave the node for the pod
+	// besides Victims: kube-scheduler's own victims where it preempts for
+	// other resources and the cards are held (HoldNow).
+	Awaited []types.UID
 	// milliCPU and memMiB the pod requests; gen the node's generation the
 	// plan was made at.
 	milliCPU, memMiB int64
@@ -87,6 +95,19 @@ type PlannedVictim struct {
 	Units int64
 	// Budgets names the PodDisruptionBudgets covering it.
 	Budgets []string
+}
+
+// LowestPriority returns the lowest priority among the pods holding memory
+// on cards (reservations aside), and false when there is none: a pod of
+// that priority or below can evict nobody.
+func (c *Cache) LowestPriority() (int32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lowest, ok := int32(math.MaxInt32), false
+	for p := range c.priorities {
+		lowest, ok = min(lowest, p), true
+	}
+	return lowest, ok
 }
 
 // Reserved returns the node where pod uid holds reserved room, and whether
@@ -179,9 +200,17 @@ func (cr *credit) onNode(n *allocator.Node) *allocator.Node {
 	return &out
 }
 
+// MaxVictimWait bounds how long reserved room waits, beyond its deadline,
+// for victims still on their node (a grace period longer than the one
+// known, kube-scheduler's own victims, a node that does not answer).
+const MaxVictimWait = time.Hour
+
 // Reserve holds plan's room for its pod until the pod is bound (its bind
 // takes it), deleted, or ttl plus the victims' longest grace period has
-// passed, whichever comes first; Release gives it back. It fails with
+// passed, whichever comes first; Release gives it back. While a victim
+// (or a pod of Awaited) still holds its node at that deadline, the room
+// waits on, a TTL at a time, up to MaxVictimWait more: a lower-priority pod
+// must not take it by card while the pods leaving for it are still there. It fails with
 // ErrPlanStale when the node changed since the plan was made (plan again),
 // and with ErrPodPlaced when the pod already holds room.
 func (c *Cache) Reserve(plan *Plan, ttl time.Duration) error {
@@ -194,13 +223,18 @@ func (c *Cache) Reserve(plan *Plan, ttl time.Duration) error {
 	if !ok || ns.gen != plan.gen || ns.dirty {
 		return fmt.Errorf("reserving room for pod %s/%s on node %s: %w", plan.Namespace, plan.Name, plan.Node, ErrPlanStale)
 	}
-	victims := make([]types.UID, len(plan.Victims))
-	for i, v := range plan.Victims {
-		victims[i] = v.UID
+	victims := make([]types.UID, 0, len(plan.Victims)+len(plan.Awaited))
+	for _, v := range plan.Victims {
+		victims = append(victims, v.UID)
 	}
+	victims = append(victims, plan.Awaited...)
 	deadline := c.clock.Now().Add(ttl + time.Duration(plan.GraceSeconds)*time.Second)
+	rare := newPodRare("", victims)
+	if rare != nil {
+		rare.limit = deadline.Add(MaxVictimWait)
+	}
 	c.add(plan.UID, &podState{namespace: plan.Namespace, name: plan.Name, node: plan.Node, state: StateReserved, ours: true,
-		perCard: cardUnitsOf(plan.Units), deadline: deadline, rare: newPodRare("", victims)})
+		perCard: cardUnitsOf(plan.Units), deadline: deadline, rare: rare})
 	c.reservations.Add(1)
 	c.setHost(plan.UID, plan.Node, plan.milliCPU, plan.memMiB, true)
 	c.publish()
@@ -236,6 +270,8 @@ type podCopy struct {
 	namespace, name string
 	state           State
 	confirmed       bool
+	terminating     bool
+	priority        int32
 	perCard         cardUnits // shared with the pod's entry
 	unattributed    int64
 	milliCPU        int64
@@ -268,7 +304,7 @@ func (c *Cache) copyNode(name string) (cp *nodeCopy, ok bool) {
 		}
 		h := c.hosts[uid]
 		cp.pods = append(cp.pods, podCopy{uid: uid, namespace: ps.namespace, name: ps.name, state: ps.state, confirmed: ps.confirmed,
-			perCard: ps.perCard, unattributed: ps.unattributed, milliCPU: h.milliCPU, memMiB: h.memMiB})
+			terminating: ps.terminating, priority: ps.priority, perCard: ps.perCard, unattributed: ps.unattributed, milliCPU: h.milliCPU, memMiB: h.memMiB})
 	}
 	// Map order: sort for plans that do not depend on it.
 	slices.SortFunc(cp.pods, func(a, b podCopy) int { return cmp.Compare(a.uid, b.uid) })
@@ -308,10 +344,10 @@ func (c *Cache) PlanPreemption(ctx context.Context, pod *PodInfo, nodes []string
 	var best *Plan
 	var bestKey planKey
 	for i, name := range nodes {
-		if i%ctxCheckNodes == ctxCheckNodes-1 {
-			if err := stopped(ctx, pod, i, len(nodes)); err != nil {
-				return nil, err
-			}
+		// A plan copies each node and may ask about each of its pods:
+		// look at ctx before every node.
+		if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+			return nil, err
 		}
 		cp, ok := c.copyNode(name)
 		if !ok {
@@ -354,19 +390,21 @@ func planNode(cp *nodeCopy, pod *PodInfo, vs Victims, b *allocator.Budget) (plan
 	var cands []candidate
 	for i := range cp.pods {
 		pc := &cp.pods[i]
-		v, ok := vs.Victim(pc.namespace, pc.name, pc.uid)
-		if cp.leavingVictims[pc.uid] || ok && v.Terminating {
+		if cp.leavingVictims[pc.uid] || pc.terminating {
 			// Leaving already: its room will come free.
 			take(&view, pc.perCard, 1)
 			freeCPU, freeMem = freeCPU+pc.milliCPU, freeMem+pc.memMiB
 			continue
 		}
-		if !ok || pc.state != StateBound || !pc.confirmed || pc.unattributed > 0 || len(pc.perCard) == 0 || v.Priority >= pod.Priority {
+		// The cache's own facts first: only then ask about the pod.
+		if pc.priority >= pod.Priority || pc.state != StateBound || !pc.confirmed || pc.unattributed > 0 || len(pc.perCard) == 0 {
 			continue
 		}
-		if slices.ContainsFunc(v.Budgets, func(bud string) bool { return vs.Allowed(bud) <= 0 }) {
+		v, ok := vs.Victim(pc.namespace, pc.name, pc.uid)
+		if !ok || v.Terminating || !evictable(v, vs) {
 			continue
 		}
+		v.Priority = pc.priority
 		cands = append(cands, candidate{pod: pc, v: v})
 	}
 	host := hostRoom{known: cp.hostKnown, freeCPU: freeCPU, freeMem: freeMem, podCPU: pod.MilliCPU, podMem: pod.MemoryMiB}
@@ -410,6 +448,18 @@ func planNode(cp *nodeCopy, pod *PodInfo, vs Victims, b *allocator.Budget) (plan
 		consider(cands) // a demand over several cards: any pods of the node
 	}
 	return best, bestKey, false
+}
+
+// evictable reports whether the Eviction API would let v go now: no more
+// than one budget covers it, and that one allows a disruption.
+func evictable(v Victim, vs Victims) bool {
+	switch len(v.Budgets) {
+	case 0:
+		return true
+	case 1:
+		return vs.Allowed(v.Budgets[0]) > 0
+	}
+	return false
 }
 
 // hostRoom is the CPU (millicores) and memory (MiB) free on a node once the
@@ -534,14 +584,17 @@ func (k planKey) less(o planKey) bool {
 		-k.earliest.Compare(o.earliest)) < 0
 }
 
-// FitsOutside returns a node not among nodes where pod's demand fits its
-// cards as they are now, and whether there is one (or may be: a search
-// its budget or ctx ended, the node then ""). kube-scheduler sends
-// the extender only the first nodes that pass its own filters in a large
-// cluster (percentageOfNodesToScore): a pod that fits none of those may
-// fit one it did not send, and then nobody should be evicted for it. It
-// reads the published copies and takes no lock.
-func (c *Cache) FitsOutside(ctx context.Context, pod *PodInfo, nodes []string) (string, bool) {
+// FitsOutside returns a node not among nodes where pod could run now, and
+// whether there is one (or may be: a search its budget or ctx ended, the
+// node then ""). Such a node has cards that fit the pod's demand as they
+// are, room for its CPU and memory (where the node reports them), and
+// passes usable, which stands for kube-scheduler's other filters (cordon,
+// taints, node selector and affinity); a nil usable passes every node.
+// kube-scheduler sends the extender only the first nodes that pass its own
+// filters in a large cluster (percentageOfNodesToScore): a pod that fits
+// none of those may fit one it did not send, and then nobody should be
+// evicted for it. It reads the published copies and takes no lock.
+func (c *Cache) FitsOutside(ctx context.Context, pod *PodInfo, nodes []string, usable func(node string) bool) (string, bool) {
 	if pod.placeable() != nil {
 		return "", false
 	}
@@ -558,7 +611,11 @@ func (c *Cache) FitsOutside(ctx context.Context, pod *PodInfo, nodes []string) (
 			if sent[name] || b.Err() != nil {
 				continue
 			}
-			if s, _ := c.fitSnap(name, pod, cr, allocator.Binpack{}, &pl, b); s != nil {
+			s, _ := c.fitSnap(name, pod, cr, allocator.Binpack{}, &pl, b)
+			if s == nil || s.hostKnown && (s.freeMilliCPU < pod.MilliCPU || s.freeMemMiB < pod.MemoryMiB) {
+				continue
+			}
+			if usable == nil || usable(name) {
 				return name, true
 			}
 		}

@@ -3,6 +3,8 @@ package cache
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -332,6 +334,7 @@ func TestReservationLifecycle(t *testing.T) {
 		if got := c.Expire(); len(got) != 0 {
 			t.Errorf("expired early: %+v", got)
 		}
+		c.DeletePod("uid-b") // the victim has gone; the pod was not bound in time
 		clk.Step(31 * time.Second)
 		want := []Expired{{Namespace: "default", Name: "high", Node: "n1", Reserved: true}}
 		if diff := cmp.Diff(want, c.Expire()); diff != "" {
@@ -339,6 +342,47 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		if _, ok := c.Reserved(high.UID); ok {
 			t.Error("still reserved")
+		}
+	})
+
+	// Review S2: a victim may take longer than the grace period known
+	// (kube-scheduler's own victims have one the extender does not know).
+	t.Run("it waits for a victim still on its node, up to MaxVictimWait", func(t *testing.T) {
+		c, high, _ := setup(t)
+		clk.Step(time.Minute + 31*time.Second) // past the deadline; b is still there
+		if got := c.Expire(); len(got) != 0 {
+			t.Errorf("expired while its victim is still there: %+v", got)
+		}
+		clk.Step(MaxVictimWait)
+		if got := c.Expire(); len(got) != 1 {
+			t.Errorf("Expire past MaxVictimWait = %+v, want the room released", got)
+		}
+		if _, ok := c.Reserved(high.UID); ok {
+			t.Error("still reserved")
+		}
+	})
+
+	t.Run("kube-scheduler's victims are awaited too", func(t *testing.T) {
+		c, _ := preemptCluster(t, clk, []*corev1.Node{util.MakeNode("n1").Cards("T4", 16).Obj()}, []*corev1.Pod{low("a", "n1", 0, 4, 0, 1)})
+		cpu := util.MakePod("cpu").Node("n1").Requests("1", "1Gi").Obj() // kube-scheduler evicts it for its CPU
+		c.UpsertPod(cpu)
+		high := NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
+		hold := c.HoldNow(ctx, high, "n1")
+		if hold == nil {
+			t.Fatal("HoldNow = nil; the cards fit")
+		}
+		hold.Awaited = []types.UID{cpu.UID}
+		if err := c.Reserve(hold, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(2 * time.Minute)
+		if got := c.Expire(); len(got) != 0 {
+			t.Errorf("expired while kube-scheduler's victim is still there: %+v", got)
+		}
+		c.DeletePod(cpu.UID)
+		clk.Step(DefaultAssumeTTL + time.Second) // past the deadline the wait moved on
+		if got := c.Expire(); len(got) != 1 {
+			t.Errorf("Expire once the victim has gone = %+v, want the room released", got)
 		}
 	})
 
@@ -392,5 +436,105 @@ func TestHoldNow(t *testing.T) {
 	}
 	if c.HoldNow(context.Background(), NewPodInfo(util.MakePod("big").GPUMem(8).Obj()), "n1") != nil {
 		t.Error("HoldNow of a pod that does not fit")
+	}
+}
+
+// cancellingVictims is fakeVictims that ends a context the first time it
+// is asked about a pod.
+type cancellingVictims struct {
+	*fakeVictims
+	cancel context.CancelFunc
+}
+
+func (c cancellingVictims) Victim(ns, name string, uid types.UID) (Victim, bool) {
+	c.cancel()
+	return c.fakeVictims.Victim(ns, name, uid)
+}
+
+// TestPlanPreemptionStopsAtItsContext (review D2): a plan looks at its
+// context before every node, not every 256th.
+func TestPlanPreemptionStopsAtItsContext(t *testing.T) {
+	var nodes []*corev1.Node
+	var pods []*corev1.Pod
+	var names []string
+	for i := range 5 {
+		name := fmt.Sprintf("n%d", i)
+		names = append(names, name)
+		nodes = append(nodes, util.MakeNode(name).Cards("T4", 16).Obj())
+		pods = append(pods, low("low-"+name, name, 0, 9, 0, i))
+	}
+	c, vs := preemptCluster(t, clocktesting.NewFakeClock(time.Unix(0, 0)), nodes, pods)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// 17 GiB fits no card: without its context ending the plan would look
+	// at every node and find nothing.
+	_, err := c.PlanPreemption(ctx, NewPodInfo(util.MakePod("high").GPUMem(17).Priority(1000).Obj()), names, cancellingVictims{vs, cancel})
+	if err == nil || !strings.Contains(err.Error(), "stopped after 1 of 5 nodes") {
+		t.Errorf("PlanPreemption with its context ended on the first node = %v, want it stopped after 1 of 5 nodes", err)
+	}
+}
+
+// TestLowestPriority: the lowest priority among the pods holding card
+// memory, reservations aside, as pods come and go.
+func TestLowestPriority(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	c := newCache(t, clk)
+	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16, 16).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want int32, wantOK bool) {
+		t.Helper()
+		if got, ok := c.LowestPriority(); got != want && wantOK || ok != wantOK {
+			t.Errorf("%s: LowestPriority = %d, %v; want %d, %v", step, got, ok, want, wantOK)
+		}
+	}
+	check("empty", 0, false)
+	a, b := NewPodInfo(low("a", "n1", 0, 4, 10, 1)), NewPodInfo(low("b", "n1", 1, 4, 5, 1))
+	c.UpsertPodInfo(a)
+	c.UpsertPodInfo(b)
+	check("two bound pods", 5, true)
+	high := NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
+	if err := c.Reserve(&Plan{Namespace: "default", Name: "high", UID: high.UID, Node: "n1", Units: map[int]int64{0: 8}, gen: c.nodes["n1"].gen}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check("a reservation of priority 1000 counts for nothing", 5, true)
+	c.DeletePod(b.UID)
+	check("the lowest gone", 10, true)
+	assumed := NewPodInfo(util.MakePod("mid").GPUMem(2).Priority(7).Obj())
+	if _, err := c.Assume(context.Background(), assumed, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	check("an assumed pod counts", 7, true)
+	c.Forget(assumed.UID)
+	c.DeletePod(a.UID)
+	check("only the reservation left", 0, false)
+}
+
+// TestFitsOutside: a node not sent counts only where the pod's cards fit,
+// its CPU and memory too (where the node reports them), and usable takes it.
+func TestFitsOutside(t *testing.T) {
+	nodes := []*corev1.Node{
+		util.MakeNode("sent").Cards("T4", 16).Obj(),
+		util.MakeNode("full").Cards("T4", 16).Obj(),
+		util.MakeNode("cpu").Cards("T4", 16).Host("1", "8Gi").Obj(),
+		util.MakeNode("free").Cards("T4", 16).Host("8", "32Gi").Obj(),
+	}
+	c, _ := preemptCluster(t, clocktesting.NewFakeClock(time.Unix(0, 0)), nodes, []*corev1.Pod{low("a", "full", 0, 9, 0, 1)})
+	pod := NewPodInfo(util.MakePod("p").GPUMem(14).Requests("2", "1Gi").Obj())
+	tests := []struct {
+		name   string
+		usable func(string) bool
+		want   string
+	}{
+		{"every node usable: the free one", nil, "free"},
+		{"the free one not usable: none (full lacks cards, cpu its CPU)", func(n string) bool { return n != "free" }, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := c.FitsOutside(context.Background(), pod, []string{"sent"}, tc.usable)
+			if got != tc.want {
+				t.Errorf("FitsOutside = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

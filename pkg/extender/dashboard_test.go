@@ -83,7 +83,11 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if err := newPendingPods(fake.NewClientset()).register(reg); err != nil {
 		t.Fatal(err)
 	}
-	if err := NewPreemptor(ktestingLogger(t), f.cache, ClientPreemptAPI{Client: f.client}, f.h.binder.pods, f.client).Register(reg); err != nil {
+	preemptor, err := NewPreemptor(ktestingLogger(t), PreemptorConfig{Cache: f.cache, API: ClientPreemptAPI{Client: f.client}, Pods: f.feeder, Nodes: f.feeder, Client: f.client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := preemptor.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	ca := certstest.NewCA(t, "ca")

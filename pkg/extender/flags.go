@@ -41,6 +41,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.DurationVar(&cfg.AssumeTTL, "assume-ttl", cache.DefaultAssumeTTL, "how long cards stay held for a bind that never completed (or whose outcome is unknown), and for a Binding the informer never shows")
 	filterBest := fs.Bool("filter-best", true, "filter passes only the nodes prioritize would rate highest, so the extender's choice of node decides and kube-scheduler's own scores only break ties (the scheduler skips scoring when one node is left); false: filter passes every node that fits and prioritize's scores are added to the scheduler's")
 	preemption := fs.Bool("preemption", true, "evict, through the Eviction API, the lower-priority pods of one card for a pending GPU pod that fits no node otherwise (PodDisruptionBudgets and grace periods honoured; the room kept for the pod); kube-scheduler's preemptVerb must name the extender's preempt verb, which refuses kube-scheduler's own preemption by node totals; false: nobody is evicted for a GPU pod's memory")
+	percentage := fs.Int("percentage-of-nodes-to-score", 0, "kube-scheduler's percentageOfNodesToScore (0 to 100; 0 is its adaptive default, as config/kube-scheduler-config.yaml ships): with it and the cluster's size the extender tells whether kube-scheduler may have stopped filtering before it found every node that fits, and then evicts nobody while a node it did not send could take the pod")
 	fs.BoolVar(&cfg.LeaderElect, "leader-elect", false, "standalone replicas behind one Service: elect a leader with a coordination.k8s.io Lease; only the leader reports ready on /readyz (so the Service routes to it) and answers filter, prioritize and bind, after reading every bound pod from the API; the others answer them 503 with Retry-After")
 	fs.StringVar(&cfg.FollowSchedulerLease, "follow-scheduler-lease", "", "sidecar of a kube-scheduler with leader election: the Lease it holds, namespace/name (e.g. kube-system/kube-scheduler); the extender answers the verbs only while the holder is its own pod's scheduler (identity --leader-elect-identity or --leader-elect-identity_*), after reading every bound pod from the API; /readyz does not depend on it")
 	fs.StringVar(&cfg.Election.Namespace, "leader-elect-resource-namespace", "kube-system", "namespace of the --leader-elect Lease")
@@ -61,6 +62,10 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	cfg.QPS = float32(*qps)
 	cfg.FilterAll = !*filterBest
 	cfg.NoPreemption = !*preemption
+	if *percentage < 0 || *percentage > 100 {
+		return cfg, false, fmt.Errorf("--percentage-of-nodes-to-score %d: want 0 (adaptive) to 100", *percentage)
+	}
+	cfg.PercentageOfNodesToScore = int32(*percentage) //nolint:gosec // G115: checked to be 0..100 above
 	return cfg, showVersion, nil
 }
 

@@ -353,10 +353,7 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 			return nil, err
 		}
 		if len(fit) == 0 && h.Preempt != nil && !undecided(failed) {
-			_ = h.searching(ctx, pod, func() error {
-				h.Preempt.Unschedulable(ctx, pod, args.Pod.Status.NominatedNodeName, names)
-				return nil
-			})
+			h.Preempt.Unschedulable(ctx, pod, args.Pod, names)
 		}
 		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
 		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {

@@ -40,6 +40,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 type fixture struct {
 	client  *fake.Clientset
 	cache   *cache.Cache
+	feeder  *cache.Feeder
 	h       *Handlers
 	handler http.Handler // h.Router()
 }
@@ -107,7 +108,7 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
 	b := NewBinder(c, ClientPodAPI{Client: client}, feeder, clk)
 	h := NewHandlers(logger, c, b, feeder.Synced)
-	return &fixture{client: client, cache: c, h: h, handler: h.Router()}
+	return &fixture{client: client, cache: c, feeder: feeder, h: h, handler: h.Router()}
 }
 
 // do sends body to path and returns the status and the indented response.

@@ -3,28 +3,24 @@ package extender
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
-	policyv1 "k8s.io/api/policy/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
 // PreemptAPI is what a preemption writes to the API.
@@ -52,65 +48,128 @@ const (
 	// PreemptRefused: an eviction was refused (a PodDisruptionBudget, or
 	// an error); the room was released.
 	PreemptRefused = "refused"
+	// PreemptAbandoned: the room was gone (expired, released, or taken by
+	// the pod's bind) before its evictions were all sent; the rest were
+	// not.
+	PreemptAbandoned = "abandoned"
 )
 
-// preemptTimeout bounds each API call of a preemption.
-const preemptTimeout = 10 * time.Second
+// preemptTimeout bounds each API call of a preemption, and planTimeout
+// the planning of one.
+const (
+	preemptTimeout = 10 * time.Second
+	planTimeout    = 5 * time.Second
+)
 
 // preemptQueue is how many reserved preemptions may wait for a worker, and
-// preemptWorkers how many run at once.
+// preemptWorkers how many run at once; planQueue is how many pods may wait
+// for the one planner.
 const (
 	preemptQueue   = 256
 	preemptWorkers = 4
+	planQueue      = 256
 )
+
+// PreemptorConfig builds a Preemptor.
+type PreemptorConfig struct {
+	// Cache holds the cards and the room preemptions reserve.
+	Cache *cache.Cache
+	// API makes the nominations and evictions.
+	API PreemptAPI
+	// Pods reads the victims; Nodes the nodes kube-scheduler did not send.
+	Pods  PodCache
+	Nodes NodeReader
+	// Client feeds the PodDisruptionBudget informer.
+	Client kubernetes.Interface
+	// TTL is how long reserved room waits for its pod beyond the victims'
+	// grace period (cache.Reserve); cache.DefaultAssumeTTL when zero.
+	TTL time.Duration
+	// Fence, when set (several replicas), fences every write.
+	Fence Fencer
+	// PercentageOfNodesToScore is kube-scheduler's (0 to 100; 0 is its
+	// adaptive default): from it and the cluster's size the preemptor
+	// tells whether kube-scheduler may have stopped filtering early.
+	PercentageOfNodesToScore int32
+}
+
+// Validate reports what is missing or out of range.
+func (c *PreemptorConfig) Validate() error {
+	var errs []error
+	if c.Cache == nil || c.API == nil || c.Pods == nil || c.Nodes == nil || c.Client == nil {
+		errs = append(errs, errors.New("preemptor: the cache, API, pod and node readers and client are all needed"))
+	}
+	if p := c.PercentageOfNodesToScore; p < 0 || p > 100 {
+		errs = append(errs, fmt.Errorf("percentage of nodes to score %d: want 0 (adaptive) to 100", p))
+	}
+	if c.TTL < 0 {
+		errs = append(errs, fmt.Errorf("reservation TTL %s: want a positive duration (or zero for %s)", c.TTL, cache.DefaultAssumeTTL))
+	}
+	return errors.Join(errs...)
+}
 
 // Preemptor evicts, for a pending pod of higher priority, the lower-priority
 // pods of one card (docs/design/preemption.md). The filter verb calls
 // Unschedulable when a pod fits none of the nodes kube-scheduler sent, the
-// preempt verb (ProcessPreemption) with kube-scheduler's own candidates.
-// Either plans in the cache (cache.PlanPreemption), reserves the room
-// (cache.Reserve, no API call) and queues the writes for its workers: the
-// pod's status.nominatedNodeName, then one Eviction per victim.
+// preempt verb (ProcessPreemption) calls Preempt with kube-scheduler's own
+// candidates. Neither plans in the verb: they queue the pod for the
+// planner, which plans in the cache (cache.PlanPreemption), reserves the
+// room (cache.Reserve, no API call) and queues the writes for the workers:
+// the pod's status.nominatedNodeName, then one Eviction per victim.
+//
+//	verb ──(can it preempt? cheap checks)──► plans ──► planner ──Reserve──► queue ──► workers
+//	                                                                              nominate, evict
 type Preemptor struct {
-	cache   *cache.Cache
-	api     PreemptAPI
+	cfg     PreemptorConfig
 	victims *podVictims
-	// TTL is how long reserved room waits for its pod beyond the victims'
-	// grace period (cache.Reserve). Set before Start.
-	TTL time.Duration
-	// Fence, when set (several replicas), fences every write. Set before
-	// Start.
-	Fence Fencer
 
-	queue          chan *cache.Plan
+	// plans holds the pods waiting for the planner; planning: pod UID ->
+	// struct{}, each pod queued or being planned (one request per pod).
+	plans    chan *planRequest
+	planning sync.Map
+	// queue holds the reserved plans waiting for a worker.
+	queue chan *cache.Plan
+
 	results        *prometheus.CounterVec // result -> preemptions
 	victimsEvicted prometheus.Counter
 	logger         klog.Logger
 }
 
-// NewPreemptor returns a preemptor reading pods from pods and
-// PodDisruptionBudgets from its own informer on client; Start runs it.
-func NewPreemptor(logger klog.Logger, c *cache.Cache, api PreemptAPI, pods PodCache, client kubernetes.Interface) *Preemptor {
-	factory := informers.NewSharedInformerFactory(client, 0)
-	pdbs := factory.Policy().V1().PodDisruptionBudgets()
+// planRequest is one pod for the planner.
+type planRequest struct {
+	pod *cache.PodInfo
+	// nodes to plan on (a copy, the verb's own slice being pooled).
+	nodes []string
+	// outside, when set, is the pod's nodeFilter: kube-scheduler may have
+	// stopped filtering before it found the nodes where the pod fits, so
+	// nobody is evicted while one of the nodes it did not send fits.
+	outside *nodeFilter
+}
+
+// NewPreemptor returns a preemptor; Start runs it.
+func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.TTL = cmp.Or(cfg.TTL, cache.DefaultAssumeTTL)
 	return &Preemptor{
-		cache: c, api: api, TTL: cache.DefaultAssumeTTL, logger: logger,
-		victims: &podVictims{pods: pods, pdbs: pdbs.Lister(), synced: pdbs.Informer().HasSynced, factory: factory},
+		cfg: cfg, logger: logger,
+		victims: newPodVictims(cfg.Pods, cfg.Client),
+		plans:   make(chan *planRequest, planQueue),
 		queue:   make(chan *cache.Plan, preemptQueue),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "extender", Name: "preemptions_total",
-			Help: "Preemptions for pending GPU pods, by result: evicting (room reserved on one card, its lower-priority pods evicted), delegated (kube-scheduler evicts for other resources, the cards held) or refused (an eviction refused; the room released).",
+			Help: "Preemptions for pending GPU pods, by result: evicting (room reserved on one card, its lower-priority pods evicted), delegated (kube-scheduler evicts for other resources, the cards held), refused (an eviction refused; the room released) or abandoned (the room gone before its evictions were sent).",
 		}, []string{"result"}),
 		victimsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "extender", Name: "preemption_victims_total",
 			Help: "Pods the extender evicted through the Eviction API to make room on a card for a pod of higher priority.",
 		}),
-	}
+	}, nil
 }
 
 // Register adds the preemption metrics to reg.
 func (p *Preemptor) Register(reg prometheus.Registerer) error {
-	for _, r := range []string{PreemptEvicting, PreemptDelegated, PreemptRefused} {
+	for _, r := range []string{PreemptEvicting, PreemptDelegated, PreemptRefused, PreemptAbandoned} {
 		p.results.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{p.results, p.victimsEvicted} {
@@ -121,10 +180,22 @@ func (p *Preemptor) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Start starts the PodDisruptionBudget informer and the workers; both stop
-// with ctx. Until the informer has synced no preemption is planned.
+// Start starts the PodDisruptionBudget informer, the planner and the
+// workers; all stop with ctx. Until the informer has synced no preemption
+// is planned.
 func (p *Preemptor) Start(ctx context.Context) {
-	p.victims.factory.Start(ctx.Done())
+	p.victims.start(ctx)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case req := <-p.plans:
+				p.planFor(ctx, req)
+				p.planning.Delete(req.pod.UID)
+			}
+		}
+	}()
 	for range preemptWorkers {
 		go func() {
 			for {
@@ -139,36 +210,93 @@ func (p *Preemptor) Start(ctx context.Context) {
 	}
 }
 
-// eligible reports whether pod may evict others: it asks gpu-mem, its
-// preemptionPolicy is not Never, and the budgets are known.
-func (p *Preemptor) eligible(pod *cache.PodInfo) bool {
-	return pod.Demand != nil && pod.ConstraintsErr == nil && !pod.PreemptNever && p.victims.synced()
+// canPreempt says why pod may not evict anyone now ("" when it may): it
+// asks no gpu-mem or invalidly, its preemptionPolicy is Never, the budgets
+// are not known yet, or it holds reserved room already; with gpuVictims,
+// also when no pod holding card memory has a lower priority (the victims
+// of the extender's own plans hold card memory; kube-scheduler's, for
+// other resources, need not). It reads only the cache.
+func (p *Preemptor) canPreempt(pod *cache.PodInfo, gpuVictims bool) string {
+	switch {
+	case pod.Demand == nil || pod.ConstraintsErr != nil:
+		return "the pod asks no valid GPU memory"
+	case pod.PreemptNever:
+		return "the pod's preemptionPolicy is Never"
+	case !p.victims.synced():
+		return "the PodDisruptionBudgets are not synced yet"
+	}
+	if _, ok := p.cfg.Cache.Reserved(pod.UID); ok {
+		return "the pod holds reserved room already"
+	}
+	if !gpuVictims {
+		return ""
+	}
+	if lowest, ok := p.cfg.Cache.LowestPriority(); !ok || lowest >= pod.Priority {
+		return "no pod holding GPU memory has a lower priority"
+	}
+	return ""
 }
 
-// Unschedulable is called by filter when pod fits none of nodes, the nodes
-// that passed kube-scheduler's own filters: it reserves room on the best
-// card that evicting lower-priority pods frees, and queues the evictions.
-// It does nothing for a pod that already holds reserved room, for
-// kube-scheduler's trial of the pod's nominated node alone (a filter of
-// all nodes follows), and when the pod fits a node kube-scheduler did not
-// send. It makes no API call.
-func (p *Preemptor) Unschedulable(ctx context.Context, pod *cache.PodInfo, nominated string, nodes []string) {
-	if !p.eligible(pod) || len(nodes) == 0 || len(nodes) == 1 && nodes[0] == nominated {
+// Unschedulable is called by filter when pod (spec, its PodInfo) fits
+// none of nodes, the nodes that passed kube-scheduler's own filters: it
+// queues the pod for the planner, which reserves room on the best card that
+// evicting lower-priority pods frees and queues the evictions. It does
+// nothing for a pod that cannot preempt (canPreempt) and for
+// kube-scheduler's trial of the pod's nominated node alone (a filter of all
+// nodes follows). It makes no API call and plans nothing itself.
+func (p *Preemptor) Unschedulable(ctx context.Context, pod *cache.PodInfo, spec *corev1.Pod, nodes []string) {
+	if len(nodes) == 0 || len(nodes) == 1 && nodes[0] == spec.Status.NominatedNodeName {
 		return
 	}
-	if _, ok := p.cache.Reserved(pod.UID); ok {
-		return
+	req := &planRequest{pod: pod, nodes: slices.Clone(nodes)}
+	if sampling.MayHaveStopped(p.cfg.PercentageOfNodesToScore, p.cfg.Nodes.NodeCount(), len(nodes)) {
+		req.outside = newNodeFilter(spec)
 	}
+	p.enqueue(ctx, req)
+}
+
+// enqueue queues req unless its pod cannot preempt, is queued already, or
+// the queue is full.
+func (p *Preemptor) enqueue(ctx context.Context, req *planRequest) {
 	logger := klog.FromContext(ctx)
-	if len(nodes) >= minFeasibleNodes {
-		// kube-scheduler may have stopped at the first nodes that passed
-		// its filters: evict nobody while a node it did not send fits.
-		if node, ok := p.cache.FitsOutside(ctx, pod, nodes); ok {
+	if why := p.canPreempt(req.pod, true); why != "" {
+		logger.V(5).Info("Not preempting", "reason", why)
+		return
+	}
+	if _, queued := p.planning.LoadOrStore(req.pod.UID, struct{}{}); queued {
+		return
+	}
+	select {
+	case p.plans <- req:
+		logger.V(4).Info("Queued for a preemption plan", "nodes", len(req.nodes))
+	default:
+		p.planning.Delete(req.pod.UID)
+		logger.Error(nil, "Not preempting: too many pods wait for a preemption plan", "queued", cap(p.plans))
+	}
+}
+
+// planFor plans, reserves and starts a preemption for req, within
+// planTimeout.
+func (p *Preemptor) planFor(ctx context.Context, req *planRequest) {
+	ctx, cancel := context.WithTimeout(ctx, planTimeout)
+	defer cancel()
+	logger := p.logger.WithValues("pod", klog.KRef(req.pod.Namespace, req.pod.Name))
+	ctx = klog.NewContext(ctx, logger)
+	if why := p.canPreempt(req.pod, true); why != "" {
+		logger.V(5).Info("Not preempting", "reason", why)
+		return
+	}
+	if req.outside != nil {
+		usable := func(name string) bool {
+			n, ok := p.cfg.Nodes.Node(name)
+			return ok && req.outside.usable(n)
+		}
+		if node, ok := p.cfg.Cache.FitsOutside(ctx, req.pod, req.nodes, usable); ok {
 			logger.V(4).Info("Not preempting: the pod fits a node kube-scheduler did not send", "fits", node)
 			return
 		}
 	}
-	plan, err := p.plan(ctx, pod, nodes)
+	plan, err := p.plan(ctx, req.pod, req.nodes)
 	if err != nil {
 		logger.Error(err, "Planning a preemption")
 		return
@@ -178,20 +306,16 @@ func (p *Preemptor) Unschedulable(ctx context.Context, pod *cache.PodInfo, nomin
 	}
 }
 
-// minFeasibleNodes is kube-scheduler's minFeasibleNodesToFind: it sends
-// the extender fewer nodes than this only when no more passed its filters.
-const minFeasibleNodes = 100
-
 // plan plans and reserves a preemption for pod on nodes, planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
 func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string) (*cache.Plan, error) {
 	for try := 0; ; try++ {
-		plan, err := p.cache.PlanPreemption(ctx, pod, nodes, p.victims)
+		plan, err := p.cfg.Cache.PlanPreemption(ctx, pod, nodes, p.victims.forPlan())
 		if err != nil || plan == nil {
 			return nil, err
 		}
-		err = p.cache.Reserve(plan, p.TTL)
+		err = p.cfg.Cache.Reserve(plan, p.cfg.TTL)
 		switch {
 		case err == nil:
 			return plan, nil
@@ -216,7 +340,7 @@ func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
 		}
 		logger.V(2).Info("Preempting: room reserved", "node", plan.Node, "units", plan.Units, "victims", victims)
 	default:
-		p.cache.Release(plan.UID)
+		p.cfg.Cache.Release(plan.UID)
 		logger.Error(nil, "Not preempting: too many preemptions queued", "queued", cap(p.queue))
 	}
 }
@@ -228,15 +352,13 @@ func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
 // evict them for GPU memory. Where pod's cards fit a candidate as they are
 // (kube-scheduler preempts there for CPU, memory or else), it returns that
 // one node with kube-scheduler's victims, reserving the cards meanwhile;
-// otherwise it starts its own preemption on the candidates, if a card can
-// be freed, and returns no node, so kube-scheduler evicts nobody.
+// otherwise it queues the pod for its own preemption on the candidates and
+// returns no node, so kube-scheduler evicts nobody.
 func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
 	out := map[string]*extenderv1.MetaVictims{}
-	if !p.eligible(pod) {
+	if why := p.canPreempt(pod, false); why != "" {
+		klog.FromContext(ctx).V(5).Info("Not preempting", "reason", why)
 		return out
-	}
-	if _, ok := p.cache.Reserved(pod.UID); ok {
-		return out // its own preemption is under way
 	}
 	logger := klog.FromContext(ctx)
 	nodes := make([]string, 0, len(candidates))
@@ -249,11 +371,15 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates 
 		return cmp.Or(cmp.Compare(len(candidates[a]), len(candidates[b])), cmp.Compare(a, b))
 	})
 	for _, n := range nodes {
-		hold := p.cache.HoldNow(ctx, pod, n)
+		hold := p.cfg.Cache.HoldNow(ctx, pod, n)
 		if hold == nil {
 			continue
 		}
-		if err := p.cache.Reserve(hold, p.TTL); err != nil {
+		// The cards wait for kube-scheduler's victims, whatever their grace.
+		for _, uid := range candidates[n] {
+			hold.Awaited = append(hold.Awaited, types.UID(uid))
+		}
+		if err := p.cfg.Cache.Reserve(hold, p.cfg.TTL); err != nil {
 			logger.V(4).Info("Could not hold the cards while kube-scheduler preempts", "node", n, "err", err)
 		}
 		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, len(candidates[n]))}
@@ -265,42 +391,56 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates 
 		logger.V(2).Info("Preemption left to kube-scheduler: the pod's cards fit, it lacks other resources", "node", n, "victims", len(mv.Pods))
 		return out
 	}
-	plan, err := p.plan(ctx, pod, nodes)
-	if err != nil {
-		logger.Error(err, "Planning a preemption")
-		return out
-	}
-	if plan != nil {
-		p.start(ctx, plan)
-	}
+	p.enqueue(ctx, &planRequest{pod: pod, nodes: nodes})
 	return out
 }
 
 // execute makes plan's writes: the nomination, then the evictions, those
-// covered by a PodDisruptionBudget first. An eviction refused (a budget
-// exhausted since the plan, an error) stops it: the room is released and
-// the nomination cleared, and the pods already evicted stay gone.
+// covered by a PodDisruptionBudget first. Before each it checks that the
+// pod still holds the room on plan.Node: once the room has expired, been
+// released or been taken by the pod's bind, nothing more is sent. An
+// eviction refused (a budget exhausted since the plan, an error) stops
+// it: the room is released and the nomination cleared, and the pods
+// already evicted stay gone.
 func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
+	nominated := false
+	abandon := func(sent int) {
+		p.results.WithLabelValues(PreemptAbandoned).Inc()
+		logger.V(2).Info("Preemption abandoned: the pod no longer holds the room", "evicted", sent, "notEvicted", len(plan.Victims)-sent)
+		if nominated {
+			p.clearNomination(ctx, logger, plan)
+		}
+	}
+	if !p.holds(plan) {
+		abandon(0)
+		return
+	}
 	err := p.write(ctx, func(ctx context.Context) error {
-		return p.api.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, plan.Node)
+		return p.cfg.API.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, plan.Node)
 	})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// The pod is gone, or re-created: its room with it.
-		p.cache.Release(plan.UID)
+		p.cfg.Cache.Release(plan.UID)
 		logger.V(2).Info("Preemption dropped: the pod is gone", "err", err)
 		return
 	case err != nil:
 		// The nomination only tells kube-scheduler where to look first.
 		logger.Error(err, "Could not nominate the node; evicting anyway")
+	default:
+		nominated = true
 	}
 	victims := slices.Clone(plan.Victims)
 	slices.SortStableFunc(victims, func(a, b cache.PlannedVictim) int {
 		return -cmp.Compare(min(len(a.Budgets), 1), min(len(b.Budgets), 1))
 	})
-	for _, v := range victims {
-		err := p.write(ctx, func(ctx context.Context) error { return p.api.Evict(ctx, v.Namespace, v.Name, v.UID) })
+	for i, v := range victims {
+		if !p.holds(plan) {
+			abandon(i)
+			return
+		}
+		err := p.write(ctx, func(ctx context.Context) error { return p.cfg.API.Evict(ctx, v.Namespace, v.Name, v.UID) })
 		switch {
 		case err == nil:
 			p.victimsEvicted.Inc()
@@ -309,17 +449,29 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 			// Gone already, or re-created under its name: not ours to evict.
 			logger.V(4).Info("Victim already gone", "victim", klog.KRef(v.Namespace, v.Name))
 		default:
-			p.cache.Release(plan.UID)
+			p.cfg.Cache.Release(plan.UID)
 			p.results.WithLabelValues(PreemptRefused).Inc()
 			logger.Error(err, "Eviction refused; preemption abandoned and its room released", "victim", klog.KRef(v.Namespace, v.Name),
 				"budgets", v.Budgets)
-			if err := p.write(ctx, func(ctx context.Context) error {
-				return p.api.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, "")
-			}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				logger.Error(err, "Could not clear the nomination")
-			}
+			p.clearNomination(ctx, logger, plan)
 			return
 		}
+	}
+}
+
+// holds reports whether plan's pod still holds its reserved room on
+// plan.Node.
+func (p *Preemptor) holds(plan *cache.Plan) bool {
+	node, ok := p.cfg.Cache.Reserved(plan.UID)
+	return ok && node == plan.Node
+}
+
+// clearNomination clears the nomination execute wrote for plan.
+func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *cache.Plan) {
+	if err := p.write(ctx, func(ctx context.Context) error {
+		return p.cfg.API.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, "")
+	}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		logger.Error(err, "Could not clear the nomination")
 	}
 }
 
@@ -328,90 +480,15 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 func (p *Preemptor) write(ctx context.Context, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, preemptTimeout)
 	defer cancel()
-	if p.Fence == nil {
+	if p.cfg.Fence == nil {
 		return call(ctx)
 	}
-	fenced, done, err := p.Fence.Fence(ctx)
+	fenced, done, err := p.cfg.Fence.Fence(ctx)
 	if err != nil {
 		return &notLeaderError{err: err}
 	}
 	defer done()
 	return call(fenced)
-}
-
-// podVictims implements cache.Victims with the informer's pods and
-// PodDisruptionBudgets.
-type podVictims struct {
-	pods    PodCache
-	pdbs    policylisters.PodDisruptionBudgetLister
-	synced  func() bool
-	factory informers.SharedInformerFactory
-}
-
-var _ cache.Victims = (*podVictims)(nil)
-
-func (v *podVictims) Victim(namespace, name string, uid types.UID) (cache.Victim, bool) {
-	pod, ok := v.pods.Pod(namespace, name)
-	if !ok || pod.UID != uid {
-		return cache.Victim{}, false
-	}
-	out := cache.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
-	if len(pod.Labels) == 0 {
-		return out, true // a PodDisruptionBudget selects by labels
-	}
-	budgets, err := v.pdbs.PodDisruptionBudgets(namespace).List(labels.Everything())
-	if err != nil {
-		return cache.Victim{}, false
-	}
-	for _, b := range budgets {
-		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(pod.Labels) {
-			continue
-		}
-		out.Budgets = append(out.Budgets, b.Namespace+"/"+b.Name)
-	}
-	return out, true
-}
-
-// Allowed returns the budget's status.disruptionsAllowed, 0 while the
-// disruption controller has not processed its spec (the Eviction API then
-// refuses too) or when it is unknown.
-func (v *podVictims) Allowed(budget string) int32 {
-	ns, name, _ := strings.Cut(budget, "/")
-	b, err := v.pdbs.PodDisruptionBudgets(ns).Get(name)
-	if err != nil || b.Status.ObservedGeneration < b.Generation {
-		return 0
-	}
-	return b.Status.DisruptionsAllowed
-}
-
-// ClientPreemptAPI implements PreemptAPI with a clientset.
-type ClientPreemptAPI struct {
-	Client kubernetes.Interface
-}
-
-var _ PreemptAPI = ClientPreemptAPI{}
-
-// Nominate sends a merge patch of the status subresource that also sets
-// metadata.uid, so it cannot land on a successor of the same name.
-func (a ClientPreemptAPI) Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error {
-	var nominated any = node
-	if node == "" {
-		nominated = nil
-	}
-	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid}, "status": map[string]any{"nominatedNodeName": nominated}})
-	if err != nil {
-		return err
-	}
-	_, err = a.Client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
-	return err
-}
-
-func (a ClientPreemptAPI) Evict(ctx context.Context, namespace, name string, uid types.UID) error {
-	return a.Client.CoreV1().Pods(namespace).EvictV1(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: namespace, Name: name},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
-	})
 }
 
 // preempt serves kube-scheduler's preempt verb (ProcessPreemption). Its

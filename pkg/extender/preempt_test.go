@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -58,17 +59,31 @@ func preemptFixture(t *testing.T, objs ...runtime.Object) (*fixture, *fakePreemp
 	t.Helper()
 	f := newFixture(t, objs...)
 	api := &fakePreemptAPI{evictErr: map[string]error{}}
+	startPreemptor(t, f, api)
+	return f, api
+}
+
+// startPreemptor gives f's handlers a started Preemptor writing to api,
+// once its PodDisruptionBudget informer has synced.
+func startPreemptor(tb testing.TB, f *fixture, api PreemptAPI) {
+	tb.Helper()
+	logger := klog.Logger{} // a benchmark's *testing.B may not log
+	if t, ok := tb.(*testing.T); ok {
+		logger = ktestingLogger(t)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	p := NewPreemptor(ktestingLogger(t), f.cache, api, f.h.binder.pods, f.client)
+	tb.Cleanup(cancel)
+	p, err := NewPreemptor(logger, PreemptorConfig{Cache: f.cache, API: api, Pods: f.feeder, Nodes: f.feeder, Client: f.client})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	p.Start(ctx)
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return p.victims.synced(), nil
 	}); err != nil {
-		t.Fatal("the PodDisruptionBudget informer never synced")
+		tb.Fatal("the PodDisruptionBudget informer never synced")
 	}
 	f.h.Preempt = p
-	return f, api
 }
 
 func eventuallyCalls(t *testing.T, api *fakePreemptAPI, want []string) {
@@ -229,7 +244,7 @@ func TestEvictionRefusedReleasesTheRoom(t *testing.T) {
 	}
 	// A victim already gone does not stop it.
 	api2 := &fakePreemptAPI{evictErr: map[string]error{"a": apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "a")}}
-	f.h.Preempt.api = api2
+	f.h.Preempt.cfg.API = api2
 	f.do(t, "POST", Prefix+"/filter", extenderArgs(t, high, "one"))
 	eventuallyCalls(t, api2, []string{"nominate high to one", "evict a", "evict b"})
 	if _, ok := f.cache.Reserved(high.UID); !ok {

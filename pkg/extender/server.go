@@ -94,6 +94,10 @@ type Config struct {
 	// FilterAll: filter passes every node that fits, not only the
 	// best-scoring ones (see Handlers.FilterAll); --filter-best=false.
 	FilterAll bool
+	// PercentageOfNodesToScore is kube-scheduler's (0 to 100, 0 its
+	// adaptive default): a preemption reads from it whether kube-scheduler
+	// may have stopped filtering before it found every node that fits.
+	PercentageOfNodesToScore int32
 	// NoPreemption: never evict pods for a pod of higher priority
 	// (--preemption=false); the preempt verb then lets kube-scheduler
 	// evict nobody for a GPU pod either.
@@ -308,19 +312,22 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		h.Claims = feeder
 	}
-	var preemptor *Preemptor
-	if !cfg.NoPreemption {
-		preemptor = NewPreemptor(logger.WithName("preempt"), c, ClientPreemptAPI{Client: client}, feeder, client)
-		preemptor.TTL = cmp.Or(cfg.AssumeTTL, cache.DefaultAssumeTTL)
-		h.Preempt = preemptor
-	}
 	var gate *leader.Gate
+	var fence Fencer
 	if cfg.LeaderElect || cfg.FollowSchedulerLease != "" {
 		gate = leader.NewGate(feeder.CatchUp, cfg.Election.RenewDeadline, cfg.LeaderElect, nil)
-		h.Leader, binder.Fence = gate, gate
-		if preemptor != nil {
-			preemptor.Fence = gate
+		h.Leader, binder.Fence, fence = gate, gate, gate
+	}
+	var preemptor *Preemptor
+	if !cfg.NoPreemption {
+		preemptor, err = NewPreemptor(logger.WithName("preempt"), PreemptorConfig{
+			Cache: c, API: ClientPreemptAPI{Client: client}, Pods: feeder, Nodes: feeder, Client: client,
+			TTL: cfg.AssumeTTL, Fence: fence, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore,
+		})
+		if err != nil {
+			return err
 		}
+		h.Preempt = preemptor
 	}
 	pending := newPendingPods(client)
 	reg := h.Registerer()

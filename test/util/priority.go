@@ -65,3 +65,21 @@ func (n *NodeWrapper) Label(k, v string) *NodeWrapper {
 	n.Labels[k] = v
 	return n
 }
+
+// Unschedulable cordons the node (spec.unschedulable, as kubectl cordon).
+func (n *NodeWrapper) Unschedulable() *NodeWrapper {
+	n.Spec.Unschedulable = true
+	return n
+}
+
+// Taint adds taint key=value with effect to the node.
+func (n *NodeWrapper) Taint(key, value string, effect corev1.TaintEffect) *NodeWrapper {
+	n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: key, Value: value, Effect: effect})
+	return n
+}
+
+// Tolerate lets the pod tolerate taint key=value of effect.
+func (p *PodWrapper) Tolerate(key, value string, effect corev1.TaintEffect) *PodWrapper {
+	p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect})
+	return p
+}

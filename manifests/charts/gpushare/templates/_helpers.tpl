@@ -145,6 +145,7 @@ extenders:
 - --policy={{ .Values.extender.policy }}
 - --filter-best={{ .Values.extender.filterBest }}
 - --assume-ttl={{ .Values.extender.assumeTTL }}
+- --percentage-of-nodes-to-score={{ .Values.scheduler.percentageOfNodesToScore }}
 - --kube-api-qps={{ .Values.extender.kubeAPIQPS }}
 - --kube-api-burst={{ .Values.extender.kubeAPIBurst }}
 {{- if .Values.draDriver.enabled }}

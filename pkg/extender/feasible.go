@@ -1,0 +1,54 @@
+package extender
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/gpushare/gpushare/pkg/cache"
+)
+
+// NodeReader reads the cluster's nodes from an informer (cache.Feeder).
+type NodeReader interface {
+	// Node returns node name, ok false when the informer lacks it.
+	Node(name string) (*cache.NodeInfo, bool)
+	// NodeCount is the number of nodes, with or without GPUs.
+	NodeCount() int
+}
+
+var _ NodeReader = (*cache.Feeder)(nil)
+
+// nodeFilter is what kube-scheduler's own filters ask of a node for one
+// pod beyond its resources: NodeUnschedulable (not cordoned, unless the pod
+// tolerates it), TaintToleration (no NoSchedule or NoExecute taint the pod
+// does not tolerate) and NodeAffinity (spec.nodeSelector and required node
+// affinity). A preemption checks them on the nodes kube-scheduler did not
+// send, where the pod's cards fit: a node that fails them is no reason to
+// evict nobody.
+type nodeFilter struct {
+	tolerations []corev1.Toleration
+	affinity    nodeaffinity.RequiredNodeAffinity
+}
+
+// unschedulableTaint is the taint kube-scheduler's NodeUnschedulable
+// checks a cordoned node's pods against.
+var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+
+// newNodeFilter reads what the filters need of pod.
+func newNodeFilter(pod *corev1.Pod) *nodeFilter {
+	return &nodeFilter{tolerations: pod.Spec.Tolerations, affinity: nodeaffinity.GetRequiredNodeAffinity(pod)}
+}
+
+// usable reports whether n passes the filters for the pod.
+func (f *nodeFilter) usable(n *cache.NodeInfo) bool {
+	if n.Unschedulable && !corev1helpers.TolerationsTolerateTaint(f.tolerations, &unschedulableTaint) {
+		return false
+	}
+	// NodeInfo keeps only the NoSchedule and NoExecute taints.
+	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Taints, f.tolerations, nil); untolerated {
+		return false
+	}
+	ok, err := f.affinity.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels.Map()}})
+	return err == nil && ok
+}

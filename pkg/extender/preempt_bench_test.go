@@ -1,0 +1,137 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// noopPreemptAPI writes nothing.
+type noopPreemptAPI struct{}
+
+func (noopPreemptAPI) Nominate(context.Context, string, string, types.UID, string) error { return nil }
+func (noopPreemptAPI) Evict(context.Context, string, string, types.UID) error            { return nil }
+
+// unschedulableCluster is the review's D2 cluster: 500 nodes of 8 × 16 GiB
+// cards, each card holding a 9 GiB pod of priority 0 (4,000 pods, labelled,
+// in namespace batch) and 1,000 PodDisruptionBudgets in batch that select
+// none of them. It returns the objects and the node names.
+func unschedulableCluster() ([]apiruntime.Object, []string) {
+	var objs []apiruntime.Object
+	var names []string
+	for i := range 500 {
+		n := fmt.Sprintf("node-%03d", i)
+		names = append(names, n)
+		objs = append(objs, util.MakeNode(n).Cards("Tesla-T4", 16, 16, 16, 16, 16, 16, 16, 16).Obj())
+		for c := range 8 {
+			a := &gpushare.Allocation{Node: n, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
+				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: c, UUID: fmt.Sprintf("GPU-%s-%d", n, c), Units: 9}}}}}
+			objs = append(objs, util.MakePod(fmt.Sprintf("%s-%d", n, c)).Namespace("batch").GPUMem(9).Node(n).Allocation(a).Label("app", "batch").Obj())
+		}
+	}
+	for i := range 1000 {
+		objs = append(objs, &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: fmt.Sprintf("pdb-%04d", i)},
+			Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": fmt.Sprintf("nomatch-%d", i)}}},
+			Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
+		})
+	}
+	return objs, names
+}
+
+// unschedulableCases are the pods and preemptor settings the D2
+// benchmarks filter: no preemptor; a pod of priority 0, which can evict
+// nobody; a pod of priority 1000 asking 17 GiB, which no card can ever
+// hold, so each of its plans looks at every pod of the 500 nodes and
+// finds nothing.
+var unschedulableCases = []struct {
+	name      string
+	preemptor bool
+	units     int64
+	priority  int32
+}{
+	{"preemption=off", false, 14, 0},
+	{"preemption=on/priority=0", true, 14, 0},
+	{"preemption=on/priority=1000", true, 17, 1000},
+}
+
+// BenchmarkFilterUnschedulable is the filter verb (decode, fit, answer,
+// and whatever a preemption adds to it) for a GPU pod that fits none of
+// the 500 nodes of unschedulableCluster, without the network.
+func BenchmarkFilterUnschedulable(b *testing.B) {
+	objs, names := unschedulableCluster()
+	for _, tc := range unschedulableCases {
+		b.Run(tc.name, func(b *testing.B) {
+			f := newFixture(b, objs...)
+			if tc.preemptor {
+				startPreemptor(b, f, noopPreemptAPI{})
+			}
+			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).Obj(), names...))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodPost, Prefix+"/filter", bytes.NewReader(body))
+				w := httptest.NewRecorder()
+				f.handler.ServeHTTP(w, req)
+				checkNoFit(b, w.Body.Bytes())
+			}
+		})
+	}
+}
+
+// BenchmarkFilterUnschedulableHTTP is BenchmarkFilterUnschedulable over
+// HTTP on loopback, one request at a time as kube-scheduler sends them,
+// reporting the answer's p50 and p99 (milliseconds) besides the mean.
+func BenchmarkFilterUnschedulableHTTP(b *testing.B) {
+	objs, names := unschedulableCluster()
+	for _, tc := range unschedulableCases {
+		b.Run(tc.name, func(b *testing.B) {
+			f := newFixture(b, objs...)
+			if tc.preemptor {
+				startPreemptor(b, f, noopPreemptAPI{})
+			}
+			srv := httptest.NewServer(f.handler)
+			b.Cleanup(srv.Close)
+			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).Obj(), names...))
+			var lat util.Latencies
+			for b.Loop() {
+				start := time.Now()
+				resp, err := srv.Client().Post(srv.URL+Prefix+"/filter", "application/json", bytes.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				var buf bytes.Buffer
+				_, err = buf.ReadFrom(resp.Body)
+				_ = resp.Body.Close()
+				lat.Add(time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+				checkNoFit(b, buf.Bytes())
+			}
+			b.ReportMetric(float64(lat.Quantile(0.5))/float64(time.Millisecond), "p50-ms")
+			b.ReportMetric(float64(lat.Quantile(0.99))/float64(time.Millisecond), "p99-ms")
+		})
+	}
+}
+
+// checkNoFit fails b unless body is a filter answer that passes no node.
+func checkNoFit(b *testing.B, body []byte) {
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); err != nil || res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 0 {
+		b.Fatalf("filter answered %s (decode error %v), want no node", body, err)
+	}
+}

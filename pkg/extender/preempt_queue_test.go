@@ -1,0 +1,207 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/util"
+)
+
+// spyLister wraps the preemptor's PodDisruptionBudget lister: it counts
+// the lists of a namespace's budgets, and holds each until release is
+// closed when release is set.
+type spyLister struct {
+	policylisters.PodDisruptionBudgetLister
+	release chan struct{}
+	mu      sync.Mutex
+	lists   int
+}
+
+func (s *spyLister) PodDisruptionBudgets(ns string) policylisters.PodDisruptionBudgetNamespaceLister {
+	return &spyNamespaceLister{PodDisruptionBudgetNamespaceLister: s.PodDisruptionBudgetLister.PodDisruptionBudgets(ns), spy: s}
+}
+
+func (s *spyLister) listed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lists
+}
+
+type spyNamespaceLister struct {
+	policylisters.PodDisruptionBudgetNamespaceLister
+	spy *spyLister
+}
+
+func (n *spyNamespaceLister) List(sel labels.Selector) ([]*policyv1.PodDisruptionBudget, error) {
+	n.spy.mu.Lock()
+	n.spy.lists++
+	n.spy.mu.Unlock()
+	if n.spy.release != nil {
+		<-n.spy.release
+	}
+	return n.PodDisruptionBudgetNamespaceLister.List(sel)
+}
+
+// spyOn replaces f's preemptor's budget lister with a spy.
+func spyOn(f *fixture, release chan struct{}) *spyLister {
+	s := &spyLister{PodDisruptionBudgetLister: f.h.Preempt.victims.pdbs, release: release}
+	f.h.Preempt.victims.pdbs = s
+	return s
+}
+
+// fullNodes returns n nodes of one 16 GiB card, each holding a labelled
+// 9 GiB pod of priority prio, named prefix-NN and prefix-NN-low.
+func fullNodes(prefix string, n int, prio int32) (objs []runtime.Object, names []string) {
+	for i := range n {
+		name := fmt.Sprintf("%s-%02d", prefix, i)
+		names = append(names, name)
+		objs = append(objs, util.MakeNode(name).Cards("Tesla-T4", 16).Obj(),
+			util.MakePod(name+"-low").GPUMem(9).Node(name).Allocation(oneCard(name, 9)).Priority(prio).Label("app", "batch").Obj())
+	}
+	return objs, names
+}
+
+// filter sends a filter of pod over nodes and returns the nodes that fit.
+func filter(t *testing.T, f *fixture, pod *corev1.Pod, nodes ...string) []string {
+	t.Helper()
+	code, body := f.do(t, "POST", Prefix+"/filter", extenderArgs(t, pod, nodes...))
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal([]byte(body), &res); code != http.StatusOK || err != nil || res.Error != "" {
+		t.Fatalf("filter = %d %s", code, body)
+	}
+	return *res.NodeNames
+}
+
+// TestFilterAnswersBeforeThePlan (review D2): a pod that fits nowhere is
+// answered at once; its preemption is planned after the answer, outside
+// kube-scheduler's scheduling cycle.
+func TestFilterAnswersBeforeThePlan(t *testing.T) {
+	objs, names := fullNodes("full", 3, 0)
+	f, api := preemptFixture(t, objs...)
+	release := make(chan struct{})
+	spy := spyOn(f, release)
+	high := util.MakePod("high").GPUMem(14).Priority(1000).Obj()
+	body := extenderArgs(t, high, names...)
+	answered := make(chan string, 1)
+	go func() {
+		_, out := f.do(t, "POST", Prefix+"/filter", body)
+		answered <- out
+	}()
+	select {
+	case out := <-answered:
+		var res extenderv1.ExtenderFilterResult
+		if err := json.Unmarshal([]byte(out), &res); err != nil || res.NodeNames == nil || len(*res.NodeNames) != 0 {
+			t.Errorf("filter = %s; want no node", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("filter waited for the preemption's plan")
+	}
+	close(release)
+	eventuallyCalls(t, api, []string{"nominate high to full-00", "evict full-00-low"})
+	if spy.listed() == 0 {
+		t.Error("the plan read no budgets")
+	}
+}
+
+// TestNoPlanForAPodThatCannotPreempt (review D2): a pod that can evict
+// nobody (no GPU pod of a lower priority, or preemptionPolicy Never) reads
+// no budget, and neither does a plan for the pods it cannot evict.
+func TestNoPlanForAPodThatCannotPreempt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+	}{
+		{"priority 0, every GPU pod of priority 0", util.MakePod("zero").GPUMem(14).Obj()},
+		{"priority 5, no pod on the nodes sent below it", util.MakePod("five").GPUMem(14).Priority(5).Obj()},
+		{"preemptionPolicy Never", util.MakePod("never").GPUMem(14).Priority(1000).PreemptNever().Obj()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, names := fullNodes("full", 3, 5)
+			f, api := preemptFixture(t, objs...)
+			spy := spyOn(f, nil)
+			filter(t, f, tc.pod, names...)
+			time.Sleep(50 * time.Millisecond)
+			if n := spy.listed(); n != 0 {
+				t.Errorf("budgets listed %d times", n)
+			}
+			if got := api.recorded(); len(got) != 0 {
+				t.Errorf("API writes: %v", got)
+			}
+		})
+	}
+}
+
+// TestBudgetsListedOncePerPlan (review D2): a plan lists and converts a
+// namespace's budgets once, not once per pod it looks at.
+func TestBudgetsListedOncePerPlan(t *testing.T) {
+	objs, names := fullNodes("full", 6, 0)
+	f, api := preemptFixture(t, objs...)
+	spy := spyOn(f, nil)
+	// 17 GiB fits no card: the plan looks at every pod and finds nothing.
+	filter(t, f, util.MakePod("huge").GPUMem(17).Priority(1000).Obj(), names...)
+	time.Sleep(100 * time.Millisecond)
+	if n := spy.listed(); n > 1 {
+		t.Errorf("one namespace's budgets listed %d times by one plan, want once", n)
+	}
+	if got := api.recorded(); len(got) != 0 {
+		t.Errorf("API writes: %v", got)
+	}
+}
+
+// TestEvictionsStopWhenTheRoomIsGone (review D8): the workers send no
+// nomination or eviction for room the pod no longer holds on the plan's
+// node (released, expired, or taken by its bind).
+func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
+	a := util.MakePod("a").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
+	b := util.MakePod("b").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
+	for _, tc := range []struct {
+		name string
+		gone func(f *fixture, plan *cache.Plan)
+	}{
+		{"released", func(f *fixture, plan *cache.Plan) { f.cache.Release(plan.UID) }},
+		{"taken by the pod's bind on another node", func(f *fixture, plan *cache.Plan) {
+			pod := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+			if _, err := f.cache.Assume(context.Background(), pod, "two"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16).Obj(), util.MakeNode("two").Cards("Tesla-T4", 16).Obj(), a, b)
+			high := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.h.Preempt))
+			if err != nil || plan == nil {
+				t.Fatalf("PlanPreemption = %v, %v", plan, err)
+			}
+			if err := f.cache.Reserve(plan, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			tc.gone(f, plan)
+			f.h.Preempt.execute(context.Background(), plan)
+			if diff := cmp.Diff([]string(nil), api.recorded()); diff != "" {
+				t.Errorf("API writes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// oneCardOf is an allocation of units on card index of node.
+func oneCardOf(node string, index int, units int64) *gpushare.Allocation {
+	return &gpushare.Allocation{Node: node, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
+		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: index, UUID: fmt.Sprintf("GPU-%s-%d", node, index), Units: units}}}}}
+}

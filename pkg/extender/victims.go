@@ -1,0 +1,142 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+
+	"github.com/gpushare/gpushare/pkg/cache"
+)
+
+// podVictims describes victims from the pod informer and a
+// PodDisruptionBudget informer of its own.
+type podVictims struct {
+	pods    PodCache
+	pdbs    policylisters.PodDisruptionBudgetLister
+	synced  func() bool
+	factory informers.SharedInformerFactory
+}
+
+func newPodVictims(pods PodCache, client kubernetes.Interface) *podVictims {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pdbs := factory.Policy().V1().PodDisruptionBudgets()
+	return &podVictims{pods: pods, pdbs: pdbs.Lister(), synced: pdbs.Informer().HasSynced, factory: factory}
+}
+
+// start starts the PodDisruptionBudget informer; it stops with ctx.
+func (v *podVictims) start(ctx context.Context) { v.factory.Start(ctx.Done()) }
+
+// forPlan returns the cache.Victims of one plan: each namespace's budgets
+// are listed, and their selectors converted, once for the whole plan.
+func (v *podVictims) forPlan() *planVictims {
+	return &planVictims{podVictims: v, budgets: map[string][]budget{}}
+}
+
+// planVictims implements cache.Victims for one plan.
+type planVictims struct {
+	*podVictims
+	// budgets: namespace -> its PodDisruptionBudgets, selectors converted.
+	budgets map[string][]budget
+}
+
+var _ cache.Victims = (*planVictims)(nil)
+
+// budget is a PodDisruptionBudget with its selector converted.
+type budget struct {
+	name     string // namespace/name
+	selector labels.Selector
+}
+
+// Victim describes the pod. Its Budgets are those the Eviction API would
+// check (registry/core/pod/storage/eviction.go): none for a pod that is
+// not running yet (phase Pending, which it deletes at once); else every
+// budget of the namespace whose selector matches the pod's labels, where
+// an empty selector ({}) matches every pod and a missing or invalid one
+// none.
+func (v *planVictims) Victim(namespace, name string, uid types.UID) (cache.Victim, bool) {
+	pod, ok := v.pods.Pod(namespace, name)
+	if !ok || pod.UID != uid {
+		return cache.Victim{}, false
+	}
+	out := cache.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
+	if pod.Phase == corev1.PodPending || pod.Terminating {
+		return out, true
+	}
+	for _, b := range v.namespace(namespace) {
+		if b.selector.Matches(pod.Labels) {
+			out.Budgets = append(out.Budgets, b.name)
+		}
+	}
+	return out, true
+}
+
+// namespace returns ns's budgets, listing and converting them on first use.
+func (v *planVictims) namespace(ns string) []budget {
+	if bs, ok := v.budgets[ns]; ok {
+		return bs
+	}
+	list, err := v.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
+	if err != nil {
+		list = nil // the lister of an informer's store does not fail
+	}
+	bs := make([]budget, 0, len(list))
+	for _, b := range list {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil {
+			continue // the Eviction API: an invalid selector matches no pod
+		}
+		bs = append(bs, budget{name: b.Namespace + "/" + b.Name, selector: sel})
+	}
+	v.budgets[ns] = bs
+	return bs
+}
+
+// Allowed returns the budget's status.disruptionsAllowed, 0 while the
+// disruption controller has not processed its spec (the Eviction API then
+// refuses too) or when it is unknown.
+func (v *podVictims) Allowed(budget string) int32 {
+	ns, name, _ := strings.Cut(budget, "/")
+	b, err := v.pdbs.PodDisruptionBudgets(ns).Get(name)
+	if err != nil || b.Status.ObservedGeneration < b.Generation {
+		return 0
+	}
+	return b.Status.DisruptionsAllowed
+}
+
+// ClientPreemptAPI implements PreemptAPI with a clientset.
+type ClientPreemptAPI struct {
+	Client kubernetes.Interface
+}
+
+var _ PreemptAPI = ClientPreemptAPI{}
+
+// Nominate sends a merge patch of the status subresource that also sets
+// metadata.uid, so it cannot land on a successor of the same name.
+func (a ClientPreemptAPI) Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+	var nominated any = node
+	if node == "" {
+		nominated = nil
+	}
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": uid}, "status": map[string]any{"nominatedNodeName": nominated}})
+	if err != nil {
+		return err
+	}
+	_, err = a.Client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}, "status")
+	return err
+}
+
+func (a ClientPreemptAPI) Evict(ctx context.Context, namespace, name string, uid types.UID) error {
+	return a.Client.CoreV1().Pods(namespace).EvictV1(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: namespace, Name: name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+}
