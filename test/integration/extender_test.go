@@ -88,6 +88,14 @@ func (c *cluster) addNode(t *testing.T, n *corev1.Node) {
 	}
 }
 
+// createNamespace creates namespace name.
+func (c *cluster) createNamespace(t *testing.T, name string) {
+	t.Helper()
+	if _, err := c.admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // createNode creates n with its status (framework.CreateNode).
 func createNode(ctx context.Context, client kubernetes.Interface, n *corev1.Node) error {
 	return framework.CreateNode(ctx, client, n)
@@ -105,9 +113,15 @@ func (c *cluster) createPod(t *testing.T, p *corev1.Pod) {
 // waitBound waits until every named pod has a node.
 func (c *cluster) waitBound(t *testing.T, names []string, timeout time.Duration) {
 	t.Helper()
+	c.waitBoundIn(t, "default", names, timeout)
+}
+
+// waitBoundIn is waitBound for pods of namespace ns.
+func (c *cluster) waitBoundIn(t *testing.T, ns string, names []string, timeout time.Duration) {
+	t.Helper()
 	var unbound []string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		pods, err := c.admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		pods, err := c.admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}

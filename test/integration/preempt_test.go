@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -156,6 +158,60 @@ func TestPreemptionThroughRealScheduler(t *testing.T) {
 		c.checkNoOvercommit(t)
 	})
 
+	t.Run("a pod an empty-selector budget protects keeps its card's other pods", func(t *testing.T) {
+		// Review D5, issue 41 (a). Card 0: a (5) and team/b (5), which a
+		// budget with selector {} and no disruption left covers; card 1:
+		// peer (9), of the high pod's priority. 12 GiB fits a card only if
+		// both a and b go: nobody may be evicted.
+		addNodes("empty", "empty-1")
+		c.createNamespace(t, "team")
+		binpack := func(p *util.PodWrapper) *corev1.Pod {
+			return p.Annotation(gpushare.AnnotationPolicy, allocator.NameBinpack).Obj()
+		}
+		place(binpack(pod("empty", "empty-a", classLow, 5)))
+		b := binpack(pod("empty", "empty-b", classLow, 5).Namespace("team"))
+		c.createPod(t, b)
+		c.waitBoundIn(t, "team", []string{"empty-b"}, 30*time.Second)
+		place(binpack(pod("empty", "empty-peer", classHigh, 9)))
+		if cardOf(t, c, "empty-a") == cardOf(t, c, "empty-peer") {
+			t.Fatal("empty-a and empty-peer share a card; the scenario needs a and b on one card, peer on the other")
+		}
+		c.setRunning(t, "empty-a", "empty-peer")
+		c.setRunningIn(t, "team", "empty-b")
+		c.createBudgetOver(t, "team", "everyone", &metav1.LabelSelector{}, 0)
+		c.createPod(t, pod("empty", "empty-high", classHigh, 12).Obj())
+		c.waitUnschedulable(t, "empty-high")
+		c.holdOff(t, 5*time.Second, "empty-a", "empty-peer")
+		c.expectUntouchedIn(t, "team", "empty-b")
+	})
+
+	t.Run("a cordoned node with free cards does not stop a preemption", func(t *testing.T) {
+		// Review D4, issue 41 (b): 110 nodes whose two cards each hold a
+		// 9 GiB pod, and a cordoned node with both cards free. Above 100
+		// nodes kube-scheduler sends the extender only the first 100 that
+		// pass its filters; the cordoned node is not among them, and no
+		// reason to evict nobody.
+		var names, lows []string
+		for i := range 110 {
+			names = append(names, fmt.Sprintf("wide-%03d", i))
+		}
+		addNodes("wide", names...)
+		c.addNode(t, util.MakeNode("wide-cordoned").Cards("Tesla-T4", 16, 16).Label(scenarioLabel, "wide").Unschedulable().Obj())
+		nodes++
+		waitExtenderNodes(t, c, nodes)
+		for i := range 220 {
+			lows = append(lows, fmt.Sprintf("wide-low-%03d", i))
+			c.createPod(t, pod("wide", lows[i], classLow, 9).Obj())
+		}
+		c.waitBound(t, lows, 120*time.Second)
+		c.createPod(t, pod("wide", "wide-high", classHigh, 14).Obj())
+		victims := c.waitTerminating(t, 1, lows...)
+		c.finishTerminating(t, victims...)
+		c.waitBound(t, []string{"wide-high"}, afterVictimsBound)
+		c.expectUntouched(t, except(lows, victims)...)
+		c.checkNoOvercommit(t)
+	})
+
 	t.Run("a burst over a full cluster evicts one pod per high pod", func(t *testing.T) {
 		// 4 nodes, 8 cards, two 8 GiB pods on each: 16 full cards. Eight
 		// 8 GiB high pods each need one victim.
@@ -272,8 +328,14 @@ func (c *cluster) holdOff(t *testing.T, d time.Duration, names ...string) {
 // expectUntouched fails for each named pod that is gone or terminating.
 func (c *cluster) expectUntouched(t *testing.T, names ...string) {
 	t.Helper()
+	c.expectUntouchedIn(t, "default", names...)
+}
+
+// expectUntouchedIn is expectUntouched for pods of namespace ns.
+func (c *cluster) expectUntouchedIn(t *testing.T, ns string, names ...string) {
+	t.Helper()
 	for _, n := range names {
-		p, err := c.admin.CoreV1().Pods("default").Get(context.Background(), n, metav1.GetOptions{})
+		p, err := c.admin.CoreV1().Pods(ns).Get(context.Background(), n, metav1.GetOptions{})
 		switch {
 		case err != nil:
 			t.Errorf("pod %s: %v", n, err)
@@ -300,9 +362,15 @@ func (c *cluster) finishTerminating(t *testing.T, names ...string) {
 // first started a minute before the second, and so on.
 func (c *cluster) setRunning(t *testing.T, names ...string) {
 	t.Helper()
+	c.setRunningIn(t, "default", names...)
+}
+
+// setRunningIn is setRunning for pods of namespace ns.
+func (c *cluster) setRunningIn(t *testing.T, ns string, names ...string) {
+	t.Helper()
 	ctx := context.Background()
 	for i, n := range names {
-		p, err := c.admin.CoreV1().Pods("default").Get(ctx, n, metav1.GetOptions{})
+		p, err := c.admin.CoreV1().Pods(ns).Get(ctx, n, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +379,7 @@ func (c *cluster) setRunning(t *testing.T, names ...string) {
 		p.Status.Phase = corev1.PodRunning
 		p.Status.StartTime = &started
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now})
-		if _, err := c.admin.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		if _, err := c.admin.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -322,18 +390,25 @@ func (c *cluster) setRunning(t *testing.T, names ...string) {
 // control plane does not run) would: allowed disruptions, processed.
 func (c *cluster) createBudget(t *testing.T, name, app string, allowed int32) {
 	t.Helper()
+	c.createBudgetOver(t, "default", name, &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}, allowed)
+}
+
+// createBudgetOver is createBudget in namespace ns over the pods selector
+// selects.
+func (c *cluster) createBudgetOver(t *testing.T, ns, name string, selector *metav1.LabelSelector, allowed int32) {
+	t.Helper()
 	ctx := context.Background()
 	one := intstr.FromInt32(1)
-	pdb, err := c.admin.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}},
+	pdb, err := c.admin.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: selector},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: allowed,
 		CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1}
-	if _, err := c.admin.PolicyV1().PodDisruptionBudgets("default").UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.admin.PolicyV1().PodDisruptionBudgets(ns).UpdateStatus(ctx, pdb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
