@@ -77,8 +77,9 @@ type Plan struct {
 	// GraceSeconds is the longest grace period among the victims.
 	GraceSeconds int64
 	// Awaited are the UIDs of pods that are to leave the node for the pod
-	// besides Victims: kube-scheduler's own victims where it preempts for
-	// other resources and the cards are held (HoldNow).
+	// besides Victims: kube-scheduler's own victims, which it evicts, where
+	// it preempts for other resources and the cards are held (HoldNow), or
+	// those of them that hold no card memory (PlanPreemptionAfter).
 	Awaited []types.UID
 	// milliCPU and memMiB the pod requests; gen the node's generation the
 	// plan was made at.
@@ -162,7 +163,7 @@ func (c *Cache) HoldNow(ctx context.Context, pod *PodInfo, node string) *Plan {
 	if pod.placeable() != nil {
 		return nil
 	}
-	cp, ok := c.copyNode(node)
+	cp, ok := c.copyNode(node, nil)
 	if !ok {
 		return nil
 	}
@@ -262,6 +263,9 @@ type nodeCopy struct {
 	freeMemMiB     int64
 	pods           []podCopy
 	leavingVictims map[types.UID]bool // victims of the node's reservations
+	// awaited are the pods that ask no GPU memory and leave the node
+	// anyway (PlanPreemptionAfter); their CPU and memory count as free.
+	awaited []types.UID
 }
 
 // podCopy is one pod charged on a node.
@@ -279,8 +283,9 @@ type podCopy struct {
 }
 
 // copyNode copies node name for a preemption; ok is false for a node that
-// takes no GPU pods.
-func (c *Cache) copyNode(name string) (cp *nodeCopy, ok bool) {
+// takes no GPU pods. Of leaving, the UIDs of pods to leave the node anyway,
+// those that hold no card memory there count as gone (awaited).
+func (c *Cache) copyNode(name string, leaving []types.UID) (cp *nodeCopy, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, _, _ := c.gpuNode(name)
@@ -289,6 +294,15 @@ func (c *Cache) copyNode(name string) (cp *nodeCopy, ok bool) {
 	}
 	cp = &nodeCopy{node: ns.node, source: ns.source, invErr: ns.invErr, gen: ns.gen, hostKnown: ns.hostKnown,
 		freeMilliCPU: ns.allocMilliCPU - ns.reqMilliCPU, freeMemMiB: ns.allocMemMiB - ns.reqMemMiB}
+	for _, uid := range leaving {
+		if _, gpu := ns.pods[uid]; gpu {
+			continue // the plan decides which GPU pods go, by card
+		}
+		if h, on := c.hosts[uid]; on && h.ns == ns {
+			cp.freeMilliCPU, cp.freeMemMiB = cp.freeMilliCPU+h.milliCPU, cp.freeMemMiB+h.memMiB
+			cp.awaited = append(cp.awaited, uid)
+		}
+	}
 	cp.node.Cards = slices.Clone(ns.node.Cards)
 	cp.pods = make([]podCopy, 0, len(ns.pods))
 	for uid := range ns.pods {
@@ -337,6 +351,16 @@ func (c *Cache) copyNode(name string) (cp *nodeCopy, ok bool) {
 // It returns an error, naming the pod, when pod may not preempt (asks no
 // gpu-mem, invalid card annotations) or ctx ends.
 func (c *Cache) PlanPreemption(ctx context.Context, pod *PodInfo, nodes []string, vs Victims) (*Plan, error) {
+	return c.PlanPreemptionAfter(ctx, pod, nodes, nil, vs)
+}
+
+// PlanPreemptionAfter is PlanPreemption where, on each node, the pods
+// leaving[node] names by UID go anyway: kube-scheduler's own victims there,
+// which it evicts for resources other than cards. Those that hold no card
+// memory count as gone (their CPU and memory free) and the plan awaits
+// them (Plan.Awaited); those that do are the plan's to choose or keep,
+// by card, as any other.
+func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *PodInfo, nodes []string, leaving map[string][]types.UID, vs Victims) (*Plan, error) {
 	if err := pod.placeable(); err != nil {
 		return nil, err
 	}
@@ -349,7 +373,7 @@ func (c *Cache) PlanPreemption(ctx context.Context, pod *PodInfo, nodes []string
 		if err := stopped(ctx, pod, i, len(nodes)); err != nil {
 			return nil, err
 		}
-		cp, ok := c.copyNode(name)
+		cp, ok := c.copyNode(name, leaving[name])
 		if !ok {
 			continue
 		}
@@ -534,7 +558,7 @@ func take(n *allocator.Node, perCard cardUnits, sign int64) {
 // (cp's cards without the victims and the pods leaving).
 func planOf(cp *nodeCopy, pod *PodInfo, victims []candidate, after *allocator.Node, pl *allocator.Placement) *Plan {
 	p := &Plan{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: cp.node.Name, Units: map[int]int64{},
-		milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, gen: cp.gen}
+		Awaited: cp.awaited, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, gen: cp.gen}
 	for pos, u := range pl.Reserved {
 		if u > 0 {
 			p.Units[after.Cards[pos].Index] = u

@@ -296,7 +296,7 @@ func (p *Preemptor) planFor(ctx context.Context, req *planRequest) {
 			return
 		}
 	}
-	plan, err := p.plan(ctx, req.pod, req.nodes)
+	plan, err := p.plan(ctx, req.pod, req.nodes, nil)
 	if err != nil {
 		logger.Error(err, "Planning a preemption")
 		return
@@ -306,12 +306,13 @@ func (p *Preemptor) planFor(ctx context.Context, req *planRequest) {
 	}
 }
 
-// plan plans and reserves a preemption for pod on nodes, planning again
+// plan plans and reserves a preemption for pod on nodes, where the pods
+// leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
-func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string) (*cache.Plan, error) {
+func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string, leaving map[string][]types.UID) (*cache.Plan, error) {
 	for try := 0; ; try++ {
-		plan, err := p.cfg.Cache.PlanPreemption(ctx, pod, nodes, p.victims.forPlan())
+		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
 		if err != nil || plan == nil {
 			return nil, err
 		}
@@ -349,11 +350,17 @@ func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
 // map each node kube-scheduler would preempt on to the UIDs of its
 // victims there. kube-scheduler counts a node's GPU memory as one pool, so
 // its victims free memory on no card in particular: Preempt never lets it
-// evict them for GPU memory. Where pod's cards fit a candidate as they are
-// (kube-scheduler preempts there for CPU, memory or else), it returns that
-// one node with kube-scheduler's victims, reserving the cards meanwhile;
-// otherwise it queues the pod for its own preemption on the candidates and
-// returns no node, so kube-scheduler evicts nobody.
+// evict GPU pods for GPU memory. Where pod's cards fit a candidate as they
+// are (kube-scheduler preempts there for CPU, memory or else), it returns
+// that one node with kube-scheduler's victims, reserving the cards
+// meanwhile. Otherwise it plans its own preemption on the candidates, in
+// which kube-scheduler's victims that hold no card memory go anyway (a
+// candidate failed kube-scheduler's filters for reasons they fix: CPU,
+// memory, anti-affinity): it evicts the plan's GPU victims itself, by
+// card and through the Eviction API, and returns the plan's node with
+// those other victims of kube-scheduler's, none of its GPU ones. Without a
+// plan it returns no node, so kube-scheduler evicts nobody. Candidates are
+// few (kube-scheduler's dry run picks them), so it plans in the verb.
 func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
 	out := map[string]*extenderv1.MetaVictims{}
 	if why := p.canPreempt(pod, false); why != "" {
@@ -391,7 +398,33 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates 
 		logger.V(2).Info("Preemption left to kube-scheduler: the pod's cards fit, it lacks other resources", "node", n, "victims", len(mv.Pods))
 		return out
 	}
-	p.enqueue(ctx, &planRequest{pod: pod, nodes: nodes})
+	leaving := make(map[string][]types.UID, len(candidates))
+	for n, uids := range candidates {
+		for _, uid := range uids {
+			leaving[n] = append(leaving[n], types.UID(uid))
+		}
+	}
+	if why := p.canPreempt(pod, true); why != "" {
+		logger.V(5).Info("Not preempting", "reason", why)
+		return out
+	}
+	plan, err := p.plan(ctx, pod, nodes, leaving)
+	if err != nil {
+		logger.Error(err, "Planning a preemption")
+		return out
+	}
+	if plan == nil {
+		return out
+	}
+	p.start(ctx, plan)
+	if len(plan.Awaited) > 0 {
+		mv := &extenderv1.MetaVictims{Pods: make([]*extenderv1.MetaPod, len(plan.Awaited))}
+		for i, uid := range plan.Awaited {
+			mv.Pods[i] = &extenderv1.MetaPod{UID: string(uid)}
+		}
+		out[plan.Node] = mv
+		logger.V(2).Info("Preempting by card; kube-scheduler evicts its victims that hold no GPU memory there", "node", plan.Node, "victims", len(mv.Pods))
+	}
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/test/util"
@@ -70,4 +71,25 @@ func TestPreemptionPastNodesNotSent(t *testing.T) {
 			eventuallyCalls(t, api, []string{"nominate high to full-00", "evict full-00-low"})
 		})
 	}
+}
+
+// TestPreemptVerbWithKubeSchedulersVictims (review S4): where a candidate
+// of kube-scheduler's needs both its victims that hold no GPU memory (for
+// CPU here) and the room of a card, the extender evicts the card's pods
+// itself and leaves kube-scheduler its other victims there, rather than
+// evicting GPU pods in their place or answering no node.
+func TestPreemptVerbWithKubeSchedulersVictims(t *testing.T) {
+	gpu := func(name string, card int, started int64) *corev1.Pod {
+		return util.MakePod(name).GPUMem(9).Requests("1", "1Gi").Node("one").Allocation(oneCardOf("one", card, 9)).Started(time.Unix(started, 0)).Obj()
+	}
+	f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16, 16).Host("4", "16Gi").Obj(),
+		gpu("a", 0, 100), gpu("b", 1, 200), util.MakePod("hog").Requests("2", "1Gi").Node("one").Obj())
+	// By node totals 14 GiB fit; the CPU does not: kube-scheduler's victim
+	// is hog. No card has 14 GiB free: one GPU pod must go too.
+	high := util.MakePod("high").GPUMem(14).Requests("2", "1Gi").Priority(1000).Obj()
+	got := preemptVerb(t, f, high, map[string][]string{"one": {"uid-hog"}})
+	if diff := cmp.Diff(map[string][]string{"one": {"uid-hog"}}, got); diff != "" {
+		t.Errorf("preempt (-want +got):\n%s", diff)
+	}
+	eventuallyCalls(t, api, []string{"nominate high to one", "evict b"})
 }
