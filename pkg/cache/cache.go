@@ -114,6 +114,9 @@ type Cache struct {
 	floor map[types.UID]uint64
 	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
 	catchUp *CatchUp
+	// generation counts the publishes that changed something (a node, or
+	// the policy's inputs), read without the lock (Generation).
+	generation atomic.Uint64
 	// reservations counts the entries of pods in StateReserved (Reserve),
 	// read without the lock: while it is 0 no pod's fit needs its credit.
 	reservations atomic.Int64
@@ -782,14 +785,16 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 	delete(c.pendingIgnored, pod.UID)
 	if old != nil && old.ours && old.node == pod.NodeName && pod.Allocation != nil && reflect.DeepEqual(old.alloc, pod.Allocation) {
 		// Our bind's annotation coming back: confirmed.
-		old.state, old.confirmed, old.deadline, old.terminating = StateBound, true, time.Time{}, pod.Terminating
+		old.state, old.confirmed, old.deadline = StateBound, true, time.Time{}
+		c.setTerminating(old, pod.Terminating)
 		c.binding.Delete(pod.UID)
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating,
 		priority: pod.Priority, claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
-		old.terminating = pod.Terminating // a status update: nothing the charge depends on changed
+		// A status update: nothing the charge depends on changed.
+		c.setTerminating(old, pod.Terminating)
 		return
 	}
 	// Placed by us and changed since (the device plugin repaired it to the
@@ -797,6 +802,19 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 	// says.
 	c.remove(pod.UID)
 	c.add(pod.UID, ps)
+}
+
+// setTerminating records whether ps's pod terminates; a change touches its
+// node, so that a preemption sees it (Generation moves on). The caller
+// holds c.mu.
+func (c *Cache) setTerminating(ps *podState, terminating bool) {
+	if ps.terminating == terminating {
+		return
+	}
+	ps.terminating = terminating
+	if ns, ok := c.nodes[ps.node]; ok {
+		c.touch(ns)
+	}
 }
 
 // sameInputs reports whether ps and o, two entries of one bound pod, would

@@ -115,6 +115,9 @@ func (c *Cache) touch(ns *nodeState) {
 // changes the cache calls it before it releases c.mu, so a reader sees
 // every change that completed before it began. The caller holds c.mu.
 func (c *Cache) publish() {
+	if len(c.dirty) > 0 || c.inputsDirty || c.workloadDirty {
+		c.generation.Add(1)
+	}
 	for _, ns := range c.dirty {
 		ns.dirty = false
 		ns.gen++
@@ -147,6 +150,10 @@ func (c *Cache) publish() {
 	c.inputs.Store(in)
 	c.inputsDirty, c.workloadDirty = false, false
 }
+
+// Generation counts the changes published so far: two equal readings mean
+// no node, pod or policy input changed in between. It takes no lock.
+func (c *Cache) Generation() uint64 { return c.generation.Load() }
 
 // snap copies ns for the readers, its cards in the same allocation as the
 // rest when they are few (one place in memory to read). The caller holds

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/julienschmidt/httprouter"
@@ -68,6 +69,7 @@ const (
 	preemptQueue   = 256
 	preemptWorkers = 4
 	planQueue      = 256
+	maxFruitless   = 4096
 )
 
 // PreemptorConfig builds a Preemptor.
@@ -128,6 +130,12 @@ type Preemptor struct {
 	planning sync.Map
 	// queue holds the reserved plans waiting for a worker.
 	queue chan *cache.Plan
+	// fruitless: pod UID -> the stamp when its last plan found nothing; it
+	// is not planned again until the cache or the budgets change (a plan
+	// of the same inputs finds the same nothing). fruitlessSize counts the
+	// entries; past maxFruitless they are all dropped.
+	fruitless     sync.Map
+	fruitlessSize atomic.Int64
 
 	results        *prometheus.CounterVec // result -> preemptions
 	victimsEvicted prometheus.Counter
@@ -151,9 +159,13 @@ func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
 		return nil, err
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, cache.DefaultAssumeTTL)
+	victims, err := newPodVictims(cfg.Pods, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
 	return &Preemptor{
 		cfg: cfg, logger: logger,
-		victims: newPodVictims(cfg.Pods, cfg.Client),
+		victims: victims,
 		plans:   make(chan *planRequest, planQueue),
 		queue:   make(chan *cache.Plan, preemptQueue),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -263,6 +275,10 @@ func (p *Preemptor) enqueue(ctx context.Context, req *planRequest) {
 		logger.V(5).Info("Not preempting", "reason", why)
 		return
 	}
+	if st, ok := p.fruitless.Load(req.pod.UID); ok && st == p.stamp() {
+		logger.V(5).Info("Not preempting: nothing changed since the last plan found nothing")
+		return
+	}
 	if _, queued := p.planning.LoadOrStore(req.pod.UID, struct{}{}); queued {
 		return
 	}
@@ -286,6 +302,7 @@ func (p *Preemptor) planFor(ctx context.Context, req *planRequest) {
 		logger.V(5).Info("Not preempting", "reason", why)
 		return
 	}
+	st := p.stamp()
 	if req.outside != nil {
 		usable := func(name string) bool {
 			n, ok := p.cfg.Nodes.Node(name)
@@ -293,16 +310,35 @@ func (p *Preemptor) planFor(ctx context.Context, req *planRequest) {
 		}
 		if node, ok := p.cfg.Cache.FitsOutside(ctx, req.pod, req.nodes, usable); ok {
 			logger.V(4).Info("Not preempting: the pod fits a node kube-scheduler did not send", "fits", node)
+			p.noPlan(req.pod.UID, st)
 			return
 		}
 	}
 	plan, err := p.plan(ctx, req.pod, req.nodes, nil)
-	if err != nil {
+	switch {
+	case err != nil:
 		logger.Error(err, "Planning a preemption")
-		return
-	}
-	if plan != nil {
+	case plan == nil:
+		p.noPlan(req.pod.UID, st)
+	default:
+		p.fruitless.Delete(req.pod.UID)
 		p.start(ctx, plan)
+	}
+}
+
+// planStamp is what a plan's outcome depends on besides its request.
+type planStamp struct{ cache, budgets uint64 }
+
+// stamp reads the generations of the cache and the budgets.
+func (p *Preemptor) stamp() planStamp {
+	return planStamp{cache: p.cfg.Cache.Generation(), budgets: p.victims.generation.Load()}
+}
+
+// noPlan records that pod uid's plan at st found nothing.
+func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
+	if _, loaded := p.fruitless.Swap(uid, st); !loaded && p.fruitlessSize.Add(1) > maxFruitless {
+		p.fruitless.Clear()
+		p.fruitlessSize.Store(0)
 	}
 }
 

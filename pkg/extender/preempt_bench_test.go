@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -27,16 +28,18 @@ func (noopPreemptAPI) Nominate(context.Context, string, string, types.UID, strin
 func (noopPreemptAPI) Evict(context.Context, string, string, types.UID) error            { return nil }
 
 // unschedulableCluster is the review's D2 cluster: 500 nodes of 8 × 16 GiB
-// cards, each card holding a 9 GiB pod of priority 0 (4,000 pods, labelled,
-// in namespace batch) and 1,000 PodDisruptionBudgets in batch that select
-// none of them. It returns the objects and the node names.
+// A10 cards, each card holding a 9 GiB pod of priority 0 (4,000 pods,
+// labelled, in namespace batch) and 1,000 PodDisruptionBudgets in batch
+// that select none of them. It returns the objects and the node names.
+// The pods filtered ask for A10 cards: no node of the fixture's own fits
+// them.
 func unschedulableCluster() ([]apiruntime.Object, []string) {
 	var objs []apiruntime.Object
 	var names []string
 	for i := range 500 {
 		n := fmt.Sprintf("node-%03d", i)
 		names = append(names, n)
-		objs = append(objs, util.MakeNode(n).Cards("Tesla-T4", 16, 16, 16, 16, 16, 16, 16, 16).Obj())
+		objs = append(objs, util.MakeNode(n).Cards("A10", 16, 16, 16, 16, 16, 16, 16, 16).Obj())
 		for c := range 8 {
 			a := &gpushare.Allocation{Node: n, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
 				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: c, UUID: fmt.Sprintf("GPU-%s-%d", n, c), Units: 9}}}}}
@@ -71,7 +74,10 @@ var unschedulableCases = []struct {
 
 // BenchmarkFilterUnschedulable is the filter verb (decode, fit, answer,
 // and whatever a preemption adds to it) for a GPU pod that fits none of
-// the 500 nodes of unschedulableCluster, without the network.
+// the 500 nodes of unschedulableCluster, without the network, once the
+// first filter's plan (off the reply) is done: what kube-scheduler waits
+// for in each of the pod's retries. The plan itself:
+// BenchmarkPlanUnschedulable.
 func BenchmarkFilterUnschedulable(b *testing.B) {
 	objs, names := unschedulableCluster()
 	for _, tc := range unschedulableCases {
@@ -80,13 +86,18 @@ func BenchmarkFilterUnschedulable(b *testing.B) {
 			if tc.preemptor {
 				startPreemptor(b, f, noopPreemptAPI{})
 			}
-			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).Obj(), names...))
-			b.ReportAllocs()
-			for b.Loop() {
+			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).GPUModels("A10").Obj(), names...))
+			serve := func() *httptest.ResponseRecorder {
 				req := httptest.NewRequest(http.MethodPost, Prefix+"/filter", bytes.NewReader(body))
 				w := httptest.NewRecorder()
 				f.handler.ServeHTTP(w, req)
-				checkNoFit(b, w.Body.Bytes())
+				return w
+			}
+			serve()
+			settle(b, f) // the first filter's plan, if any, done
+			b.ReportAllocs()
+			for b.Loop() {
+				checkNoFit(b, serve().Body.Bytes())
 			}
 		})
 	}
@@ -105,7 +116,11 @@ func BenchmarkFilterUnschedulableHTTP(b *testing.B) {
 			}
 			srv := httptest.NewServer(f.handler)
 			b.Cleanup(srv.Close)
-			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).Obj(), names...))
+			body := []byte(extenderArgs(b, util.MakePod("pending").GPUMem(tc.units).Priority(tc.priority).GPUModels("A10").Obj(), names...))
+			if resp, err := srv.Client().Post(srv.URL+Prefix+"/filter", "application/json", bytes.NewReader(body)); err == nil {
+				_ = resp.Body.Close()
+			}
+			settle(b, f)
 			var lat util.Latencies
 			for b.Loop() {
 				start := time.Now()
@@ -133,5 +148,22 @@ func checkNoFit(b *testing.B, body []byte) {
 	var res extenderv1.ExtenderFilterResult
 	if err := json.Unmarshal(body, &res); err != nil || res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 0 {
 		b.Fatalf("filter answered %s (decode error %v), want no node", body, err)
+	}
+}
+
+// BenchmarkPlanUnschedulable is one plan (off filter's reply) for the pod
+// of priority 1000 of unschedulableCases over unschedulableCluster: it
+// asks about every pod of the 500 nodes and finds nothing.
+func BenchmarkPlanUnschedulable(b *testing.B) {
+	objs, names := unschedulableCluster()
+	f := newFixture(b, objs...)
+	startPreemptor(b, f, noopPreemptAPI{})
+	pod := cache.NewPodInfo(util.MakePod("pending").GPUMem(17).Priority(1000).GPUModels("A10").Obj())
+	b.ReportAllocs()
+	for b.Loop() {
+		plan, err := f.cache.PlanPreemption(context.Background(), pod, names, f.h.Preempt.victims.forPlan())
+		if plan != nil || err != nil {
+			b.Fatalf("PlanPreemption = %v, %v; want no plan", plan, err)
+		}
 	}
 }

@@ -12,8 +12,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -204,4 +206,41 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 func oneCardOf(node string, index int, units int64) *gpushare.Allocation {
 	return &gpushare.Allocation{Node: node, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
 		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: index, UUID: fmt.Sprintf("GPU-%s-%d", node, index), Units: units}}}}}
+}
+
+// TestNoPlanAgainWhileNothingChanged: a pod whose plan found nothing is not
+// planned again until a node, a pod or a budget changes.
+func TestNoPlanAgainWhileNothingChanged(t *testing.T) {
+	objs, names := fullNodes("full", 3, 0)
+	f, api := preemptFixture(t, objs...)
+	spy := spyOn(f, nil)
+	huge := util.MakePod("huge").GPUMem(17).Priority(1000).Obj() // fits no card
+	settled := func(want int) {
+		t.Helper()
+		_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return spy.listed() >= want, nil
+		})
+		time.Sleep(50 * time.Millisecond)
+		if got := spy.listed(); got != want {
+			t.Errorf("plans (budget lists) = %d, want %d", got, want)
+		}
+	}
+	filter(t, f, huge, names...)
+	settled(1)
+	for range 3 {
+		filter(t, f, huge, names...)
+	}
+	settled(1)
+	if _, err := f.client.PolicyV1().PodDisruptionBudgets("default").Create(context.Background(), pdb("default", "new", nil, 0), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		b, err := f.h.Preempt.victims.pdbs.PodDisruptionBudgets("default").Get("new")
+		return err == nil && b != nil, nil
+	})
+	filter(t, f, huge, names...)
+	settled(2)
+	if got := api.recorded(); len(got) != 0 {
+		t.Errorf("API writes: %v", got)
+	}
 }

@@ -63,6 +63,22 @@ func preemptFixture(t *testing.T, objs ...runtime.Object) (*fixture, *fakePreemp
 	return f, api
 }
 
+// settle waits until f's preemptor plans nothing: no pod is queued or
+// being planned.
+func settle(tb testing.TB, f *fixture) {
+	tb.Helper()
+	if f.h.Preempt == nil {
+		return
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		idle := true
+		f.h.Preempt.planning.Range(func(any, any) bool { idle = false; return false })
+		return idle, nil
+	}); err != nil {
+		tb.Fatal("the preemptor is still planning after a minute")
+	}
+}
+
 // startPreemptor gives f's handlers a started Preemptor writing to api,
 // once its PodDisruptionBudget informer has synced.
 func startPreemptor(tb testing.TB, f *fixture, api PreemptAPI) {
@@ -106,10 +122,11 @@ func TestFilterStartsAPreemption(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &res); code != http.StatusOK || err != nil || len(*res.NodeNames) != 0 {
 		t.Fatalf("filter = %d %s", code, body)
 	}
+	// The plan is made after the answer: the evictions follow it.
+	eventuallyCalls(t, api, []string{"nominate high to sick", "evict halfsick"})
 	if node, ok := f.cache.Reserved(high.UID); !ok || node != "sick" {
 		t.Errorf("Reserved = %q, %v; want sick", node, ok)
 	}
-	eventuallyCalls(t, api, []string{"nominate high to sick", "evict halfsick"})
 
 	// Its next cycles plan nothing more, by filter or by preempt.
 	f.do(t, "POST", Prefix+"/filter", extenderArgs(t, high, "sick"))

@@ -3,7 +3,9 @@ package extender
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	policylisters "k8s.io/client-go/listers/policy/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/gpushare/gpushare/pkg/cache"
 )
@@ -24,12 +27,23 @@ type podVictims struct {
 	pdbs    policylisters.PodDisruptionBudgetLister
 	synced  func() bool
 	factory informers.SharedInformerFactory
+	// generation counts the budgets' changes (generation()).
+	generation atomic.Uint64
 }
 
-func newPodVictims(pods PodCache, client kubernetes.Interface) *podVictims {
+func newPodVictims(pods PodCache, client kubernetes.Interface) (*podVictims, error) {
 	factory := informers.NewSharedInformerFactory(client, 0)
 	pdbs := factory.Policy().V1().PodDisruptionBudgets()
-	return &podVictims{pods: pods, pdbs: pdbs.Lister(), synced: pdbs.Informer().HasSynced, factory: factory}
+	v := &podVictims{pods: pods, pdbs: pdbs.Lister(), factory: factory}
+	changed := func(any) { v.generation.Add(1) }
+	reg, err := pdbs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watching PodDisruptionBudgets: %w", err)
+	}
+	v.synced = reg.HasSynced
+	return v, nil
 }
 
 // start starts the PodDisruptionBudget informer; it stops with ctx.
@@ -71,8 +85,9 @@ func (v *planVictims) Victim(namespace, name string, uid types.UID) (cache.Victi
 	if pod.Phase == corev1.PodPending || pod.Terminating {
 		return out, true
 	}
+	var podLabels labels.Labels = pod.Labels // boxed once, not once per budget
 	for _, b := range v.namespace(namespace) {
-		if b.selector.Matches(pod.Labels) {
+		if b.selector.Matches(podLabels) {
 			out.Budgets = append(out.Budgets, b.name)
 		}
 	}
