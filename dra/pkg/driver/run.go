@@ -94,6 +94,10 @@ func Run(ctx context.Context, cfg Config) error {
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir()),
 		kubeletplugin.RegistrationService(!cfg.RegistrationDisabled),
+		// State serializes what must be (the capacity check and the
+		// checkpoint) and no more: a claim waiting for its card's MPS
+		// daemon must not hold up the claims of other cards.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
 		return fmt.Errorf("starting the kubelet plugin %s: %w", devices.DriverName, err)
