@@ -1,0 +1,119 @@
+package driver
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// pluginPod is a pod the device plugin placed on node: gib GiB of card 0
+// by its allocation annotation, running.
+func pluginPod(node string, gib int64) *corev1.Pod {
+	alloc, err := (&gpushare.Allocation{Node: node, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
+		{Name: "c", Devices: []gpushare.DeviceShare{{Index: 0, UUID: gpu.FakeUUID(node, 0), Units: gib}}},
+	}}).Encode()
+	if err != nil {
+		panic(err)
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "plugin-pod", UID: "plugin-pod",
+			Annotations: map[string]string{gpushare.AnnotationAllocation: alloc}},
+		Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// startRun runs the driver of node-a (two fake 16 GiB cards, no
+// isolation, kubelet's directory kubeletDir) over client until the test
+// ends, and returns it once it serves.
+func startRun(t *testing.T, client *fake.Clientset, kubeletDir string) *Driver {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	ready := make(chan *Driver, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{
+			NodeName: "node-a", FakeGPUs: "2xTesla-T4:16GiB", Isolation: "none",
+			KubeletDir: kubeletDir, CDIDir: t.TempDir(), Client: client, RegistrationDisabled: true,
+			OnReady: func(d *Driver) { ready <- d },
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case d := <-ready:
+		return d
+	case err := <-done:
+		t.Fatalf("Run ended before it served: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("the driver did not serve within a minute")
+	}
+	return nil
+}
+
+// sliceMemory waits until client's slice of node-a shows want (device ->
+// GiB of capacity memory; a device left out is absent).
+func sliceMemory(t *testing.T, client *fake.Clientset, want map[string]int64) {
+	t.Helper()
+	var got map[string]int64
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(l.Items) != 1 {
+			return false, nil
+		}
+		got = map[string]int64{}
+		for _, d := range l.Items[0].Spec.Devices {
+			q := d.Capacity["memory"].Value
+			got[d.Name] = q.Value() >> 30
+		}
+		return cmp.Equal(want, got), nil
+	})
+	if err != nil {
+		t.Fatalf("node-a's slice publishes %v GiB, want %v", got, want)
+	}
+}
+
+// TestRunCountsTheDevicePluginsPods: on a node that moves from the device
+// plugin, a pod the plugin placed still runs on card 0. The driver
+// publishes card 0 with that pod's memory taken off, and refuses a claim
+// that the card cannot hold beside it; once the pod finishes, the card
+// is published whole and takes the claim.
+func TestRunCountsTheDevicePluginsPods(t *testing.T) {
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, pluginPod("node-a", 12))
+	d := startRun(t, client, t.TempDir())
+	sliceMemory(t, client, map[string]int64{"gpu-0": 4, "gpu-1": 16})
+
+	ctx := context.Background()
+	over := allocated("over", "gpu-0", 8)
+	over.Spec = resourceapi.ResourceClaimSpec{}
+	if _, err := d.State().Prepare(ctx, over); err == nil || !strings.Contains(err.Error(), "pods of the device plugin still running there 12288 MiB") {
+		t.Errorf("8 GiB on gpu-0 beside the plugin's 12 GiB pod: err = %v, want an over-commit refusal naming the plugin's pods", err)
+	}
+
+	pod := pluginPod("node-a", 12)
+	pod.Status.Phase = corev1.PodSucceeded
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sliceMemory(t, client, map[string]int64{"gpu-0": 16, "gpu-1": 16})
+	if _, err := d.State().Prepare(ctx, over); err != nil {
+		t.Errorf("8 GiB on gpu-0 once the plugin's pod finished: %v", err)
+	}
+}
