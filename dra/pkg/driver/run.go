@@ -7,7 +7,9 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
@@ -24,8 +26,9 @@ import (
 // cards' capacity), restores the prepared claims from the checkpoint,
 // serves kubelet's DRA plugin service (registering with kubelet unless
 // cfg.RegistrationDisabled), publishes the node's ResourceSlice, taints
-// the devices of cards a critical XID made unhealthy, until ctx ends or a
-// fatal error.
+// the devices of cards a critical XID made unhealthy, and drops prepared
+// claims the API no longer allocates here (prepare.State.Reconcile), until
+// ctx ends or a fatal error.
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -108,6 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var wg sync.WaitGroup
 	defer func() { cancel(nil); wg.Wait() }()
 	wg.Go(func() { watchHealth(ctx, cfg, gpus, cards, driver) })
+	wg.Go(func() { reconcileClaims(ctx, state, client, pods, cfg.ReconcilePeriod) })
 	if cfg.OnReady != nil {
 		cfg.OnReady(driver)
 	}
@@ -169,6 +173,25 @@ func watchHealth(ctx context.Context, cfg Config, gpus GPUs, cards []devices.Car
 		go f.FollowControl(ctx, cfg.FakeControl, fakeControlPeriod)
 	}
 	health.Watch(ctx, gpus, func() { driver.SetUnhealthy(ctx, health.Unhealthy()) })
+}
+
+// reconcileClaims drops prepared claims the API no longer allocates here
+// (prepare.State.Reconcile) at once and then every period, until ctx
+// ends.
+func reconcileClaims(ctx context.Context, state *prepare.State, client kubernetes.Interface, users prepare.ClaimUsers, period time.Duration) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		if _, err := state.Reconcile(ctx, prepare.APIClaims{Client: client}, users); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Checking the prepared claims against the API")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // openGPUs returns the configured GPUs and a function that releases them.

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpushare/gpushare/dra/pkg/checkpoint"
+	"github.com/gpushare/gpushare/dra/pkg/devices"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -115,5 +118,41 @@ func TestRunCountsTheDevicePluginsPods(t *testing.T) {
 	sliceMemory(t, client, map[string]int64{"gpu-0": 16, "gpu-1": 16})
 	if _, err := d.State().Prepare(ctx, over); err != nil {
 		t.Errorf("8 GiB on gpu-0 once the plugin's pod finished: %v", err)
+	}
+}
+
+// TestRunDropsClaimsKubeletNeverUnprepared: the checkpoint holds two
+// claims on gpu-0 (kubelet prepared them and then lost its own record of
+// them): one the API still allocates on node-a, and one the API no longer
+// has. The driver drops the second, once it has checked with the API,
+// and the memory it held takes a new claim; it keeps the first.
+func TestRunDropsClaimsKubeletNeverUnprepared(t *testing.T) {
+	kubeletDir := t.TempDir()
+	cp, err := checkpoint.Open(filepath.Join(kubeletDir, "plugins", devices.DriverName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, gone := allocated("kept", "gpu-0", 4), allocated("gone", "gpu-0", 12)
+	for _, c := range []*resourceapi.ResourceClaim{kept, gone} {
+		mib := c.Status.Allocation.Devices.Results[0].ConsumedCapacity[devices.CapacityMemory]
+		dev := checkpoint.Device{Request: "gpu", Pool: "node-a", Device: "gpu-0", UUID: gpu.FakeUUID("node-a", 0), MiB: mib.Value() >> 20}
+		if err := cp.Put(c.UID, checkpoint.Claim{Namespace: c.Namespace, Name: c.Name, Devices: []checkpoint.Device{dev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, kept)
+	d := startRun(t, client, kubeletDir)
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, ok := d.State().Prepared()[gone.UID]
+		return !ok, nil
+	})
+	if err != nil {
+		t.Fatalf("claim gone, which the API no longer has, is still prepared: %v", d.State().Prepared())
+	}
+	if _, ok := d.State().Prepared()[kept.UID]; !ok {
+		t.Error("claim kept, which the API allocates on node-a, was dropped")
+	}
+	if _, err := d.State().Prepare(context.Background(), allocated("new", "gpu-0", 12)); err != nil {
+		t.Errorf("12 GiB on gpu-0 where the dropped claim held 12: %v", err)
 	}
 }
