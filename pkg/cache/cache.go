@@ -67,8 +67,8 @@ type Cache struct {
 	// nodes: node name -> its cards and the pods on them.
 	nodes map[string]*nodeState
 	// draNodes: node name -> the cards the gpushare DRA driver publishes
-	// for it (SetDRANode), which the node takes when it has no cards of
-	// the device plugin.
+	// for it (SetDRANode), which the node takes over any cards of the
+	// device plugin.
 	draNodes map[string]*draNode
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
@@ -208,9 +208,13 @@ type podState struct {
 	// be made for a pod the informer never delivers (created, bound through
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
-	// (Beside ours and legacyIndex: the three take 8 bytes. The entry is
-	// 176 bytes, one per pod: keep what few entries need in rare.)
+	// (Beside ours, dra and legacyIndex: the four take 8 bytes. The entry
+	// is 176 bytes, one per pod: keep what few entries need in rare.)
 	confirmed bool
+	// dra: the entry is a claim of the gpushare DRA driver (UpsertClaim).
+	// On a DRA node only those are charged: the driver's slice already
+	// leaves out what pods of the device plugin still hold there.
+	dra bool
 	// legacyIndex: see claim.
 	legacyIndex int32
 	// alloc is the allocation charged: ours, or the pod's annotation once
@@ -347,8 +351,11 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
 	c.mu.Lock()
-	if d := c.draNodes[node.Name]; d != nil && in.source == SourceNone {
-		in.unit, in.cards, in.source = d.unit, slices.Clone(d.cards), SourceDRA
+	if d := c.draNodes[node.Name]; d != nil {
+		// The driver's slice wins over the device plugin's inventory and
+		// capacity, which a node that moved to DRA keeps (nothing removes
+		// them); kubelet removes the slice 30 s after the driver stops.
+		in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
 	}
 	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
 	c.nodeState(node.Name).info = node
@@ -369,11 +376,13 @@ type draNode struct {
 
 // SetDRANode records the cards the gpushare DRA driver publishes for node
 // (its ResourceSlice; unit is the node's, each card's Rank its place in
-// the slice), or forgets them when cards is empty. A node without the
-// device plugin's cards (no gpushare.io/devices, no aliyun.com/gpu-mem)
-// takes them, with source SourceDRA, once the node informer has shown
-// the node; its cordon annotation applies to them. Pods whose claims
-// hold memory there are charged by UpsertClaim.
+// the slice), or forgets them when cards is empty. The node takes them,
+// with source SourceDRA, once the node informer has shown the node, in
+// place of any cards of the device plugin (gpushare.io/devices,
+// aliyun.com/gpu-mem: a node that moved to DRA keeps them); its cordon
+// annotation applies to them. Pods whose claims hold memory there are
+// charged by UpsertClaim; pods of the device plugin still running there
+// are not, as the slice already leaves out what they hold.
 func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
 	cards = slices.Clone(cards)
 	slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
@@ -765,7 +774,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		c.binding.Delete(pod.UID)
 		return
 	}
-	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true,
+	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, dra: pod.DRA,
 		claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		return // a status update: nothing the charge depends on changed
@@ -791,6 +800,9 @@ func (ps *podState) sameInputs(o *podState) bool {
 func (ns *nodeState) resolve(ps *podState) {
 	ps.alloc, ps.perCard, ps.unattributed = nil, nil, 0
 	ps.setIgnored("")
+	if ns.source == SourceDRA && !ps.dra {
+		return // the driver's slice leaves out what the pod holds
+	}
 	if ps.claim != nil || ps.claimErr() != "" {
 		a, reason := ns.accept(ps)
 		if reason == "" {
@@ -888,7 +900,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 // forgotten with DeleteClaim. Claims are never preemption victims: the
 // extender evicts pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *PodInfo) {
-	claim.Priority, claim.PreemptNever = math.MaxInt32, true
+	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
 	c.mu.Lock()
 	c.upsertAndUnlock(claim, false)
 }
