@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/isolation"
@@ -72,36 +73,33 @@ func awaitOrRelease(t *testing.T, e *blockingEnforcer, done <-chan error, why st
 	}
 }
 
+// goPrepare prepares c in a goroutine; the channel gets its error.
+func goPrepare(s *State, c *resourceapi.ResourceClaim) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Prepare(context.Background(), c)
+		done <- err
+	}()
+	return done
+}
+
 // TestPrepareDoesNotWaitForAnotherCardsDaemon: while a claim on gpu-0
 // waits for its card's MPS daemon, a claim on gpu-1 is prepared, and one
 // that would over-commit gpu-0 together with the waiting claim is refused,
 // without waiting for gpu-0's daemon either.
 func TestPrepareDoesNotWaitForAnotherCardsDaemon(t *testing.T) {
-	ctx := context.Background()
 	s := newTestState(t, t.TempDir(), t.TempDir())
 	e := newBlockingEnforcer(testCards()[0].UUID)
 	s.enforcer = e
 
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Prepare(ctx, claim("slow", result("gpu-0", 12, "s1")))
-		first <- err
-	}()
+	first := goPrepare(s, claim("slow", result("gpu-0", 12, "s1")))
 	<-e.entered // claim slow waits for gpu-0's daemon
 
-	other := make(chan error, 1)
-	go func() {
-		_, err := s.Prepare(ctx, claim("other", result("gpu-1", 4, "s2")))
-		other <- err
-	}()
+	other := goPrepare(s, claim("other", result("gpu-1", 4, "s2")))
 	if err := awaitOrRelease(t, e, other, "a claim on gpu-1 waited for gpu-0's MPS daemon"); err != nil {
 		t.Fatalf("claim other on gpu-1: %v", err)
 	}
-	over := make(chan error, 1)
-	go func() {
-		_, err := s.Prepare(ctx, claim("over", result("gpu-0", 8, "s3")))
-		over <- err
-	}()
+	over := goPrepare(s, claim("over", result("gpu-0", 8, "s3")))
 	if err := awaitOrRelease(t, e, over, "a claim on gpu-0 waited for gpu-0's MPS daemon before its capacity check"); err == nil {
 		t.Error("8 GiB more on gpu-0, whose 12 of 16 GiB a claim being prepared holds, was prepared")
 	}
@@ -118,21 +116,14 @@ func TestPrepareDoesNotWaitForAnotherCardsDaemon(t *testing.T) {
 // prepared waits for the first and gets its answer; the claim is counted
 // once.
 func TestPrepareOfOneClaimTwiceAtOnce(t *testing.T) {
-	ctx := context.Background()
 	s := newTestState(t, t.TempDir(), t.TempDir())
 	e := newBlockingEnforcer(testCards()[0].UUID)
 	s.enforcer = e
-	done := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, err := s.Prepare(ctx, claim("a", result("gpu-0", 8, "s1")))
-			done <- err
-		}()
-	}
+	done := []<-chan error{goPrepare(s, claim("a", result("gpu-0", 8, "s1"))), goPrepare(s, claim("a", result("gpu-0", 8, "s1")))}
 	<-e.entered
 	close(e.release)
-	for range 2 {
-		if err := <-done; err != nil {
+	for _, d := range done {
+		if err := <-d; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,11 +143,7 @@ func TestRetainCountsClaimsBeingPrepared(t *testing.T) {
 	}
 	e := newBlockingEnforcer(testCards()[0].UUID)
 	s.enforcer = e
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Prepare(ctx, claim("slow", result("gpu-0", 12, "s1")))
-		first <- err
-	}()
+	first := goPrepare(s, claim("slow", result("gpu-0", 12, "s1")))
 	<-e.entered
 	un := make(chan error, 1)
 	go func() { un <- s.Unprepare(ctx, "uid-done") }()
