@@ -67,8 +67,8 @@ type Cache struct {
 	// nodes: node name -> its cards and the pods on them.
 	nodes map[string]*nodeState
 	// draNodes: node name -> the cards the gpushare DRA driver publishes
-	// for it (SetDRANode), which the node takes over any cards of the
-	// device plugin.
+	// for it (SetDRANode), which the node takes unless the device plugin
+	// serves it.
 	draNodes map[string]*draNode
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
@@ -351,10 +351,12 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
 	c.mu.Lock()
-	if d := c.draNodes[node.Name]; d != nil {
+	if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
 		// The driver's slice wins over the device plugin's inventory and
-		// capacity, which a node that moved to DRA keeps (nothing removes
-		// them); kubelet removes the slice 30 s after the driver stops.
+		// capacity unless the plugin serves the node: a node that moved to
+		// DRA keeps them (nothing removes them), but kubelet reports no
+		// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
+		// moved back keeps the driver's slice for 30 s.
 		in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
 	}
 	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
@@ -378,9 +380,10 @@ type draNode struct {
 // (its ResourceSlice; unit is the node's, each card's Rank its place in
 // the slice), or forgets them when cards is empty. The node takes them,
 // with source SourceDRA, once the node informer has shown the node, in
-// place of any cards of the device plugin (gpushare.io/devices,
-// aliyun.com/gpu-mem: a node that moved to DRA keeps them); its cordon
-// annotation applies to them. Pods whose claims hold memory there are
+// place of any cards of the device plugin (gpushare.io/devices: a node
+// that moved to DRA keeps it) unless the plugin serves the node (its
+// allocatable aliyun.com/gpu-mem is not 0); its cordon annotation
+// applies to them. Pods whose claims hold memory there are
 // charged by UpsertClaim; pods of the device plugin still running there
 // are not, as the slice already leaves out what they hold.
 func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {

@@ -264,11 +264,14 @@ func TestCPUPressureLearnsClaimPods(t *testing.T) {
 // TestFeederDRAWinsOverAStaleInventory: a node that moved from the device
 // plugin to the DRA driver still carries the plugin's inventory
 // (gpushare.io/devices, which nothing removes) and its aliyun.com/gpu-mem
-// capacity, and still runs a 12 GiB pod of the plugin on card 0. The
+// capacity, but no allocatable gpu-mem (kubelet's answer once the plugin
+// is gone), and still runs a 12 GiB pod of the plugin on card 0. The
 // driver's slice publishes card 0 with that pod's memory taken off. The
 // cache takes the node's cards from the slice, does not charge the
-// plugin's pod on top of it, places claim pods there and gpu-mem pods
-// no longer.
+// plugin's pod on top of it, places claim pods there and gpu-mem pods no
+// longer. Once the plugin serves the node again (the node moved back;
+// kubelet deletes the driver's slice only 30 s after the driver stops),
+// its inventory counts again, and so does its pod.
 func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -276,7 +279,9 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 	legacy := util.MakePod("legacy").UID("legacy").GPUMem(12).Node("moved").Phase(corev1.PodRunning).Allocation(&gpushare.Allocation{
 		Node: "moved", Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-moved-0", Units: 12}}}},
 	}).Obj()
-	client := fake.NewClientset(util.MakeNode("moved").Cards("T4", 16, 16).Obj(), legacy, draSlice("moved", 1, []int{0, 1}, []int64{4, 16}))
+	moved := util.MakeNode("moved").Cards("T4", 16, 16).Obj()
+	moved.Status.Allocatable[gpushare.ResourceGPUMem] = resource.MustParse("0")
+	client := fake.NewClientset(moved, legacy, draSlice("moved", 1, []int{0, 1}, []int64{4, 16}))
 	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "moved's cards from the driver's slice", func() bool {
 		src, cards := cardsOf(t, c, "moved")
@@ -291,10 +296,10 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 		t.Errorf("a gpu-mem pod fits %v (%v), want none: the node serves DRA claims", fit, err)
 	}
 
-	// The driver's slice gone (kubelet removes it 30 s after the driver
-	// stops, when the node goes back to the device plugin): the
-	// inventory counts again, and so does the plugin's pod.
-	if err := client.ResourceV1().ResourceSlices().Delete(ctx, "moved-gpu-b", metav1.DeleteOptions{}); err != nil {
+	// The device plugin serves the node again, the driver's slice not
+	// gone yet.
+	back := util.MakeNode("moved").Cards("T4", 16, 16).Obj()
+	if _, err := client.CoreV1().Nodes().Update(ctx, back, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "moved back on its inventory", func() bool {
