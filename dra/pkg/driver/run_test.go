@@ -2,6 +2,7 @@ package driver
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,8 +18,10 @@ import (
 
 	"github.com/gpushare/gpushare/dra/pkg/checkpoint"
 	"github.com/gpushare/gpushare/dra/pkg/devices"
+	"github.com/gpushare/gpushare/dra/test/kubeletclient"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
 // pluginPod is a pod the device plugin placed on node: gib GiB of card 0
@@ -154,5 +157,89 @@ func TestRunDropsClaimsKubeletNeverUnprepared(t *testing.T) {
 	}
 	if _, err := d.State().Prepare(context.Background(), allocated("new", "gpu-0", 12)); err != nil {
 		t.Errorf("12 GiB on gpu-0 where the dropped claim held 12: %v", err)
+	}
+}
+
+// TestRunPreparesOtherCardsWhileOneWaitsForMPS: two mps cards, whose
+// daemons run in their own container (--mps-daemons=external); that side
+// answers for gpu-1 only. A claim on gpu-0 waits for its card's daemon;
+// meanwhile kubelet's call for a claim on gpu-1 is answered. Once gpu-0's
+// daemon answers too, the first claim is prepared.
+func TestRunPreparesOtherCardsWhileOneWaitsForMPS(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mpsRoot, err := os.MkdirTemp("/tmp", "mps") // MPS's socket paths want a short root
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(mpsRoot) })
+	slow, fast := allocated("slow", "gpu-0", 4), allocated("fast", "gpu-1", 4)
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, slow, fast)
+	kubeletDir := t.TempDir()
+	ready := make(chan *Driver, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{
+			NodeName: "node-a", FakeGPUs: "2xTesla-T4:16GiB", FakeDriver: "615.00,mps", Isolation: "mps",
+			MPSControl: "/bin/true", MPSDaemons: isolation.MPSDaemonsExternal, MPSRoot: mpsRoot,
+			KubeletDir: kubeletDir, CDIDir: t.TempDir(), Client: client, RegistrationDisabled: true,
+			OnReady: func(d *Driver) { ready <- d },
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run ended before it served: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	// The daemons' side of each card, once answering: its status, fresh,
+	// replaced whole as that side replaces it.
+	answer := func(index int) {
+		status := filepath.Join(mpsRoot, gpu.FakeUUID("node-a", index), "status.json")
+		go func() {
+			for ctx.Err() == nil {
+				if os.WriteFile(status+".tmp", []byte(`{"defaultLimitMiB": 16384}`), 0o644) == nil {
+					_ = os.Rename(status+".tmp", status)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	if err := os.MkdirAll(filepath.Join(mpsRoot, gpu.FakeUUID("node-a", 1)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	answer(1)
+
+	kubelet := kubeletclient.Client{Socket: filepath.Join(kubeletDir, "plugins", devices.DriverName, "dra.sock")}
+	slowDone := make(chan error, 1)
+	go func() {
+		_, err := kubelet.Prepare(ctx, kubeletclient.ClaimOf(slow))
+		slowDone <- err
+	}()
+	// Claim slow waits for gpu-0's daemon once it has asked for it.
+	desired := filepath.Join(mpsRoot, gpu.FakeUUID("node-a", 0), "desired.json")
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(desired)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("claim slow never asked for gpu-0's MPS daemon (%s)", desired)
+	}
+	if _, err := kubelet.Prepare(ctx, kubeletclient.ClaimOf(fast)); err != nil {
+		t.Fatalf("claim fast on gpu-1: %v", err)
+	}
+	select {
+	case err := <-slowDone:
+		t.Fatalf("claim fast on gpu-1 was answered only after claim slow on gpu-0 had ended (%v): it waited for gpu-0's MPS daemon", err)
+	default:
+	}
+	answer(0)
+	if err := <-slowDone; err != nil {
+		t.Errorf("claim slow once gpu-0's daemon answers: %v", err)
 	}
 }
