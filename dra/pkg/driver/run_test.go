@@ -46,17 +46,21 @@ func pluginPod(node string, gib int64) *corev1.Pod {
 // ends, and returns it once it serves.
 func startRun(t *testing.T, client *fake.Clientset, kubeletDir string) *Driver {
 	t.Helper()
+	return startRunWith(t, Config{FakeGPUs: "2xTesla-T4:16GiB", Isolation: "none", KubeletDir: kubeletDir, Client: client})
+}
+
+// startRunWith runs the driver of node-a with cfg (its CDI directory a
+// new one, no kubelet registration) until the test ends, and returns it
+// once it serves.
+func startRunWith(t *testing.T, cfg Config) *Driver {
+	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
+	cfg.NodeName, cfg.CDIDir, cfg.RegistrationDisabled = "node-a", t.TempDir(), true
 	ready := make(chan *Driver, 1)
+	cfg.OnReady = func(d *Driver) { ready <- d }
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{
-			NodeName: "node-a", FakeGPUs: "2xTesla-T4:16GiB", Isolation: "none",
-			KubeletDir: kubeletDir, CDIDir: t.TempDir(), Client: client, RegistrationDisabled: true,
-			OnReady: func(d *Driver) { ready <- d },
-		})
-	}()
+	go func() { done <- Run(ctx, cfg) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -177,26 +181,10 @@ func TestRunPreparesOtherCardsWhileOneWaitsForMPS(t *testing.T) {
 	slow, fast := allocated("slow", "gpu-0", 4), allocated("fast", "gpu-1", 4)
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}, slow, fast)
 	kubeletDir := t.TempDir()
-	ready := make(chan *Driver, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Config{
-			NodeName: "node-a", FakeGPUs: "2xTesla-T4:16GiB", FakeDriver: "615.00,mps", Isolation: "mps",
-			MPSControl: "/bin/true", MPSDaemons: isolation.MPSDaemonsExternal, MPSRoot: mpsRoot,
-			KubeletDir: kubeletDir, CDIDir: t.TempDir(), Client: client, RegistrationDisabled: true,
-			OnReady: func(d *Driver) { ready <- d },
-		})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run ended before it served: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+	startRunWith(t, Config{
+		FakeGPUs: "2xTesla-T4:16GiB", FakeDriver: "615.00,mps", Isolation: "mps",
+		MPSControl: "/bin/true", MPSDaemons: isolation.MPSDaemonsExternal, MPSRoot: mpsRoot,
+		KubeletDir: kubeletDir, Client: client,
 	})
 	// The daemons' side of each card, once answering: its status, fresh,
 	// replaced whole as that side replaces it.
