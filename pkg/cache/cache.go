@@ -67,8 +67,8 @@ type Cache struct {
 	// nodes: node name -> its cards and the pods on them.
 	nodes map[string]*nodeState
 	// draNodes: node name -> the cards the gpushare DRA driver publishes
-	// for it (SetDRANode), which the node takes when it has no cards of
-	// the device plugin.
+	// for it (SetDRANode), which the node takes unless the device plugin
+	// serves it.
 	draNodes map[string]*draNode
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
@@ -218,10 +218,14 @@ type podState struct {
 	// be made for a pod the informer never delivers (created, bound through
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
-	// (Beside ours, terminating and legacyIndex: the four take 8 bytes.
-	// The entry is 184 bytes, one per pod: keep what few entries need in
-	// rare.)
+	// (Beside ours, terminating, dra and legacyIndex: the five take 8
+	// bytes. The entry is 184 bytes, one per pod: keep what few entries
+	// need in rare.)
 	confirmed bool
+	// dra: the entry is a claim of the gpushare DRA driver (UpsertClaim).
+	// On a DRA node only those are charged: the driver's slice already
+	// leaves out what pods of the device plugin still hold there.
+	dra bool
 	// legacyIndex: see claim.
 	legacyIndex int32
 	// priority is the pod's spec.priority (0 when unset).
@@ -363,8 +367,13 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
 	c.mu.Lock()
-	if d := c.draNodes[node.Name]; d != nil && in.source == SourceNone {
-		in.unit, in.cards, in.source = d.unit, slices.Clone(d.cards), SourceDRA
+	if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
+		// The driver's slice wins over the device plugin's inventory and
+		// capacity unless the plugin serves the node: a node that moved to
+		// DRA keeps them (nothing removes them), but kubelet reports no
+		// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
+		// moved back keeps the driver's slice for 30 s.
+		in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
 	}
 	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
 	c.nodeState(node.Name).info = node
@@ -385,11 +394,14 @@ type draNode struct {
 
 // SetDRANode records the cards the gpushare DRA driver publishes for node
 // (its ResourceSlice; unit is the node's, each card's Rank its place in
-// the slice), or forgets them when cards is empty. A node without the
-// device plugin's cards (no gpushare.io/devices, no aliyun.com/gpu-mem)
-// takes them, with source SourceDRA, once the node informer has shown
-// the node; its cordon annotation applies to them. Pods whose claims
-// hold memory there are charged by UpsertClaim.
+// the slice), or forgets them when cards is empty. The node takes them,
+// with source SourceDRA, once the node informer has shown the node, in
+// place of any cards of the device plugin (gpushare.io/devices: a node
+// that moved to DRA keeps it) unless the plugin serves the node (its
+// allocatable aliyun.com/gpu-mem is not 0); its cordon annotation
+// applies to them. Pods whose claims hold memory there are
+// charged by UpsertClaim; pods of the device plugin still running there
+// are not, as the slice already leaves out what they hold.
 func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
 	cards = slices.Clone(cards)
 	slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
@@ -790,7 +802,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		c.binding.Delete(pod.UID)
 		return
 	}
-	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating,
+	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating, dra: pod.DRA,
 		priority: pod.Priority, claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		// A status update: nothing the charge depends on changed.
@@ -831,6 +843,9 @@ func (ps *podState) sameInputs(o *podState) bool {
 func (ns *nodeState) resolve(ps *podState) {
 	ps.alloc, ps.perCard, ps.unattributed = nil, nil, 0
 	ps.setIgnored("")
+	if ns.source == SourceDRA && !ps.dra {
+		return // the driver's slice leaves out what the pod holds
+	}
 	if ps.claim != nil || ps.claimErr() != "" {
 		a, reason := ns.accept(ps)
 		if reason == "" {
@@ -928,7 +943,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 // forgotten with DeleteClaim. Claims are never preemption victims: the
 // extender evicts pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *PodInfo) {
-	claim.Priority, claim.PreemptNever = math.MaxInt32, true
+	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
 	c.mu.Lock()
 	c.upsertAndUnlock(claim, false)
 }

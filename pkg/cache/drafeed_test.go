@@ -260,3 +260,50 @@ func TestCPUPressureLearnsClaimPods(t *testing.T) {
 		t.Errorf("the claim holds %v of the DRA card, want 4 of 16 GiB", cards[0])
 	}
 }
+
+// TestFeederDRAWinsOverAStaleInventory: a node that moved from the device
+// plugin to the DRA driver still carries the plugin's inventory
+// (gpushare.io/devices, which nothing removes) and its aliyun.com/gpu-mem
+// capacity, but no allocatable gpu-mem (kubelet's answer once the plugin
+// is gone), and still runs a 12 GiB pod of the plugin on card 0. The
+// driver's slice publishes card 0 with that pod's memory taken off. The
+// cache takes the node's cards from the slice, does not charge the
+// plugin's pod on top of it, places claim pods there and gpu-mem pods no
+// longer. Once the plugin serves the node again (the node moved back;
+// kubelet deletes the driver's slice only 30 s after the driver stops),
+// its inventory counts again, and so does its pod.
+func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	legacy := util.MakePod("legacy").UID("legacy").GPUMem(12).Node("moved").Phase(corev1.PodRunning).Allocation(&gpushare.Allocation{
+		Node: "moved", Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-moved-0", Units: 12}}}},
+	}).Obj()
+	moved := util.MakeNode("moved").Cards("T4", 16, 16).Obj()
+	moved.Status.Allocatable[gpushare.ResourceGPUMem] = resource.MustParse("0")
+	client := fake.NewClientset(moved, legacy, draSlice("moved", 1, []int{0, 1}, []int64{4, 16}))
+	c := startDRAFeeder(ctx, t, client)
+	eventually(t, "moved's cards from the driver's slice", func() bool {
+		src, cards := cardsOf(t, c, "moved")
+		return src == SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
+	})
+	claimPod := &PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
+	if fit, _, err := c.Filter(ctx, claimPod, []string{"moved"}); err != nil || !cmp.Equal(fit, []string{"moved"}) {
+		t.Errorf("a 4 GiB claim pod fits %v (%v), want moved", fit, err)
+	}
+	gpuPod := &PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 4, Cards: 1}}}
+	if fit, _, err := c.Filter(ctx, gpuPod, []string{"moved"}); err != nil || len(fit) != 0 {
+		t.Errorf("a gpu-mem pod fits %v (%v), want none: the node serves DRA claims", fit, err)
+	}
+
+	// The device plugin serves the node again, the driver's slice not
+	// gone yet.
+	back := util.MakeNode("moved").Cards("T4", 16, 16).Obj()
+	if _, err := client.CoreV1().Nodes().Update(ctx, back, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "moved back on its inventory", func() bool {
+		src, cards := cardsOf(t, c, "moved")
+		return src == SourceInventory && cmp.Equal(cards, map[int][2]int64{0: {12, 16}, 1: {0, 16}})
+	})
+}

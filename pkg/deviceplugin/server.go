@@ -307,7 +307,7 @@ func (s *Server) enforce(ctx context.Context, a *Assignment, r *pluginapi.Contai
 		r.Envs[k] = v
 	}
 	for _, m := range ed.Mounts {
-		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath})
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 	}
 	for _, name := range ed.CDIDevices {
 		if s.strategy == StrategyCDIAnnotations {

@@ -47,6 +47,8 @@ type Share struct {
 // Mount is a host directory a container gets.
 type Mount struct {
 	HostPath, ContainerPath string
+	// ReadOnly: the container may not write it.
+	ReadOnly bool
 }
 
 // Edits are what a container's Allocate response gets from its mode.
@@ -144,7 +146,11 @@ func (e *Enforcer) Edits(ctx context.Context, shares []Share) (*Edits, error) {
 			return nil, err
 		}
 		pipe, log := e.mps.Dirs(sh.UUID)
-		ed.Mounts = []Mount{{HostPath: pipe, ContainerPath: ContainerMPSPipeDir}, {HostPath: log, ContainerPath: ContainerMPSLogDir},
+		// The log directory is read-only: the card's MPS server, which
+		// may run as root, writes its log there, and a client that could
+		// plant a symlink in it could have the server append to another
+		// card's files (its desired state, say).
+		ed.Mounts = []Mount{{HostPath: pipe, ContainerPath: ContainerMPSPipeDir}, {HostPath: log, ContainerPath: ContainerMPSLogDir, ReadOnly: true},
 			{HostPath: e.mps.ShmDir(), ContainerPath: DevShm}}
 		ed.Env[EnvMPSPipeDir] = ContainerMPSPipeDir
 		ed.Env[EnvMPSLogDir] = ContainerMPSLogDir

@@ -202,7 +202,7 @@ func TestDashboardCopy(t *testing.T) {
 
 // TestMirrorsOfShippedFiles: what the chart templates from files outside it
 // is equal to them, for the default release (namespace kube-system): the
-// admission policies, the extender's and the plugin's RBAC rules, the
+// admission policies (the DRA driver's with the driver), the extender's and the plugin's RBAC rules, the
 // webhook (but its clientConfig's caBundle), and the extender stanza of
 // the shipped kube-scheduler configurations (but its urlPrefix). The
 // extender's RBAC serves both topologies, so each of its objects is the
@@ -217,7 +217,7 @@ func TestMirrorsOfShippedFiles(t *testing.T) {
 	// manifests/extender/rbac.yaml grants what --dra-node-choice reads,
 	// which the chart grants with the DRA driver.
 	extDRA := objects(t, render(t, c, map[string]any{"topology": "extender", "draDriver": map[string]any{"enabled": true}}))
-	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml",
+	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml", "manifests/admission/dra-driver-node-scope.yaml",
 		"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
 		for _, want := range readYAML(t, file) {
 			kind, name := want["kind"].(string), field(want, "metadata", "name").(string)

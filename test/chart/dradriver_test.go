@@ -97,13 +97,15 @@ func TestDRADriverOptIn(t *testing.T) {
 // plugin library calls for it (k8s.io/dynamic-resource-allocation v0.37:
 // the ResourceSlice controller lists, watches, creates, updates and
 // deletes the node's slices and reads the Node it owns them by; Prepare
-// reads each claim).
+// reads each claim) and what the driver reads itself (the node's pods,
+// and the claims it prepared).
 func TestDRADriverRBAC(t *testing.T) {
 	objs := objects(t, render(t, load(t), map[string]any{"draDriver": map[string]any{"enabled": true}}))
 	want := []any{
 		map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceslices"}, "verbs": []any{"list", "watch", "create", "update", "delete"}},
 		map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaims"}, "verbs": []any{"get"}},
 		map[string]any{"apiGroups": []any{""}, "resources": []any{"nodes"}, "verbs": []any{"get"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"pods"}, "verbs": []any{"list", "watch"}},
 	}
 	if diff := cmp.Diff(want, field(find(objs, "ClusterRole", "gpushare-dra-driver"), "rules")); diff != "" {
 		t.Errorf("driver's rules (-want +got):\n%s", diff)

@@ -417,7 +417,7 @@ func checkTogether(t *testing.T, runc, python string, small, big devicehost.Resu
 func container(res devicehost.Result) gpuclient.Container {
 	c := gpuclient.Container{Env: res.Env}
 	for _, m := range res.Mounts {
-		c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath})
+		c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: m.ReadOnly})
 	}
 	return c
 }

@@ -159,12 +159,32 @@ type Info struct {
 	Unit string
 	// Unhealthy: UUID -> true for the cards whose devices are tainted.
 	Unhealthy map[string]bool
+	// Held: UUID -> MiB that pods outside DRA (the device plugin's, on a
+	// node that moved from it) still hold on the card; taken off the
+	// capacity it publishes.
+	Held map[string]int64
+}
+
+// Published is the memory, in MiB, that card c publishes beside held MiB
+// of pods outside DRA: its capacity less held, rounded down to whole
+// units; 0 when less than two units are left (the request policy's
+// smallest request plus one step must fit). A 16 GiB card in GiB beside
+// a 12 GiB pod publishes 4 GiB; beside 4.5 GiB, 11 GiB; beside 15 GiB,
+// nothing.
+func Published(c Card, held int64, unit string) int64 {
+	mib := CapacityMiB(c.CapacityMiB-max(held, 0), unit)
+	if mib < 2*UnitMiB(unit) {
+		return 0
+	}
+	return mib
 }
 
 // List returns the ResourceSlice devices of cards, in order o: capacity
-// memory in whole units, a request policy whose default is the whole card
-// and whose valid range starts at one unit and steps by one, multiple
-// allocations allowed, attributes index, uuid, model, isolation, mig and
+// memory in whole units (Published: what pods outside DRA hold is taken
+// off, and a card with less than two units left is not listed), a
+// request policy whose default is the whole capacity and whose valid
+// range starts at one unit and steps by one, multiple allocations
+// allowed, attributes index, uuid, model, isolation, mig and
 // driverVersion (when known), and a NoSchedule taint TaintUnhealthy on
 // unhealthy cards.
 func List(cards []Card, o Order, info Info) []resourceapi.Device {
@@ -173,7 +193,11 @@ func List(cards []Card, o Order, info Info) []resourceapi.Device {
 	step := resource.NewQuantity(UnitMiB(info.Unit)<<20, resource.BinarySI)
 	out := make([]resourceapi.Device, 0, len(sorted))
 	for _, c := range sorted {
-		total := resource.NewQuantity(c.CapacityMiB<<20, resource.BinarySI)
+		mib := Published(c, info.Held[c.UUID], info.Unit)
+		if mib == 0 {
+			continue
+		}
+		total := resource.NewQuantity(mib<<20, resource.BinarySI)
 		d := resourceapi.Device{
 			Name: c.DeviceName(),
 			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{

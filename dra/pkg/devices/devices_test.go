@@ -132,6 +132,44 @@ func TestList(t *testing.T) {
 	}
 }
 
+// TestPublished: what pods outside DRA hold is taken off a card's
+// capacity in whole units, and a card with less than two units left is
+// not listed.
+func TestPublished(t *testing.T) {
+	t4 := Card{Index: 0, UUID: "GPU-0", CapacityMiB: 16384}
+	for _, tc := range []struct {
+		name string
+		held int64 // MiB
+		unit string
+		want int64 // MiB
+	}{
+		{name: "nothing held", unit: gpushare.UnitGiB, want: 16384},
+		{name: "12 GiB held", held: 12288, unit: gpushare.UnitGiB, want: 4096},
+		{name: "4.5 GiB held rounds down", held: 4608, unit: gpushare.UnitGiB, want: 11264},
+		{name: "4.5 GiB held in MiB", held: 4608, unit: gpushare.UnitMiB, want: 11776},
+		{name: "15 GiB held: one unit left", held: 15360, unit: gpushare.UnitGiB, want: 0},
+		{name: "more than the card", held: 20000, unit: gpushare.UnitGiB, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Published(t4, tc.held, tc.unit); got != tc.want {
+				t.Errorf("Published(16384 MiB card, %d held, %s) = %d, want %d", tc.held, tc.unit, got, tc.want)
+			}
+		})
+	}
+	info := Info{Unit: gpushare.UnitGiB, Held: map[string]int64{"GPU-0": 12288, "GPU-1": 15360}}
+	got := map[string]int64{}
+	for _, d := range List([]Card{t4, {Index: 1, UUID: "GPU-1", CapacityMiB: 16384}, {Index: 2, UUID: "GPU-2", CapacityMiB: 16384}}, OrderIndex, info) {
+		c := d.Capacity[CapacityMemory]
+		got[d.Name] = c.Value.Value() >> 20
+		if def := c.RequestPolicy.Default.Value() >> 20; def != got[d.Name] {
+			t.Errorf("%s: request policy default %d MiB, capacity %d", d.Name, def, got[d.Name])
+		}
+	}
+	if diff := cmp.Diff(map[string]int64{"gpu-0": 4096, "gpu-2": 16384}, got); diff != "" {
+		t.Errorf("devices listed, MiB (-want +got):\n%s", diff)
+	}
+}
+
 type fakeFeatures map[string]gpu.Features
 
 func (f fakeFeatures) Features(uuid string) (gpu.Features, error) {

@@ -17,6 +17,9 @@ import (
 // Defaults of Config.
 const (
 	DefaultKubeletDir = "/var/lib/kubelet"
+	// DefaultReconcilePeriod is how often the prepared claims are checked
+	// against the API (prepare.State.Reconcile).
+	DefaultReconcilePeriod = 5 * time.Minute
 	// fakeControlPeriod is how often Config.FakeControl is polled.
 	fakeControlPeriod = 250 * time.Millisecond
 )
@@ -77,6 +80,10 @@ type Config struct {
 	// QPS and Burst of the API client.
 	QPS   float32
 	Burst int
+	// ReconcilePeriod is how often the prepared claims are checked
+	// against the API, after the check at the start;
+	// DefaultReconcilePeriod if not positive.
+	ReconcilePeriod time.Duration
 
 	// Client, when set, is used instead of one built from Kubeconfig.
 	Client kubernetes.Interface
@@ -144,6 +151,9 @@ func (c *Config) Validate() error {
 	}
 	if err := isolation.CheckMPSDaemons(c.MPSDaemons); err != nil {
 		errs = append(errs, err)
+	}
+	if c.ReconcilePeriod <= 0 {
+		c.ReconcilePeriod = DefaultReconcilePeriod
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = isolation.DefaultCgroupRoot

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -30,19 +31,31 @@ type Publisher interface {
 
 var _ Publisher = (*kubeletplugin.Helper)(nil)
 
+// HeldMemory is what the device plugin's pods still running on the node
+// hold on its cards (nodepods.Watcher).
+type HeldMemory interface {
+	// Held returns card UUID -> MiB.
+	Held() map[string]int64
+	// HeldPods returns those pods, as namespace/name.
+	HeldPods() []string
+}
+
 // Driver implements kubelet's DRA plugin service over a State, and keeps
-// the node's ResourceSlice in step with its cards' health.
+// the node's ResourceSlice in step with its cards' health and with what
+// the device plugin's pods still hold on them.
 type Driver struct {
 	node  string
 	cards []devices.Card
 	order devices.Order
 	state *prepare.State
+	// held is what the device plugin's pods hold; nil: nothing.
+	held HeldMemory
 	// fail ends the driver with a fatal background error (HandleError).
 	fail func(error)
 
 	mu sync.Mutex
 	// info is what the devices publish besides their cards; Unhealthy
-	// changes with SetUnhealthy.
+	// changes with SetUnhealthy, Held with HeldChanged.
 	info devices.Info
 	// publisher is set once the plugin serves (SetPublisher).
 	publisher Publisher
@@ -53,13 +66,14 @@ type Driver struct {
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-// New returns a driver for a node's cards over state. fail is called
-// with errors that should end the driver.
-func New(node string, cards []devices.Card, order devices.Order, info devices.Info, state *prepare.State, fail func(error)) *Driver {
+// New returns a driver for a node's cards over state, publishing them
+// less what held says the device plugin's pods hold (nil: nothing). fail
+// is called with errors that should end the driver.
+func New(node string, cards []devices.Card, order devices.Order, info devices.Info, state *prepare.State, held HeldMemory, fail func(error)) *Driver {
 	if info.Unhealthy == nil {
 		info.Unhealthy = map[string]bool{}
 	}
-	return &Driver{node: node, cards: cards, order: order, info: info, state: state, fail: fail, healthChanged: make(chan struct{})}
+	return &Driver{node: node, cards: cards, order: order, info: info, state: state, held: held, fail: fail, healthChanged: make(chan struct{})}
 }
 
 // State is the driver's record of prepared claims.
@@ -108,6 +122,38 @@ func (d *Driver) SetUnhealthy(ctx context.Context, unhealthy map[string]bool) {
 	d.mu.Unlock()
 	if err := d.Publish(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Publishing the cards' health")
+	}
+}
+
+// HeldChanged reads again what the device plugin's pods hold, logs it
+// when it changed, and republishes the slice: each card publishes its
+// memory less what they hold (devices.Published).
+func (d *Driver) HeldChanged(ctx context.Context) {
+	if d.held == nil {
+		return
+	}
+	held := d.held.Held()
+	d.mu.Lock()
+	changed := !maps.Equal(held, d.info.Held)
+	d.info.Held = held
+	d.mu.Unlock()
+	if !changed {
+		return
+	}
+	logger := klog.FromContext(ctx)
+	if len(held) == 0 {
+		logger.Info("No pod of the device plugin holds GPU memory on the node any more: every card publishes its whole memory")
+	} else {
+		byDevice := map[string]string{}
+		for _, c := range d.cards {
+			if mib, ok := held[c.UUID]; ok {
+				byDevice[c.DeviceName()] = fmt.Sprintf("%d of %d MiB held, %d published", mib, c.CapacityMiB, devices.Published(c, mib, d.info.Unit))
+			}
+		}
+		logger.Info("Pods of the device plugin still hold GPU memory on the node: its cards publish what is left until they finish", "cards", byDevice, "pods", d.held.HeldPods())
+	}
+	if err := d.Publish(ctx); err != nil {
+		logger.Error(err, "Publishing what the device plugin's pods leave of the cards")
 	}
 }
 

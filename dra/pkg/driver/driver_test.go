@@ -56,7 +56,7 @@ func newTestDriver(t *testing.T, fail func(error)) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New("node-a", testCards, devices.OrderIndex, devices.Info{Unit: gpushare.UnitGiB}, state, fail)
+	return New("node-a", testCards, devices.OrderIndex, devices.Info{Unit: gpushare.UnitGiB}, state, nil, fail)
 }
 
 func allocated(name, device string, gib int64) *resourceapi.ResourceClaim {

@@ -73,8 +73,12 @@ func (c *ClaimSpecs) Write(uid types.UID, edits []ClaimEdits) error {
 	for _, e := range edits {
 		d := cdispec.Device{Name: deviceName(uid, e.Request), ContainerEdits: cdispec.ContainerEdits{Env: e.Env}}
 		for _, m := range e.Mounts {
+			mode := "rw"
+			if m.ReadOnly {
+				mode = "ro"
+			}
 			d.ContainerEdits.Mounts = append(d.ContainerEdits.Mounts, &cdispec.Mount{
-				HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: []string{"rbind", "rw"},
+				HostPath: m.HostPath, ContainerPath: m.ContainerPath, Type: "bind", Options: []string{"rbind", mode},
 			})
 		}
 		spec.Devices = append(spec.Devices, d)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,7 +188,7 @@ func claimContainer(t *testing.T, specs *ClaimSpecs, uid types.UID) gpuclient.Co
 			c.Env[k] = v
 		}
 		for _, m := range d.ContainerEdits.Mounts {
-			c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath})
+			c.Mounts = append(c.Mounts, gpuclient.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath, ReadOnly: slices.Contains(m.Options, "ro")})
 		}
 		return c
 	}

@@ -2,6 +2,7 @@ package prepare
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,6 +36,13 @@ var _ Enforcer = (*isolation.Enforcer)(nil)
 // pruning (isolation.CDISpec.Retain): a Prepare may be adding one.
 const cdiPruneMinAge = time.Minute
 
+// Held reads what pods outside DRA hold on the node's cards: the device
+// plugin's pods still running there (nodepods.Watcher).
+type Held interface {
+	// Held returns card UUID -> MiB held (cards nothing holds are absent).
+	Held() map[string]int64
+}
+
 // Config configures a State.
 type Config struct {
 	// Pool is the driver's pool: the node's name.
@@ -50,16 +58,23 @@ type Config struct {
 	// Enforcer gives containers their isolation; nil: none (advisory
 	// environment only).
 	Enforcer Enforcer
+	// Held is what the device plugin's pods hold on the cards, counted
+	// beside the prepared claims; nil: nothing.
+	Held Held
 }
 
 // State is the driver's record of prepared claims: the checkpoint, the
 // claims' CDI specs, and what each card's prepared claims hold. It is safe
-// for concurrent use; Prepare and Unprepare run one at a time.
+// for concurrent use. A Prepare counts its claim's devices under s.mu,
+// builds the claim's isolation and CDI spec without it (mps mode may wait
+// seconds for a card's daemon), and records the claim under it again:
+// claims on other cards, and Unprepares, do not wait for that card.
 type State struct {
 	pool     string
 	unit     string
 	specs    *ClaimSpecs
 	enforcer Enforcer
+	held     Held
 	// cards: device name (gpu-<index>) -> card.
 	cards map[string]devices.Card
 
@@ -67,6 +82,17 @@ type State struct {
 	// checkpoint holds the prepared claims; written before Prepare and
 	// Unprepare return.
 	checkpoint *checkpoint.Checkpoint
+	// preparing: claim UID -> a Prepare between counting the claim and
+	// recording it. Its devices count as used; a second Prepare or an
+	// Unprepare of the claim waits for it.
+	preparing map[types.UID]*inFlight
+}
+
+// inFlight is a claim being prepared.
+type inFlight struct {
+	devices []checkpoint.Device
+	// done is closed once the claim is recorded or refused.
+	done chan struct{}
 }
 
 // New opens the checkpoint in cfg.CheckpointDir.
@@ -75,7 +101,8 @@ func New(cfg Config) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &State{pool: cfg.Pool, unit: cfg.Unit, specs: cfg.Specs, enforcer: cfg.Enforcer, cards: map[string]devices.Card{}, checkpoint: cp}
+	s := &State{pool: cfg.Pool, unit: cfg.Unit, specs: cfg.Specs, enforcer: cfg.Enforcer, held: cfg.Held,
+		cards: map[string]devices.Card{}, checkpoint: cp, preparing: map[types.UID]*inFlight{}}
 	for _, c := range cfg.Cards {
 		s.cards[c.DeviceName()] = c
 	}
@@ -85,24 +112,31 @@ func New(cfg Config) (*State, error) {
 // Restore makes the CDI specs match the checkpoint after a start: it
 // writes the spec of each prepared claim again (starting its cards' MPS
 // daemons) and removes the specs of claims the checkpoint does not hold (a
-// crash between writing a spec and the checkpoint). A claim whose card is
-// gone is logged and kept: its memory stays counted until kubelet
-// unprepares it.
+// crash between writing a spec and the checkpoint). It builds the claims'
+// specs at once, so that a card whose MPS daemon does not answer delays
+// the start by one wait, not one per claim. A claim whose card is gone,
+// or whose isolation fails, is logged and kept: its memory stays counted
+// until kubelet unprepares it. It runs before the driver serves.
 func (s *State) Restore(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	claims := s.checkpoint.Claims()
-	for _, uid := range sortedUIDs(claims) {
-		pc := claims[uid]
-		edits, err := s.edits(ctx, pc.Devices)
-		if err != nil {
-			logger.Error(err, "Restoring a prepared claim's CDI spec", "claim", klog.KRef(pc.Namespace, pc.Name), "uid", uid)
-			continue
-		}
-		if err := s.specs.Write(uid, claimEdits(edits)); err != nil {
-			return err
-		}
+	claims := s.Prepared()
+	uids := sortedUIDs(claims)
+	errs := make([]error, len(uids))
+	var wg sync.WaitGroup
+	for i, uid := range uids {
+		wg.Go(func() {
+			pc := claims[uid]
+			edits, err := s.edits(ctx, pc.Devices)
+			if err != nil {
+				logger.Error(err, "Restoring a prepared claim's CDI spec", "claim", klog.KRef(pc.Namespace, pc.Name), "uid", uid)
+				return
+			}
+			errs[i] = s.specs.Write(uid, claimEdits(edits))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	onDisk, err := s.specs.Claims()
 	if err != nil {
@@ -116,13 +150,15 @@ func (s *State) Restore(ctx context.Context) error {
 			logger.V(2).Info("Removed the CDI spec of a claim the checkpoint does not hold", "uid", uid)
 		}
 	}
+	s.mu.Lock()
 	s.retainLocked(ctx)
+	s.mu.Unlock()
 	logger.V(2).Info("Restored prepared claims", "claims", len(claims), "checkpoint", s.checkpoint.Path())
 	return nil
 }
 
-// Used returns the MiB that prepared claims hold on each card: device name
-// -> MiB (cards nothing holds are absent).
+// Used returns the MiB that prepared claims (and claims being prepared)
+// hold on each card: device name -> MiB (cards nothing holds are absent).
 func (s *State) Used() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,6 +169,11 @@ func (s *State) usedLocked() map[string]int64 {
 	used := map[string]int64{}
 	for _, pc := range s.checkpoint.Claims() {
 		for _, d := range pc.Devices {
+			used[d.Device] += d.MiB
+		}
+	}
+	for _, p := range s.preparing {
+		for _, d := range p.devices {
 			used[d.Device] += d.MiB
 		}
 	}
@@ -150,13 +191,67 @@ func (s *State) Prepared() map[types.UID]checkpoint.Claim {
 // kubelet: the claim's results on this driver's pool, each request's first
 // result carrying the request's CDI devices. A claim prepared before gets
 // its recorded answer. It refuses a result on another pool or an unknown
-// device, and one that would take a card over its capacity.
+// device, and one that would take a card over its capacity with what
+// prepared claims, claims being prepared and the device plugin's pods
+// hold there.
 func (s *State) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
+	devs, f, err := s.begin(ctx, claim)
+	if err != nil || f == nil {
+		return devs, err
+	}
+	devs, err = s.build(ctx, claim, devs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pc, ok := s.checkpoint.Get(claim.UID); ok {
-		return pc.Devices, nil
+	delete(s.preparing, claim.UID)
+	close(f.done)
+	if err != nil {
+		return nil, err
 	}
+	pc := checkpoint.Claim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
+	if err := s.checkpoint.Put(claim.UID, pc); err != nil {
+		_ = s.specs.Remove(claim.UID)
+		return nil, err
+	}
+	return pc.Devices, nil
+}
+
+// begin returns the recorded answer of a claim prepared before (f nil),
+// or counts the claim's devices against the cards' capacity and records
+// it as being prepared (f). It waits for another Prepare of the same
+// claim to end first.
+func (s *State) begin(ctx context.Context, claim *resourceapi.ResourceClaim) ([]checkpoint.Device, *inFlight, error) {
+	for {
+		s.mu.Lock()
+		if pc, ok := s.checkpoint.Get(claim.UID); ok {
+			s.mu.Unlock()
+			return pc.Devices, nil, nil
+		}
+		other, busy := s.preparing[claim.UID]
+		if !busy {
+			devs, err := s.countLocked(claim)
+			if err != nil {
+				s.mu.Unlock()
+				return nil, nil, err
+			}
+			f := &inFlight{devices: devs, done: make(chan struct{})}
+			s.preparing[claim.UID] = f
+			s.mu.Unlock()
+			return devs, f, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-other.done:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("claim %s/%s: waiting for another prepare of it: %w", claim.Namespace, claim.Name, ctx.Err())
+		}
+	}
+}
+
+// countLocked returns the devices of claim's results on this pool, each
+// request's first carrying its claim device's CDI ID, once it checked
+// that they fit their cards beside what is held there. The caller holds
+// s.mu.
+func (s *State) countLocked(claim *resourceapi.ResourceClaim) ([]checkpoint.Device, error) {
 	if claim.Status.Allocation == nil {
 		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
 	}
@@ -182,25 +277,43 @@ func (s *State) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (
 		devs = append(devs, pd)
 	}
 	used := s.usedLocked()
+	var held map[string]int64
+	if s.held != nil {
+		held = s.held.Held()
+	}
 	for _, dev := range slices.Sorted(maps.Keys(add)) {
 		c := s.cards[dev]
-		if used[dev]+add[dev] > c.CapacityMiB {
-			return nil, fmt.Errorf("claim %s/%s asks %d MiB of %s (GPU %d, %s) on node %s, where prepared claims already hold %d of its %d MiB: refusing to over-commit it; the allocation does not match what this node runs (delete the pod so that it is scheduled again)",
-				claim.Namespace, claim.Name, add[dev], dev, c.Index, c.UUID, s.pool, used[dev], c.CapacityMiB)
+		h := held[c.UUID]
+		if used[dev]+h+add[dev] <= c.CapacityMiB {
+			continue
 		}
+		plugin := ""
+		if h > 0 {
+			plugin = fmt.Sprintf(", and pods of the device plugin still running there %d MiB", h)
+		}
+		return nil, fmt.Errorf("claim %s/%s asks %d MiB of %s (GPU %d, %s) on node %s, where prepared claims already hold %d of its %d MiB%s: refusing to over-commit it; the allocation does not match what this node runs (delete the pod so that it is scheduled again)",
+			claim.Namespace, claim.Name, add[dev], dev, c.Index, c.UUID, s.pool, used[dev], c.CapacityMiB, plugin)
 	}
 	for i := range devs {
 		if i == 0 || devs[i].Request != devs[i-1].Request {
 			devs[i].CDIDeviceIDs = []string{DeviceID(claim.UID, devs[i].Request)}
 		}
 	}
+	return devs, nil
+}
+
+// build gives devs their isolation (which may wait for a card's MPS
+// daemon) and writes the claim's CDI spec, without s.mu; it returns devs
+// with their limit devices.
+func (s *State) build(ctx context.Context, claim *resourceapi.ResourceClaim, devs []checkpoint.Device) ([]checkpoint.Device, error) {
+	devs = slices.Clone(devs)
 	edits, err := s.edits(ctx, devs)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	for i := range devs {
 		if len(devs[i].CDIDeviceIDs) > 0 {
-			devs[i].CDIDeviceIDs = append(devs[i].CDIDeviceIDs, limitDevicesOf(edits, devs[i].Request)...)
+			devs[i].CDIDeviceIDs = append(slices.Clone(devs[i].CDIDeviceIDs), limitDevicesOf(edits, devs[i].Request)...)
 		}
 	}
 	if len(devs) > 0 {
@@ -208,12 +321,7 @@ func (s *State) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (
 			return nil, err
 		}
 	}
-	pc := checkpoint.Claim{Namespace: claim.Namespace, Name: claim.Name, Devices: devs}
-	if err := s.checkpoint.Put(claim.UID, pc); err != nil {
-		_ = s.specs.Remove(claim.UID)
-		return nil, err
-	}
-	return pc.Devices, nil
+	return devs, nil
 }
 
 // consumedMiB is the memory a result takes of card c in MiB, rounded up:
@@ -326,10 +434,28 @@ func limitDevicesOf(es []requestEdits, request string) []string {
 // Unprepare forgets a claim: it removes the claim from the checkpoint and
 // its CDI spec, and brings the isolation state in step with the claims
 // left (retainLocked). An unknown claim is no error (kubelet may ask
-// twice).
+// twice); a claim being prepared is forgotten once its Prepare ends.
 func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		f, busy := s.preparing[uid]
+		if !busy {
+			err := s.unprepareLocked(ctx, uid)
+			s.mu.Unlock()
+			return err
+		}
+		s.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("unpreparing claim %s: waiting for its prepare: %w", uid, ctx.Err())
+		}
+	}
+}
+
+// unprepareLocked is Unprepare once uid is not being prepared. The caller
+// holds s.mu.
+func (s *State) unprepareLocked(ctx context.Context, uid types.UID) error {
 	if err := s.checkpoint.Delete(uid); err != nil {
 		return err
 	}
@@ -345,9 +471,10 @@ func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 // holds (sparing those younger than cdiPruneMinAge), and each mps card's
 // default pinned limit moves to the largest share claims hold on it (the
 // floor when none), so that a process that drops its own limit gets no
-// more than a share still served. Every share is in the checkpoint, under
-// s.mu, so mps spares none for its age. Errors are logged: what failed
-// stays as it was. The caller holds s.mu.
+// more than a share still served. Every share is in the checkpoint or
+// among the claims being prepared, under s.mu, so mps spares none for its
+// age. Errors are logged: what failed stays as it was. The caller holds
+// s.mu.
 func (s *State) retainLocked(ctx context.Context) {
 	if s.enforcer == nil {
 		return
@@ -355,9 +482,16 @@ func (s *State) retainLocked(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	var limits [][]isolation.Limit
 	var shares [][]isolation.Share
+	var held [][]checkpoint.Device // each claim's devices: prepared, then being prepared
 	claims := s.checkpoint.Claims()
 	for _, uid := range sortedUIDs(claims) {
-		for _, g := range byRequest(claims[uid].Devices) {
+		held = append(held, claims[uid].Devices)
+	}
+	for _, uid := range sortedUIDs(s.preparing) {
+		held = append(held, s.preparing[uid].devices)
+	}
+	for _, devs := range held {
+		for _, g := range byRequest(devs) {
 			var l []isolation.Limit
 			var sh []isolation.Share
 			for _, d := range g {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpushare/gpushare/dra/pkg/checkpoint"
 	"github.com/gpushare/gpushare/dra/pkg/devices"
+	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
@@ -297,5 +298,58 @@ func TestUnprepareRetainsMPSShares(t *testing.T) {
 	}
 	if diff := cmp.Diff([][][]isolation.Share{{{{UUID: uuid1, MiB: 6144}}}}, rec2.held); diff != "" {
 		t.Errorf("shares retained after Restore (-want +got):\n%s", diff)
+	}
+}
+
+// TestMPSLogDirectoryReadOnly: a claim on an mps card gets the card's
+// pipe directory and the shared /dev/shm read-write, and its log
+// directory read-only: the MPS server, which may run as root, writes its
+// log there, and a tenant that could plant a symlink in it could have the
+// server append to another card's files.
+func TestMPSLogDirectoryReadOnly(t *testing.T) {
+	ctx := context.Background()
+	uuid := testCards()[0].UUID
+	root := t.TempDir()
+	// The daemons' side answers at once: the card's daemon serves 16 GiB.
+	if err := os.MkdirAll(filepath.Join(root, uuid), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, uuid, "status.json"), []byte(`{"defaultLimitMiB": 16384}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mps := isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake([]gpu.Device{{Index: 0, UUID: uuid}})})
+	enf, err := isolation.NewEnforcer([]isolation.Card{{Index: 0, UUID: uuid, MemoryMiB: 16384, Mode: gpushare.IsolationMPS}}, nil, mps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdiDir := t.TempDir()
+	specs, err := NewClaimSpecs(cdiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards := testCards()[:1]
+	cards[0].Isolation = gpushare.IsolationMPS
+	s, err := New(Config{Pool: "node-a", Unit: gpushare.UnitGiB, Cards: cards, CheckpointDir: t.TempDir(), Specs: specs, Enforcer: enf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Prepare(ctx, claim("a", result("gpu-0", 4, "s1"))); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := cdi.ReadSpec(filepath.Join(cdiDir, ClaimSpecPrefix+"uid-a.yaml"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{} // container path -> options
+	for _, m := range spec.Devices[0].ContainerEdits.Mounts {
+		got[m.ContainerPath] = m.Options
+	}
+	want := map[string][]string{
+		isolation.ContainerMPSPipeDir: {"rbind", "rw"},
+		isolation.ContainerMPSLogDir:  {"rbind", "ro"},
+		isolation.DevShm:              {"rbind", "rw"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("mounts of an mps claim: container path -> options (-want +got):\n%s", diff)
 	}
 }

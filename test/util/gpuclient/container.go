@@ -171,7 +171,11 @@ func containerSpec(rootfs string, args []string, c Container, extra []Mount, dev
 		return cmp.Compare(strings.Count(filepath.Clean(a.ContainerPath), "/"), strings.Count(filepath.Clean(b.ContainerPath), "/"))
 	})
 	for _, m := range binds {
-		mounts = append(mounts, specs.Mount{Destination: m.ContainerPath, Type: "none", Source: m.HostPath, Options: []string{"rbind", "rw"}})
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		mounts = append(mounts, specs.Mount{Destination: m.ContainerPath, Type: "none", Source: m.HostPath, Options: []string{"rbind", mode}})
 	}
 	resources := &specs.LinuxResources{Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}}
 	var nodes []specs.LinuxDevice

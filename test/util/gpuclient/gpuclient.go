@@ -61,6 +61,8 @@ type Result struct {
 // Mount is a host directory a container gets.
 type Mount struct {
 	HostPath, ContainerPath string
+	// ReadOnly: bound read-only (mps mode's log directory).
+	ReadOnly bool
 }
 
 // Container is what a container gets from a device plugin or a DRA

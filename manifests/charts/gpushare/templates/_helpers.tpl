@@ -10,6 +10,7 @@ installation per cluster. */}}
 
 {{- define "gpushare.extenderUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.extenderName" . }}{{- end }}
 {{- define "gpushare.pluginUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.pluginName" . }}{{- end }}
+{{- define "gpushare.draDriverUser" -}}system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.draDriverName" . }}{{- end }}
 
 {{- define "gpushare.labels" -}}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
