@@ -126,16 +126,19 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 	}
 	ctr := &list[index]
 	base := fmt.Sprintf("/spec/%s/%d/resources", field, index)
-	res := escape(string(gpushare.ResourceGPUMem))
+	// gpu-mem goes, and gpu-count (here 1, or absent) with it: a pod still
+	// asking gpu-count would be the device-plugin extender's to bind, which
+	// refuses a pod without gpu-mem.
 	var patch []PatchOp
-	_, inLimits := ctr.Resources.Limits[gpushare.ResourceGPUMem]
-	if inLimits {
-		patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + res})
+	for _, name := range []corev1.ResourceName{gpushare.ResourceGPUMem, gpushare.ResourceGPUCount} {
+		if _, ok := ctr.Resources.Limits[name]; ok {
+			patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + escape(string(name))})
+		}
+		if _, ok := ctr.Resources.Requests[name]; ok {
+			patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + escape(string(name))})
+		}
 	}
 	_, inRequests := ctr.Resources.Requests[gpushare.ResourceGPUMem]
-	if inRequests {
-		patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + res})
-	}
 	if nodeChoice {
 		marker, one := escape(string(gpushare.ResourceDRAClaim)), resource.MustParse("1")
 		if len(ctr.Resources.Limits) == 0 {

@@ -76,6 +76,10 @@ func TestConvert(t *testing.T) {
 		{name: "a-tebibyte", unit: "GiB", pod: util.MakePod("p").GPUMem(1024).Obj(), container: "c0", wantName: "gpushare-gpu-mem-1ti", wantBytes: 1 << 40},
 		{name: "node-choice", unit: "GiB", pod: util.MakePod("p").Container("sidecar").GPUMem(8).Obj(), container: "c1", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30, nodeChoice: true},
 		{name: "node-choice-limit-only", unit: "GiB", pod: limitOnly.DeepCopy(), container: "c0", wantName: "gpushare-gpu-mem-4gi", wantBytes: 4 << 30, nodeChoice: true},
+		// aliyun.com/gpu-count: 1 is valid beside gpu-mem; left on the pod it
+		// would send it to the extender's bind, which refuses it.
+		{name: "gpu-count-one", unit: "GiB", pod: util.MakePod("p").GPUMemCards(8, 1).Obj(), container: "c0", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30},
+		{name: "node-choice-gpu-count-one", unit: "GiB", pod: util.MakePod("p").GPUMemCards(8, 1).Obj(), container: "c0", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30, nodeChoice: true},
 	}
 	tests[4].pod.Spec = withClaims.Spec
 	for _, tt := range tests {
@@ -96,6 +100,11 @@ func TestConvert(t *testing.T) {
 				t.Errorf("the patched pod still asks GPU memory: %v", err)
 			}
 			for _, c := range append(append([]corev1.Container{}, got.Spec.InitContainers...), got.Spec.Containers...) {
+				_, inLimits := c.Resources.Limits[gpushare.ResourceGPUCount]
+				_, inRequests := c.Resources.Requests[gpushare.ResourceGPUCount]
+				if inLimits || inRequests {
+					t.Errorf("container %q still asks %s: limits %v, requests %v", c.Name, gpushare.ResourceGPUCount, c.Resources.Limits, c.Resources.Requests)
+				}
 				names := false
 				for _, rc := range c.Resources.Claims {
 					names = names || rc.Name == ClaimName
