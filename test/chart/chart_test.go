@@ -130,8 +130,8 @@ func TestEveryCombinationRenders(t *testing.T) {
 			seen[key] = true
 		}
 	}
-	if got := len(names); got != 29 {
-		t.Errorf("%d combinations, want 29", got)
+	if got := len(names); got != 30 {
+		t.Errorf("%d combinations, want 30", got)
 	}
 }
 
