@@ -6,7 +6,8 @@
 // KEP-5004 (extended resources backed by DRA) maps a quantity to a count
 // of devices, never to capacity, so "aliyun.com/gpu-mem: 8" cannot become
 // "8 GiB of one card" that way. Convert does it explicitly: the pod's GPU
-// container loses its aliyun.com/gpu-mem limit and request and names a
+// container loses its aliyun.com/gpu-mem limit and request (and an
+// aliyun.com/gpu-count of 1) and names a
 // pod-level claim, gpushare-gpu-mem, made from the ResourceClaimTemplate
 // gpushare-gpu-mem-<size> (one device of the DeviceClass
 // gpu-mem.gpushare.io, capacity.requests.memory: <size>), which the

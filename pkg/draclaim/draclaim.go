@@ -56,6 +56,9 @@ type Conversion struct {
 	Patch    []PatchOp
 	// Bytes is the memory the claim asks.
 	Bytes int64
+	// Units is that memory in the pod's aliyun.com/gpu-mem units (the
+	// marker's quantity with nodeChoice).
+	Units int64
 }
 
 // unitBytes is the size of one aliyun.com/gpu-mem unit.
@@ -82,10 +85,13 @@ func ValidUnit(unit string) error {
 // PodDemand's error for a malformed request.
 //
 // With nodeChoice the container also gets the marker resource
-// gpushare.io/dra-claim: 1 (gpushare.ResourceDRAClaim, in its limits, and
-// in its requests when they held the GPU memory), which routes the pod
-// through the extender's node choice in a kube-scheduler configured for it
-// (the extender's --dra-node-choice).
+// gpushare.io/dra-claim (gpushare.ResourceDRAClaim) in its limits and
+// requests, which routes the pod through the extender's node choice in a
+// kube-scheduler configured for it (the extender's --dra-node-choice). Its
+// quantity is the memory in units of unit, so that a ResourceQuota on
+// requests.gpushare.io/dra-claim counts converted pods' GPU memory as one
+// on requests.aliyun.com/gpu-mem counts the device plugin's: a pod asking
+// aliyun.com/gpu-mem: 8 gets gpushare.io/dra-claim: 8.
 func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error) {
 	size, err := unitBytes(unit)
 	if err != nil {
@@ -126,26 +132,33 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 	}
 	ctr := &list[index]
 	base := fmt.Sprintf("/spec/%s/%d/resources", field, index)
-	res := escape(string(gpushare.ResourceGPUMem))
+	// gpu-mem goes, and gpu-count (here 1, or absent) with it: a pod still
+	// asking gpu-count would be the device-plugin extender's to bind, which
+	// refuses a pod without gpu-mem.
 	var patch []PatchOp
-	_, inLimits := ctr.Resources.Limits[gpushare.ResourceGPUMem]
-	if inLimits {
-		patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + res})
-	}
-	_, inRequests := ctr.Resources.Requests[gpushare.ResourceGPUMem]
-	if inRequests {
-		patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + res})
+	for _, name := range []corev1.ResourceName{gpushare.ResourceGPUMem, gpushare.ResourceGPUCount} {
+		if _, ok := ctr.Resources.Limits[name]; ok {
+			patch = append(patch, PatchOp{Op: "remove", Path: base + "/limits/" + escape(string(name))})
+		}
+		if _, ok := ctr.Resources.Requests[name]; ok {
+			patch = append(patch, PatchOp{Op: "remove", Path: base + "/requests/" + escape(string(name))})
+		}
 	}
 	if nodeChoice {
-		marker, one := escape(string(gpushare.ResourceDRAClaim)), resource.MustParse("1")
-		if len(ctr.Resources.Limits) == 0 {
-			// (A remove leaves an emptied map in place.)
-			patch = append(patch, PatchOp{Op: "add", Path: base + "/limits", Value: corev1.ResourceList{gpushare.ResourceDRAClaim: one}})
-		} else {
-			patch = append(patch, PatchOp{Op: "add", Path: base + "/limits/" + marker, Value: one})
-		}
-		if inRequests {
-			patch = append(patch, PatchOp{Op: "add", Path: base + "/requests/" + marker, Value: one})
+		// The marker carries the memory, so that a ResourceQuota on
+		// requests.gpushare.io/dra-claim counts it; requests equal limits,
+		// as for every extended resource.
+		marker, units := escape(string(gpushare.ResourceDRAClaim)), *resource.NewQuantity(c.Units, resource.DecimalSI)
+		for _, l := range []struct {
+			field string
+			list  corev1.ResourceList
+		}{{"limits", ctr.Resources.Limits}, {"requests", ctr.Resources.Requests}} {
+			if len(l.list) == 0 {
+				// (A remove leaves an emptied map in place.)
+				patch = append(patch, PatchOp{Op: "add", Path: base + "/" + l.field, Value: corev1.ResourceList{gpushare.ResourceDRAClaim: units}})
+			} else {
+				patch = append(patch, PatchOp{Op: "add", Path: base + "/" + l.field + "/" + marker, Value: units})
+			}
 		}
 	}
 	claimRef := corev1.ResourceClaim{Name: ClaimName}
@@ -166,7 +179,7 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 	} else {
 		patch = append(patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escape(AnnotationConverted), Value: note})
 	}
-	return &Conversion{Template: tmpl, Patch: patch, Bytes: bytes}, nil
+	return &Conversion{Template: tmpl, Patch: patch, Bytes: bytes, Units: c.Units}, nil
 }
 
 // Template is the ResourceClaimTemplate asking memory of one card, named

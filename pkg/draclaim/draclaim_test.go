@@ -76,6 +76,11 @@ func TestConvert(t *testing.T) {
 		{name: "a-tebibyte", unit: "GiB", pod: util.MakePod("p").GPUMem(1024).Obj(), container: "c0", wantName: "gpushare-gpu-mem-1ti", wantBytes: 1 << 40},
 		{name: "node-choice", unit: "GiB", pod: util.MakePod("p").Container("sidecar").GPUMem(8).Obj(), container: "c1", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30, nodeChoice: true},
 		{name: "node-choice-limit-only", unit: "GiB", pod: limitOnly.DeepCopy(), container: "c0", wantName: "gpushare-gpu-mem-4gi", wantBytes: 4 << 30, nodeChoice: true},
+		{name: "node-choice-mib", unit: "MiB", pod: util.MakePod("p").GPUMem(1536).Obj(), container: "c0", wantName: "gpushare-gpu-mem-1536mi", wantBytes: 1536 << 20, nodeChoice: true},
+		// aliyun.com/gpu-count: 1 is valid beside gpu-mem; left on the pod it
+		// would send it to the extender's bind, which refuses it.
+		{name: "gpu-count-one", unit: "GiB", pod: util.MakePod("p").GPUMemCards(8, 1).Obj(), container: "c0", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30},
+		{name: "node-choice-gpu-count-one", unit: "GiB", pod: util.MakePod("p").GPUMemCards(8, 1).Obj(), container: "c0", wantName: "gpushare-gpu-mem-8gi", wantBytes: 8 << 30, nodeChoice: true},
 	}
 	tests[4].pod.Spec = withClaims.Spec
 	for _, tt := range tests {
@@ -88,14 +93,20 @@ func TestConvert(t *testing.T) {
 			if diff := cmp.Diff(before, tt.pod); diff != "" {
 				t.Errorf("Convert changed its pod (-before +after):\n%s", diff)
 			}
-			if conv.Template.Name != tt.wantName || conv.Bytes != tt.wantBytes {
-				t.Errorf("template %s of %d bytes, want %s of %d", conv.Template.Name, conv.Bytes, tt.wantName, tt.wantBytes)
+			units := tt.wantBytes / map[string]int64{"GiB": 1 << 30, "MiB": 1 << 20}[tt.unit]
+			if conv.Template.Name != tt.wantName || conv.Bytes != tt.wantBytes || conv.Units != units {
+				t.Errorf("template %s of %d bytes (%d units), want %s of %d", conv.Template.Name, conv.Bytes, conv.Units, tt.wantName, tt.wantBytes)
 			}
 			got := apply(t, tt.pod, conv.Patch)
 			if _, err := gpushare.PodDemand(got); !errors.Is(err, gpushare.ErrNoGPUMem) {
 				t.Errorf("the patched pod still asks GPU memory: %v", err)
 			}
 			for _, c := range append(append([]corev1.Container{}, got.Spec.InitContainers...), got.Spec.Containers...) {
+				_, inLimits := c.Resources.Limits[gpushare.ResourceGPUCount]
+				_, inRequests := c.Resources.Requests[gpushare.ResourceGPUCount]
+				if inLimits || inRequests {
+					t.Errorf("container %q still asks %s: limits %v, requests %v", c.Name, gpushare.ResourceGPUCount, c.Resources.Limits, c.Resources.Requests)
+				}
 				names := false
 				for _, rc := range c.Resources.Claims {
 					names = names || rc.Name == ClaimName
@@ -103,15 +114,13 @@ func TestConvert(t *testing.T) {
 				if names != (c.Name == tt.container) {
 					t.Errorf("container %q names the claim: %t, want %t", c.Name, names, c.Name == tt.container)
 				}
+				// The marker, in limits and requests, carries the memory
+				// in the pod's units: what a quota on it counts.
 				want := tt.nodeChoice && c.Name == tt.container
-				if q, ok := c.Resources.Limits[gpushare.ResourceDRAClaim]; ok != want || (ok && q.Value() != 1) {
-					t.Errorf("container %q limits %s: %v, want it (1) %t", c.Name, gpushare.ResourceDRAClaim, c.Resources.Limits, want)
-				}
-				// In requests too when they held the GPU memory.
-				_, list, i := containerOf(before, c.Name)
-				_, asked := list[i].Resources.Requests[gpushare.ResourceGPUMem]
-				if _, marked := c.Resources.Requests[gpushare.ResourceDRAClaim]; marked != (want && asked) {
-					t.Errorf("container %q requests %v: the marker there %t, want %t", c.Name, c.Resources.Requests, marked, want && asked)
+				for field, list := range map[string]corev1.ResourceList{"limits": c.Resources.Limits, "requests": c.Resources.Requests} {
+					if q, ok := list[gpushare.ResourceDRAClaim]; ok != want || (ok && q.Value() != units) {
+						t.Errorf("container %q %s %v: want %s: %d there %t", c.Name, field, list, gpushare.ResourceDRAClaim, units, want)
+					}
 				}
 			}
 			if n := len(got.Spec.ResourceClaims); n != len(before.Spec.ResourceClaims)+1 {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	clientfeatures "k8s.io/client-go/features"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -195,7 +196,7 @@ func (c *Config) Validate() error {
 		if c.WebhookListen == "" {
 			errs = append(errs, errors.New("--webhook-dra-node-selector needs --webhook-listen"))
 		}
-		if _, err := c.draConversion(nil); err != nil {
+		if _, err := c.draConversion(nil, webhook.InformerQuotas{}); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -203,8 +204,9 @@ func (c *Config) Validate() error {
 }
 
 // draConversion is the webhook's DRA setting from WebhookDRANodeSelector
-// and WebhookDRAUnit, its templates made through client.
-func (c *Config) draConversion(client kubernetes.Interface) (webhook.DRA, error) {
+// and WebhookDRAUnit, its templates made through client, the namespaces'
+// ResourceQuotas read from quotas.
+func (c *Config) draConversion(client kubernetes.Interface, quotas webhook.Quotas) (webhook.DRA, error) {
 	labels := map[string]string{}
 	for _, pair := range strings.Split(c.WebhookDRANodeSelector, ",") {
 		key, value, ok := strings.Cut(pair, "=")
@@ -216,7 +218,7 @@ func (c *Config) draConversion(client kubernetes.Interface) (webhook.DRA, error)
 		}
 		labels[key] = value
 	}
-	d := webhook.DRA{NodeSelector: labels, Unit: c.WebhookDRAUnit, NodeChoice: c.DRANodeChoice, Templates: webhook.ClientTemplates{Client: client}}
+	d := webhook.DRA{NodeSelector: labels, Unit: c.WebhookDRAUnit, NodeChoice: c.DRANodeChoice, Templates: webhook.ClientTemplates{Client: client}, Quotas: quotas}
 	if err := d.Validate(); err != nil {
 		return webhook.DRA{}, fmt.Errorf("--webhook-dra-node-selector/--webhook-dra-memory-unit: %w", err)
 	}
@@ -370,13 +372,17 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if cfg.WebhookDRANodeSelector != "" {
-			d, err := cfg.draConversion(client)
+			// The conversion reads ResourceQuotas from an informer of its
+			// own, which stops with ctx.
+			factory := informers.NewSharedInformerFactory(client, 0)
+			d, err := cfg.draConversion(client, webhook.NewInformerQuotas(factory))
 			if err != nil {
 				return err
 			}
 			if err := wh.EnableDRA(d); err != nil {
 				return err
 			}
+			factory.Start(ctx.Done())
 		}
 		mux := http.NewServeMux()
 		mux.Handle(webhook.Path, wh)

@@ -30,7 +30,7 @@ import (
 // --webhook-dra-node-selector is a label of the DRA nodes.
 func TestDRAConversionLabels(t *testing.T) {
 	c := Config{WebhookDRANodeSelector: "zone=a,gpushare.io/device-mode=dra", WebhookDRAUnit: "GiB"}
-	d, err := c.draConversion(nil)
+	d, err := c.draConversion(nil, webhook.InformerQuotas{})
 	if err != nil {
 		t.Fatal(err)
 	}

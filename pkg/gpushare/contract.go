@@ -15,7 +15,9 @@ const (
 	// managed resource of the extender with ignoredByScheduler, so the
 	// scheduler sends such pods to the extender's filter and counts the
 	// marker nowhere, and kubelet drops it at admission as no node
-	// advertises it. Its quantity means nothing (1).
+	// advertises it. Its quantity is the claim's memory in the pod's
+	// aliyun.com/gpu-mem units, for ResourceQuota (requests.gpushare.io/
+	// dra-claim) to count; the extender reads only its presence.
 	ResourceDRAClaim corev1.ResourceName = "gpushare.io/dra-claim"
 )
 

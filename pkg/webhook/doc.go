@@ -12,8 +12,10 @@
 // aliyun.com/gpu-mem becomes a claim from a ResourceClaimTemplate of the
 // same memory (package draclaim), which the webhook creates in the pod's
 // namespace when missing (not for a dry run). Such a pod that the
-// conversion cannot keep (gpu-mem in two containers, on several cards) or
-// whose template cannot be made is refused, with the reason.
+// conversion cannot keep (gpu-mem in two containers, on several cards),
+// whose template cannot be made, or whose GPU memory a ResourceQuota of
+// its namespace limits but would not count once converted is refused,
+// with the reason.
 //
 // It never refuses any other pod: every well-formed AdmissionReview is
 // answered allowed, with the patch or without. A fault of its own (an object that

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -34,6 +36,27 @@ func (f *fakeTemplates) Ensure(_ context.Context, ns string, t *resourcev1.Resou
 	return f.err
 }
 
+// fakeQuotas serves List from quotas (namespace -> its quotas), or fails
+// with err.
+type fakeQuotas struct {
+	quotas map[string][]*corev1.ResourceQuota
+	err    error
+}
+
+func (f fakeQuotas) List(_ context.Context, ns string) ([]*corev1.ResourceQuota, error) {
+	return f.quotas[ns], f.err
+}
+
+// quota is a ResourceQuota of namespace default with hard limits of
+// name=value pairs.
+func quota(name string, hard ...string) *corev1.ResourceQuota {
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{}}}
+	for i := 0; i+1 < len(hard); i += 2 {
+		q.Spec.Hard[corev1.ResourceName(hard[i])] = resource.MustParse(hard[i+1])
+	}
+	return q
+}
+
 func onDRANodes(p *corev1.Pod) *corev1.Pod {
 	p.Spec.NodeSelector = map[string]string{"gpushare.io/device-mode": "dra"}
 	return p
@@ -46,6 +69,9 @@ func onDRANodes(p *corev1.Pod) *corev1.Pod {
 // other request takes the scheduler-name route as before. With NodeChoice
 // the conversion also adds the marker gpushare.io/dra-claim and sends a
 // pod of the default scheduler to the webhook's, which knows the marker.
+// A pod whose namespace has a quota on GPU memory that would not count it
+// once converted (on gpu-mem without the marker; on either without
+// NodeChoice) is refused, naming the quota and the fix.
 func TestDRAConversion(t *testing.T) {
 	setPatch := `[{"op":"add","path":"/spec/schedulerName","value":"gpushare-scheduler"}]`
 	tests := []struct {
@@ -60,6 +86,9 @@ func TestDRAConversion(t *testing.T) {
 		nodeChoice  bool
 		// wantScheduler: a converted pod's schedulerName after the patch.
 		wantScheduler string
+		// quotas are namespace default's; quotaErr fails their listing.
+		quotas   []*corev1.ResourceQuota
+		quotaErr error
 	}{
 		{name: "converted", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
 		{name: "node choice", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true, wantResult: ResultConverted,
@@ -83,6 +112,33 @@ func TestDRAConversion(t *testing.T) {
 		{name: "no node selector", pod: util.MakePod("p").GPUMem(8).Obj(), wantResult: ResultMutated, wantPatch: setPatch},
 		{name: "required node affinity converted", pod: affinityPod([]corev1.NodeSelectorRequirement{{Key: "gpushare.io/device-mode", Operator: corev1.NodeSelectorOpIn, Values: []string{"dra"}}}),
 			wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
+		// ResourceQuota admission sees the converted pod: a quota on
+		// gpu-mem must have the marker, under which it counts, beside it.
+		{name: "a quota counting the marker", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true,
+			quotas:     []*corev1.ResourceQuota{quota("gpu", "requests.aliyun.com/gpu-mem", "16", "requests.gpushare.io/dra-claim", "16")},
+			wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}, wantScheduler: "gpushare-scheduler"},
+		{name: "a quota on the marker alone", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true,
+			quotas:     []*corev1.ResourceQuota{quota("gpu", "requests.gpushare.io/dra-claim", "16")},
+			wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}, wantScheduler: "gpushare-scheduler"},
+		{name: "a quota on something else", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()),
+			quotas:     []*corev1.ResourceQuota{quota("cpu", "requests.cpu", "4", "aliyun.com/gpu-mem", "1")},
+			wantResult: ResultConverted, wantCalls: []string{"default/gpushare-gpu-mem-8gi dryRun=false"}},
+		{name: "a quota on gpu-mem alone refused", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true,
+			quotas:     []*corev1.ResourceQuota{quota("cpu", "requests.cpu", "4"), quota("gpu", "requests.aliyun.com/gpu-mem", "16")},
+			wantResult: ResultDenied,
+			wantMessage: "ResourceQuota default/gpu limits requests.aliyun.com/gpu-mem to 16 but not requests.gpushare.io/dra-claim, under which pods converted to DRA claims count their GPU memory: " +
+				"this pod's 8 GiB would escape it; add requests.gpushare.io/dra-claim (in GiB, like aliyun.com/gpu-mem) to ResourceQuota default/gpu (docs/dra.md#quotas)"},
+		{name: "a quota on gpu-mem without node choice refused", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()),
+			quotas:      []*corev1.ResourceQuota{quota("gpu", "requests.aliyun.com/gpu-mem", "16", "requests.gpushare.io/dra-claim", "16")},
+			wantResult:  ResultDenied,
+			wantMessage: "ResourceQuota default/gpu limits requests.aliyun.com/gpu-mem to 16, and without the extender's node choice (--dra-node-choice) a pod converted to a DRA claim carries nothing a quota counts its GPU memory by: this pod's 8 GiB would escape it"},
+		{name: "a quota on the marker without node choice refused", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()),
+			quotas:     []*corev1.ResourceQuota{quota("gpu", "requests.gpushare.io/dra-claim", "16")},
+			wantResult: ResultDenied, wantMessage: "ResourceQuota default/gpu limits requests.gpushare.io/dra-claim to 16, and without the extender's node choice"},
+		{name: "quotas unknown refused", pod: onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nodeChoice: true, quotaErr: errors.New("not synced"),
+			wantResult: ResultDenied, wantMessage: "not synced"},
+		{name: "a pod not bound for DRA nodes is not checked", pod: util.MakePod("p").GPUMem(8).Obj(), nodeChoice: true,
+			quotas: []*corev1.ResourceQuota{quota("gpu", "requests.aliyun.com/gpu-mem", "16")}, wantResult: ResultMutated, wantPatch: setPatch},
 		{name: "affinity to DRA nodes and others", pod: affinityPod(
 			[]corev1.NodeSelectorRequirement{{Key: "gpushare.io/device-mode", Operator: corev1.NodeSelectorOpIn, Values: []string{"dra"}}},
 			[]corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}),
@@ -92,7 +148,8 @@ func TestDRAConversion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h, _ := newHandler(t, ktestingLogger(t))
 			store := &fakeTemplates{err: tc.storeErr}
-			if err := h.EnableDRA(DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", NodeChoice: tc.nodeChoice, Templates: store}); err != nil {
+			quotas := fakeQuotas{quotas: map[string][]*corev1.ResourceQuota{"default": tc.quotas}, err: tc.quotaErr}
+			if err := h.EnableDRA(DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", NodeChoice: tc.nodeChoice, Templates: store, Quotas: quotas}); err != nil {
 				t.Fatal(err)
 			}
 			body := review(t, admissionv1.Create, podsResource, "", tc.pod)
@@ -154,13 +211,14 @@ func TestDRAConversion(t *testing.T) {
 }
 
 func TestEnableDRARefusesBadSettings(t *testing.T) {
-	good := DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", Templates: &fakeTemplates{}}
+	good := DRA{NodeSelector: map[string]string{"gpushare.io/device-mode": "dra"}, Unit: "GiB", Templates: &fakeTemplates{}, Quotas: fakeQuotas{}}
 	for name, mutate := range map[string]func(*DRA){
 		"bad key":      func(d *DRA) { d.NodeSelector = map[string]string{"not a key": "dra"} },
 		"bad value":    func(d *DRA) { d.NodeSelector = map[string]string{"gpushare.io/device-mode": "not a value!"} },
 		"no label":     func(d *DRA) { d.NodeSelector = nil },
 		"bad unit":     func(d *DRA) { d.Unit = "GB" },
 		"no templates": func(d *DRA) { d.Templates = nil },
+		"no quotas":    func(d *DRA) { d.Quotas = nil },
 	} {
 		t.Run(name, func(t *testing.T) {
 			h, _ := newHandler(t, ktestingLogger(t))
@@ -325,5 +383,39 @@ func TestBoundForDRA(t *testing.T) {
 	}
 	if boundForDRA(onDRANodes(util.MakePod("p").GPUMem(8).Obj()), nil) {
 		t.Error("boundForDRA with no labels = true, want false")
+	}
+}
+
+// TestInformerQuotas: InformerQuotas lists a namespace's quotas from the
+// informer once it has synced, and says why it cannot before.
+func TestInformerQuotas(t *testing.T) {
+	ctx := context.Background()
+	a, b := quota("a", "requests.cpu", "1"), quota("b", "requests.aliyun.com/gpu-mem", "16")
+	other := quota("c", "requests.cpu", "1")
+	other.Namespace = "team"
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(a, b, other), 0)
+	q := NewInformerQuotas(factory)
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := q.List(cancelled, "default"); err == nil || !strings.Contains(err.Error(), "has not yet read the cluster's ResourceQuotas") {
+		t.Errorf("List before the informer ran: %v, want an error saying it has not read the quotas", err)
+	}
+
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	got, err := q.List(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, q := range got {
+		names = append(names, q.Namespace+"/"+q.Name)
+	}
+	slices.Sort(names)
+	if diff := cmp.Diff([]string{"default/a", "default/b"}, names); diff != "" {
+		t.Errorf("quotas of default (-want +got):\n%s", diff)
 	}
 }

@@ -81,7 +81,9 @@ type Handler struct {
 // ResourceClaimTemplate exists; its scheduler is left as it is
 // (kube-scheduler allocates claims in every profile) unless NodeChoice
 // sends it to the extender's. A pod the conversion
-// cannot keep is refused with the reason. A pod that may land on DRA nodes
+// cannot keep is refused with the reason, and so is one whose GPU memory a
+// ResourceQuota of its namespace limits but would not count once converted
+// (checkQuotas). A pod that may land on DRA nodes
 // and on others (some affinity terms ask a label, some do not; it asks only
 // some of the labels) is not converted.
 type DRA struct {
@@ -100,6 +102,10 @@ type DRA struct {
 	NodeChoice bool
 	// Templates makes the templates.
 	Templates Templates
+	// Quotas reads the namespaces' ResourceQuotas: a pod whose GPU memory
+	// a quota of its namespace limits, and would not count once converted,
+	// is refused (checkQuotas).
+	Quotas Quotas
 }
 
 // selector is NodeSelector as KEY=VALUE pairs, sorted, comma-separated.
@@ -147,6 +153,9 @@ func (d DRA) Validate() error {
 	}
 	if d.Templates == nil {
 		return errors.New("DRA conversion without a template store")
+	}
+	if d.Quotas == nil {
+		return errors.New("DRA conversion without a ResourceQuota lister")
 	}
 	return nil
 }
@@ -341,6 +350,9 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 		// configuration names the extender: send the pod there, as Mutate
 		// does for pods asking gpu-mem.
 		conv.Patch = append(conv.Patch, draclaim.PatchOp{Op: "add", Path: "/spec/schedulerName", Value: h.schedulerName})
+	}
+	if err := h.dra.checkQuotas(ctx, req.Namespace, conv.Units); err != nil {
+		return deny(err)
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	if err := h.dra.Templates.Ensure(ctx, req.Namespace, conv.Template, dryRun); err != nil {

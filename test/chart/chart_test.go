@@ -130,8 +130,8 @@ func TestEveryCombinationRenders(t *testing.T) {
 			seen[key] = true
 		}
 	}
-	if got := len(names); got != 29 {
-		t.Errorf("%d combinations, want 29", got)
+	if got := len(names); got != 30 {
+		t.Errorf("%d combinations, want 30", got)
 	}
 }
 
@@ -217,7 +217,7 @@ func TestMirrorsOfShippedFiles(t *testing.T) {
 	// manifests/extender/rbac.yaml grants what --dra-node-choice reads,
 	// which the chart grants with the DRA driver.
 	extDRA := objects(t, render(t, c, map[string]any{"topology": "extender", "draDriver": map[string]any{"enabled": true}}))
-	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/deviceplugin/admission-policy.yaml", "manifests/admission/dra-driver-node-scope.yaml",
+	for _, file := range []string{"manifests/admission/annotations-policy.yaml", "manifests/admission/extender-status-policy.yaml", "manifests/deviceplugin/admission-policy.yaml", "manifests/admission/dra-driver-node-scope.yaml",
 		"manifests/extender/rbac.yaml", "manifests/deviceplugin/rbac.yaml"} {
 		for _, want := range readYAML(t, file) {
 			kind, name := want["kind"].(string), field(want, "metadata", "name").(string)

@@ -38,8 +38,8 @@ func VersionedPlain() []Combo {
 // Combos are every supported combination: topology × webhook (second
 // scheduler only) × certificates (Helm, cert-manager with the chart's CA,
 // cert-manager with the operator's issuer; only where there is TLS) ×
-// ServiceMonitor × admission policies, and the extender topology with the
-// DRA driver beside the device plugin. The defaults of each dimension come
+// ServiceMonitor × admission policies, and each topology with the DRA
+// driver beside the device plugin. The defaults of each dimension come
 // first, so the first combination is the chart's defaults.
 func Combos() []Combo {
 	type tls struct {
@@ -99,14 +99,23 @@ func Combos() []Combo {
 			"topology":  "extender",
 			"draDriver": map[string]any{"enabled": true},
 		},
+	}, Combo{
+		// The webhook's conversion of pods bound for DRA nodes, its RBAC
+		// and flags (test/integration runs this rendering).
+		Name: "second-scheduler/webhook/helm-tls/dra-driver",
+		Values: map[string]any{
+			"topology":  "second-scheduler",
+			"draDriver": map[string]any{"enabled": true},
+		},
 	})
 	plain := map[string]string{
-		"second-scheduler/webhook/helm-tls":     "second-scheduler.yaml",
-		"second-scheduler/webhook/cert-manager": "second-scheduler-cert-manager.yaml",
-		"second-scheduler/no-webhook":           "second-scheduler-no-webhook.yaml",
-		"extender/helm-tls":                     "extender.yaml",
-		"extender/cert-manager":                 "extender-cert-manager.yaml",
-		"extender/helm-tls/dra-driver":          "extender-dra-driver.yaml",
+		"second-scheduler/webhook/helm-tls":            "second-scheduler.yaml",
+		"second-scheduler/webhook/cert-manager":        "second-scheduler-cert-manager.yaml",
+		"second-scheduler/no-webhook":                  "second-scheduler-no-webhook.yaml",
+		"extender/helm-tls":                            "extender.yaml",
+		"extender/cert-manager":                        "extender-cert-manager.yaml",
+		"extender/helm-tls/dra-driver":                 "extender-dra-driver.yaml",
+		"second-scheduler/webhook/helm-tls/dra-driver": "second-scheduler-dra-driver.yaml",
 	}
 	for i := range out {
 		out[i].Plain = plain[out[i].Name]

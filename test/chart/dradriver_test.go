@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -123,11 +124,15 @@ func TestDRADriverRBAC(t *testing.T) {
 // topology, the default), the extender's webhook converts pods selecting the
 // driver's node labels, all of them (--webhook-dra-node-selector, the
 // device plugin's memory unit) and its account may create and get
-// ResourceClaimTemplates, nothing more; draDriver.convertPods=false, the
-// driver off or the extender topology (no webhook) render neither.
+// ResourceClaimTemplates and list and watch ResourceQuotas (the
+// conversion's quota check), nothing more; draDriver.convertPods=false,
+// the driver off or the extender topology (no webhook) render neither.
 func TestDRAConversionOptIn(t *testing.T) {
 	c := load(t)
-	draRule := map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaimtemplates"}, "verbs": []any{"create", "get"}}
+	draRules := []any{
+		map[string]any{"apiGroups": []any{"resource.k8s.io"}, "resources": []any{"resourceclaimtemplates"}, "verbs": []any{"create", "get"}},
+		map[string]any{"apiGroups": []any{""}, "resources": []any{"resourcequotas"}, "verbs": []any{"list", "watch"}},
+	}
 	extenderArgs := func(objs []map[string]any) []any {
 		dep := find(objs, "Deployment", "gpushare-scheduler")
 		if dep == nil {
@@ -140,13 +145,15 @@ func TestDRAConversionOptIn(t *testing.T) {
 		}
 		return nil
 	}
-	hasRule := func(objs []map[string]any) bool {
+	// rules: how many of draRules the extender's ClusterRole has.
+	rules := func(objs []map[string]any) int {
+		n := 0
 		for _, r := range field(find(objs, "ClusterRole", "gpushare-scheduler-extender"), "rules").([]any) {
-			if cmp.Equal(r, draRule) {
-				return true
+			if slices.ContainsFunc(draRules, func(want any) bool { return cmp.Equal(r, want) }) {
+				n++
 			}
 		}
-		return false
+		return n
 	}
 	converting := func(args []any) []string {
 		var got []string
@@ -167,8 +174,8 @@ func TestDRAConversionOptIn(t *testing.T) {
 	if diff := cmp.Diff([]string{"--webhook-dra-node-selector=a.example/dra=on,gpushare.io/device-mode=dra,zone/dra=yes", "--webhook-dra-memory-unit=MiB"}, converting(extenderArgs(on))); diff != "" {
 		t.Errorf("extender's conversion flags (-want +got):\n%s", diff)
 	}
-	if !hasRule(on) {
-		t.Error("the extender's ClusterRole lacks create and get on resourceclaimtemplates")
+	if n := rules(on); n != len(draRules) {
+		t.Errorf("the extender's ClusterRole has %d of the conversion's rules %v, want all", n, draRules)
 	}
 	for name, values := range map[string]map[string]any{
 		"driver off":        nil,
@@ -180,8 +187,8 @@ func TestDRAConversionOptIn(t *testing.T) {
 		if got := converting(extenderArgs(objs)); len(got) != 0 {
 			t.Errorf("%s: conversion flags %v", name, got)
 		}
-		if hasRule(objs) {
-			t.Errorf("%s: the extender may create ResourceClaimTemplates", name)
+		if n := rules(objs); n != 0 {
+			t.Errorf("%s: the extender's ClusterRole has %d of the conversion's rules %v, want none", name, n, draRules)
 		}
 	}
 }

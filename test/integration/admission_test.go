@@ -30,7 +30,9 @@ import (
 const (
 	annotationsPolicy     = "gpushare-annotations"
 	nodeScopePolicy       = "gpushare-device-plugin-node-scope"
+	extenderStatusPolicy  = "gpushare-extender-pod-status"
 	annotationsPolicyFile = "manifests/admission/annotations-policy.yaml"
+	extenderStatusFile    = "manifests/admission/extender-status-policy.yaml"
 	nodeScopePolicyFile   = "manifests/deviceplugin/admission-policy.yaml"
 	systemNamespace       = "kube-system"
 	pluginAccount         = "gpushare-device-plugin"
@@ -550,6 +552,69 @@ func TestAnnotationsPolicy(t *testing.T) {
 			t.Errorf("pod by-extender annotation %s = %q, want %q", k, got.Annotations[k], v)
 		}
 	}
+}
+
+// TestExtenderPodStatusPolicy applies the extender's RBAC and its pod
+// status policy to a real kube-apiserver: the extender's own nomination
+// and its clearing (ClientPreemptAPI.Nominate, as preemption writes them)
+// pass; a status write of any other field by its account, which RBAC
+// allows on every pod, is refused naming the field; other users are not
+// in scope.
+func TestExtenderPodStatusPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real control plane")
+	}
+	cp := framework.StartT(t, framework.Options{})
+	ctx := context.Background()
+	admin := cp.Client(framework.AdminUser)
+	applyManifests(t, admin, "manifests/extender/rbac.yaml", extenderStatusFile)
+	if err := createNode(ctx, admin, util.MakeNode("node-a").Capacity(32, 2).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	createPods(t, admin, newPod("pending", "").Obj())
+	ext := tokenClient(t, cp, extenderAccount)
+	api := extender.ClientPreemptAPI{Client: ext}
+	waitEnforced(t, extenderStatusPolicy, patchPod(ext, "pending", `{"status":{"phase":"Failed"}}`, "status"))
+	pending, err := admin.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nominated := func(want string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			p, err := admin.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
+			if err == nil && p.Status.NominatedNodeName != want {
+				err = fmt.Errorf("nominatedNodeName %q, want %q", p.Status.NominatedNodeName, want)
+			}
+			return err
+		}
+	}
+	const refusal = "the gpushare scheduler extender may only change a pod's status.nominatedNodeName; this write of pod default/pending also changes "
+	runCases(t, []admissionCase{
+		{name: "the extender nominates", do: func(ctx context.Context) error {
+			return api.Nominate(ctx, "default", "pending", pending.UID, "node-a")
+		}},
+		{name: "the nomination landed", do: nominated("node-a")},
+		{name: "the extender clears it", do: func(ctx context.Context) error {
+			return api.Nominate(ctx, "default", "pending", pending.UID, "")
+		}},
+		{name: "the nomination cleared", do: nominated("")},
+
+		{name: "a condition", do: patchPod(ext, "pending", `{"status":{"conditions":[{"type":"PodScheduled","status":"False"}]}}`, "status"),
+			policy: extenderStatusPolicy, refusal: refusal + "status.conditions"},
+		{name: "the phase", do: patchPod(ext, "pending", `{"status":{"phase":"Failed"}}`, "status"),
+			policy: extenderStatusPolicy, refusal: refusal + "status.phase"},
+		{name: "podIPs", do: patchPod(ext, "pending", `{"status":{"podIP":"10.0.0.9","podIPs":[{"ip":"10.0.0.9"}]}}`, "status"),
+			policy: extenderStatusPolicy, refusal: "status.podIPs"},
+		{name: "a nomination with a condition", do: patchPod(ext, "pending", `{"status":{"nominatedNodeName":"node-a","conditions":[{"type":"PodScheduled","status":"False"}]}}`, "status"),
+			policy: extenderStatusPolicy, refusal: refusal + "status.conditions"},
+		{name: "a label through status", do: patchPod(ext, "pending", `{"metadata":{"labels":{"app":"x"}}}`, "status"),
+			policy: extenderStatusPolicy, refusal: refusal + "metadata.labels"},
+		{name: "an annotation through status", do: patchPod(ext, "pending", `{"metadata":{"annotations":{"example.com/x":"y"}}}`, "status"),
+			policy: extenderStatusPolicy, refusal: refusal + "metadata.annotations"},
+
+		// Others are not in scope.
+		{name: "admin: the phase", do: patchPod(admin, "pending", `{"status":{"phase":"Failed"}}`, "status")},
+	})
 }
 
 // grant binds a new ClusterRole name with rules to subject.

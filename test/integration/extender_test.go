@@ -46,7 +46,7 @@ func startCluster(t *testing.T) *cluster {
 	admin := cp.Client(framework.AdminUser)
 	// The shipped admission policies too, enforced before the extender
 	// binds anything: its Bindings must pass them.
-	applyManifests(t, admin, "manifests/extender/rbac.yaml", annotationsPolicyFile, nodeScopePolicyFile)
+	applyManifests(t, admin, "manifests/extender/rbac.yaml", annotationsPolicyFile, extenderStatusFile, nodeScopePolicyFile)
 	waitAnnotationsPolicy(t, admin)
 	kc, err := cp.ServiceAccountKubeconfig(ctx, "kube-system", "gpushare-scheduler-extender", time.Hour)
 	if err != nil {

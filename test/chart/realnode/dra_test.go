@@ -87,10 +87,11 @@ func TestDRADriver(t *testing.T) {
 			t.Errorf("pod %s still asks %s: the webhook did not convert it", name, gpushare.ResourceGPUMem)
 		}
 		// The chart's extender rates claim pods' nodes (--dra-node-choice):
-		// the webhook marks them and sends them to the chart's scheduler,
-		// and kubelet admits the marker no node advertises.
-		if _, ok := pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceDRAClaim]; !ok || pod.Spec.SchedulerName != chartSchedulerName {
-			t.Errorf("pod %s: limits %v, scheduler %q; want the marker %s and scheduler %s", name, pod.Spec.Containers[0].Resources.Limits, pod.Spec.SchedulerName, gpushare.ResourceDRAClaim, chartSchedulerName)
+		// the webhook marks them, the marker carrying the memory for
+		// quotas, and sends them to the chart's scheduler; kubelet admits
+		// the marker no node advertises, whatever its quantity.
+		if q, ok := pod.Spec.Containers[0].Resources.Limits[gpushare.ResourceDRAClaim]; !ok || q.Value() != gib || pod.Spec.SchedulerName != chartSchedulerName {
+			t.Errorf("pod %s: limits %v, scheduler %q; want the marker %s: %d and scheduler %s", name, pod.Spec.Containers[0].Resources.Limits, pod.Spec.SchedulerName, gpushare.ResourceDRAClaim, gib, chartSchedulerName)
 		}
 		device, mib := claimResult(ctx, t, c, pod)
 		if mib != gib*1024 {

@@ -92,9 +92,9 @@ func DecodeManifest(path string) ([]runtime.Object, error) {
 }
 
 // Apply creates the objects of a multi-document YAML file (ServiceAccount,
-// Lease, ClusterRole, ClusterRoleBinding, Role, RoleBinding, Namespace, ValidatingAdmissionPolicy and
-// its Binding). It is for the project's own manifests, so an unknown kind
-// is an error. kube-apiserver enforces a new admission policy a moment
+// Lease, ClusterRole, ClusterRoleBinding, Role, RoleBinding, Namespace,
+// ResourceQuota, ValidatingAdmissionPolicy and its Binding). It is for the
+// project's own manifests, so an unknown kind is an error. kube-apiserver enforces a new admission policy a moment
 // after it is created, not at once: tests that need it wait for a refusal.
 func Apply(ctx context.Context, client kubernetes.Interface, path string) error {
 	objs, err := DecodeManifest(path)
@@ -109,6 +109,8 @@ func Apply(ctx context.Context, client kubernetes.Interface, path string) error 
 			_, err = client.CoordinationV1().Leases(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.Namespace:
 			_, err = client.CoreV1().Namespaces().Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ResourceQuota:
+			_, err = client.CoreV1().ResourceQuotas(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRole:
 			_, err = client.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
 		case *rbacv1.ClusterRoleBinding:

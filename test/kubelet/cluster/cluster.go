@@ -120,6 +120,7 @@ var manifests = []string{
 	"manifests/extender/rbac.yaml",
 	"manifests/deviceplugin/rbac.yaml",
 	"manifests/admission/annotations-policy.yaml",
+	"manifests/admission/extender-status-policy.yaml",
 	"manifests/deviceplugin/admission-policy.yaml",
 }
 
