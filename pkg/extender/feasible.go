@@ -3,7 +3,6 @@ package extender
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/gpushare/gpushare/pkg/cache"
@@ -42,13 +41,39 @@ func newNodeFilter(pod *corev1.Pod) *nodeFilter {
 
 // usable reports whether n passes the filters for the pod.
 func (f *nodeFilter) usable(n *cache.NodeInfo) bool {
-	if n.Unschedulable && !corev1helpers.TolerationsTolerateTaint(f.tolerations, &unschedulableTaint) {
+	if n.Unschedulable && !f.tolerates(unschedulableTaint) {
 		return false
 	}
 	// NodeInfo keeps only the NoSchedule and NoExecute taints.
-	if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(n.Taints, f.tolerations, nil); untolerated {
-		return false
+	for _, taint := range n.Taints {
+		if !f.tolerates(taint) {
+			return false
+		}
 	}
 	ok, err := f.affinity.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels.Map()}})
 	return err == nil && ok
+}
+
+// tolerates reports whether one of the pod's tolerations tolerates taint,
+// as kube-scheduler matches them (k8s.io/api's Toleration.ToleratesTaint,
+// whose signature differs between the Kubernetes versions the extender
+// builds against): an empty effect matches every effect, an empty key
+// (with Exists) every key, Exists every value, Equal (or no operator) the
+// same value. The comparison operators Lt and Gt of an alpha feature
+// match nothing, as in a cluster without it.
+func (f *nodeFilter) tolerates(taint corev1.Taint) bool {
+	for _, t := range f.tolerations {
+		if t.Effect != "" && t.Effect != taint.Effect || t.Key != "" && t.Key != taint.Key {
+			continue
+		}
+		switch t.Operator {
+		case corev1.TolerationOpExists:
+			return true
+		case "", corev1.TolerationOpEqual:
+			if t.Value == taint.Value {
+				return true
+			}
+		}
+	}
+	return false
 }
