@@ -20,6 +20,9 @@ const (
 	// ExcludedCordoned: the operator cordoned the card (node annotation
 	// gpushare.io/cordoned-gpus); no new pod may use it.
 	ExcludedCordoned
+	// ExcludedMPSUser: the card is in mps mode and its clients run as
+	// another Linux user (Card.ForeignMPS).
+	ExcludedMPSUser
 	// ExcludedModelUnknown: the pod names models and the card's is unknown
 	// (a node without an inventory).
 	ExcludedModelUnknown
@@ -51,11 +54,13 @@ const (
 // apply to all its containers alike, so the answer is the pod's. It looks
 // at the card's identity, isolation and the operator's cordon, not at its
 // health or free memory (Card.Free does). For a pod without constraints it only
-// reads Cordoned; it never allocates.
+// reads Cordoned and ForeignMPS; it never allocates.
 func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	switch {
 	case c.Cordoned:
 		return ExcludedCordoned
+	case c.ForeignMPS:
+		return ExcludedMPSUser
 	case cc == nil:
 		return Eligible
 	}
@@ -191,6 +196,8 @@ func appendReason(b []byte, x Exclusion, model string, cc *gpushare.CardConstrai
 	switch x {
 	case ExcludedCordoned:
 		return append(b, "cordoned by the operator"...)
+	case ExcludedMPSUser:
+		return append(b, "MPS clients of another Linux user"...)
 	case ExcludedModelUnknown:
 		return append(b, "model unknown"...)
 	case ExcludedModel:

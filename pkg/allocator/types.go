@@ -35,6 +35,10 @@ type Card struct {
 	// Cordoned: the operator keeps new pods off the card (node annotation
 	// gpushare.io/cordoned-gpus); pods already on it keep what they hold.
 	Cordoned bool
+	// ForeignMPS: the card's MPS clients run as another Linux user than
+	// the pod being placed, whose containers its MPS server would not
+	// serve (set on that pod's copy of the node only).
+	ForeignMPS bool
 }
 
 // CardInfo is what the allocator reads of a card only under constraints
@@ -74,9 +78,9 @@ func (c *Card) Isolation() gpushare.Isolation {
 }
 
 // Free returns the units a new pod may take on the card: 0 for an
-// unhealthy or cordoned card.
+// unhealthy or cordoned card, or one whose MPS clients the pod may not join.
 func (c *Card) Free() int64 {
-	if !c.Healthy || c.Cordoned || c.Used >= c.Total {
+	if !c.Healthy || c.Cordoned || c.ForeignMPS || c.Used >= c.Total {
 		return 0
 	}
 	return c.Total - c.Used

@@ -219,7 +219,7 @@ type podState struct {
 	// the API fallback and deleted within one watch gap): such an entry
 	// keeps its deadline until confirmed, so it cannot be charged forever.
 	// (Beside ours, terminating, dra and legacyIndex: the five take 8
-	// bytes. The entry is 184 bytes, one per pod: keep what few entries
+	// bytes. The entry is 192 bytes, one per pod: keep what few entries
 	// need in rare.)
 	confirmed bool
 	// dra: the entry is a claim of the gpushare DRA driver (UpsertClaim).
@@ -230,6 +230,8 @@ type podState struct {
 	legacyIndex int32
 	// priority is the pod's spec.priority (0 when unset).
 	priority int32
+	// mpsUser is who the pod's MPS clients run as (PodInfo.MPSUser).
+	mpsUser gpushare.MPSUser
 	// alloc is the allocation charged: ours, or the pod's annotation once
 	// resolve accepted it (in the node's unit); nil for a pod charged by
 	// its Aliyun index or unattributed.
@@ -803,7 +805,7 @@ func (c *Cache) upsertGPU(pod *PodInfo) {
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating, dra: pod.DRA,
-		priority: pod.Priority, claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
+		priority: pod.Priority, mpsUser: pod.MPSUser, claim: pod.Allocation, rare: newPodRare(pod.AllocationErr, nil), demand: pod.Demand, legacyIndex: int32(pod.LegacyIndex)} //nolint:gosec // G115: NewPodInfo keeps LegacyIndex within 32 bits
 	if old != nil && !old.ours && old.sameInputs(ps) {
 		// A status update: nothing the charge depends on changed.
 		c.setTerminating(old, pod.Terminating)
@@ -1007,12 +1009,12 @@ func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushar
 		}
 		cr := c.creditLocked(pod.GetUID()) // room reserved for the pod (preempt.go) is free to it
 		if try >= optimisticTries {
-			reason := fitReason(cr.onNode(&ns.node), ns.source, ns.invErr, pod, p, pl, b)
+			reason := fitReason(withForeignMPS(cr.onNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, p, pl, b)
 			alloc, err := c.hold(pod, ns, pl, reason)
 			c.mu.Unlock()
 			return alloc, err
 		}
-		gen, snap := ns.gen, cr.on(c.snapOf(node)) // published before the lock was released: snap.gen == gen
+		gen, snap := ns.gen, cr.on(c.snapOf(node)).forMPS(pod.MPSUser) // published before the lock was released: snap.gen == gen
 		c.mu.Unlock()
 
 		reason := fitReason(&snap.node, snap.source, snap.invErr, pod, p, pl, b)
@@ -1086,7 +1088,7 @@ func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reaso
 	}
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
-		priority: pod.Priority, alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
+		priority: pod.Priority, mpsUser: pod.MPSUser, alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
 	c.binding.Store(uid, ns.node.Name)
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
@@ -1582,7 +1584,7 @@ func (c *Cache) fitChunk(ctx context.Context, idx *nodeIndex, f *fitter, pod *Po
 			snaps[i-blo], reasons[i], _ = gpuOf(s)
 		}
 		for i := blo; i < bhi; i++ {
-			s := cr.on(snaps[i-blo])
+			s := cr.on(snaps[i-blo]).forMPS(pod.MPSUser)
 			if s == nil {
 				continue
 			}

@@ -48,8 +48,8 @@ func checkPublished(t *testing.T, c *Cache) {
 			}
 			continue
 		}
-		want := ns.snap()
-		if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeSnap{})); diff != "" {
+		want := ns.snap(c.pods)
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeSnap{}, cardUser{})); diff != "" {
 			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
 		}
 	}

@@ -61,6 +61,11 @@ type PodInfo struct {
 	// (MiB) requests as kube-scheduler counts them (PodRequests).
 	MilliCPU, MemoryMiB int64
 
+	// MPSUser is the Linux user the pod's MPS clients run as
+	// (gpushare.PodMPSUser): on a card in mps mode it may only join clients
+	// of the same user.
+	MPSUser gpushare.MPSUser
+
 	// Priority is spec.priority (0 when unset); PreemptNever: its
 	// preemptionPolicy is Never, so it evicts nobody.
 	Priority     int32
@@ -103,6 +108,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	if d, err := gpushare.PodDemand(pod); err == nil {
 		info.Demand = d
 		info.Labels = NewLabelSet(pod.Labels)
+		info.MPSUser = gpushare.PodMPSUser(pod, d)
 	}
 	if pod.Spec.Priority != nil {
 		info.Priority = *pod.Spec.Priority

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // StateReserved: room a preemption keeps on one node's cards for a pending
@@ -163,7 +164,7 @@ func (c *Cache) HoldNow(ctx context.Context, pod *PodInfo, node string) *Plan {
 	if pod.placeable() != nil {
 		return nil
 	}
-	cp, ok := c.copyNode(node, nil)
+	cp, ok := c.copyNode(node, nil, pod.MPSUser)
 	if !ok {
 		return nil
 	}
@@ -282,10 +283,12 @@ type podCopy struct {
 	memMiB          int64
 }
 
-// copyNode copies node name for a preemption; ok is false for a node that
-// takes no GPU pods. Of leaving, the UIDs of pods to leave the node anyway,
-// those that hold no card memory there count as gone (awaited).
-func (c *Cache) copyNode(name string, leaving []types.UID) (cp *nodeCopy, ok bool) {
+// copyNode copies node name for a preemption of a pod whose MPS clients
+// run as user (the cards it may not join are ForeignMPS, whatever it would
+// evict there); ok is false for a node that takes no GPU pods. Of leaving,
+// the UIDs of pods to leave the node anyway, those that hold no card
+// memory there count as gone (awaited).
+func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser) (cp *nodeCopy, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, _, _ := c.gpuNode(name)
@@ -304,6 +307,9 @@ func (c *Cache) copyNode(name string, leaving []types.UID) (cp *nodeCopy, ok boo
 		}
 	}
 	cp.node.Cards = slices.Clone(ns.node.Cards)
+	if users := ns.mpsUsers(c.pods); users != nil {
+		cp.node = *withForeignMPS(&cp.node, users, user)
+	}
 	cp.pods = make([]podCopy, 0, len(ns.pods))
 	for uid := range ns.pods {
 		ps := c.pods[uid]
@@ -373,7 +379,7 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *PodInfo, nodes []s
 		if err := stopped(ctx, pod, i, len(nodes)); err != nil {
 			return nil, err
 		}
-		cp, ok := c.copyNode(name, leaving[name])
+		cp, ok := c.copyNode(name, leaving[name], pod.MPSUser)
 		if !ok {
 			continue
 		}

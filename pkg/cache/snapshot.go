@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -25,6 +27,9 @@ type nodeSnap struct {
 	freeMilliCPU, freeMemMiB int64
 	// gen is the nodeState's generation this copy was made at.
 	gen uint64
+	// mpsUsers: who the MPS clients of the node's cards in mps mode run
+	// as; nil when none has a client.
+	mpsUsers []cardUser
 	// cards holds node.Cards when there are at most 8.
 	cards [8]allocator.Card
 }
@@ -131,11 +136,11 @@ func (c *Cache) publish() {
 			continue
 		}
 		if ns.slot != nil {
-			ns.slot.snap.Store(ns.snap())
+			ns.slot.snap.Store(ns.snap(c.pods))
 			continue
 		}
 		ns.slot = &nodeSlot{}
-		ns.slot.snap.Store(ns.snap())
+		ns.slot.snap.Store(ns.snap(c.pods))
 		c.index.Store(c.index.Load().with(name, ns.slot))
 	}
 	c.dirty = c.dirty[:0]
@@ -158,9 +163,9 @@ func (c *Cache) Generation() uint64 { return c.generation.Load() }
 // snap copies ns for the readers, its cards in the same allocation as the
 // rest when they are few (one place in memory to read). The caller holds
 // c.mu.
-func (ns *nodeState) snap() *nodeSnap {
+func (ns *nodeState) snap(pods map[types.UID]*podState) *nodeSnap {
 	s := &nodeSnap{node: ns.node, source: ns.source, invErr: ns.invErr, cordonErr: ns.cordonErr, hostKnown: ns.hostKnown,
-		freeMilliCPU: ns.allocMilliCPU - ns.reqMilliCPU, freeMemMiB: ns.allocMemMiB - ns.reqMemMiB, gen: ns.gen}
+		freeMilliCPU: ns.allocMilliCPU - ns.reqMilliCPU, freeMemMiB: ns.allocMemMiB - ns.reqMemMiB, gen: ns.gen, mpsUsers: ns.mpsUsers(pods)}
 	if len(ns.node.Cards) <= len(s.cards) {
 		s.node.Cards = s.cards[:len(ns.node.Cards)]
 		copy(s.node.Cards, ns.node.Cards)
@@ -226,7 +231,7 @@ func (c *Cache) fitSnap(name string, pod *PodInfo, cr *credit, p allocator.Polic
 	if s == nil {
 		return nil, reason
 	}
-	s = cr.on(s)
+	s = cr.on(s).forMPS(pod.MPSUser)
 	if reason := fitReason(&s.node, s.source, s.invErr, pod, p, pl, b); reason != "" {
 		return nil, reason
 	}

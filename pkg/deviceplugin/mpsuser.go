@@ -24,18 +24,10 @@ var ErrMPSUser = errors.New("another Linux user's MPS clients hold the card")
 // image's user, which the plugin cannot see.
 func runAsUsers(pod *corev1.Pod) map[string]int64 {
 	users := map[string]int64{}
-	var podUser *int64
-	if sc := pod.Spec.SecurityContext; sc != nil {
-		podUser = sc.RunAsUser
-	}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range cs {
-			u := podUser
-			if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
-				u = c.SecurityContext.RunAsUser
-			}
-			if u != nil {
-				users[c.Name] = *u
+		for i := range cs {
+			if u, ok := gpushare.RunAsUser(pod, &cs[i]); ok {
+				users[cs[i].Name] = u
 			}
 		}
 	}
