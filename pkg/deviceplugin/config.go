@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
@@ -107,7 +108,7 @@ type Config struct {
 	Restart <-chan struct{}
 	// OnReady, when set, is called with the handoff once the informer has
 	// synced, before the plugin first registers.
-	OnReady func(*Handoff)
+	OnReady func(*handoff.Handoff)
 }
 
 // PluginDir is kubelet's device-plugins directory.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -121,7 +122,7 @@ func TestRunIsolationAtStartup(t *testing.T) {
 			go func() {
 				done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
 					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, RuntimeCDI: tc.runtimeCDI, CDIDir: t.TempDir(),
-					OnReady: func(*Handoff) { close(ready) }})
+					OnReady: func(*handoff.Handoff) { close(ready) }})
 			}()
 			if tc.wantErr != "" {
 				err := <-done

@@ -19,6 +19,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/handoff"
+	"github.com/gpushare/gpushare/pkg/nodeagent"
 )
 
 // verifyDebounce is how long after an Allocate the verifier reads
@@ -86,13 +88,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer stopIsolation()
 
-	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
-	ann := newAnnotator(metrics.PodAPI(api))
-	h := NewHandoff(HandoffConfig{
+	kubelet := &handoff.PodResources{Socket: cfg.PodResourcesSocket()}
+	ann := handoff.NewAnnotator(metrics.PodAPI(api))
+	h := handoff.New(handoff.Config{
 		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
-		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
+		API: api, Notify: ann.Enqueue, Recorder: eventRecorder{recorder},
 	})
-	ann.handoff = h
 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -156,7 +157,8 @@ func Run(ctx context.Context, cfg Config) error {
 	adoption := h.Adoption()
 	server.SetAdopted(adoption.ByCard)
 	logAdoption(logger, cards, nil, adoption)
-	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
+	nodes := nodeagent.ClientAPI{Client: client}
+	pub := &nodeagent.Publisher{API: nodes, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
 	if drv, err := gpus.Driver(); err == nil {
 		pub.Driver = &drv
 	} else if !errors.Is(err, gpu.ErrNoDriver) {
@@ -174,14 +176,14 @@ func Run(ctx context.Context, cfg Config) error {
 			f()
 		}()
 	}
-	goRun(func() { ann.run(ctx) })
+	goRun(func() { ann.Run(ctx, h) })
 	goRun(func() {
 		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
 			retainIsolation(ctx, h, enforcer, cfg.Unit, retainMinAge)
 		})
 	})
 	goRun(func() { publishLoop(ctx, pub, publishNow) })
-	idle := &IdleTaint{API: api, Node: cfg.NodeName, Cards: len(cards), MinCards: cfg.IdleTaintMinCards, Pods: func() []*corev1.Pod {
+	idle := &nodeagent.IdleTaint{API: nodes, Node: cfg.NodeName, Cards: len(cards), MinCards: cfg.IdleTaintMinCards, Pods: func() []*corev1.Pod {
 		var pods []*corev1.Pod
 		for _, obj := range podInformer.GetStore().List() {
 			if p, ok := obj.(*corev1.Pod); ok {
@@ -190,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return pods
 	}}
-	goRun(func() { idleTaintLoop(ctx, idle, taintNow) })
+	goRun(func() { idle.Run(ctx, taintNow) })
 	goRun(func() { adoptLoop(ctx, h, server, cards, adoption) })
 	if cfg.HealthCheck {
 		var uuids []string
@@ -225,7 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 // re-created under the same name while the watch was down comes back from
 // the relist as one update from the old pod to the new one, and the old
 // pod's grants and waiting containers must go with it.
-func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
+func podHandler(h *handoff.Handoff) toolscache.ResourceEventHandlerFuncs {
 	del := func(obj any) {
 		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = t.Obj
@@ -261,6 +263,9 @@ func openGPUs(cfg Config) (GPUs, func(), error) {
 	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
 }
 
+// Card is a card as the plugin advertises it (handoff.Card).
+type Card = handoff.Card
+
 // CardsOf converts discovered devices to cards in unit. It fails on no
 // cards, or on a card smaller than one unit.
 func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
@@ -281,7 +286,7 @@ func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
 // verifyLoop compares kubelet's PodResources with the grants shortly
 // after every Allocate and every period, then calls verified (which prunes
 // what no grant holds any more).
-func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
+func verifyLoop(ctx context.Context, h *handoff.Handoff, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -315,7 +320,7 @@ func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-cha
 
 // adoptLoop re-advertises the cards whenever the legacy pods or their
 // devices change (a legacy pod ended: its units are the card's own again).
-func adoptLoop(ctx context.Context, h *Handoff, server *Server, cards []Card, last Adoption) {
+func adoptLoop(ctx context.Context, h *handoff.Handoff, server *Server, cards []Card, last handoff.Adoption) {
 	logger := klog.FromContext(ctx)
 	for {
 		select {
@@ -332,7 +337,7 @@ func adoptLoop(ctx context.Context, h *Handoff, server *Server, cards []Card, la
 
 // publishLoop publishes the inventory at start, on request and every
 // publishPeriod; failures are retried with backoff.
-func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
+func publishLoop(ctx context.Context, pub *nodeagent.Publisher, now <-chan struct{}) {
 	logger := klog.FromContext(ctx)
 	backoff := time.Second
 	for {
@@ -353,4 +358,49 @@ func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// logAdoption logs how the legacy pods' devices are advertised, compared
+// with the previous state (nil at start).
+func logAdoption(logger klog.Logger, cards []Card, prev *handoff.Adoption, now handoff.Adoption) {
+	was := map[string]handoff.LegacyPod{}
+	if prev != nil {
+		for _, p := range prev.Pods {
+			was[p.Pod] = p
+		}
+	}
+	is := map[string]bool{}
+	for _, p := range now.Pods {
+		is[p.Pod] = true
+		if old, ok := was[p.Pod]; ok && old == p {
+			continue
+		}
+		if p.Card < 0 {
+			logger.Info("Pod holds devices of the previous device plugin on no known card; they are not advertised (no ALIYUN_COM_GPU_MEM_IDX naming a card of this node: Aliyun's plugin gave it no card)",
+				"pod", p.Pod, "units", p.Units)
+			continue
+		}
+		logger.Info("Pod admitted by the previous device plugin: its devices are advertised as units of its card until it ends",
+			"pod", p.Pod, "card", p.Card, "units", p.Units)
+	}
+	for _, p := range adoptedPods(prev) {
+		if !is[p.Pod] {
+			logger.Info("Pod of the previous device plugin is gone; its units are the card's own again", "pod", p.Pod, "card", p.Card, "units", p.Units)
+		}
+	}
+	for _, c := range cards {
+		held := int64(len(now.ByCard[c.UUID]))
+		if held > c.Units {
+			logger.Info("Pods of the previous device plugin hold more units of a card than it has; it takes no new pods until they end",
+				"card", c.Index, "held", held, "units", c.Units)
+		}
+	}
+}
+
+// adoptedPods returns a's pods, none for nil.
+func adoptedPods(a *handoff.Adoption) []handoff.LegacyPod {
+	if a == nil {
+		return nil
+	}
+	return a.Pods
 }

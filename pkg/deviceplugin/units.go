@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
 // KubeletMaxMessageBytes is the largest gRPC message kubelet accepts from a
@@ -46,7 +47,7 @@ func MiB(units int64, unit string) int64 {
 func ListAndWatchBytes(devs []gpu.Device, unit string) int64 {
 	var total int64
 	for _, d := range devs {
-		total += unitsBytes(Units(d.MemoryMiB, unit), int64(len(d.UUID)+len(idSeparator)))
+		total += unitsBytes(Units(d.MemoryMiB, unit), int64(len(d.UUID)+len(handoff.IDSeparator)))
 	}
 	return total
 }
@@ -121,7 +122,7 @@ const maxNamedPods = 10
 // mean other amounts ("UUID::3" is the fourth GiB, or the fourth MiB), so
 // kubelet's accounting of the cards would no longer hold. A change on an
 // idle node, or a node never published, is allowed; the first is logged.
-func CheckUnitChange(ctx context.Context, api NodeAPI, kubelet KubeletPods, nodeName, unit string) error {
+func CheckUnitChange(ctx context.Context, api NodeGetter, kubelet handoff.KubeletPods, nodeName, unit string) error {
 	node, err := api.GetNode(ctx, nodeName)
 	if err != nil {
 		return fmt.Errorf("reading node %s to compare its published unit: %w", nodeName, err)

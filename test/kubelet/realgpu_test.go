@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/kubelet/devicehost"
 	"github.com/gpushare/gpushare/test/util"
@@ -333,9 +334,9 @@ func startRealPluginOn(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplu
 	e := &env{t: t, ctx: ctx, dir: dir, host: host, client: client, cards: devs}
 	c.Client = client
 	c = realConfig(t, n, dir, c)
-	ready := make(chan *deviceplugin.Handoff, 1)
+	ready := make(chan *handoff.Handoff, 1)
 	done := make(chan error, 1)
-	c.OnReady = func(h *deviceplugin.Handoff) { ready <- h }
+	c.OnReady = func(h *handoff.Handoff) { ready <- h }
 	go func() { done <- deviceplugin.Run(ctx, c) }()
 	select {
 	case e.handoff = <-ready:

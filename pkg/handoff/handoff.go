@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -164,8 +164,8 @@ type Assignment struct {
 	Enforced bool
 }
 
-// HandoffConfig configures a Handoff.
-type HandoffConfig struct {
+// Config configures a Handoff.
+type Config struct {
 	Node string
 	// Unit of the node (gpushare.UnitGiB or UnitMiB).
 	Unit  string
@@ -238,11 +238,11 @@ type Handoff struct {
 	// changes.
 	legacyChanged chan struct{}
 	// stats counts decisions, for tests (Stats).
-	stats HandoffStats
+	stats Stats
 }
 
-// HandoffStats counts the handoff's decisions since start.
-type HandoffStats struct {
+// Stats counts the handoff's decisions since start.
+type Stats struct {
 	// Allocations answered; Steered of them matched the preceding
 	// GetPreferredAllocation; Reused matched by an init container's IDs.
 	Allocations, Steered, Reused int
@@ -255,8 +255,8 @@ type HandoffStats struct {
 	Revoked int
 }
 
-// NewHandoff returns an empty handoff.
-func NewHandoff(cfg HandoffConfig) *Handoff {
+// New returns an empty handoff.
+func New(cfg Config) *Handoff {
 	h := &Handoff{
 		node: cfg.Node, unit: cfg.Unit, cards: map[string]Card{}, kubelet: cfg.Kubelet, api: cfg.API,
 		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
@@ -280,7 +280,7 @@ func NewHandoff(cfg HandoffConfig) *Handoff {
 }
 
 // Stats returns the decision counters.
-func (h *Handoff) Stats() HandoffStats {
+func (h *Handoff) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
@@ -541,7 +541,7 @@ func (h *Handoff) Revoke(ctx context.Context, a *Assignment) {
 	h.drop(ck)
 	h.stats.Revoked++
 	klog.FromContext(ctx).Info("Grant taken back: the Allocate call failed", "pod", a.Namespace+"/"+a.PodName, "container", a.Container,
-		"cards", describeShares(a.Shares))
+		"cards", DescribeShares(a.Shares))
 	if a.Relocated {
 		h.notify(a.Pod)
 	}

@@ -1,4 +1,4 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"context"
@@ -9,7 +9,19 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
+
+// NodeAPI is the part of the node API the publisher uses.
+type NodeAPI interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	// PatchNodeMetadata sets (non-nil) or removes (nil) labels and
+	// annotations of the node, in one patch.
+	PatchNodeMetadata(ctx context.Context, name string, labels, annotations map[string]*string) error
+	// PatchNodeCapacity sets status capacity and allocatable of resources;
+	// a nil value removes the resource.
+	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error
+}
 
 // Publisher keeps the node's inventory annotation (gpushare.io/devices)
 // and its labels that describe the cards (labels.go,
@@ -27,7 +39,7 @@ type Publisher struct {
 	Node string
 	Unit string
 	// Cards in index order.
-	Cards []Card
+	Cards []handoff.Card
 	// Driver is what the node's driver states; nil when it states none
 	// (a fake node without --fake-driver).
 	Driver *gpu.Driver

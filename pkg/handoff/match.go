@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"cmp"
@@ -632,16 +632,16 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 		a.Relocated = true
 		h.stats.Relocated++
 		logger.Info("Container placed on other cards than its annotation names; repairing the annotation",
-			"pod", pick.e.ref(), "container", c.Name, "annotated", describeShares(c.Devices), "actual", describeShares(shares), "how", how)
+			"pod", pick.e.ref(), "container", c.Name, "annotated", DescribeShares(c.Devices), "actual", DescribeShares(shares), "how", how)
 		if h.recorder != nil {
 			h.recorder.Eventf(podRef(pick.e), corev1.EventTypeWarning, "GPUAllocationRepaired",
 				"container %s runs on %s, not on %s as scheduled: kubelet's free devices decided; the allocation annotation now says so",
-				c.Name, describeShares(shares), describeShares(c.Devices))
+				c.Name, DescribeShares(shares), DescribeShares(c.Devices))
 		}
 	}
 	a.PodUnits = h.repaired(pick.e).Total()
 	if v := logger.V(4); v.Enabled() {
-		v.Info("Allocated", "pod", pick.e.ref(), "container", c.Name, "cards", describeShares(shares), "how", how)
+		v.Info("Allocated", "pod", pick.e.ref(), "container", c.Name, "cards", DescribeShares(shares), "how", how)
 	}
 	h.notify(ck.uid)
 	return a, nil
@@ -653,7 +653,9 @@ func podRef(e *podEntry) *corev1.Pod {
 	return p
 }
 
-func describeShares(s []gpushare.DeviceShare) string {
+// DescribeShares names cards and their units for logs and errors:
+// "card 0 (GPU-0) 4 units + card 1 (GPU-1) 4 units".
+func DescribeShares(s []gpushare.DeviceShare) string {
 	var parts []string
 	for _, d := range s {
 		parts = append(parts, fmt.Sprintf("card %d (%s) %d units", d.Index, d.UUID, d.Units))

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -10,40 +10,49 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// annotator writes the pod annotations the handoff wants (ASSIGNED, and
-// allocations repaired to the cards kubelet gave), off the Allocate path.
-type annotator struct {
-	handoff *Handoff
-	api     PodAPI
-	queue   workqueue.TypedRateLimitingInterface[types.UID]
+// PodAPI is the pod write the handoff makes (its reads: the informer and
+// NodePodLister).
+type PodAPI interface {
+	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations of
+	// the pod namespace/name whose UID is uid. It fails, and changes
+	// nothing, when that name now belongs to another pod.
+	PatchPodAnnotations(ctx context.Context, namespace, name string, uid types.UID, set map[string]*string) error
 }
 
-func newAnnotator(api PodAPI) *annotator {
-	return &annotator{api: api, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+// Annotator writes the pod annotations a handoff wants (ASSIGNED, and
+// allocations repaired to the cards kubelet gave), off the Allocate path.
+type Annotator struct {
+	api   PodAPI
+	queue workqueue.TypedRateLimitingInterface[types.UID]
+}
+
+// NewAnnotator returns an annotator that patches pods through api.
+func NewAnnotator(api PodAPI) *Annotator {
+	return &Annotator{api: api, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[types.UID](),
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "gpushare-pod-annotations"})}
 }
 
-// enqueue schedules pod uid for a check.
-func (a *annotator) enqueue(uid types.UID) { a.queue.Add(uid) }
+// Enqueue schedules pod uid for a check (a Config.Notify).
+func (a *Annotator) Enqueue(uid types.UID) { a.queue.Add(uid) }
 
-// run works the queue until ctx ends.
-func (a *annotator) run(ctx context.Context) {
+// Run writes what h wants of each queued pod until ctx ends.
+func (a *Annotator) Run(ctx context.Context, h *Handoff) {
 	go func() {
 		<-ctx.Done()
 		a.queue.ShutDown()
 	}()
-	for a.step(ctx) {
+	for a.step(ctx, h) {
 	}
 }
 
-func (a *annotator) step(ctx context.Context) bool {
+func (a *Annotator) step(ctx context.Context, h *Handoff) bool {
 	uid, quit := a.queue.Get()
 	if quit {
 		return false
 	}
 	defer a.queue.Done(uid)
-	ns, name, set := a.handoff.Desired(uid)
+	ns, name, set := h.Desired(uid)
 	if set == nil {
 		a.queue.Forget(uid)
 		return true
@@ -53,7 +62,7 @@ func (a *annotator) step(ctx context.Context) bool {
 	switch {
 	case err == nil:
 		a.queue.Forget(uid)
-		a.handoff.Patched(uid, set)
+		h.Patched(uid, set)
 		keys := make([]string, 0, len(set))
 		for k := range set {
 			keys = append(keys, k)
