@@ -26,8 +26,6 @@ const (
 	// serves (advisory, and says so at startup, in the inventory and in
 	// each container's GPUSHARE_ISOLATION).
 	DefaultIsolation = string(isolation.RequestAuto)
-	// publishPeriod is how often the node's inventory is re-asserted.
-	publishPeriod = time.Minute
 	// fakeControlPeriod is how often Config.FakeControl is polled.
 	fakeControlPeriod = 250 * time.Millisecond
 )

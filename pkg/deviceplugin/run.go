@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,10 +21,6 @@ import (
 	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/nodeagent"
 )
-
-// verifyDebounce is how long after an Allocate the verifier reads
-// PodResources: kubelet records the devices once Allocate has returned.
-const verifyDebounce = 300 * time.Millisecond
 
 // Run serves the device plugin until ctx ends: it discovers the cards,
 // chooses each card's memory isolation (--isolation; an explicit mode the
@@ -106,7 +101,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return obj, nil
 		}))
 	podInformer := factory.Core().V1().Pods().Informer()
-	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
+	if _, err := podInformer.AddEventHandler(h.PodHandler()); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
 	// Every pod event may change whether the node is idle.
@@ -178,11 +173,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	goRun(func() { ann.Run(ctx, h) })
 	goRun(func() {
-		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
+		h.RunVerifier(ctx, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
 			retainIsolation(ctx, h, enforcer, cfg.Unit, retainMinAge)
 		})
 	})
-	goRun(func() { publishLoop(ctx, pub, publishNow) })
+	goRun(func() { pub.Run(ctx, publishNow) })
 	idle := &nodeagent.IdleTaint{API: nodes, Node: cfg.NodeName, Cards: len(cards), MinCards: cfg.IdleTaintMinCards, Pods: func() []*corev1.Pod {
 		var pods []*corev1.Pod
 		for _, obj := range podInformer.GetStore().List() {
@@ -222,185 +217,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return ep.Run(ctx)
 }
 
-// podHandler feeds the informer's pod events to h. An update whose UID
-// differs from the old object's is a delete and an add: a pod deleted and
-// re-created under the same name while the watch was down comes back from
-// the relist as one update from the old pod to the new one, and the old
-// pod's grants and waiting containers must go with it.
-func podHandler(h *handoff.Handoff) toolscache.ResourceEventHandlerFuncs {
-	del := func(obj any) {
-		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			h.DeletePod(pod.UID)
-		}
-	}
-	add := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			h.UpsertPod(pod)
-		}
-	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: add,
-		UpdateFunc: func(oldObj, newObj any) {
-			o, okOld := oldObj.(*corev1.Pod)
-			n, okNew := newObj.(*corev1.Pod)
-			if okOld && okNew && o.UID != n.UID {
-				del(o)
-			}
-			add(newObj)
-		},
-		DeleteFunc: del,
-	}
-}
-
 // openGPUs returns the configured GPUs and a function that releases them.
 func openGPUs(cfg Config) (GPUs, func(), error) {
 	if cfg.GPUs != nil {
 		return cfg.GPUs, func() {}, nil
 	}
 	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
-}
-
-// Card is a card as the plugin advertises it (handoff.Card).
-type Card = handoff.Card
-
-// CardsOf converts discovered devices to cards in unit. It fails on no
-// cards, or on a card smaller than one unit.
-func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
-	if len(devs) == 0 {
-		return nil, fmt.Errorf("no GPUs found on node %s", node)
-	}
-	var cards []Card
-	for _, d := range devs {
-		u := Units(d.MemoryMiB, unit)
-		if u < 1 {
-			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
-		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
-	}
-	return cards, nil
-}
-
-// verifyLoop compares kubelet's PodResources with the grants shortly
-// after every Allocate and every period, then calls verified (which prunes
-// what no grant holds any more).
-func verifyLoop(ctx context.Context, h *handoff.Handoff, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
-	logger := klog.FromContext(ctx)
-	t := time.NewTicker(period)
-	defer t.Stop()
-	reported := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-now:
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(verifyDebounce):
-			}
-		}
-		if _, err := h.Verify(ctx); err != nil {
-			if !reported {
-				logger.Info("Cannot read kubelet's PodResources; allocations are not verified against kubelet until it answers", "err", err)
-				reported = true
-			}
-			continue
-		}
-		if reported {
-			logger.Info("kubelet's PodResources answers again")
-			reported = false
-		}
-		verified(ctx)
-	}
-}
-
-// adoptLoop re-advertises the cards whenever the legacy pods or their
-// devices change (a legacy pod ended: its units are the card's own again).
-func adoptLoop(ctx context.Context, h *handoff.Handoff, server *Server, cards []Card, last handoff.Adoption) {
-	logger := klog.FromContext(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.LegacyChanged():
-		}
-		now := h.Adoption()
-		server.SetAdopted(now.ByCard)
-		logAdoption(logger, cards, &last, now)
-		last = now
-	}
-}
-
-// publishLoop publishes the inventory at start, on request and every
-// publishPeriod; failures are retried with backoff.
-func publishLoop(ctx context.Context, pub *nodeagent.Publisher, now <-chan struct{}) {
-	logger := klog.FromContext(ctx)
-	backoff := time.Second
-	for {
-		wait := publishPeriod
-		if err := pub.Publish(ctx); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			logger.Error(err, "Publishing the node inventory; retrying", "in", backoff)
-			wait, backoff = backoff, min(2*backoff, publishPeriod)
-		} else {
-			backoff = time.Second
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-now:
-		case <-time.After(wait):
-		}
-	}
-}
-
-// logAdoption logs how the legacy pods' devices are advertised, compared
-// with the previous state (nil at start).
-func logAdoption(logger klog.Logger, cards []Card, prev *handoff.Adoption, now handoff.Adoption) {
-	was := map[string]handoff.LegacyPod{}
-	if prev != nil {
-		for _, p := range prev.Pods {
-			was[p.Pod] = p
-		}
-	}
-	is := map[string]bool{}
-	for _, p := range now.Pods {
-		is[p.Pod] = true
-		if old, ok := was[p.Pod]; ok && old == p {
-			continue
-		}
-		if p.Card < 0 {
-			logger.Info("Pod holds devices of the previous device plugin on no known card; they are not advertised (no ALIYUN_COM_GPU_MEM_IDX naming a card of this node: Aliyun's plugin gave it no card)",
-				"pod", p.Pod, "units", p.Units)
-			continue
-		}
-		logger.Info("Pod admitted by the previous device plugin: its devices are advertised as units of its card until it ends",
-			"pod", p.Pod, "card", p.Card, "units", p.Units)
-	}
-	for _, p := range adoptedPods(prev) {
-		if !is[p.Pod] {
-			logger.Info("Pod of the previous device plugin is gone; its units are the card's own again", "pod", p.Pod, "card", p.Card, "units", p.Units)
-		}
-	}
-	for _, c := range cards {
-		held := int64(len(now.ByCard[c.UUID]))
-		if held > c.Units {
-			logger.Info("Pods of the previous device plugin hold more units of a card than it has; it takes no new pods until they end",
-				"card", c.Index, "held", held, "units", c.Units)
-		}
-	}
-}
-
-// adoptedPods returns a's pods, none for nil.
-func adoptedPods(a *handoff.Adoption) []handoff.LegacyPod {
-	if a == nil {
-		return nil
-	}
-	return a.Pods
 }

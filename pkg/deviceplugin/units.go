@@ -15,6 +15,26 @@ import (
 	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
+// Card is a card as the plugin advertises it (handoff.Card).
+type Card = handoff.Card
+
+// CardsOf converts discovered devices to cards in unit. It fails on no
+// cards, or on a card smaller than one unit.
+func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("no GPUs found on node %s", node)
+	}
+	var cards []Card
+	for _, d := range devs {
+		u := Units(d.MemoryMiB, unit)
+		if u < 1 {
+			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
+		}
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
+	}
+	return cards, nil
+}
+
 // KubeletMaxMessageBytes is the largest gRPC message kubelet accepts from a
 // device plugin: it dials plugins with grpc-go's default receive limit,
 // 4 MiB. A ListAndWatch response over it never arrives, and kubelet marks

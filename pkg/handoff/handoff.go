@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -582,4 +583,37 @@ func (h *Handoff) Grant(uid types.UID, container string) (shares []gpushare.Devi
 		return nil, false, false
 	}
 	return slices.Clone(g.shares), g.confirmed, true
+}
+
+// PodHandler feeds the informer's pod events to h. An update whose UID
+// differs from the old object's is a delete and an add: a pod deleted and
+// re-created under the same name while the watch was down comes back from
+// the relist as one update from the old pod to the new one, and the old
+// pod's grants and waiting containers must go with it.
+func (h *Handoff) PodHandler() toolscache.ResourceEventHandlerFuncs {
+	del := func(obj any) {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.DeletePod(pod.UID)
+		}
+	}
+	add := func(obj any) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			h.UpsertPod(pod)
+		}
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: add,
+		UpdateFunc: func(oldObj, newObj any) {
+			o, okOld := oldObj.(*corev1.Pod)
+			n, okNew := newObj.(*corev1.Pod)
+			if okOld && okNew && o.UID != n.UID {
+				del(o)
+			}
+			add(newObj)
+		},
+		DeleteFunc: del,
+	}
 }

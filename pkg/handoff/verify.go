@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -174,4 +175,43 @@ func nonNil(err error) []error {
 		return nil
 	}
 	return []error{err}
+}
+
+// verifyDebounce is how long after an Allocate the verifier reads
+// PodResources: kubelet records the devices once Allocate has returned.
+const verifyDebounce = 300 * time.Millisecond
+
+// RunVerifier compares kubelet's PodResources with the grants shortly
+// after each delivery on now (an Allocate) and every period, then calls
+// verified (which prunes what no grant holds any more), until ctx ends.
+func (h *Handoff) RunVerifier(ctx context.Context, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-now:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(verifyDebounce):
+			}
+		}
+		if _, err := h.Verify(ctx); err != nil {
+			if !reported {
+				logger.Info("Cannot read kubelet's PodResources; allocations are not verified against kubelet until it answers", "err", err)
+				reported = true
+			}
+			continue
+		}
+		if reported {
+			logger.Info("kubelet's PodResources answers again")
+			reported = false
+		}
+		verified(ctx)
+	}
 }

@@ -2,10 +2,13 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -99,4 +102,32 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// publishPeriod is how often the node's inventory is re-asserted.
+const publishPeriod = time.Minute
+
+// Run publishes at start, on request (now) and every publishPeriod,
+// retrying failures with backoff, until ctx ends.
+func (p *Publisher) Run(ctx context.Context, now <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	backoff := time.Second
+	for {
+		wait := publishPeriod
+		if err := p.Publish(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			logger.Error(err, "Publishing the node inventory; retrying", "in", backoff)
+			wait, backoff = backoff, min(2*backoff, publishPeriod)
+		} else {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-now:
+		case <-time.After(wait):
+		}
+	}
 }
