@@ -3,11 +3,15 @@ package handoff
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // PodAPI is the pod write the handoff makes (its reads: the informer and
@@ -95,4 +99,87 @@ func uidChanged(err error) bool {
 		}
 	}
 	return false
+}
+
+// repaired returns e's allocation with every granted container on the cards
+// it holds. The caller holds h.mu.
+func (h *Handoff) repaired(e *podEntry) *gpushare.Allocation {
+	a := *e.alloc
+	a.Containers = slices.Clone(e.alloc.Containers)
+	for i, c := range a.Containers {
+		if g := h.grants[containerKey{e.uid, c.Name}]; g != nil && !sameShares(g.shares, c.Devices) {
+			a.Containers[i].Devices = slices.Clone(g.shares)
+		}
+	}
+	return &a
+}
+
+// Desired returns the annotation changes pod uid needs: the allocation
+// repaired to the cards its containers hold (with the Aliyun keys derived
+// from it), and ASSIGNED "true" once every container is allocated ("false"
+// again if kubelet showed a match to be wrong). nil when nothing differs.
+func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string]*string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.pods[uid]
+	if e == nil || e.alloc == nil || h.legacy[uid] != nil {
+		return "", "", nil
+	}
+	want := map[string]string{gpushare.AnnotationAssigned: "false"}
+	if h.next(e) < 0 {
+		want[gpushare.AnnotationAssigned] = "true"
+	}
+	if a := h.repaired(e); !sameAllocation(a, e.alloc) {
+		if enc, err := a.Encode(); err == nil {
+			want[gpushare.AnnotationAllocation] = enc
+			if d, ok := a.FirstAppDevice(); ok {
+				want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
+				want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
+			}
+			want[gpushare.AnnotationPodMem] = strconv.FormatInt(a.Total(), 10)
+		}
+	}
+	for k, v := range want {
+		if old, ok := e.annotations[k]; ok && old == v {
+			continue
+		}
+		if k == gpushare.AnnotationAssigned && v == "false" && e.annotations[k] == "" {
+			continue // never set: leave it to the extender
+		}
+		if set == nil {
+			set = map[string]*string{}
+		}
+		set[k] = &v
+	}
+	return e.namespace, e.name, set
+}
+
+// Patched records annotations just written, so that Desired does not
+// write them again before the informer delivers the update.
+func (h *Handoff) Patched(uid types.UID, set map[string]*string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.pods[uid]
+	if e == nil {
+		return
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(e.annotations, k)
+		} else {
+			e.annotations[k] = *v
+		}
+	}
+}
+
+func sameAllocation(a, b *gpushare.Allocation) bool {
+	if len(a.Containers) != len(b.Containers) {
+		return false
+	}
+	for i := range a.Containers {
+		if !sameShares(a.Containers[i].Devices, b.Containers[i].Devices) {
+			return false
+		}
+	}
+	return true
 }

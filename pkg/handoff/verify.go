@@ -5,27 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
-
-// listKubelet asks PodResources, without h.mu held. An error disables the
-// hint for this call only; it is returned to go in the call's error if
-// the match then fails.
-func (h *Handoff) listKubelet(ctx context.Context) ([]KubeletPod, error) {
-	if h.kubelet == nil {
-		return nil, nil
-	}
-	kp, err := h.kubelet.List(ctx)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("PodResources unavailable; matching without kubelet's view", "err", err)
-		return nil, fmt.Errorf("listing kubelet's pod resources: %w", err)
-	}
-	return kp, nil
-}
 
 // observe applies kubelet's view: IDs kubelet holds for a container are
 // that container's, whoever the plugin had given them to; a grant younger
@@ -118,40 +102,6 @@ func (h *Handoff) correct(ctx context.Context, o containerKey, claimant types.UI
 	}
 }
 
-func (h *Handoff) refOf(uid types.UID) string {
-	if e := h.pods[uid]; e != nil {
-		return e.ref()
-	}
-	return string(uid)
-}
-
-func (h *Handoff) isInit(ck containerKey) bool {
-	e := h.pods[ck.uid]
-	if e == nil || e.alloc == nil {
-		return false
-	}
-	for _, c := range e.alloc.Containers {
-		if c.Name == ck.name {
-			return c.Init
-		}
-	}
-	return false
-}
-
-// withFailures adds to a failed match the reads that failed on the way,
-// which may be why nothing matched; kubelet shows the message as the
-// pod's admission error.
-func withFailures(err error, failed []error) error {
-	if err == nil || len(failed) == 0 {
-		return err
-	}
-	msgs := make([]string, len(failed))
-	for i, f := range failed {
-		msgs[i] = f.Error()
-	}
-	return fmt.Errorf("%w; %s", err, strings.Join(msgs, "; "))
-}
-
 // Verify reads kubelet's PodResources and corrects the grants by it; the
 // annotation writer then repairs what differs. It returns the number of
 // pods kubelet lists, or an error when PodResources is unavailable.
@@ -167,14 +117,6 @@ func (h *Handoff) Verify(ctx context.Context) (int, error) {
 	defer h.mu.Unlock()
 	h.observe(ctx, kp)
 	return len(kp), nil
-}
-
-// nonNil returns err as a one-element list, or nil.
-func nonNil(err error) []error {
-	if err == nil {
-		return nil
-	}
-	return []error{err}
 }
 
 // verifyDebounce is how long after an Allocate the verifier reads
