@@ -251,58 +251,14 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 	st, steered := h.steer, h.steered(ids)
 	h.steer = nil
 
-	var pick *candidate
-	how := ""
-	if steered {
-		if e := h.pods[st.ck.uid]; e != nil {
-			if ci := h.next(e); ci >= 0 && e.alloc.Containers[ci].Name == st.ck.name {
-				pick, how = &candidate{e: e, ci: ci}, "steered"
-			}
-		}
-	}
-	if pick == nil {
-		if c, ok := h.reuser(ids, size); ok {
-			pick, how = &c, "reused"
-		}
-	}
-	if pick == nil {
-		cands := h.candidates(size, listed)
-		// Exact: annotated on these very cards; then same shape elsewhere.
-		for i := range cands {
-			if sameShares(cands[i].container().Devices, shares) {
-				pick, how = &cands[i], "matched"
-				break
-			}
-		}
-		if pick == nil {
-			for i := range cands {
-				if fitsShape(shares, cands[i].container()) && h.allowsShares(cands[i].e, shares) {
-					pick, how = &cands[i], "matched"
-					break
-				}
-			}
-		}
-		if pick == nil && len(cands) > 0 {
-			pick = &cands[0]
-		}
-	}
+	pick, how := h.choose(st, steered, ids, shares, listed)
 	if pick == nil {
 		return nil, h.noMatch(size, listed)
 	}
+	if err := h.refuse(pick, ids, shares); err != nil {
+		return nil, err
+	}
 	c := pick.container()
-	if !fitsShape(shares, c) {
-		return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which needs %d units on each of %d cards; "+
-			"kubelet's accounting has no such cards free (the pod's init containers, whose devices kubelet reuses, may be on other cards)",
-			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
-	}
-	if !sameShares(c.Devices, shares) && !h.allowsShares(pick.e, shares) {
-		if pick.e.constraintsErr != nil {
-			return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, other cards than its annotation's, and its card annotations are invalid, so no card may take it: %w",
-				ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraintsErr)
-		}
-		return nil, fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which asks cards %s%s",
-			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraints, h.excludedCards(pick.e.constraints))
-	}
 	ck := pick.key()
 	for _, id := range ids {
 		if o, ok := h.owner[id]; ok && o.uid != ck.uid {
@@ -339,6 +295,84 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 	}
 	h.notify(ck.uid)
 	return a, nil
+}
+
+// choose returns the container kubelet's ids (sorted; shares: the same by
+// card) are for, and how it was found, by three strategies in turn: the
+// container the last preference was for (st, when steered: "steered"),
+// the next container of the pod whose init container holds the IDs
+// ("reused"), or a waiting container of their size (matched). nil when
+// none waits. The caller holds h.mu.
+func (h *Handoff) choose(st *steer, steered bool, ids []string, shares []gpushare.DeviceShare, listed map[string]bool) (*candidate, string) {
+	if steered {
+		if c := h.steeredTo(st); c != nil {
+			return c, "steered"
+		}
+	}
+	if c, ok := h.reuser(ids, int64(len(ids))); ok {
+		return &c, "reused"
+	}
+	return h.matched(int64(len(ids)), shares, listed)
+}
+
+// steeredTo returns the container st was preferred for, if it is still
+// its pod's next. The caller holds h.mu.
+func (h *Handoff) steeredTo(st *steer) *candidate {
+	e := h.pods[st.ck.uid]
+	if e == nil {
+		return nil
+	}
+	if ci := h.next(e); ci >= 0 && e.alloc.Containers[ci].Name == st.ck.name {
+		return &candidate{e: e, ci: ci}
+	}
+	return nil
+}
+
+// matched returns, among the waiting containers of size units (listed
+// pods first), the one annotated on exactly shares' cards, else one of
+// their shape whose pod's card annotations allow them (both "matched"),
+// else the first (""), which refuse then rejects unless the IDs suit it;
+// nil when none waits. The caller holds h.mu.
+func (h *Handoff) matched(size int64, shares []gpushare.DeviceShare, listed map[string]bool) (*candidate, string) {
+	cands := h.candidates(size, listed)
+	// Exact: annotated on these very cards; then same shape elsewhere.
+	for i := range cands {
+		if sameShares(cands[i].container().Devices, shares) {
+			return &cands[i], "matched"
+		}
+	}
+	for i := range cands {
+		if fitsShape(shares, cands[i].container()) && h.allowsShares(cands[i].e, shares) {
+			return &cands[i], "matched"
+		}
+	}
+	if len(cands) > 0 {
+		return &cands[0], ""
+	}
+	return nil, ""
+}
+
+// refuse returns why kubelet's ids (shares: the same by card) cannot go
+// to pick's container: they do not form its shape, or lie on other cards
+// than its annotation's that its pod's card annotations do not allow. nil
+// when they can.
+func (h *Handoff) refuse(pick *candidate, ids []string, shares []gpushare.DeviceShare) error {
+	c := pick.container()
+	size := len(ids)
+	if !fitsShape(shares, c) {
+		return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which needs %d units on each of %d cards; "+
+			"kubelet's accounting has no such cards free (the pod's init containers, whose devices kubelet reuses, may be on other cards)",
+			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
+	}
+	if !sameShares(c.Devices, shares) && !h.allowsShares(pick.e, shares) {
+		if pick.e.constraintsErr != nil {
+			return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, other cards than its annotation's, and its card annotations are invalid, so no card may take it: %w",
+				ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraintsErr)
+		}
+		return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which asks cards %s%s",
+			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraints, h.excludedCards(pick.e.constraints))
+	}
+	return nil
 }
 
 func podRef(e *podEntry) *corev1.Pod {
