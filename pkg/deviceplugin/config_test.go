@@ -66,7 +66,7 @@ func TestRunRefusesAUnitThatBreaksKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Run(context.Background(), Config{NodeName: "n1", Unit: gpushare.UnitMiB, DeviceListStrategy: StrategyEnvvar,
+	err = runPlugin(context.Background(), Config{NodeName: "n1", Unit: gpushare.UnitMiB, DeviceListStrategy: StrategyEnvvar,
 		KubeletDir: t.TempDir(), Client: fake.NewClientset(), GPUs: gpu.NewFake(devs)})
 	if err == nil || !strings.Contains(err.Error(), "use --memory-unit GiB") {
 		t.Fatalf("Run error = %v, want a refusal naming GiB", err)
@@ -120,7 +120,7 @@ func TestRunIsolationAtStartup(t *testing.T) {
 			ready := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
+				done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
 					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, RuntimeCDI: tc.runtimeCDI, CDIDir: t.TempDir(),
 					OnReady: func(*handoff.Handoff) { close(ready) }})
 			}()

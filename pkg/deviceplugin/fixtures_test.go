@@ -18,6 +18,15 @@ import (
 // The fixtures below mirror package handoff's own: its tests are internal
 // to it, so they cannot import a helper package that imports handoff.
 
+// runPlugin builds the plugin from cfg and serves it until ctx ends.
+func runPlugin(ctx context.Context, cfg Config) error {
+	p, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
 func testLogger(t *testing.T) klog.Logger {
 	logger, _ := ktesting.NewTestContext(t)
 	return logger

@@ -193,7 +193,7 @@ func TestRunServesMetrics(t *testing.T) {
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
 			Client: fake.NewClientset(util.MakeNode("n1").Obj()), GPUs: fakeGPUs, HealthCheck: true, RecoveryWindow: 100 * time.Millisecond,
 			MetricsListen: addr, OnReady: func(*handoff.Handoff) { close(ready) }})
 	}()
@@ -254,7 +254,7 @@ func TestRunFollowsFakeControlWithMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
 			Client: fake.NewClientset(util.MakeNode("n1").Obj()), FakeGPUs: "2xTesla-T4:16GiB", FakeControl: control, HealthCheck: true,
 			OnReady: func(*handoff.Handoff) { close(ready) }})
 	}()

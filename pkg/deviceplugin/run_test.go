@@ -48,7 +48,7 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 	ready := make(chan *handoff.Handoff, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
 			Client: client, GPUs: gpu.NewFake(devs), OnReady: func(h *handoff.Handoff) { ready <- h }})
 	}()
 	defer func() {

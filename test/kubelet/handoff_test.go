@@ -162,7 +162,7 @@ func (e *env) runPlugin(unit string) *plugin {
 	ctx, cancel := context.WithCancel(e.ctx)
 	p := &plugin{ready: make(chan *handoff.Handoff, 1), done: make(chan error, 1)}
 	go func() {
-		p.done <- deviceplugin.Run(ctx, deviceplugin.Config{
+		p.done <- runDevicePlugin(ctx, deviceplugin.Config{
 			NodeName: nodeName, Unit: unit, DeviceListStrategy: strategy,
 			HealthCheck: true, RecoveryWindow: e.setup.recovery, KubeletDir: e.dir, VerifyPeriod: 200 * time.Millisecond,
 			Client: e.client, GPUs: e.gpus, OnReady: func(h *handoff.Handoff) { p.ready <- h },
@@ -848,4 +848,14 @@ func TestDeviceListStrategies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runDevicePlugin builds the device plugin from cfg and serves it until
+// ctx ends.
+func runDevicePlugin(ctx context.Context, cfg deviceplugin.Config) error {
+	p, err := deviceplugin.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
 }

@@ -174,7 +174,7 @@ func TestRealGPU(t *testing.T) {
 	t.Run("driver", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		dir := t.TempDir()
-		err := deviceplugin.Run(ctx, realConfig(t, n, dir, deviceplugin.Config{
+		err := runDevicePlugin(ctx, realConfig(t, n, dir, deviceplugin.Config{
 			Isolation: string(isolation.RequestDriver), RuntimeCDI: string(isolation.RuntimeCDIOn),
 			CDIDir: filepath.Join(dir, "cdi"),
 		}))
@@ -337,7 +337,7 @@ func startRealPluginOn(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplu
 	ready := make(chan *handoff.Handoff, 1)
 	done := make(chan error, 1)
 	c.OnReady = func(h *handoff.Handoff) { ready <- h }
-	go func() { done <- deviceplugin.Run(ctx, c) }()
+	go func() { done <- runDevicePlugin(ctx, c) }()
 	select {
 	case e.handoff = <-ready:
 	case err := <-done:
