@@ -41,7 +41,7 @@ exit 0
 func isolationCards(mode gpushare.Isolation) []isolation.Card {
 	var cards []isolation.Card
 	for _, c := range testCards {
-		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: mode})
+		cards = append(cards, isolation.Card{Card: gpushare.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024}, Mode: mode})
 	}
 	return cards
 }
@@ -57,7 +57,7 @@ func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
 	}
 	var devs []gpu.Device
 	for _, c := range testCards {
-		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
+		devs = append(devs, gpu.Device{Card: gpushare.Card{Index: c.Index, UUID: c.UUID}})
 	}
 	root := filepath.Join(dir, "mps")
 	stop := isolation.StartMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})

@@ -121,7 +121,7 @@ func TestMetricsHooks(t *testing.T) {
 	m.SetHealth(nil)
 	m.SetHealth(map[string]bool{"GPU-b": true})
 
-	f := gpu.NewFake([]gpu.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}})
+	f := gpu.NewFake([]gpu.Device{{Card: gpushare.Card{Index: 0, UUID: "GPU-a"}}, {Card: gpushare.Card{Index: 1, UUID: "GPU-b"}}})
 	f.SetProbeError("GPU-a", errors.New("gone"))
 	g := m.GPUs(f)
 	_ = g.Probe("GPU-a")

@@ -110,7 +110,7 @@ func TestCheckMessageSize(t *testing.T) {
 }
 
 func TestCardsOf(t *testing.T) {
-	devs := []gpu.Device{{Index: 0, UUID: "GPU-a", Model: "tiny", MemoryMiB: 512}}
+	devs := []gpu.Device{{Card: gpushare.Card{Index: 0, UUID: "GPU-a", Model: "tiny", MemoryMiB: 512}}}
 	if _, err := CardsOf("n", devs, gpushare.UnitGiB); err == nil || !strings.Contains(err.Error(), "use --memory-unit MiB") {
 		t.Errorf("CardsOf with a 512 MiB card in GiB: error %v", err)
 	}
