@@ -21,7 +21,7 @@ import (
 // container toolkit's hook reads NVIDIA_VISIBLE_DEVICES, which an image or
 // a pod's env can set to "all"; volume-mounts and cdi-cri name the cards
 // where a container cannot, once the toolkit ignores that variable for
-// unprivileged containers (see the package doc).
+// unprivileged containers (docs/design/device-plugin.md).
 const (
 	// StrategyEnvvar sets NVIDIA_VISIBLE_DEVICES=<UUIDs> for the NVIDIA
 	// container runtime.

@@ -16,7 +16,7 @@ import (
 
 // Pods admitted by the previous device plugin (Aliyun's) and the device
 // IDs kubelet holds for them: see "Pods of the previous device plugin" in
-// the package doc.
+// docs/design/device-plugin.md.
 
 // startupReads is how many times AdoptAtStart reads PodResources before
 // the first registration.
