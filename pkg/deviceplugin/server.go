@@ -92,7 +92,7 @@ type Server struct {
 	// trigger); may be nil.
 	afterAllocate func()
 	// enforcer adds each container's isolation edits; nil: none (the
-	// advisory environment alone, as before isolation existed).
+	// advisory environment alone).
 	enforcer Enforcer
 
 	mu sync.Mutex
