@@ -134,7 +134,7 @@ func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string
 			want[gpushare.AnnotationAllocation] = enc
 			if d, ok := a.FirstAppDevice(); ok {
 				want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
-				want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
+				want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards.byUUID[d.UUID].Units, 10)
 			}
 			want[gpushare.AnnotationPodMem] = strconv.FormatInt(a.Total(), 10)
 		}

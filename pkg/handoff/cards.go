@@ -11,11 +11,19 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
+// cardSet is a node's cards, fixed when the Handoff is made: its methods
+// read nothing else, so they need no lock.
+type cardSet struct {
+	// node is the node's name, for errors.
+	node string
+	// byUUID: card UUID -> card.
+	byUUID map[string]Card
+}
+
 // byCard groups device IDs by card UUID, each group sorted by unit number;
 // each ID is parsed once (a MiB node has tens of thousands). It fails on
-// an ID that is malformed or on none of h's cards. It reads only h.cards,
-// so the caller need not hold h.mu.
-func (h *Handoff) byCard(ids []string) (map[string][]string, error) {
+// an ID that is malformed or on none of the cards.
+func (cs cardSet) byCard(ids []string) (map[string][]string, error) {
 	type unit struct {
 		id string
 		k  int64 // unit number
@@ -26,8 +34,8 @@ func (h *Handoff) byCard(ids []string) (map[string][]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if _, ok := h.cards[uuid]; !ok {
-			return nil, fmt.Errorf("%w: %s is not on any card of node %s", ErrDeviceID, id, h.node)
+		if _, ok := cs.byUUID[uuid]; !ok {
+			return nil, fmt.Errorf("%w: %s is not on any card of node %s", ErrDeviceID, id, cs.node)
 		}
 		units[uuid] = append(units[uuid], unit{id, k})
 	}
@@ -46,9 +54,9 @@ func (h *Handoff) byCard(ids []string) (map[string][]string, error) {
 // available groups kubelet's free device IDs by card UUID, each group
 // sorted by unit number (each ID goes to its slot: no sort), leaving out
 // those in skip (IDs kubelet must include anyway) and those this plugin
-// does not advertise (malformed, on none of h's cards, or past a card's
-// units). Like byCard, it needs no lock.
-func (h *Handoff) available(ids []string, skip map[string]bool) map[string][]string {
+// does not advertise (malformed, on none of the cards, or past a card's
+// units).
+func (cs cardSet) available(ids []string, skip map[string]bool) map[string][]string {
 	out := map[string][]string{} // UUID -> IDs at their unit numbers
 	for _, id := range ids {
 		if skip[id] {
@@ -58,7 +66,7 @@ func (h *Handoff) available(ids []string, skip map[string]bool) map[string][]str
 		if err != nil {
 			continue
 		}
-		c, ok := h.cards[uuid]
+		c, ok := cs.byUUID[uuid]
 		if !ok || k >= c.Units {
 			continue
 		}
@@ -76,10 +84,10 @@ func (h *Handoff) available(ids []string, skip map[string]bool) map[string][]str
 }
 
 // sharesOf returns the cards of grouped IDs as shares, in card index order.
-func (h *Handoff) sharesOf(groups map[string][]string) []gpushare.DeviceShare {
+func (cs cardSet) sharesOf(groups map[string][]string) []gpushare.DeviceShare {
 	out := make([]gpushare.DeviceShare, 0, len(groups))
 	for uuid, ids := range groups {
-		out = append(out, gpushare.DeviceShare{Index: h.cards[uuid].Index, UUID: uuid, Units: int64(len(ids))})
+		out = append(out, gpushare.DeviceShare{Index: cs.byUUID[uuid].Index, UUID: uuid, Units: int64(len(ids))})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
@@ -125,12 +133,12 @@ func fitsShape(shares []gpushare.DeviceShare, c gpushare.ContainerAllocation) bo
 // relocation: it keeps the scheduler from sending new pods to a card, and
 // this pod was scheduled already; kubelet's free devices, not a choice,
 // move it, and refusing would fail a pod the cluster accepted.
-func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool, cc *gpushare.CardConstraints) []string {
+func (cs cardSet) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool, cc *gpushare.CardConstraints) []string {
 	k, u := len(c.Devices), c.Devices[0].Units
 	var chosen []string
 	has := func(uuid string) bool { return slices.Contains(chosen, uuid) }
 	room := func(uuid string) bool { return int64(len(avail[uuid])+len(forced[uuid])) >= u }
-	for _, uuid := range h.sortedUUIDs(forced) {
+	for _, uuid := range cs.sortedUUIDs(forced) {
 		// Every forced card is in the answer, so it must hold u units:
 		// its forced IDs plus free ones (see reusedShort).
 		if int64(len(forced[uuid])) > u || !room(uuid) {
@@ -144,7 +152,7 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 		}
 		uuid := d.UUID
 		if uuid == "" {
-			uuid = h.uuidOfIndex(d.Index)
+			uuid = cs.uuidOfIndex(d.Index)
 		}
 		if !has(uuid) && room(uuid) {
 			chosen = append(chosen, uuid)
@@ -152,8 +160,8 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 	}
 	if len(chosen) < k && relocate {
 		others := []string{}
-		for uuid := range h.cards {
-			if !has(uuid) && room(uuid) && h.allows(cc, uuid) {
+		for uuid := range cs.byUUID {
+			if !has(uuid) && room(uuid) && cs.allows(cc, uuid) {
 				others = append(others, uuid)
 			}
 		}
@@ -162,7 +170,7 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 			if a != b {
 				return a < b
 			}
-			return h.cards[others[i]].Index < h.cards[others[j]].Index
+			return cs.byUUID[others[i]].Index < cs.byUUID[others[j]].Index
 		})
 		for _, uuid := range others {
 			if len(chosen) == k {
@@ -178,7 +186,7 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 	if !relocate {
 		for _, uuid := range chosen {
 			if !slices.ContainsFunc(c.Devices, func(d gpushare.DeviceShare) bool {
-				return d.UUID == uuid || (d.UUID == "" && h.cards[uuid].Index == d.Index)
+				return d.UUID == uuid || (d.UUID == "" && cs.byUUID[uuid].Index == d.Index)
 			}) {
 				return nil
 			}
@@ -195,22 +203,22 @@ func (h *Handoff) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 
 // allows reports whether a pod with constraints cc may use card uuid
 // (allocator.Exclude, on the card's model, UUID and isolation).
-func (h *Handoff) allows(cc *gpushare.CardConstraints, uuid string) bool {
+func (cs cardSet) allows(cc *gpushare.CardConstraints, uuid string) bool {
 	if cc == nil {
 		return true
 	}
-	c := h.cards[uuid]
+	c := cs.byUUID[uuid]
 	return allocator.Exclude(cc, &allocator.Card{Info: &allocator.CardInfo{UUID: c.UUID, Model: c.Model, Isolation: c.Isolation}}) == allocator.Eligible
 }
 
 // allowsShares reports whether pod e's card annotations allow every card
 // of shares (false when they are invalid).
-func (h *Handoff) allowsShares(e *podEntry, shares []gpushare.DeviceShare) bool {
+func (cs cardSet) allowsShares(e *podEntry, shares []gpushare.DeviceShare) bool {
 	if e.constraintsErr != nil {
 		return false
 	}
 	for _, s := range shares {
-		if !h.allows(e.constraints, s.UUID) {
+		if !cs.allows(e.constraints, s.UUID) {
 			return false
 		}
 	}
@@ -220,10 +228,10 @@ func (h *Handoff) allowsShares(e *podEntry, shares []gpushare.DeviceShare) bool 
 // excludedCards lists the cards a pod with constraints cc may not use, for
 // an admission error: "; the pod's card annotations exclude card 0 (Tesla
 // T4), card 1 (Tesla T4)"; "" when none.
-func (h *Handoff) excludedCards(cc *gpushare.CardConstraints) string {
+func (cs cardSet) excludedCards(cc *gpushare.CardConstraints) string {
 	var parts []string
-	for _, c := range h.sortedCards() {
-		if !h.allows(cc, c.UUID) {
+	for _, c := range cs.sortedCards() {
+		if !cs.allows(cc, c.UUID) {
 			parts = append(parts, fmt.Sprintf("card %d (%s)", c.Index, c.Model))
 		}
 	}
@@ -245,23 +253,23 @@ func describeConstraints(cc *gpushare.CardConstraints) string {
 // container's, which kubelet reuses) cannot be part of an answer for c:
 // a card of them has fewer than c's units free and forced together, or
 // they span more cards than c asks. "" when neither holds.
-func (h *Handoff) reusedShort(c gpushare.ContainerAllocation, avail, forced map[string][]string) string {
+func (cs cardSet) reusedShort(c gpushare.ContainerAllocation, avail, forced map[string][]string) string {
 	u := c.Devices[0].Units
-	uuids := h.sortedUUIDs(forced)
+	uuids := cs.sortedUUIDs(forced)
 	if len(uuids) > len(c.Devices) {
 		return fmt.Sprintf("kubelet must include units of %d cards (reused from the pod's init containers)", len(uuids))
 	}
 	for _, uuid := range uuids {
 		if int64(len(forced[uuid])+len(avail[uuid])) < u {
 			return fmt.Sprintf("kubelet must include %d units of card %d (reused from the pod's init containers) and has %d more free there",
-				len(forced[uuid]), h.cards[uuid].Index, len(avail[uuid]))
+				len(forced[uuid]), cs.byUUID[uuid].Index, len(avail[uuid]))
 		}
 	}
 	return ""
 }
 
-func (h *Handoff) uuidOfIndex(index int) string {
-	for uuid, c := range h.cards {
+func (cs cardSet) uuidOfIndex(index int) string {
+	for uuid, c := range cs.byUUID {
 		if c.Index == index {
 			return uuid
 		}
@@ -269,39 +277,39 @@ func (h *Handoff) uuidOfIndex(index int) string {
 	return ""
 }
 
-func (h *Handoff) sortedUUIDs(m map[string][]string) []string {
+func (cs cardSet) sortedUUIDs(m map[string][]string) []string {
 	out := make([]string, 0, len(m))
 	for uuid := range m {
 		out = append(out, uuid)
 	}
-	sort.Slice(out, func(i, j int) bool { return h.cards[out[i]].Index < h.cards[out[j]].Index })
+	sort.Slice(out, func(i, j int) bool { return cs.byUUID[out[i]].Index < cs.byUUID[out[j]].Index })
 	return out
 }
 
-func (h *Handoff) freeByCard(avail, forced map[string][]string) string {
+func (cs cardSet) freeByCard(avail, forced map[string][]string) string {
 	var parts []string
-	for _, c := range h.sortedCards() {
+	for _, c := range cs.sortedCards() {
 		parts = append(parts, fmt.Sprintf("card %d: %d", c.Index, len(avail[c.UUID])+len(forced[c.UUID])))
 	}
 	return strings.Join(parts, ", ")
 }
 
-func (h *Handoff) sortedCards() []Card {
-	out := make([]Card, 0, len(h.cards))
-	for _, c := range h.cards {
+func (cs cardSet) sortedCards() []Card {
+	out := make([]Card, 0, len(cs.byUUID))
+	for _, c := range cs.byUUID {
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
 	return out
 }
 
-func (h *Handoff) describeIDs(ids []string) string {
-	groups, err := h.byCard(ids)
+func (cs cardSet) describeIDs(ids []string) string {
+	groups, err := cs.byCard(ids)
 	if err != nil {
 		return err.Error()
 	}
 	var parts []string
-	for _, s := range h.sharesOf(groups) {
+	for _, s := range cs.sharesOf(groups) {
 		parts = append(parts, fmt.Sprintf("card %d: %d", s.Index, s.Units))
 	}
 	return strings.Join(parts, ", ")

@@ -201,7 +201,7 @@ type Handoff struct {
 	// node, unit and cards never change; they are read without mu.
 	node     string
 	unit     string
-	cards    map[string]Card // UUID -> card
+	cards    cardSet
 	kubelet  KubeletPods
 	api      NodePodLister
 	notify   func(types.UID)
@@ -248,14 +248,14 @@ type Stats struct {
 // New returns an empty handoff.
 func New(cfg Config) *Handoff {
 	h := &Handoff{
-		node: cfg.Node, unit: cfg.Unit, cards: map[string]Card{}, kubelet: cfg.Kubelet, api: cfg.API,
+		node: cfg.Node, unit: cfg.Unit, cards: cardSet{node: cfg.Node, byUUID: map[string]Card{}}, kubelet: cfg.Kubelet, api: cfg.API,
 		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
 		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{},
 		grants: map[containerKey]*grant{}, owner: map[string]containerKey{},
 		legacy: map[types.UID][]string{}, legacyChanged: make(chan struct{}, 1),
 	}
 	for _, c := range cfg.Cards {
-		h.cards[c.UUID] = c
+		h.cards.byUUID[c.UUID] = c
 	}
 	if h.notify == nil {
 		h.notify = func(types.UID) {}

@@ -434,12 +434,12 @@ func TestHandoffAvailableAndByCard(t *testing.T) {
 			for _, id := range tc.skip {
 				skip[id] = true
 			}
-			if diff := cmp.Diff(tc.want, h.available(tc.ids, skip)); diff != "" {
+			if diff := cmp.Diff(tc.want, h.cards.available(tc.ids, skip)); diff != "" {
 				t.Errorf("available mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
-	got, err := h.byCard([]string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-1::9"})
+	got, err := h.cards.byCard([]string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-1::9"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func (h *Handoff) isOurs(id string) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := h.cards[uuid]
+	_, ok := h.cards.byUUID[uuid]
 	return ok
 }
 
@@ -130,13 +130,13 @@ func (h *Handoff) observeLegacy(ctx context.Context, uid types.UID, lp KubeletPo
 // false. Aliyun's plugin gave a pod the card ALIYUN_COM_GPU_MEM_IDX names,
 // and on a one-card node that card without looking at the pod.
 func (h *Handoff) legacyCard(e *podEntry) (Card, bool) {
-	for _, c := range h.cards {
+	for _, c := range h.cards.byUUID {
 		if e != nil && c.Index == e.index {
 			return c, true
 		}
 	}
-	if len(h.cards) == 1 {
-		for _, c := range h.cards {
+	if len(h.cards.byUUID) == 1 {
+		for _, c := range h.cards.byUUID {
 			return c, true
 		}
 	}

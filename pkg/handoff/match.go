@@ -56,7 +56,7 @@ func (h *Handoff) candidates(size int64, listed map[string]bool) []candidate {
 // container kubelet is most likely admitting names. See the package doc.
 func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error) {
 	// Parse and group the IDs once, before locking.
-	forced, err := h.byCard(mustInclude)
+	forced, err := h.cards.byCard(mustInclude)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 	for _, id := range mustInclude {
 		skip[id] = true
 	}
-	avail := h.available(available, skip)
+	avail := h.cards.available(available, skip)
 	if len(mustInclude) > 0 {
 		// IDs kubelet must include are an init container's, reused by the
 		// next container of the same pod: they name the pod, so
@@ -110,13 +110,13 @@ func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced m
 	// accounting; else the first, on other cards (repaired afterwards).
 	c, ids := cands[0], []string(nil)
 	for _, cand := range cands {
-		if ids = h.pick(cand.container(), avail, forced, false, nil); ids != nil {
+		if ids = h.cards.pick(cand.container(), avail, forced, false, nil); ids != nil {
 			c = cand
 			break
 		}
 	}
 	if ids == nil && c.e.constraintsErr == nil {
-		ids = h.pick(c.container(), avail, forced, true, c.e.constraints)
+		ids = h.cards.pick(c.container(), avail, forced, true, c.e.constraints)
 	}
 	if ids == nil {
 		ca := c.container()
@@ -124,16 +124,16 @@ func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced m
 			return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards other than its annotation's, and its card annotations are invalid, so no card may take it: %w",
 				ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), c.e.constraintsErr)
 		}
-		if short := h.reusedShort(ca, avail, forced); short != "" {
+		if short := h.cards.reusedShort(ca, avail, forced); short != "" {
 			return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards; %s",
 				ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), short)
 		}
 		return nil, fmt.Errorf("%w: pod %s container %s needs %d units on each of %d cards%s and no such cards are free in kubelet's accounting (free units by card: %s)%s",
-			ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), describeConstraints(c.e.constraints), h.freeByCard(avail, forced), h.excludedCards(c.e.constraints))
+			ErrNoMatch, c.e.ref(), ca.Name, ca.Devices[0].Units, len(ca.Devices), describeConstraints(c.e.constraints), h.cards.freeByCard(avail, forced), h.cards.excludedCards(c.e.constraints))
 	}
 	h.steer = &steer{ids: slices.Sorted(slices.Values(ids)), ck: c.key()}
 	if v := klog.FromContext(ctx).V(4); v.Enabled() {
-		v.Info("Preferred devices", "pod", c.e.ref(), "container", c.container().Name, "units", size, "cards", h.describeIDs(ids))
+		v.Info("Preferred devices", "pod", c.e.ref(), "container", c.container().Name, "units", size, "cards", h.cards.describeIDs(ids))
 	}
 	return ids, nil
 }
@@ -207,7 +207,7 @@ func (e *matchError) Is(target error) bool { return target == ErrNoMatch }
 // from over-commit); when they differ from the annotation, the
 // annotation is repaired. See the package doc.
 func (h *Handoff) Allocate(ctx context.Context, ids []string) (*Assignment, error) {
-	groups, err := h.byCard(ids)
+	groups, err := h.cards.byCard(ids)
 	if err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 	logger := klog.FromContext(ctx)
 	listed := h.observe(ctx, kp)
 	size := int64(len(ids))
-	shares := h.sharesOf(groups)
+	shares := h.cards.sharesOf(groups)
 	st, steered := h.steer, h.steered(ids)
 	h.steer = nil
 
@@ -342,7 +342,7 @@ func (h *Handoff) matched(size int64, shares []gpushare.DeviceShare, listed map[
 		}
 	}
 	for i := range cands {
-		if fitsShape(shares, cands[i].container()) && h.allowsShares(cands[i].e, shares) {
+		if fitsShape(shares, cands[i].container()) && h.cards.allowsShares(cands[i].e, shares) {
 			return &cands[i], "matched"
 		}
 	}
@@ -362,15 +362,15 @@ func (h *Handoff) refuse(pick *candidate, ids []string, shares []gpushare.Device
 	if !fitsShape(shares, c) {
 		return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which needs %d units on each of %d cards; "+
 			"kubelet's accounting has no such cards free (the pod's init containers, whose devices kubelet reuses, may be on other cards)",
-			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
+			ErrNoMatch, size, h.cards.describeIDs(ids), pick.e.ref(), c.Name, c.Devices[0].Units, len(c.Devices))
 	}
-	if !sameShares(c.Devices, shares) && !h.allowsShares(pick.e, shares) {
+	if !sameShares(c.Devices, shares) && !h.cards.allowsShares(pick.e, shares) {
 		if pick.e.constraintsErr != nil {
 			return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, other cards than its annotation's, and its card annotations are invalid, so no card may take it: %w",
-				ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraintsErr)
+				ErrNoMatch, size, h.cards.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraintsErr)
 		}
 		return fmt.Errorf("%w: kubelet allocated %d units on %s for pod %s container %s, which asks cards %s%s",
-			ErrNoMatch, size, h.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraints, h.excludedCards(pick.e.constraints))
+			ErrNoMatch, size, h.cards.describeIDs(ids), pick.e.ref(), c.Name, pick.e.constraints, h.cards.excludedCards(pick.e.constraints))
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 			}
 			mine := slices.DeleteFunc(sorted, func(id string) bool {
 				uuid, _, err := ParseDeviceID(id)
-				_, ok := h.cards[uuid]
+				_, ok := h.cards.byUUID[uuid]
 				return err != nil || !ok
 			})
 			if len(mine) == 0 {
@@ -52,13 +52,13 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 				}
 				continue
 			}
-			groups, _ := h.byCard(mine)
+			groups, _ := h.cards.byCard(mine)
 			for _, id := range mine {
 				if o, ok := h.owner[id]; ok && o != ck && o.uid != uid {
 					h.correct(ctx, o, uid)
 				}
 			}
-			h.give(ck, &grant{ids: mine, shares: h.sharesOf(groups), confirmed: true, at: now})
+			h.give(ck, &grant{ids: mine, shares: h.cards.sharesOf(groups), confirmed: true, at: now})
 			if g != nil && g.ids != nil {
 				h.stats.Corrected++
 				logger.Info("kubelet gave this container other devices than the plugin had matched to it; following kubelet", "pod", ref, "container", cname)
