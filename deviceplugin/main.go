@@ -46,7 +46,11 @@ func run(cfg deviceplugin.Config) int {
 	cfg.Restart = signals.Hangups(ctx)
 	defer klog.Flush()
 	memlimit.Apply(klog.Background(), os.DirFS("/"), os.Getenv, memlimit.DefaultFraction)
-	if err := deviceplugin.Run(ctx, cfg); err != nil {
+	p, err := deviceplugin.New(ctx, cfg)
+	if err == nil {
+		err = p.Run(ctx)
+	}
+	if err != nil {
 		klog.Background().Error(err, "Device plugin failed")
 		return 1
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
@@ -25,8 +26,6 @@ const (
 	// serves (advisory, and says so at startup, in the inventory and in
 	// each container's GPUSHARE_ISOLATION).
 	DefaultIsolation = string(isolation.RequestAuto)
-	// publishPeriod is how often the node's inventory is re-asserted.
-	publishPeriod = time.Minute
 	// fakeControlPeriod is how often Config.FakeControl is polled.
 	fakeControlPeriod = 250 * time.Millisecond
 )
@@ -107,7 +106,7 @@ type Config struct {
 	Restart <-chan struct{}
 	// OnReady, when set, is called with the handoff once the informer has
 	// synced, before the plugin first registers.
-	OnReady func(*Handoff)
+	OnReady func(*handoff.Handoff)
 }
 
 // PluginDir is kubelet's device-plugins directory.

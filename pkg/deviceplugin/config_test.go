@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -65,7 +66,7 @@ func TestRunRefusesAUnitThatBreaksKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = Run(context.Background(), Config{NodeName: "n1", Unit: gpushare.UnitMiB, DeviceListStrategy: StrategyEnvvar,
+	err = runPlugin(context.Background(), Config{NodeName: "n1", Unit: gpushare.UnitMiB, DeviceListStrategy: StrategyEnvvar,
 		KubeletDir: t.TempDir(), Client: fake.NewClientset(), GPUs: gpu.NewFake(devs)})
 	if err == nil || !strings.Contains(err.Error(), "use --memory-unit GiB") {
 		t.Fatalf("Run error = %v, want a refusal naming GiB", err)
@@ -119,9 +120,9 @@ func TestRunIsolationAtStartup(t *testing.T) {
 			ready := make(chan struct{})
 			done := make(chan error, 1)
 			go func() {
-				done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
+				done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyCDICRI, KubeletDir: t.TempDir(),
 					Client: client, FakeGPUs: tc.fakeGPUs, FakeDriver: tc.fakeDriver, Isolation: tc.isolation, RuntimeCDI: tc.runtimeCDI, CDIDir: t.TempDir(),
-					OnReady: func(*Handoff) { close(ready) }})
+					OnReady: func(*handoff.Handoff) { close(ready) }})
 			}()
 			if tc.wantErr != "" {
 				err := <-done

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
@@ -86,7 +87,7 @@ const retainMinAge = time.Minute
 // pinned limit to the largest share it serves (retainMPS), sparing what
 // was added within minAge. unit is the node's. Errors are logged: what
 // failed stays as it was.
-func retainIsolation(ctx context.Context, h *Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
+func retainIsolation(ctx context.Context, h *handoff.Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
 	held := h.HeldShares()
 	limits := make([][]isolation.Limit, len(held))
 	for i, hs := range held {

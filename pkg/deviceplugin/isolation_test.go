@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -40,7 +41,7 @@ exit 0
 func isolationCards(mode gpushare.Isolation) []isolation.Card {
 	var cards []isolation.Card
 	for _, c := range testCards {
-		cards = append(cards, isolation.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024, Mode: mode})
+		cards = append(cards, isolation.Card{Card: gpushare.Card{Index: c.Index, UUID: c.UUID, MemoryMiB: c.Units * 1024}, Mode: mode})
 	}
 	return cards
 }
@@ -56,7 +57,7 @@ func newFakeMPS(ctx context.Context, t *testing.T, dir string) *isolation.MPS {
 	}
 	var devs []gpu.Device
 	for _, c := range testCards {
-		devs = append(devs, gpu.Device{Index: c.Index, UUID: c.UUID})
+		devs = append(devs, gpu.Device{Card: gpushare.Card{Index: c.Index, UUID: c.UUID}})
 	}
 	root := filepath.Join(dir, "mps")
 	stop := isolation.StartMPSDaemons(context.WithoutCancel(ctx), isolation.MPSDaemonsConfig{Control: control, Root: root, Poll: 10 * time.Millisecond})
@@ -145,7 +146,7 @@ func (f failingEnforcer) Edits(_ context.Context, shares []isolation.Share) (*is
 func TestFailedEnforcementRevokesTheGrant(t *testing.T) {
 	ht := newHandoffTest(t)
 	p := ht.pod(util.MakePod("p").GPUMem(4).GPUMem(2), map[string][]int{"c0": {0}, "c1": {2}}, 1)
-	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil, "c1": nil}})
+	ht.kubelet.set(handoff.KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil, "c1": nil}})
 	s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
 	s.SetEnforcer(failingEnforcer{fail: map[string]bool{"GPU-2": true}})
 	req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
@@ -157,7 +158,7 @@ func TestFailedEnforcementRevokesTheGrant(t *testing.T) {
 	}
 	for _, c := range []string{"c0", "c1"} {
 		if shares, _, ok := ht.h.Grant(p.UID, c); ok {
-			t.Errorf("container %s still holds %s after the failed Allocate", c, describeShares(shares))
+			t.Errorf("container %s still holds %s after the failed Allocate", c, handoff.DescribeShares(shares))
 		}
 	}
 	if n := ht.h.Waiting(); n != 1 {
@@ -199,7 +200,7 @@ func TestEnforcedPodNeverRunsAdvisory(t *testing.T) {
 			w = w.Enforced()
 		}
 		p := ht.pod(w, map[string][]int{"c0": {0, 1}}, 1)
-		ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
+		ht.kubelet.set(handoff.KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
 		s := NewServer(testLogger(t), ht.h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
 		s.SetEnforcer(advisoryEnforcer{})
 		req := &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
@@ -228,8 +229,8 @@ func TestPruneCDIKeepsHeldDevices(t *testing.T) {
 	ht := newHandoffTest(t)
 	p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
 	q := ht.pod(util.MakePod("q").GPUMem(2), map[string][]int{"c0": {1}}, 2)
-	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
-		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
+	ht.kubelet.set(handoff.KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
+		handoff.KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
 	dir := t.TempDir()
 	spec, err := isolation.NewCDISpec(dir, "/usr/bin/nvidia-cdi-hook", map[int]int64{0: 16384, 1: 16384, 2: 81920})
 	if err != nil {
@@ -281,8 +282,8 @@ func TestRetainIsolationMovesTheMPSLimit(t *testing.T) {
 	ht := newHandoffTest(t)
 	p := ht.pod(util.MakePod("p").GPUMem(2), map[string][]int{"c0": {0}}, 1)
 	q := ht.pod(util.MakePod("q").GPUMem(4), map[string][]int{"c0": {0}}, 2)
-	ht.kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
-		KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
+	ht.kubelet.set(handoff.KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}},
+		handoff.KubeletPod{Namespace: "default", Name: "q", Containers: map[string][]string{"c0": nil}})
 	ctx, cancel := context.WithCancel(ht.ctx)
 	defer cancel()
 	dir := t.TempDir()

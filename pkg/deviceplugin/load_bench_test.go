@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -37,7 +38,7 @@ func BenchmarkAllocateBurst(b *testing.B) {
 	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	f := &fakeRegistration{got: make(chan *pluginapi.RegisterRequest, 1)}
 	serveRegistration(b, filepath.Join(dir, "kubelet.sock"), f)
-	h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: &fakeKubelet{}})
+	h := handoff.New(handoff.Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: &fakeKubelet{}})
 	ep := &Endpoint{Dir: dir, Server: NewServer(klog.Background().V(1), h, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)}
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().V(1)))
 	done := make(chan error, 1)
@@ -89,7 +90,7 @@ func BenchmarkAllocateBurst(b *testing.B) {
 				defer wg.Done()
 				start := time.Now()
 				_, err := client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
-					{DevicesIds: []string{DeviceID("GPU-2", int64(k))}}}})
+					{DevicesIds: []string{handoff.DeviceID("GPU-2", int64(k))}}}})
 				d := time.Since(start)
 				if err != nil {
 					errs <- err

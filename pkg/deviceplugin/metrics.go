@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
 // Allocation outcomes, the values of
@@ -179,7 +180,7 @@ type meteredHandoff struct {
 	m *Metrics
 }
 
-func (h meteredHandoff) Allocate(ctx context.Context, ids []string) (*Assignment, error) {
+func (h meteredHandoff) Allocate(ctx context.Context, ids []string) (*handoff.Assignment, error) {
 	outcome := OutcomeFailed // also when Allocate panics
 	defer func() { h.m.allocations.WithLabelValues(outcome).Inc() }()
 	a, err := h.Handoffer.Allocate(ctx, ids)
@@ -195,10 +196,10 @@ func (h meteredHandoff) Allocate(ctx context.Context, ids []string) (*Assignment
 
 // PodAPI returns api counting the patches that rewrite a pod's allocation
 // annotation.
-func (m *Metrics) PodAPI(api PodAPI) PodAPI { return meteredPodAPI{PodAPI: api, m: m} }
+func (m *Metrics) PodAPI(api handoff.PodAPI) handoff.PodAPI { return meteredPodAPI{PodAPI: api, m: m} }
 
 type meteredPodAPI struct {
-	PodAPI
+	handoff.PodAPI
 	m *Metrics
 }
 

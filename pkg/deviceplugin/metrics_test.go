@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -70,23 +71,23 @@ func sample(families map[string]*dto.MetricFamily, family string, labels map[str
 }
 
 type stubHandoff struct {
-	a   *Assignment
+	a   *handoff.Assignment
 	err error
 }
 
 func (s stubHandoff) Prefer(context.Context, []string, []string, int) ([]string, error) {
 	return nil, nil
 }
-func (s stubHandoff) Allocate(context.Context, []string) (*Assignment, error) {
+func (s stubHandoff) Allocate(context.Context, []string) (*handoff.Assignment, error) {
 	if s.a == nil && s.err == nil {
 		panic("a bug")
 	}
 	return s.a, s.err
 }
-func (stubHandoff) Revoke(context.Context, *Assignment) {}
+func (stubHandoff) Revoke(context.Context, *handoff.Assignment) {}
 
 type stubPodAPI struct {
-	PodAPI
+	handoff.PodAPI
 	err error
 }
 
@@ -104,7 +105,7 @@ func TestMetricsHooks(t *testing.T) {
 	m.now = func() time.Time { return time.Unix(1700000000, 0) }
 	ctx := context.Background()
 
-	for _, h := range []stubHandoff{{a: &Assignment{}}, {a: &Assignment{}}, {a: &Assignment{Relocated: true}}, {err: ErrNoMatch}, {}} {
+	for _, h := range []stubHandoff{{a: &handoff.Assignment{}}, {a: &handoff.Assignment{}}, {a: &handoff.Assignment{Relocated: true}}, {err: handoff.ErrNoMatch}, {}} {
 		func() {
 			defer func() { _ = recover() }()
 			_, _ = m.Handoff(h).Allocate(ctx, nil)
@@ -120,7 +121,7 @@ func TestMetricsHooks(t *testing.T) {
 	m.SetHealth(nil)
 	m.SetHealth(map[string]bool{"GPU-b": true})
 
-	f := gpu.NewFake([]gpu.Device{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}})
+	f := gpu.NewFake([]gpu.Device{{Card: gpushare.Card{Index: 0, UUID: "GPU-a"}}, {Card: gpushare.Card{Index: 1, UUID: "GPU-b"}}})
 	f.SetProbeError("GPU-a", errors.New("gone"))
 	g := m.GPUs(f)
 	_ = g.Probe("GPU-a")
@@ -192,9 +193,9 @@ func TestRunServesMetrics(t *testing.T) {
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
 			Client: fake.NewClientset(util.MakeNode("n1").Obj()), GPUs: fakeGPUs, HealthCheck: true, RecoveryWindow: 100 * time.Millisecond,
-			MetricsListen: addr, OnReady: func(*Handoff) { close(ready) }})
+			MetricsListen: addr, OnReady: func(*handoff.Handoff) { close(ready) }})
 	}()
 	defer func() {
 		cancel()
@@ -253,9 +254,9 @@ func TestRunFollowsFakeControlWithMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
 			Client: fake.NewClientset(util.MakeNode("n1").Obj()), FakeGPUs: "2xTesla-T4:16GiB", FakeControl: control, HealthCheck: true,
-			OnReady: func(*Handoff) { close(ready) }})
+			OnReady: func(*handoff.Handoff) { close(ready) }})
 	}()
 	defer func() {
 		cancel()

@@ -15,6 +15,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
 // panickyHandoffer panics in every call, as a handoff bug would.
@@ -25,11 +26,11 @@ func (panickyHandoffer) Prefer(context.Context, []string, []string, int) ([]stri
 	return free[:4], nil // the shape of the bug: slicing past a free list
 }
 
-func (panickyHandoffer) Allocate(context.Context, []string) (*Assignment, error) {
+func (panickyHandoffer) Allocate(context.Context, []string) (*handoff.Assignment, error) {
 	panic("allocate blew up")
 }
 
-func (panickyHandoffer) Revoke(context.Context, *Assignment) { panic("revoke blew up") }
+func (panickyHandoffer) Revoke(context.Context, *handoff.Assignment) { panic("revoke blew up") }
 
 // TestPanicsBecomeErrors: a handler that panics answers codes.Internal and
 // the plugin's gRPC server, registered with kubelet, keeps serving.

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -19,84 +19,155 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
+	"github.com/gpushare/gpushare/pkg/handoff"
+	"github.com/gpushare/gpushare/pkg/isolation"
+	"github.com/gpushare/gpushare/pkg/nodeagent"
 )
 
-// verifyDebounce is how long after an Allocate the verifier reads
-// PodResources: kubelet records the devices once Allocate has returned.
-const verifyDebounce = 300 * time.Millisecond
+// Plugin is the device plugin of one node. New builds it; Run serves it.
+type Plugin struct {
+	cfg Config // validated
+	// logger names the node.
+	logger klog.Logger
+	gpus   GPUs
+	cards  []Card
+	// Built by New, never replaced.
+	metrics   *Metrics
+	api       ClientAPI
+	nodes     nodeagent.ClientAPI
+	recorder  record.EventRecorder
+	enforcer  *isolation.Enforcer
+	kubelet   *handoff.PodResources
+	annotator *handoff.Annotator
+	handoff   *handoff.Handoff
+	factory   informers.SharedInformerFactory
+	// pods is the informer of this node's pods.
+	pods      toolscache.SharedIndexInformer
+	server    *Server
+	publisher *nodeagent.Publisher
+	idle      *nodeagent.IdleTaint
+	endpoint  *Endpoint
+	// verifyNow, publishNow and taintNow wake the verifier, the publisher
+	// and the idle taint; each holds at most one wake-up.
+	verifyNow, publishNow, taintNow chan struct{}
+	// closers release what New acquired; Close runs them last first.
+	closers []func()
+	closed  sync.Once
+}
 
-// Run serves the device plugin until ctx ends: it discovers the cards,
-// chooses each card's memory isolation (--isolation; an explicit mode the
-// node cannot enforce is an error),
-// refuses a unit whose ListAndWatch message would not fit kubelet's limit,
-// or that differs from the unit the node was published in while kubelet
-// lists devices held (CheckUnitChange), publishes the node inventory, watches this node's pods, serves and
-// registers the plugin (again after kubelet restarts), watches card health
-// and verifies kubelet's allocations against the pod annotations.
-func Run(ctx context.Context, cfg Config) error {
+// New builds the device plugin from cfg: it validates cfg, discovers the
+// cards, refuses a unit whose ListAndWatch message would not fit kubelet's
+// limit, serves the metrics, chooses each card's memory isolation (an
+// explicit mode the node cannot enforce is an error), and builds the
+// handoff, the pod informer, the gRPC server and what publishes the node.
+// What it starts (the metrics server, the event sink, mps mode's daemons)
+// runs until ctx ends or Run returns; Close releases it without Run.
+func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	logger := klog.FromContext(ctx).WithValues("node", cfg.NodeName)
-	ctx = klog.NewContext(ctx, logger)
+	p := &Plugin{cfg: cfg, logger: klog.FromContext(ctx).WithValues("node", cfg.NodeName),
+		verifyNow: make(chan struct{}, 1), publishNow: make(chan struct{}, 1), taintNow: make(chan struct{}, 1)}
+	if err := p.build(klog.NewContext(ctx, p.logger)); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
 
-	gpus, closeGPUs, err := openGPUs(cfg)
+// build makes the plugin's parts in the order they depend on each other.
+func (p *Plugin) build(ctx context.Context) error {
+	devs, err := p.discover()
 	if err != nil {
 		return err
 	}
-	defer closeGPUs()
-	devs, err := gpus.Devices()
-	if err != nil {
-		return fmt.Errorf("discovering GPUs: %w", err)
-	}
-	cards, err := CardsOf(cfg.NodeName, devs, cfg.Unit)
+	p.metrics = NewMetrics(p.cards)
+	stopMetrics, err := p.metrics.Serve(ctx, p.cfg.MetricsListen)
 	if err != nil {
 		return err
 	}
-	if err := CheckMessageSize(cfg.NodeName, devs, cfg.Unit); err != nil {
-		return err
-	}
-	for _, c := range cards {
-		logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", cfg.Unit)
-	}
-	metrics := NewMetrics(cards)
-	stopMetrics, err := metrics.Serve(ctx, cfg.MetricsListen)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-
-	client := cfg.Client
+	p.closers = append(p.closers, stopMetrics)
+	client := p.cfg.Client
 	if client == nil {
-		if client, err = NewClient(cfg.Kubeconfig, cfg.QPS, cfg.Burst); err != nil {
+		if client, err = NewClient(p.cfg.Kubeconfig, p.cfg.QPS, p.cfg.Burst); err != nil {
 			return err
 		}
 	}
-	api := ClientAPI{Client: client}
+	p.api, p.nodes = ClientAPI{Client: client}, nodeagent.ClientAPI{Client: client}
+	p.recordEvents(ctx, client)
+	if err := p.setupIsolation(ctx, devs); err != nil {
+		return err
+	}
+	p.kubelet = &handoff.PodResources{Socket: p.cfg.PodResourcesSocket()}
+	p.annotator = handoff.NewAnnotator(p.metrics.PodAPI(p.api))
+	p.handoff = handoff.New(handoff.Config{
+		Node: p.cfg.NodeName, Unit: p.cfg.Unit, Cards: p.cards, Kubelet: p.kubelet,
+		API: p.api, Notify: p.annotator.Enqueue, Recorder: eventRecorder{p.recorder},
+	})
+	if err := p.watchPods(client); err != nil {
+		return err
+	}
+	p.server = NewServer(p.logger, p.metrics.Handoff(p.handoff), p.cards, p.cfg.Unit, p.cfg.DeviceListStrategy, func() { poke(p.verifyNow) })
+	p.server.SetEnforcer(p.enforcer)
+	p.publisher = &nodeagent.Publisher{API: p.nodes, Node: p.cfg.NodeName, Unit: p.cfg.Unit, Cards: p.cards, Driver: p.driver()}
+	p.idle = &nodeagent.IdleTaint{API: p.nodes, Node: p.cfg.NodeName, Cards: len(p.cards), MinCards: p.cfg.IdleTaintMinCards, Pods: p.nodePods}
+	p.endpoint = &Endpoint{Dir: p.cfg.PluginDir(), Server: p.server, Restart: p.cfg.Restart}
+	return nil
+}
+
+// discover opens the GPUs and reads their cards in the node's unit.
+func (p *Plugin) discover() ([]gpu.Device, error) {
+	gpus, closeGPUs, err := openGPUs(p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.gpus = gpus
+	p.closers = append(p.closers, closeGPUs)
+	devs, err := gpus.Devices()
+	if err != nil {
+		return nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if p.cards, err = CardsOf(p.cfg.NodeName, devs, p.cfg.Unit); err != nil {
+		return nil, err
+	}
+	if err := CheckMessageSize(p.cfg.NodeName, devs, p.cfg.Unit); err != nil {
+		return nil, err
+	}
+	for _, c := range p.cards {
+		p.logger.Info("GPU", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memory", c.Units, "unit", p.cfg.Unit)
+	}
+	return devs, nil
+}
+
+// recordEvents sends the plugin's events to the API server.
+func (p *Plugin) recordEvents(ctx context.Context, client kubernetes.Interface) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: cfg.NodeName})
-	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: cfg.NodeName, UID: types.UID(cfg.NodeName)}
-	enforcer, stopIsolation, err := setupIsolation(ctx, &cfg, gpus, devs, cards, metrics, runtimeCDI(ctx, &cfg, api), func(eventType, reason, msg string) {
-		recorder.Event(nodeRef, eventType, reason, msg)
+	p.closers = append(p.closers, broadcaster.Shutdown)
+	p.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "gpushare-device-plugin", Host: p.cfg.NodeName})
+}
+
+// setupIsolation gives each card its mode (setupIsolation) and reports an
+// MPS daemon's restart on the Node.
+func (p *Plugin) setupIsolation(ctx context.Context, devs []gpu.Device) error {
+	nodeRef := &corev1.ObjectReference{Kind: "Node", Name: p.cfg.NodeName, UID: types.UID(p.cfg.NodeName)}
+	enforcer, stop, err := setupIsolation(ctx, &p.cfg, p.gpus, devs, p.cards, p.metrics, runtimeCDI(ctx, &p.cfg, p.api), func(eventType, reason, msg string) {
+		p.recorder.Event(nodeRef, eventType, reason, msg)
 	})
 	if err != nil {
 		return err
 	}
-	defer stopIsolation()
+	p.enforcer = enforcer
+	p.closers = append(p.closers, stop)
+	return nil
+}
 
-	kubelet := &PodResources{Socket: cfg.PodResourcesSocket()}
-	ann := newAnnotator(metrics.PodAPI(api))
-	h := NewHandoff(HandoffConfig{
-		Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards, Kubelet: kubelet,
-		API: api, Notify: ann.enqueue, Recorder: eventRecorder{recorder},
-	})
-	ann.handoff = h
-
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+// watchPods builds the informer of the node's pods, which feeds the
+// handoff and wakes the idle taint.
+func (p *Plugin) watchPods(client kubernetes.Interface) error {
+	p.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", p.cfg.NodeName).String()
 		}),
 		informers.WithTransform(func(obj any) (any, error) {
 			if m, ok := obj.(metav1.Object); ok {
@@ -104,69 +175,101 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			return obj, nil
 		}))
-	podInformer := factory.Core().V1().Pods().Informer()
-	if _, err := podInformer.AddEventHandler(podHandler(h)); err != nil {
+	p.pods = p.factory.Core().V1().Pods().Informer()
+	if _, err := p.pods.AddEventHandler(p.handoff.PodHandler()); err != nil {
 		return fmt.Errorf("registering the pod handler: %w", err)
 	}
 	// Every pod event may change whether the node is idle.
-	taintNow := make(chan struct{}, 1)
-	pokeTaint := func() {
-		select {
-		case taintNow <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := podInformer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	pokeTaint := func() { poke(p.taintNow) }
+	if _, err := p.pods.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { pokeTaint() }, UpdateFunc: func(any, any) { pokeTaint() }, DeleteFunc: func(any) { pokeTaint() },
 	}); err != nil {
 		return fmt.Errorf("registering the idle-taint handler: %w", err)
 	}
+	return nil
+}
+
+// nodePods returns the pods the informer holds (those bound to the node).
+func (p *Plugin) nodePods() []*corev1.Pod {
+	var pods []*corev1.Pod
+	for _, obj := range p.pods.GetStore().List() {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			pods = append(pods, pod)
+		}
+	}
+	return pods
+}
+
+// driver returns what the node's driver states, nil when it states none
+// or cannot be read (logged).
+func (p *Plugin) driver() *gpu.Driver {
+	drv, err := p.gpus.Driver()
+	if err == nil {
+		return &drv
+	}
+	if !errors.Is(err, gpu.ErrNoDriver) {
+		p.logger.Error(err, "Reading the driver's version: the node's driver and CUDA labels are left out")
+	}
+	return nil
+}
+
+// Run serves the plugin until ctx ends, then releases what New acquired.
+// It starts the pod informer and waits for it, refuses a unit other than
+// the one the node was published in while kubelet lists devices held
+// (CheckUnitChange), takes in the previous device plugin's pods, starts
+// the loops, and serves and registers the plugin with kubelet, again after
+// kubelet restarts. Call it once.
+func (p *Plugin) Run(ctx context.Context) error {
+	defer p.Close()
+	ctx = klog.NewContext(ctx, p.logger)
 	// The informers stop when Run returns, also on an early error.
 	ctx, stopInformers := context.WithCancel(ctx)
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	p.factory.Start(ctx.Done())
+	defer p.factory.Shutdown()
 	defer stopInformers()
-	if !toolscache.WaitForCacheSync(ctx.Done(), podInformer.HasSynced) {
-		return fmt.Errorf("syncing the pods of node %s: %w", cfg.NodeName, ctx.Err())
-	}
-	if err := CheckUnitChange(ctx, api, kubelet, cfg.NodeName, cfg.Unit); err != nil {
+	adoption, err := p.start(ctx)
+	if err != nil {
 		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.startLoops(ctx, &wg, adoption)
+	if p.cfg.OnReady != nil {
+		p.cfg.OnReady(p.handoff)
+	}
+	return p.endpoint.Run(ctx)
+}
+
+// start brings the handoff up to the node before the first registration,
+// and returns what it advertises for the previous plugin's pods.
+func (p *Plugin) start(ctx context.Context) (handoff.Adoption, error) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
+		return handoff.Adoption{}, fmt.Errorf("syncing the pods of node %s: %w", p.cfg.NodeName, ctx.Err())
+	}
+	if err := CheckUnitChange(ctx, p.api, p.kubelet, p.cfg.NodeName, p.cfg.Unit); err != nil {
+		return handoff.Adoption{}, err
 	}
 	// Devices kubelet holds for pods of the previous device plugin
 	// (Aliyun's) are known before the first registration (legacy.go).
-	if err := h.AdoptAtStart(ctx); err != nil {
-		return err
+	if err := p.handoff.AdoptAtStart(ctx); err != nil {
+		return handoff.Adoption{}, err
 	}
 	// The grants restored from the pods' annotations are the shares mps
 	// cards serve: their daemons come back (when they ran in this
 	// process's predecessor) with the largest share's limit before
 	// kubelet restarts a container on them.
-	retainMPS(ctx, h.HeldShares(), enforcer, cfg.Unit, retainMinAge)
+	retainMPS(ctx, p.handoff.HeldShares(), p.enforcer, p.cfg.Unit, retainMinAge)
+	adoption := p.handoff.Adoption()
+	p.server.SetAdopted(adoption.ByCard)
+	logAdoption(p.logger, p.cards, nil, adoption)
+	return adoption, nil
+}
 
-	verifyNow := make(chan struct{}, 1)
-	publishNow := make(chan struct{}, 1)
-	poke := func(ch chan struct{}) {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	server := NewServer(logger, metrics.Handoff(h), cards, cfg.Unit, cfg.DeviceListStrategy, func() { poke(verifyNow) })
-	server.SetEnforcer(enforcer)
-	adoption := h.Adoption()
-	server.SetAdopted(adoption.ByCard)
-	logAdoption(logger, cards, nil, adoption)
-	pub := &Publisher{API: api, Node: cfg.NodeName, Unit: cfg.Unit, Cards: cards}
-	if drv, err := gpus.Driver(); err == nil {
-		pub.Driver = &drv
-	} else if !errors.Is(err, gpu.ErrNoDriver) {
-		logger.Error(err, "Reading the driver's version: the node's driver and CUDA labels are left out")
-	}
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// startLoops starts every goroutine of the plugin; each stops when ctx
+// ends and marks wg done.
+func (p *Plugin) startLoops(ctx context.Context, wg *sync.WaitGroup, adoption handoff.Adoption) {
 	goRun := func(f func()) {
 		wg.Add(1)
 		go func() {
@@ -174,82 +277,54 @@ func Run(ctx context.Context, cfg Config) error {
 			f()
 		}()
 	}
-	goRun(func() { ann.run(ctx) })
+	goRun(func() { p.annotator.Run(ctx, p.handoff) })
 	goRun(func() {
-		verifyLoop(ctx, h, cfg.VerifyPeriod, verifyNow, func(ctx context.Context) {
-			retainIsolation(ctx, h, enforcer, cfg.Unit, retainMinAge)
+		p.handoff.RunVerifier(ctx, p.cfg.VerifyPeriod, p.verifyNow, func(ctx context.Context) {
+			retainIsolation(ctx, p.handoff, p.enforcer, p.cfg.Unit, retainMinAge)
 		})
 	})
-	goRun(func() { publishLoop(ctx, pub, publishNow) })
-	idle := &IdleTaint{API: api, Node: cfg.NodeName, Cards: len(cards), MinCards: cfg.IdleTaintMinCards, Pods: func() []*corev1.Pod {
-		var pods []*corev1.Pod
-		for _, obj := range podInformer.GetStore().List() {
-			if p, ok := obj.(*corev1.Pod); ok {
-				pods = append(pods, p)
-			}
-		}
-		return pods
-	}}
-	goRun(func() { idleTaintLoop(ctx, idle, taintNow) })
-	goRun(func() { adoptLoop(ctx, h, server, cards, adoption) })
-	if cfg.HealthCheck {
+	goRun(func() { p.publisher.Run(ctx, p.publishNow) })
+	goRun(func() { p.idle.Run(ctx, p.taintNow) })
+	goRun(func() { adoptLoop(ctx, p.handoff, p.server, p.cards, adoption) })
+	if p.cfg.HealthCheck {
 		var uuids []string
-		for _, c := range cards {
+		for _, c := range p.cards {
 			uuids = append(uuids, c.UUID)
 		}
-		health := gpu.NewHealth(uuids, cfg.RecoveryWindow, nil)
+		health := gpu.NewHealth(uuids, p.cfg.RecoveryWindow, nil)
 		apply := func() {
 			unhealthy := health.Unhealthy()
-			server.SetHealth(unhealthy)
-			pub.SetHealth(unhealthy)
-			metrics.SetHealth(unhealthy)
-			poke(publishNow)
+			p.server.SetHealth(unhealthy)
+			p.publisher.SetHealth(unhealthy)
+			p.metrics.SetHealth(unhealthy)
+			poke(p.publishNow)
 		}
-		goRun(func() { health.Watch(ctx, metrics.GPUs(gpus), apply) })
+		goRun(func() { health.Watch(ctx, p.metrics.GPUs(p.gpus), apply) })
 	} else {
-		logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
+		p.logger.Info("Health checks disabled (--health-check=false): every card is reported healthy")
 	}
-	if f, ok := gpus.(*gpu.Fake); ok && cfg.FakeControl != "" {
-		logger.Info("Following the fake-GPU control file (test-only)", "path", cfg.FakeControl)
-		goRun(func() { f.FollowControl(ctx, cfg.FakeControl, fakeControlPeriod) })
+	if f, ok := p.gpus.(*gpu.Fake); ok && p.cfg.FakeControl != "" {
+		p.logger.Info("Following the fake-GPU control file (test-only)", "path", p.cfg.FakeControl)
+		goRun(func() { f.FollowControl(ctx, p.cfg.FakeControl, fakeControlPeriod) })
 	}
-	if cfg.OnReady != nil {
-		cfg.OnReady(h)
-	}
-	ep := &Endpoint{Dir: cfg.PluginDir(), Server: server, Restart: cfg.Restart}
-	return ep.Run(ctx)
 }
 
-// podHandler feeds the informer's pod events to h. An update whose UID
-// differs from the old object's is a delete and an add: a pod deleted and
-// re-created under the same name while the watch was down comes back from
-// the relist as one update from the old pod to the new one, and the old
-// pod's grants and waiting containers must go with it.
-func podHandler(h *Handoff) toolscache.ResourceEventHandlerFuncs {
-	del := func(obj any) {
-		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
+// Close releases what New acquired: mps mode's daemons, the event sink,
+// the metrics server and the GPUs. Run calls it on its way out; later
+// calls do nothing.
+func (p *Plugin) Close() {
+	p.closed.Do(func() {
+		for i := len(p.closers) - 1; i >= 0; i-- {
+			p.closers[i]()
 		}
-		if pod, ok := obj.(*corev1.Pod); ok {
-			h.DeletePod(pod.UID)
-		}
-	}
-	add := func(obj any) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			h.UpsertPod(pod)
-		}
-	}
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc: add,
-		UpdateFunc: func(oldObj, newObj any) {
-			o, okOld := oldObj.(*corev1.Pod)
-			n, okNew := newObj.(*corev1.Pod)
-			if okOld && okNew && o.UID != n.UID {
-				del(o)
-			}
-			add(newObj)
-		},
-		DeleteFunc: del,
+	})
+}
+
+// poke wakes the loop that reads ch, unless a wake-up waits already.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -259,98 +334,4 @@ func openGPUs(cfg Config) (GPUs, func(), error) {
 		return cfg.GPUs, func() {}, nil
 	}
 	return gpu.Open(cfg.FakeGPUs, cfg.FakeDriver, cfg.NodeName)
-}
-
-// CardsOf converts discovered devices to cards in unit. It fails on no
-// cards, or on a card smaller than one unit.
-func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
-	if len(devs) == 0 {
-		return nil, fmt.Errorf("no GPUs found on node %s", node)
-	}
-	var cards []Card
-	for _, d := range devs {
-		u := Units(d.MemoryMiB, unit)
-		if u < 1 {
-			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
-		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
-	}
-	return cards, nil
-}
-
-// verifyLoop compares kubelet's PodResources with the grants shortly
-// after every Allocate and every period, then calls verified (which prunes
-// what no grant holds any more).
-func verifyLoop(ctx context.Context, h *Handoff, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
-	logger := klog.FromContext(ctx)
-	t := time.NewTicker(period)
-	defer t.Stop()
-	reported := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-now:
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(verifyDebounce):
-			}
-		}
-		if _, err := h.Verify(ctx); err != nil {
-			if !reported {
-				logger.Info("Cannot read kubelet's PodResources; allocations are not verified against kubelet until it answers", "err", err)
-				reported = true
-			}
-			continue
-		}
-		if reported {
-			logger.Info("kubelet's PodResources answers again")
-			reported = false
-		}
-		verified(ctx)
-	}
-}
-
-// adoptLoop re-advertises the cards whenever the legacy pods or their
-// devices change (a legacy pod ended: its units are the card's own again).
-func adoptLoop(ctx context.Context, h *Handoff, server *Server, cards []Card, last Adoption) {
-	logger := klog.FromContext(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.LegacyChanged():
-		}
-		now := h.Adoption()
-		server.SetAdopted(now.ByCard)
-		logAdoption(logger, cards, &last, now)
-		last = now
-	}
-}
-
-// publishLoop publishes the inventory at start, on request and every
-// publishPeriod; failures are retried with backoff.
-func publishLoop(ctx context.Context, pub *Publisher, now <-chan struct{}) {
-	logger := klog.FromContext(ctx)
-	backoff := time.Second
-	for {
-		wait := publishPeriod
-		if err := pub.Publish(ctx); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return
-			}
-			logger.Error(err, "Publishing the node inventory; retrying", "in", backoff)
-			wait, backoff = backoff, min(2*backoff, publishPeriod)
-		} else {
-			backoff = time.Second
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-now:
-		case <-time.After(wait):
-		}
-	}
 }

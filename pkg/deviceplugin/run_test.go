@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -44,11 +45,11 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 	client := fake.NewClientset(util.MakeNode("n1").Obj(), old)
 	// The tracker's own events never reach the informer: only a relist.
 	gap := util.NewWatchGap(client, "pods")
-	ready := make(chan *Handoff, 1)
+	ready := make(chan *handoff.Handoff, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
-			Client: client, GPUs: gpu.NewFake(devs), OnReady: func(h *Handoff) { ready <- h }})
+		done <- runPlugin(ctx, Config{NodeName: "n1", Unit: gpushare.UnitGiB, DeviceListStrategy: StrategyEnvvar, KubeletDir: t.TempDir(),
+			Client: client, GPUs: gpu.NewFake(devs), OnReady: func(h *handoff.Handoff) { ready <- h }})
 	}()
 	defer func() {
 		cancel()
@@ -56,7 +57,7 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	var h *Handoff
+	var h *handoff.Handoff
 	select {
 	case h = <-ready:
 	case err := <-done:
@@ -94,8 +95,8 @@ func TestRelistReplacesARecreatedPod(t *testing.T) {
 		t.Errorf("Waiting() = %d, want 1 (the new pod)", n)
 	}
 	// The old pod's second container no longer waits for 4 units.
-	if a, err := h.Allocate(ctx, unitsOn(devs[0].UUID, 4, 4)); !errors.Is(err, ErrNoMatch) {
-		t.Errorf("Allocate(4 units) = %+v, %v; want %v: only the new pod's 8 units wait", a, err, ErrNoMatch)
+	if a, err := h.Allocate(ctx, unitsOn(devs[0].UUID, 4, 4)); !errors.Is(err, handoff.ErrNoMatch) {
+		t.Errorf("Allocate(4 units) = %+v, %v; want %v: only the new pod's 8 units wait", a, err, handoff.ErrNoMatch)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
@@ -20,7 +21,7 @@ import (
 // container toolkit's hook reads NVIDIA_VISIBLE_DEVICES, which an image or
 // a pod's env can set to "all"; volume-mounts and cdi-cri name the cards
 // where a container cannot, once the toolkit ignores that variable for
-// unprivileged containers (see the package doc).
+// unprivileged containers (docs/design/device-plugin.md).
 const (
 	// StrategyEnvvar sets NVIDIA_VISIBLE_DEVICES=<UUIDs> for the NVIDIA
 	// container runtime.
@@ -72,10 +73,10 @@ const (
 // Handoffer is what the gRPC server needs from the handoff.
 type Handoffer interface {
 	Prefer(ctx context.Context, available, mustInclude []string, size int) ([]string, error)
-	Allocate(ctx context.Context, ids []string) (*Assignment, error)
+	Allocate(ctx context.Context, ids []string) (*handoff.Assignment, error)
 	// Revoke takes back the grant Allocate made for a, when the Allocate
 	// call that made it fails after all: kubelet then records nothing.
-	Revoke(ctx context.Context, a *Assignment)
+	Revoke(ctx context.Context, a *handoff.Assignment)
 }
 
 // Server is the DevicePlugin gRPC service for aliyun.com/gpu-mem.
@@ -91,7 +92,7 @@ type Server struct {
 	// trigger); may be nil.
 	afterAllocate func()
 	// enforcer adds each container's isolation edits; nil: none (the
-	// advisory environment alone, as before isolation existed).
+	// advisory environment alone).
 	enforcer Enforcer
 
 	mu sync.Mutex
@@ -108,7 +109,7 @@ type Server struct {
 
 var (
 	_ pluginapi.DevicePluginServer = (*Server)(nil)
-	_ Handoffer                    = (*Handoff)(nil)
+	_ Handoffer                    = (*handoff.Handoff)(nil)
 )
 
 // NewServer returns a server advertising every unit of cards, all healthy.
@@ -164,7 +165,7 @@ func (s *Server) rebuild() {
 		}
 		adopted := s.adopted[c.UUID]
 		for k := int64(0); k < c.Units-int64(len(adopted)); k++ {
-			devs = append(devs, &pluginapi.Device{ID: DeviceID(c.UUID, k), Health: health})
+			devs = append(devs, &pluginapi.Device{ID: handoff.DeviceID(c.UUID, k), Health: health})
 		}
 		for _, id := range adopted {
 			devs = append(devs, &pluginapi.Device{ID: id, Health: health})
@@ -221,7 +222,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	resp := &pluginapi.AllocateResponse{}
 	// granted: this call's grants, taken back if a later container fails,
 	// since kubelet then records none of the call's devices.
-	var granted []*Assignment
+	var granted []*handoff.Assignment
 	revoke := func() {
 		for _, a := range granted {
 			s.handoff.Revoke(ctx, a)
@@ -251,7 +252,7 @@ func (s *Server) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 
 // containerResponse builds the environment and, by the device list
 // strategy, the mounts, CDI annotation or CDI devices for an assignment.
-func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateResponse {
+func (s *Server) containerResponse(a *handoff.Assignment) *pluginapi.ContainerAllocateResponse {
 	shares := make([]gpushare.EnvShare, len(a.Shares))
 	uuids := make([]string, len(a.Shares))
 	for i, sh := range a.Shares {
@@ -287,7 +288,7 @@ func (s *Server) containerResponse(a *Assignment) *pluginapi.ContainerAllocateRe
 // the MPS directories' mounts, and driver mode's CDI device (in the CDI
 // annotation under StrategyCDIAnnotations, else in the CRI request's CDI
 // devices).
-func (s *Server) enforce(ctx context.Context, a *Assignment, r *pluginapi.ContainerAllocateResponse) error {
+func (s *Server) enforce(ctx context.Context, a *handoff.Assignment, r *pluginapi.ContainerAllocateResponse) error {
 	if s.enforcer == nil {
 		return nil
 	}
@@ -301,7 +302,7 @@ func (s *Server) enforce(ctx context.Context, a *Assignment, r *pluginapi.Contai
 	}
 	if a.Enforced && !ed.Mode.Enforced() {
 		return fmt.Errorf("pod %s/%s asks %s: %s, and container %s would run with advisory limits on %s (a container on several cards needs them all in driver mode)",
-			a.Namespace, a.PodName, gpushare.AnnotationIsolation, gpushare.IsolationEnforced, a.Container, describeShares(a.Shares))
+			a.Namespace, a.PodName, gpushare.AnnotationIsolation, gpushare.IsolationEnforced, a.Container, handoff.DescribeShares(a.Shares))
 	}
 	for k, v := range ed.Env {
 		r.Envs[k] = v

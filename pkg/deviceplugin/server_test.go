@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -21,12 +22,12 @@ func TestContainerResponse(t *testing.T) {
 		name     string
 		unit     string
 		strategy string
-		a        Assignment
+		a        handoff.Assignment
 		want     *pluginapi.ContainerAllocateResponse
 	}{
 		{
 			name: "one card, GiB, envvar", unit: gpushare.UnitGiB, strategy: StrategyEnvvar,
-			a: Assignment{Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 12},
+			a: handoff.Assignment{Shares: []gpushare.DeviceShare{{Index: 2, UUID: "GPU-2", Units: 8}}, PodUnits: 12},
 			want: &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 				"NVIDIA_VISIBLE_DEVICES": "GPU-2", "ALIYUN_COM_GPU_MEM_IDX": "2", "ALIYUN_COM_GPU_MEM_POD": "12",
 				"ALIYUN_COM_GPU_MEM_CONTAINER": "8", "ALIYUN_COM_GPU_MEM_DEV": "80", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=8G",
@@ -34,7 +35,7 @@ func TestContainerResponse(t *testing.T) {
 		},
 		{
 			name: "two cards, MiB, CDI annotations", unit: gpushare.UnitMiB, strategy: StrategyCDIAnnotations,
-			a: Assignment{Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4096}, {Index: 1, UUID: "GPU-1", Units: 4096}}, PodUnits: 8192},
+			a: handoff.Assignment{Shares: []gpushare.DeviceShare{{Index: 0, UUID: "GPU-0", Units: 4096}, {Index: 1, UUID: "GPU-1", Units: 4096}}, PodUnits: 8192},
 			want: &pluginapi.ContainerAllocateResponse{
 				Envs: map[string]string{
 					"NVIDIA_VISIBLE_DEVICES": "void", "ALIYUN_COM_GPU_MEM_IDX": "0,1", "ALIYUN_COM_GPU_MEM_POD": "8192",
@@ -116,8 +117,10 @@ type fakeHandoffer struct{ err error }
 func (f fakeHandoffer) Prefer(context.Context, []string, []string, int) ([]string, error) {
 	return nil, f.err
 }
-func (f fakeHandoffer) Allocate(context.Context, []string) (*Assignment, error) { return nil, f.err }
-func (fakeHandoffer) Revoke(context.Context, *Assignment)                       {}
+func (f fakeHandoffer) Allocate(context.Context, []string) (*handoff.Assignment, error) {
+	return nil, f.err
+}
+func (fakeHandoffer) Revoke(context.Context, *handoff.Assignment) {}
 
 func TestServerErrorsNameTheCause(t *testing.T) {
 	s := NewServer(testLogger(t), fakeHandoffer{err: errors.New("no waiting pod matches: because")}, testCards, gpushare.UnitGiB, StrategyEnvvar, nil)
@@ -138,15 +141,15 @@ func TestServerErrorsNameTheCause(t *testing.T) {
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // assignments is a Handoffer whose Allocate answers by the first device ID.
-type assignments map[string]*Assignment
+type assignments map[string]*handoff.Assignment
 
 func (assignments) Prefer(context.Context, []string, []string, int) ([]string, error) {
 	return nil, nil
 }
-func (a assignments) Allocate(_ context.Context, ids []string) (*Assignment, error) {
+func (a assignments) Allocate(_ context.Context, ids []string) (*handoff.Assignment, error) {
 	return a[ids[0]], nil
 }
-func (assignments) Revoke(context.Context, *Assignment) {}
+func (assignments) Revoke(context.Context, *handoff.Assignment) {}
 
 // goldenRequest is the request of the golden Allocate tests, one for two
 // containers (8 GiB on card 2; 4 GiB on each of cards 0 and 1), and the

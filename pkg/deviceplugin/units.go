@@ -12,7 +12,28 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
+
+// Card is a card as the plugin advertises it (handoff.Card).
+type Card = handoff.Card
+
+// CardsOf converts discovered devices to cards in unit. It fails on no
+// cards, or on a card smaller than one unit.
+func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("no GPUs found on node %s", node)
+	}
+	var cards []Card
+	for _, d := range devs {
+		u := Units(d.MemoryMiB, unit)
+		if u < 1 {
+			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
+		}
+		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
+	}
+	return cards, nil
+}
 
 // KubeletMaxMessageBytes is the largest gRPC message kubelet accepts from a
 // device plugin: it dials plugins with grpc-go's default receive limit,
@@ -46,7 +67,7 @@ func MiB(units int64, unit string) int64 {
 func ListAndWatchBytes(devs []gpu.Device, unit string) int64 {
 	var total int64
 	for _, d := range devs {
-		total += unitsBytes(Units(d.MemoryMiB, unit), int64(len(d.UUID)+len(idSeparator)))
+		total += unitsBytes(Units(d.MemoryMiB, unit), int64(len(d.UUID)+len(handoff.IDSeparator)))
 	}
 	return total
 }
@@ -121,7 +142,7 @@ const maxNamedPods = 10
 // mean other amounts ("UUID::3" is the fourth GiB, or the fourth MiB), so
 // kubelet's accounting of the cards would no longer hold. A change on an
 // idle node, or a node never published, is allowed; the first is logged.
-func CheckUnitChange(ctx context.Context, api NodeAPI, kubelet KubeletPods, nodeName, unit string) error {
+func CheckUnitChange(ctx context.Context, api NodeGetter, kubelet handoff.KubeletPods, nodeName, unit string) error {
 	node, err := api.GetNode(ctx, nodeName)
 	if err != nil {
 		return fmt.Errorf("reading node %s to compare its published unit: %w", nodeName, err)

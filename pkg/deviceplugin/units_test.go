@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -109,7 +110,7 @@ func TestCheckMessageSize(t *testing.T) {
 }
 
 func TestCardsOf(t *testing.T) {
-	devs := []gpu.Device{{Index: 0, UUID: "GPU-a", Model: "tiny", MemoryMiB: 512}}
+	devs := []gpu.Device{{Card: gpushare.Card{Index: 0, UUID: "GPU-a", Model: "tiny", MemoryMiB: 512}}}
 	if _, err := CardsOf("n", devs, gpushare.UnitGiB); err == nil || !strings.Contains(err.Error(), "use --memory-unit MiB") {
 		t.Errorf("CardsOf with a 512 MiB card in GiB: error %v", err)
 	}
@@ -122,10 +123,10 @@ func TestCheckUnitChange(t *testing.T) {
 	gib := util.MakeNode("n1").Cards("Tesla-T4", 16).Obj() // inventory in GiB
 	junk := util.MakeNode("n1").Obj()
 	junk.Annotations = map[string]string{gpushare.AnnotationInventory: "junk"}
-	holding := func(names ...string) []KubeletPod {
-		var out []KubeletPod
+	holding := func(names ...string) []handoff.KubeletPod {
+		var out []handoff.KubeletPod
 		for _, n := range names {
-			out = append(out, KubeletPod{Namespace: "default", Name: n, Containers: map[string][]string{"c0": {"GPU-0::0"}, "log": nil}})
+			out = append(out, handoff.KubeletPod{Namespace: "default", Name: n, Containers: map[string][]string{"c0": {"GPU-0::0"}, "log": nil}})
 		}
 		return out
 	}
@@ -145,7 +146,7 @@ func TestCheckUnitChange(t *testing.T) {
 			kubelet: &fakeKubelet{pods: holding("a")}},
 		{name: "same unit", node: gib, unit: gpushare.UnitGiB, kubelet: &fakeKubelet{pods: holding("a")}},
 		{name: "changed on an idle node", node: gib, unit: gpushare.UnitMiB,
-			kubelet: &fakeKubelet{pods: []KubeletPod{{Namespace: "default", Name: "cpu", Containers: map[string][]string{"c0": nil}}}}},
+			kubelet: &fakeKubelet{pods: []handoff.KubeletPod{{Namespace: "default", Name: "cpu", Containers: map[string][]string{"c0": nil}}}}},
 		{name: "changed while pods hold devices", node: gib, unit: gpushare.UnitMiB, kubelet: &fakeKubelet{pods: holding("b", "a")},
 			wantErr: []string{"node n1: --memory-unit MiB, but its devices were published in GiB and kubelet lists 2 pod(s) holding aliyun.com/gpu-mem devices in GiB: default/a, default/b;",
 				"Drain the GPU pods from the node (kubectl drain n1, or delete them) and start the plugin again, or start it with --memory-unit GiB"}},

@@ -26,10 +26,9 @@ const (
 
 // Card is one device of the driver.
 type Card struct {
-	// Index is the card's NVML index on its node.
-	Index int
-	UUID  string
-	Model string
+	// Card is the card's index on its node, UUID and model; MemoryMiB is
+	// 0, as a slice publishes the capacity (Bytes), not the card's memory.
+	gpushare.Card
 	// Isolation is the attribute isolation, gpushare.IsolationNone when
 	// absent.
 	Isolation gpushare.Isolation

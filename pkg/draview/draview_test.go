@@ -36,9 +36,9 @@ func TestReadCard(t *testing.T) {
 		ok   bool
 	}{
 		{name: "GiB step", dev: device("gpu-3", 3, 16<<30, 1<<30, ""), ok: true,
-			want: Card{Index: 3, UUID: "GPU-gpu-3", Model: "T4", Isolation: gpushare.IsolationMPS, Healthy: true, Bytes: 16 << 30, Unit: gpushare.UnitGiB}},
+			want: Card{Card: gpushare.Card{Index: 3, UUID: "GPU-gpu-3", Model: "T4"}, Isolation: gpushare.IsolationMPS, Healthy: true, Bytes: 16 << 30, Unit: gpushare.UnitGiB}},
 		{name: "MiB step, index from the name, tainted", dev: device("gpu-2", -1, 1536<<20, 1<<20, resourcev1.DeviceTaintEffectNoSchedule), ok: true,
-			want: Card{Index: 2, UUID: "GPU-gpu-2", Model: "T4", Isolation: gpushare.IsolationMPS, Bytes: 1536 << 20, Unit: gpushare.UnitMiB}},
+			want: Card{Card: gpushare.Card{Index: 2, UUID: "GPU-gpu-2", Model: "T4"}, Isolation: gpushare.IsolationMPS, Bytes: 1536 << 20, Unit: gpushare.UnitMiB}},
 		{name: "no memory", dev: resourcev1.Device{Name: "gpu-0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

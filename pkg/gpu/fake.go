@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // Limits of a --fake-gpus spec, so a typo cannot ask for a million cards.
@@ -48,7 +50,7 @@ func ParseFakeGPUs(spec, seed string) ([]Device, error) {
 		}
 		for i := 0; i < count; i++ {
 			idx := len(out)
-			out = append(out, Device{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem, MIG: mig})
+			out = append(out, Device{Card: gpushare.Card{Index: idx, UUID: FakeUUID(seed, idx), Model: model, MemoryMiB: mem}, MIG: mig})
 		}
 	}
 	return out, nil

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 func TestParseFakeGPUs(t *testing.T) {
@@ -22,13 +24,13 @@ func TestParseFakeGPUs(t *testing.T) {
 			name: "issue example",
 			spec: "2xTesla-T4:16GiB,1xA100-SXM4:80GiB",
 			want: []Device{
-				{Index: 0, UUID: u(0), Model: "Tesla-T4", MemoryMiB: 16384},
-				{Index: 1, UUID: u(1), Model: "Tesla-T4", MemoryMiB: 16384},
-				{Index: 2, UUID: u(2), Model: "A100-SXM4", MemoryMiB: 81920},
+				{Card: gpushare.Card{Index: 0, UUID: u(0), Model: "Tesla-T4", MemoryMiB: 16384}},
+				{Card: gpushare.Card{Index: 1, UUID: u(1), Model: "Tesla-T4", MemoryMiB: 16384}},
+				{Card: gpushare.Card{Index: 2, UUID: u(2), Model: "A100-SXM4", MemoryMiB: 81920}},
 			},
 		},
-		{name: "MiB", spec: "1xT4:15360MiB", want: []Device{{Index: 0, UUID: u(0), Model: "T4", MemoryMiB: 15360}}},
-		{name: "x in the model", spec: "1xRTXx6000:48GiB", want: []Device{{Index: 0, UUID: u(0), Model: "RTXx6000", MemoryMiB: 49152}}},
+		{name: "MiB", spec: "1xT4:15360MiB", want: []Device{{Card: gpushare.Card{Index: 0, UUID: u(0), Model: "T4", MemoryMiB: 15360}}}},
+		{name: "x in the model", spec: "1xRTXx6000:48GiB", want: []Device{{Card: gpushare.Card{Index: 0, UUID: u(0), Model: "RTXx6000", MemoryMiB: 49152}}}},
 		{name: "empty", spec: "", wantErr: "empty"},
 		{name: "no count", spec: "xT4:16GiB", wantErr: "does not start with a count"},
 		{name: "zero count", spec: "0xT4:16GiB", wantErr: "want 1..64"},

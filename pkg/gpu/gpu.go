@@ -1,16 +1,10 @@
 package gpu
 
+import "github.com/gpushare/gpushare/pkg/gpushare"
+
 // Device is one physical card.
 type Device struct {
-	// Index is the card's NVML index (0-based, enumeration order).
-	Index int
-	// UUID is the card's NVML UUID, "GPU-<8-4-4-4-12 hex>"; it does not
-	// change when the enumeration order does.
-	UUID string
-	// Model is the product name, e.g. "Tesla T4".
-	Model string
-	// MemoryMiB is the card's total memory in MiB.
-	MemoryMiB int64
+	gpushare.Card
 	// MIG is true for a fake card whose spec says ":mig"; NVML reports a
 	// real card's MIG mode through Features, not here.
 	MIG bool

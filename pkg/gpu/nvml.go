@@ -7,6 +7,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // eventWaitMillis bounds one wait for an XID event, so that a watch notices
@@ -72,7 +74,7 @@ func describe(index int, d nvml.Device) (Device, error) {
 	if ret != nvml.SUCCESS {
 		return Device{}, fmt.Errorf("reading the memory of GPU %d: %w", index, ret)
 	}
-	return Device{Index: index, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20)}, nil
+	return Device{Card: gpushare.Card{Index: index, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20)}}, nil
 }
 
 // Probe reports whether the card still answers: it looks the card up by

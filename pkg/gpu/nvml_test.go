@@ -10,6 +10,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 func TestNVMLDevices(t *testing.T) {
@@ -28,7 +30,7 @@ func TestNVMLDevices(t *testing.T) {
 	}
 	var want []Device
 	for i, d := range srv.Devices {
-		want = append(want, Device{Index: i, UUID: d.(*dgxa100.Device).UUID, Model: "Mock NVIDIA A100-SXM4-40GB", MemoryMiB: 40960})
+		want = append(want, Device{Card: gpushare.Card{Index: i, UUID: d.(*dgxa100.Device).UUID, Model: "Mock NVIDIA A100-SXM4-40GB", MemoryMiB: 40960}})
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Devices() mismatch (-want +got):\n%s", diff)

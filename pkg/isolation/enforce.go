@@ -29,10 +29,7 @@ const (
 
 // Card is a card as the enforcer needs it.
 type Card struct {
-	Index int
-	UUID  string
-	// MemoryMiB is the card's memory in MiB.
-	MemoryMiB int64
+	gpushare.Card
 	// Mode is the card's isolation (Choose).
 	Mode gpushare.Isolation
 }

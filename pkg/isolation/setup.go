@@ -127,7 +127,7 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 		case gpushare.IsolationMPS:
 			need.mps = true
 		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, MemoryMiB: d.MemoryMiB, Mode: m})
+		cards = append(cards, Card{Card: d.Card, Mode: m})
 	}
 	var spec *CDISpec
 	if need.driver {

@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/nodeagent"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -274,7 +275,7 @@ func TestDevicePluginNodeScope(t *testing.T) {
 	createPods(t, admin, pluginPod("plugin-a", "node-a"), pluginPod("plugin-pending", ""),
 		newPod("on-a", "node-a").Obj(), newPod("on-b", "node-b").Obj(), newPod("pending", "").Obj())
 	a, pendingToken, unbound := podTokenClient(t, cp, "plugin-a"), podTokenClient(t, cp, "plugin-pending"), tokenClient(t, cp, pluginAccount)
-	api := deviceplugin.ClientAPI{Client: a}
+	api, nodes := deviceplugin.ClientAPI{Client: a}, nodeagent.ClientAPI{Client: a}
 	waitEnforced(t, nodeScopePolicy, patchPod(unbound, "on-a", `{"metadata":{"annotations":{"ALIYUN_COM_GPU_MEM_ASSIGNED":"true"}}}`))
 
 	onA, err := admin.CoreV1().Pods("default").Get(ctx, "on-a", metav1.GetOptions{})
@@ -330,19 +331,19 @@ func TestDevicePluginNodeScope(t *testing.T) {
 			for _, k := range append(slices.Clone(gpushare.OwnLabels), gpushare.NVIDIALabels...) {
 				labels[k] = ptr.To("1")
 			}
-			return api.PatchNodeMetadata(ctx, "node-a", labels, map[string]*string{
+			return nodes.PatchNodeMetadata(ctx, "node-a", labels, map[string]*string{
 				gpushare.AnnotationInventory: &inv, gpushare.AnnotationNVIDIALabels: ptr.To(`{"nvidia.com/gpu.count":"1"}`)})
 		}},
 		{name: "node-a: remove a label", do: func(ctx context.Context) error {
-			return api.PatchNodeMetadata(ctx, "node-a", map[string]*string{gpushare.LabelDriver: nil}, nil)
+			return nodes.PatchNodeMetadata(ctx, "node-a", map[string]*string{gpushare.LabelDriver: nil}, nil)
 		}},
 		{name: "node-a: remove gpu-count", do: func(ctx context.Context) error {
-			return api.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil})
+			return nodes.PatchNodeCapacity(ctx, "node-a", map[corev1.ResourceName]*string{gpushare.ResourceGPUCount: nil})
 		}},
 		// The idle taint (IdleTaint, through its own client), beside a
 		// taint of someone else's that it keeps.
 		{name: "node-a: the idle taint", do: func(ctx context.Context) error {
-			idle := &deviceplugin.IdleTaint{API: api, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
+			idle := &nodeagent.IdleTaint{API: nodes, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
 			changed, err := idle.Sync(ctx)
 			if err == nil && !changed {
 				err = errors.New("the taint was not added")
@@ -350,7 +351,7 @@ func TestDevicePluginNodeScope(t *testing.T) {
 			return err
 		}},
 		{name: "node-a: the idle taint removed", do: func(ctx context.Context) error {
-			idle := &deviceplugin.IdleTaint{API: api, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
+			idle := &nodeagent.IdleTaint{API: nodes, Node: "node-a", Cards: 4, MinCards: 4, Pods: func() []*corev1.Pod { return nil }}
 			if err := idle.Remove(ctx); err != nil {
 				return err
 			}

@@ -48,9 +48,13 @@ func TestNodeLabelsFollowTheCards(t *testing.T) {
 	done := &pluginRun{ended: make(chan struct{})}
 	go func() {
 		defer close(done.ended)
-		done.err = deviceplugin.Run(pctx, deviceplugin.Config{NodeName: "t4-1", Unit: gpushare.UnitGiB, DeviceListStrategy: deviceplugin.StrategyEnvvar,
+		p, err := deviceplugin.New(pctx, deviceplugin.Config{NodeName: "t4-1", Unit: gpushare.UnitGiB, DeviceListStrategy: deviceplugin.StrategyEnvvar,
 			KubeletDir: t.TempDir(), FakeGPUs: "2xTesla-T4:16GiB", FakeDriver: "550.54.15", Isolation: "none", FakeControl: control,
 			HealthCheck: true, RecoveryWindow: time.Second, Client: client, QPS: 50, Burst: 100})
+		if err == nil {
+			err = p.Run(pctx)
+		}
+		done.err = err
 	}()
 	defer func() {
 		stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/kubelet/devicehost"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -41,7 +42,7 @@ type env struct {
 	client  *fake.Clientset
 	gpus    *gpu.Fake
 	cards   []gpu.Device
-	handoff *deviceplugin.Handoff
+	handoff *handoff.Handoff
 	// podWatch stands between the plugin's pod informer and the API; nil
 	// unless setup.holdablePodWatch.
 	podWatch *podWatch
@@ -145,7 +146,7 @@ func managerDir(t *testing.T) string {
 // plugin is one run of the device plugin.
 type plugin struct {
 	// ready delivers the handoff once the plugin serves.
-	ready chan *deviceplugin.Handoff
+	ready chan *handoff.Handoff
 	// done delivers what Run returned.
 	done chan error
 	// stop ends the run and returns what Run returned.
@@ -159,12 +160,12 @@ func (e *env) runPlugin(unit string) *plugin {
 		strategy = deviceplugin.StrategyEnvvar
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	p := &plugin{ready: make(chan *deviceplugin.Handoff, 1), done: make(chan error, 1)}
+	p := &plugin{ready: make(chan *handoff.Handoff, 1), done: make(chan error, 1)}
 	go func() {
-		p.done <- deviceplugin.Run(ctx, deviceplugin.Config{
+		p.done <- runDevicePlugin(ctx, deviceplugin.Config{
 			NodeName: nodeName, Unit: unit, DeviceListStrategy: strategy,
 			HealthCheck: true, RecoveryWindow: e.setup.recovery, KubeletDir: e.dir, VerifyPeriod: 200 * time.Millisecond,
-			Client: e.client, GPUs: e.gpus, OnReady: func(h *deviceplugin.Handoff) { p.ready <- h },
+			Client: e.client, GPUs: e.gpus, OnReady: func(h *handoff.Handoff) { p.ready <- h },
 		})
 	}()
 	var once sync.Once
@@ -330,7 +331,7 @@ func (e *env) check(adms []admission, final map[string]*corev1.Pod) []string {
 			// kubelet's own record of the container's devices.
 			perCard := map[string]int64{}
 			for _, id := range r.Devices[resource] {
-				uuid, _, err := deviceplugin.ParseDeviceID(id)
+				uuid, _, err := handoff.ParseDeviceID(id)
 				if err != nil {
 					e.t.Fatal(err)
 				}
@@ -639,7 +640,7 @@ func TestNoMatchingPod(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err = e.host.Admit(p)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), deviceplugin.ErrNoMatch.Error()) {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), handoff.ErrNoMatch.Error()) {
 				t.Fatalf("Admit error = %v, want one containing %q", err, tc.wantErr)
 			}
 			t.Logf("kubelet reports: %v", err)
@@ -847,4 +848,14 @@ func TestDeviceListStrategies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runDevicePlugin builds the device plugin from cfg and serves it until
+// ctx ends.
+func runDevicePlugin(ctx context.Context, cfg deviceplugin.Config) error {
+	p, err := deviceplugin.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/kubelet/aliyunplugin"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -345,7 +346,7 @@ func (e *env) checkAdvertised(legacy []*legacyPod) []string {
 	}
 	for _, id := range ids {
 		advertised[id] = true
-		if uuid, _, err := deviceplugin.ParseDeviceID(id); err == nil {
+		if uuid, _, err := handoff.ParseDeviceID(id); err == nil {
 			own[byUUID[uuid]]++
 		}
 	}
@@ -391,7 +392,7 @@ func (e *env) checkCards(legacy []*legacyPod, adms []admission, final map[string
 	for _, adm := range adms {
 		for name, r := range adm.results {
 			for _, id := range r.Devices[resource] {
-				uuid, _, err := deviceplugin.ParseDeviceID(id)
+				uuid, _, err := handoff.ParseDeviceID(id)
 				if err != nil {
 					e.t.Errorf("%s/%s holds device %s, not one of ours: %v", adm.pod.Name, name, id, err)
 					continue
@@ -558,7 +559,7 @@ func (e *env) waitOwnDevices(n int) {
 		ids := e.host.AllocatableDevices(resource)
 		var foreign []string
 		for _, id := range ids {
-			if _, _, err := deviceplugin.ParseDeviceID(id); err != nil {
+			if _, _, err := handoff.ParseDeviceID(id); err != nil {
 				foreign = append(foreign, id)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/kubelet/devicehost"
 	"github.com/gpushare/gpushare/test/util"
@@ -173,7 +174,7 @@ func TestRealGPU(t *testing.T) {
 	t.Run("driver", func(t *testing.T) {
 		_, ctx := ktesting.NewTestContext(t)
 		dir := t.TempDir()
-		err := deviceplugin.Run(ctx, realConfig(t, n, dir, deviceplugin.Config{
+		err := runDevicePlugin(ctx, realConfig(t, n, dir, deviceplugin.Config{
 			Isolation: string(isolation.RequestDriver), RuntimeCDI: string(isolation.RuntimeCDIOn),
 			CDIDir: filepath.Join(dir, "cdi"),
 		}))
@@ -333,10 +334,10 @@ func startRealPluginOn(t *testing.T, n *gpu.NVML, devs []gpu.Device, c deviceplu
 	e := &env{t: t, ctx: ctx, dir: dir, host: host, client: client, cards: devs}
 	c.Client = client
 	c = realConfig(t, n, dir, c)
-	ready := make(chan *deviceplugin.Handoff, 1)
+	ready := make(chan *handoff.Handoff, 1)
 	done := make(chan error, 1)
-	c.OnReady = func(h *deviceplugin.Handoff) { ready <- h }
-	go func() { done <- deviceplugin.Run(ctx, c) }()
+	c.OnReady = func(h *handoff.Handoff) { ready <- h }
+	go func() { done <- runDevicePlugin(ctx, c) }()
 	select {
 	case e.handoff = <-ready:
 	case err := <-done:

@@ -32,14 +32,7 @@ const (
 
 // Card is a card as the driver publishes and prepares it.
 type Card struct {
-	// Index is the card's NVML index.
-	Index int
-	// UUID is the card's NVML UUID.
-	UUID string
-	// Model is the product name, e.g. "Tesla T4".
-	Model string
-	// MemoryMiB is the card's total memory in MiB.
-	MemoryMiB int64
+	gpushare.Card
 	// CapacityMiB is the memory the device publishes, in MiB: MemoryMiB
 	// rounded down to the node's unit (15,360 MiB of a 16,280 MiB card in
 	// GiB; all 16,280 in MiB).
@@ -92,7 +85,7 @@ func CardsOf(node string, devs []gpu.Device, unit string, f Features) ([]Card, e
 		if feat, err := f.Features(d.UUID); err == nil {
 			mig = mig || feat.MIG
 		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB, CapacityMiB: capMiB, MIG: mig})
+		cards = append(cards, Card{Card: d.Card, CapacityMiB: capMiB, MIG: mig})
 	}
 	return cards, nil
 }

@@ -37,10 +37,10 @@ func TestCapacityMiB(t *testing.T) {
 
 func TestOrder(t *testing.T) {
 	cards := []Card{
-		{Index: 0, CapacityMiB: 81920},
-		{Index: 1, CapacityMiB: 16384},
-		{Index: 2, CapacityMiB: 24576},
-		{Index: 3, CapacityMiB: 16384},
+		{Card: gpushare.Card{Index: 0}, CapacityMiB: 81920},
+		{Card: gpushare.Card{Index: 1}, CapacityMiB: 16384},
+		{Card: gpushare.Card{Index: 2}, CapacityMiB: 24576},
+		{Card: gpushare.Card{Index: 3}, CapacityMiB: 16384},
 	}
 	for _, tc := range []struct {
 		order Order
@@ -73,7 +73,7 @@ func TestList(t *testing.T) {
 	mib := resource.MustParse("1Mi")
 	t4 := resource.MustParse("15Gi")
 	t4MiB := resource.MustParse("16280Mi")
-	card := Card{Index: 1, UUID: "GPU-1", Model: "Tesla-T4", MemoryMiB: 16280, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS}
+	card := Card{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "Tesla-T4", MemoryMiB: 16280}, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS}
 	for _, tc := range []struct {
 		name string
 		card Card
@@ -136,7 +136,7 @@ func TestList(t *testing.T) {
 // capacity in whole units, and a card with less than two units left is
 // not listed.
 func TestPublished(t *testing.T) {
-	t4 := Card{Index: 0, UUID: "GPU-0", CapacityMiB: 16384}
+	t4 := Card{Card: gpushare.Card{Index: 0, UUID: "GPU-0"}, CapacityMiB: 16384}
 	for _, tc := range []struct {
 		name string
 		held int64 // MiB
@@ -158,7 +158,7 @@ func TestPublished(t *testing.T) {
 	}
 	info := Info{Unit: gpushare.UnitGiB, Held: map[string]int64{"GPU-0": 12288, "GPU-1": 15360}}
 	got := map[string]int64{}
-	for _, d := range List([]Card{t4, {Index: 1, UUID: "GPU-1", CapacityMiB: 16384}, {Index: 2, UUID: "GPU-2", CapacityMiB: 16384}}, OrderIndex, info) {
+	for _, d := range List([]Card{t4, {Card: gpushare.Card{Index: 1, UUID: "GPU-1"}, CapacityMiB: 16384}, {Card: gpushare.Card{Index: 2, UUID: "GPU-2"}, CapacityMiB: 16384}}, OrderIndex, info) {
 		c := d.Capacity[CapacityMemory]
 		got[d.Name] = c.Value.Value() >> 20
 		if def := c.RequestPolicy.Default.Value() >> 20; def != got[d.Name] {
@@ -181,18 +181,18 @@ func (f fakeFeatures) Features(uuid string) (gpu.Features, error) {
 
 func TestCardsOf(t *testing.T) {
 	devs := []gpu.Device{
-		{Index: 0, UUID: "GPU-a", Model: "T4", MemoryMiB: 16280},
-		{Index: 1, UUID: "GPU-b", Model: "A100", MemoryMiB: 81920},
-		{Index: 2, UUID: "GPU-c", Model: "A30", MemoryMiB: 24576, MIG: true},
+		{Card: gpushare.Card{Index: 0, UUID: "GPU-a", Model: "T4", MemoryMiB: 16280}},
+		{Card: gpushare.Card{Index: 1, UUID: "GPU-b", Model: "A100", MemoryMiB: 81920}},
+		{Card: gpushare.Card{Index: 2, UUID: "GPU-c", Model: "A30", MemoryMiB: 24576}, MIG: true},
 	}
 	got, err := CardsOf("node-a", devs, gpushare.UnitGiB, fakeFeatures{"GPU-b": {MIG: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []Card{
-		{Index: 0, UUID: "GPU-a", Model: "T4", MemoryMiB: 16280, CapacityMiB: 15360},
-		{Index: 1, UUID: "GPU-b", Model: "A100", MemoryMiB: 81920, CapacityMiB: 81920, MIG: true},
-		{Index: 2, UUID: "GPU-c", Model: "A30", MemoryMiB: 24576, CapacityMiB: 24576, MIG: true},
+		{Card: gpushare.Card{Index: 0, UUID: "GPU-a", Model: "T4", MemoryMiB: 16280}, CapacityMiB: 15360},
+		{Card: gpushare.Card{Index: 1, UUID: "GPU-b", Model: "A100", MemoryMiB: 81920}, CapacityMiB: 81920, MIG: true},
+		{Card: gpushare.Card{Index: 2, UUID: "GPU-c", Model: "A30", MemoryMiB: 24576}, CapacityMiB: 24576, MIG: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("CardsOf (-want +got):\n%s", diff)
@@ -204,7 +204,7 @@ func TestCardsOf(t *testing.T) {
 		want string
 	}{
 		{name: "no cards", want: "no GPUs found on node node-a"},
-		{name: "under two units", devs: []gpu.Device{{Index: 3, UUID: "GPU-d", MemoryMiB: 2000}}, want: "GPU 3 (GPU-d) on node node-a has 2000 MiB, less than two GiB; use --memory-unit MiB"},
+		{name: "under two units", devs: []gpu.Device{{Card: gpushare.Card{Index: 3, UUID: "GPU-d", MemoryMiB: 2000}}}, want: "GPU 3 (GPU-d) on node node-a has 2000 MiB, less than two GiB; use --memory-unit MiB"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := CardsOf("node-a", tc.devs, gpushare.UnitGiB, fakeFeatures{})
@@ -244,8 +244,8 @@ func TestDRAViewReads(t *testing.T) {
 			draview.DriverName, draview.DeviceClassName, draview.Memory, DriverName, DeviceClassName, CapacityMemory)
 	}
 	cards := []Card{
-		{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", MemoryMiB: 16280, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS},
-		{Index: 1, UUID: "GPU-1", Model: "A100", MemoryMiB: 40960, CapacityMiB: 40960, Isolation: gpushare.IsolationDriver},
+		{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", MemoryMiB: 16280}, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS},
+		{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "A100", MemoryMiB: 40960}, CapacityMiB: 40960, Isolation: gpushare.IsolationDriver},
 	}
 	for _, unit := range []string{gpushare.UnitGiB, gpushare.UnitMiB} {
 		devs := List(cards, OrderLargestFirst, Info{Unit: unit, Unhealthy: map[string]bool{"GPU-0": true}})
@@ -261,8 +261,8 @@ func TestDRAViewReads(t *testing.T) {
 			got = append(got, c)
 		}
 		want := []draview.Card{
-			{Index: 1, UUID: "GPU-1", Model: "A100", Isolation: gpushare.IsolationDriver, Healthy: true, Bytes: 40960 << 20, Unit: unit},
-			{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", Isolation: gpushare.IsolationMPS, Bytes: 15360 << 20, Unit: unit},
+			{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "A100"}, Isolation: gpushare.IsolationDriver, Healthy: true, Bytes: 40960 << 20, Unit: unit},
+			{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "Tesla-T4"}, Isolation: gpushare.IsolationMPS, Bytes: 15360 << 20, Unit: unit},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("unit %s: draview reads (-want +got):\n%s", unit, diff)

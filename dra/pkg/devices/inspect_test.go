@@ -28,8 +28,8 @@ const inspectSlices = "../../../pkg/inspect/testdata/dra-slices.yaml"
 // run pkg/inspect's tests.
 func TestInspectFixtureIsCurrent(t *testing.T) {
 	cards := []Card{
-		{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", MemoryMiB: 15360, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS},
-		{Index: 1, UUID: "GPU-1", Model: "A100-SXM4-40GB", MemoryMiB: 40960, CapacityMiB: 40960, Isolation: gpushare.IsolationDriver},
+		{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "Tesla-T4", MemoryMiB: 15360}, CapacityMiB: 15360, Isolation: gpushare.IsolationMPS},
+		{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "A100-SXM4-40GB", MemoryMiB: 40960}, CapacityMiB: 40960, Isolation: gpushare.IsolationDriver},
 	}
 	list := map[string]any{"apiVersion": "v1", "kind": "List"}
 	var items []any

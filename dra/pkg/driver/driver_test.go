@@ -42,8 +42,8 @@ func (p *fakePublisher) last() resourceslice.DriverResources {
 }
 
 var testCards = []devices.Card{
-	{Index: 0, UUID: "GPU-0", Model: "T4", MemoryMiB: 16384, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
-	{Index: 1, UUID: "GPU-1", Model: "T4", MemoryMiB: 16384, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
+	{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "T4", MemoryMiB: 16384}, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
+	{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "T4", MemoryMiB: 16384}, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
 }
 
 func newTestDriver(t *testing.T, fail func(error)) *Driver {

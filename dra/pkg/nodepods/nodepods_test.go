@@ -21,8 +21,8 @@ import (
 )
 
 var cards = []devices.Card{
-	{Index: 0, UUID: "GPU-0", CapacityMiB: 16384},
-	{Index: 1, UUID: "GPU-1", CapacityMiB: 16384},
+	{Card: gpushare.Card{Index: 0, UUID: "GPU-0"}, CapacityMiB: 16384},
+	{Card: gpushare.Card{Index: 1, UUID: "GPU-1"}, CapacityMiB: 16384},
 }
 
 // pod is a pod on node with an allocation annotation a (none when nil).

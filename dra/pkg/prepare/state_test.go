@@ -26,8 +26,8 @@ import (
 // testCards are two 16 GiB cards, one in driver mode, one in none.
 func testCards() []devices.Card {
 	return []devices.Card{
-		{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "Tesla-T4", MemoryMiB: 16384, CapacityMiB: 16384, Isolation: gpushare.IsolationDriver},
-		{Index: 1, UUID: "GPU-11111111-1111-1111-1111-111111111111", Model: "Tesla-T4", MemoryMiB: 16384, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
+		{Card: gpushare.Card{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "Tesla-T4", MemoryMiB: 16384}, CapacityMiB: 16384, Isolation: gpushare.IsolationDriver},
+		{Card: gpushare.Card{Index: 1, UUID: "GPU-11111111-1111-1111-1111-111111111111", Model: "Tesla-T4", MemoryMiB: 16384}, CapacityMiB: 16384, Isolation: gpushare.IsolationNone},
 	}
 }
 
@@ -41,8 +41,8 @@ func newTestState(t *testing.T, dataDir, cdiDir string) *State {
 		t.Fatal(err)
 	}
 	enf, err := isolation.NewEnforcer([]isolation.Card{
-		{Index: 0, UUID: cards[0].UUID, MemoryMiB: 16384, Mode: gpushare.IsolationDriver},
-		{Index: 1, UUID: cards[1].UUID, MemoryMiB: 16384, Mode: gpushare.IsolationNone},
+		{Card: gpushare.Card{Index: 0, UUID: cards[0].UUID, MemoryMiB: 16384}, Mode: gpushare.IsolationDriver},
+		{Card: gpushare.Card{Index: 1, UUID: cards[1].UUID, MemoryMiB: 16384}, Mode: gpushare.IsolationNone},
 	}, spec, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -317,8 +317,8 @@ func TestMPSLogDirectoryReadOnly(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, uuid, "status.json"), []byte(`{"defaultLimitMiB": 16384}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	mps := isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake([]gpu.Device{{Index: 0, UUID: uuid}})})
-	enf, err := isolation.NewEnforcer([]isolation.Card{{Index: 0, UUID: uuid, MemoryMiB: 16384, Mode: gpushare.IsolationMPS}}, nil, mps)
+	mps := isolation.NewMPS(isolation.MPSConfig{Root: root, GPUs: gpu.NewFake([]gpu.Device{{Card: gpushare.Card{Index: 0, UUID: uuid}}})})
+	enf, err := isolation.NewEnforcer([]isolation.Card{{Card: gpushare.Card{Index: 0, UUID: uuid, MemoryMiB: 16384}, Mode: gpushare.IsolationMPS}}, nil, mps)
 	if err != nil {
 		t.Fatal(err)
 	}

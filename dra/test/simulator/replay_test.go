@@ -49,7 +49,7 @@ func draChoice(t *testing.T, cards []allocator.Card, order []int, d gpushare.Con
 	var dc []devices.Card
 	for _, pos := range order {
 		c := cards[pos]
-		dc = append(dc, devices.Card{Index: c.Index, UUID: fmt.Sprintf("GPU-%d", c.Index), Model: "T4", MemoryMiB: c.Total << 10, CapacityMiB: c.Total << 10, Isolation: gpushare.IsolationNone})
+		dc = append(dc, devices.Card{Card: gpushare.Card{Index: c.Index, UUID: fmt.Sprintf("GPU-%d", c.Index), Model: "T4", MemoryMiB: c.Total << 10}, CapacityMiB: c.Total << 10, Isolation: gpushare.IsolationNone})
 	}
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "n-gpu.gpushare.io"},
@@ -190,7 +190,7 @@ func slicePositions(cards []allocator.Card, order simulator.DRAOrder) []int {
 	dc := make([]devices.Card, len(cards))
 	for j, c := range cards {
 		byIndex[c.Index] = j
-		dc[j] = devices.Card{Index: c.Index, CapacityMiB: c.Total << 10}
+		dc[j] = devices.Card{Card: gpushare.Card{Index: c.Index}, CapacityMiB: c.Total << 10}
 	}
 	positions = positions[:0]
 	for _, dev := range devices.List(dc, devices.Order(order), devices.Info{Unit: gpushare.UnitGiB}) {

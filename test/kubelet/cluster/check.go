@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/pkg/isolation"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 )
@@ -103,7 +104,7 @@ func Rows(pod *corev1.Pod) ([]Row, error) {
 		r.Isolation, r.LimitMiB = e[isolation.EnvIsolation], e[isolation.EnvMemoryLimitMiB]
 		got := map[string]int64{} // UUID -> kubelet's device IDs on it
 		for _, id := range devs[c.Name] {
-			uuid, _, err := deviceplugin.ParseDeviceID(id)
+			uuid, _, err := handoff.ParseDeviceID(id)
 			if err != nil {
 				return nil, fmt.Errorf("pod %s container %s: %w", ref, c.Name, err)
 			}
@@ -177,7 +178,7 @@ func CheckCards(nodes []corev1.Node, pods []corev1.Pod) []string {
 					continue
 				}
 				seen[id] = true
-				uuid, k, err := deviceplugin.ParseDeviceID(id)
+				uuid, k, err := handoff.ParseDeviceID(id)
 				if err != nil {
 					bad = append(bad, fmt.Sprintf("pod %s holds a malformed device ID %q", ref, id))
 					continue

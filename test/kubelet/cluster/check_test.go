@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -31,7 +32,7 @@ func admitted(name string, card int, units int64, env map[string]string, ids []s
 func ids(uuid string, from, n int) []string {
 	var out []string
 	for k := from; k < from+n; k++ {
-		out = append(out, deviceplugin.DeviceID(uuid, int64(k)))
+		out = append(out, handoff.DeviceID(uuid, int64(k)))
 	}
 	return out
 }

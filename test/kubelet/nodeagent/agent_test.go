@@ -56,7 +56,7 @@ func TestAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		pluginDone <- deviceplugin.Run(ctx, deviceplugin.Config{
+		pluginDone <- runDevicePlugin(ctx, deviceplugin.Config{
 			NodeName: node, Unit: gpushare.UnitGiB, DeviceListStrategy: deviceplugin.StrategyEnvvar, KubeletDir: dir,
 			VerifyPeriod: 200 * time.Millisecond, Client: client, GPUs: gpu.NewFake(devs),
 		})
@@ -156,4 +156,14 @@ func poll(t *testing.T, what string, ok func() bool) {
 	}); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// runDevicePlugin builds the device plugin from cfg and serves it until
+// ctx ends.
+func runDevicePlugin(ctx context.Context, cfg deviceplugin.Config) error {
+	p, err := deviceplugin.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
 }

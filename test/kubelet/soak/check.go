@@ -11,8 +11,8 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpushare/gpushare/pkg/cache"
-	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 )
 
@@ -71,7 +71,7 @@ func CheckKubelet(node *corev1.Node, pods []corev1.Pod, listed []*podresourcesv1
 					continue
 				}
 				for _, id := range d.GetDeviceIds() {
-					uuid, k, err := deviceplugin.ParseDeviceID(id)
+					uuid, k, err := handoff.ParseDeviceID(id)
 					if err != nil {
 						bad = append(bad, fmt.Sprintf("node %s: kubelet gives pod %s a malformed device ID %q", node.Name, ref, id))
 						continue

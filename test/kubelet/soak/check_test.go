@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -39,7 +40,7 @@ func runningPod(name string, card int, units int64) *corev1.Pod {
 func listed(pod, uuid string, from, n int) *podresourcesv1.PodResources {
 	var ids []string
 	for k := from; k < from+n; k++ {
-		ids = append(ids, deviceplugin.DeviceID(uuid, int64(k)))
+		ids = append(ids, handoff.DeviceID(uuid, int64(k)))
 	}
 	return &podresourcesv1.PodResources{Name: pod, Namespace: "soak", Containers: []*podresourcesv1.ContainerResources{{
 		Name: "c0", Devices: []*podresourcesv1.ContainerDevices{{ResourceName: string(gpushare.ResourceGPUMem), DeviceIds: ids}},

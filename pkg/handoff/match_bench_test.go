@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func BenchmarkPrefer(b *testing.B) {
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 
 	b.Run("fresh 4096 MiB", func(b *testing.B) {
-		h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitMiB, Cards: mibCards})
+		h := New(Config{Node: "n1", Unit: gpushare.UnitMiB, Cards: mibCards})
 		mibPod(b, h, util.MakePod("p").GPUMem(4096), 1)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -63,7 +63,7 @@ func BenchmarkPrefer(b *testing.B) {
 	b.Run("8192 MiB must-include", func(b *testing.B) {
 		// An init container holds 8192 IDs; kubelet hands them on to the
 		// app container of the same pod.
-		h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitMiB, Cards: mibCards})
+		h := New(Config{Node: "n1", Unit: gpushare.UnitMiB, Cards: mibCards})
 		mibPod(b, h, util.MakePod("p").InitGPUMem(8192).GPUMem(8192), 2)
 		initIDs, err := h.Prefer(ctx, all, nil, 8192)
 		if err != nil {

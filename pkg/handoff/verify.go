@@ -1,30 +1,15 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
-
-// listKubelet asks PodResources, without h.mu held. An error disables the
-// hint for this call only; it is returned to go in the call's error if
-// the match then fails.
-func (h *Handoff) listKubelet(ctx context.Context) ([]KubeletPod, error) {
-	if h.kubelet == nil {
-		return nil, nil
-	}
-	kp, err := h.kubelet.List(ctx)
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("PodResources unavailable; matching without kubelet's view", "err", err)
-		return nil, fmt.Errorf("listing kubelet's pod resources: %w", err)
-	}
-	return kp, nil
-}
 
 // observe applies kubelet's view: IDs kubelet holds for a container are
 // that container's, whoever the plugin had given them to; a grant younger
@@ -53,7 +38,7 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 			}
 			mine := slices.DeleteFunc(sorted, func(id string) bool {
 				uuid, _, err := ParseDeviceID(id)
-				_, ok := h.cards[uuid]
+				_, ok := h.cards.byUUID[uuid]
 				return err != nil || !ok
 			})
 			if len(mine) == 0 {
@@ -67,13 +52,13 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 				}
 				continue
 			}
-			groups, _ := h.byCard(mine)
+			groups, _ := h.cards.byCard(mine)
 			for _, id := range mine {
 				if o, ok := h.owner[id]; ok && o != ck && o.uid != uid {
 					h.correct(ctx, o, uid)
 				}
 			}
-			h.give(ck, &grant{ids: mine, shares: h.sharesOf(groups), confirmed: true, at: now})
+			h.give(ck, &grant{ids: mine, shares: h.cards.sharesOf(groups), confirmed: true, at: now})
 			if g != nil && g.ids != nil {
 				h.stats.Corrected++
 				logger.Info("kubelet gave this container other devices than the plugin had matched to it; following kubelet", "pod", ref, "container", cname)
@@ -117,40 +102,6 @@ func (h *Handoff) correct(ctx context.Context, o containerKey, claimant types.UI
 	}
 }
 
-func (h *Handoff) refOf(uid types.UID) string {
-	if e := h.pods[uid]; e != nil {
-		return e.ref()
-	}
-	return string(uid)
-}
-
-func (h *Handoff) isInit(ck containerKey) bool {
-	e := h.pods[ck.uid]
-	if e == nil || e.alloc == nil {
-		return false
-	}
-	for _, c := range e.alloc.Containers {
-		if c.Name == ck.name {
-			return c.Init
-		}
-	}
-	return false
-}
-
-// withFailures adds to a failed match the reads that failed on the way,
-// which may be why nothing matched; kubelet shows the message as the
-// pod's admission error.
-func withFailures(err error, failed []error) error {
-	if err == nil || len(failed) == 0 {
-		return err
-	}
-	msgs := make([]string, len(failed))
-	for i, f := range failed {
-		msgs[i] = f.Error()
-	}
-	return fmt.Errorf("%w; %s", err, strings.Join(msgs, "; "))
-}
-
 // Verify reads kubelet's PodResources and corrects the grants by it; the
 // annotation writer then repairs what differs. It returns the number of
 // pods kubelet lists, or an error when PodResources is unavailable.
@@ -168,10 +119,41 @@ func (h *Handoff) Verify(ctx context.Context) (int, error) {
 	return len(kp), nil
 }
 
-// nonNil returns err as a one-element list, or nil.
-func nonNil(err error) []error {
-	if err == nil {
-		return nil
+// verifyDebounce is how long after an Allocate the verifier reads
+// PodResources: kubelet records the devices once Allocate has returned.
+const verifyDebounce = 300 * time.Millisecond
+
+// RunVerifier compares kubelet's PodResources with the grants shortly
+// after each delivery on now (an Allocate) and every period, then calls
+// verified (which prunes what no grant holds any more), until ctx ends.
+func (h *Handoff) RunVerifier(ctx context.Context, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
+	logger := klog.FromContext(ctx)
+	t := time.NewTicker(period)
+	defer t.Stop()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-now:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(verifyDebounce):
+			}
+		}
+		if _, err := h.Verify(ctx); err != nil {
+			if !reported {
+				logger.Info("Cannot read kubelet's PodResources; allocations are not verified against kubelet until it answers", "err", err)
+				reported = true
+			}
+			continue
+		}
+		if reported {
+			logger.Info("kubelet's PodResources answers again")
+			reported = false
+		}
+		verified(ctx)
 	}
-	return []error{err}
 }

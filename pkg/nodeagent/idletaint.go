@@ -1,4 +1,4 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"context"
@@ -101,9 +101,9 @@ func isIdleTaint(t corev1.Taint) bool { return t.Key == gpushare.TaintIdleGPUs }
 // events.
 const idleTaintPeriod = time.Minute
 
-// idleTaintLoop syncs t at start, on request and every idleTaintPeriod,
+// Run syncs t at start, on request (now) and every idleTaintPeriod,
 // retrying failures with backoff, and removes the taint when ctx ends.
-func idleTaintLoop(ctx context.Context, t *IdleTaint, now <-chan struct{}) {
+func (t *IdleTaint) Run(ctx context.Context, now <-chan struct{}) {
 	logger := klog.FromContext(ctx)
 	backoff := time.Second
 	for {

@@ -1,15 +1,30 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
+
+// NodeAPI is the part of the node API the publisher uses.
+type NodeAPI interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	// PatchNodeMetadata sets (non-nil) or removes (nil) labels and
+	// annotations of the node, in one patch.
+	PatchNodeMetadata(ctx context.Context, name string, labels, annotations map[string]*string) error
+	// PatchNodeCapacity sets status capacity and allocatable of resources;
+	// a nil value removes the resource.
+	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error
+}
 
 // Publisher keeps the node's inventory annotation (gpushare.io/devices)
 // and its labels that describe the cards (labels.go,
@@ -27,7 +42,7 @@ type Publisher struct {
 	Node string
 	Unit string
 	// Cards in index order.
-	Cards []Card
+	Cards []handoff.Card
 	// Driver is what the node's driver states; nil when it states none
 	// (a fake node without --fake-driver).
 	Driver *gpu.Driver
@@ -87,4 +102,32 @@ func (p *Publisher) Publish(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// publishPeriod is how often the node's inventory is re-asserted.
+const publishPeriod = time.Minute
+
+// Run publishes at start, on request (now) and every publishPeriod,
+// retrying failures with backoff, until ctx ends.
+func (p *Publisher) Run(ctx context.Context, now <-chan struct{}) {
+	logger := klog.FromContext(ctx)
+	backoff := time.Second
+	for {
+		wait := publishPeriod
+		if err := p.Publish(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			logger.Error(err, "Publishing the node inventory; retrying", "in", backoff)
+			wait, backoff = backoff, min(2*backoff, publishPeriod)
+		} else {
+			backoff = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-now:
+		case <-time.After(wait):
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ func TestHandoffRelocatesOnlyToAllowedCards(t *testing.T) {
 		ht := newHandoffTest(t)
 		cards := slices.Clone(testCards)
 		cards[0].Isolation, cards[1].Isolation, cards[2].Isolation = gpushare.IsolationDriver, gpushare.IsolationNone, gpushare.IsolationMPS
-		ht.h = NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: cards, Kubelet: ht.kubelet, Clock: ht.clock})
+		ht.h = New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: cards, Kubelet: ht.kubelet, Clock: ht.clock})
 		ht.take(unitsOn("GPU-0", 0, 14)) // card 0 has 2 free units
 		p := ht.pod(util.MakePod("p").GPUMem(4).Enforced(), map[string][]int{"c0": {0}}, 1)
 		a, _ := ht.admit(4)

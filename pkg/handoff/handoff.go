@@ -1,17 +1,14 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -20,13 +17,6 @@ import (
 // ErrNoMatch marks an Allocate or GetPreferredAllocation for which no pod
 // on the node waits: kubelet reports it as the pod's admission failure.
 var ErrNoMatch = errors.New("no waiting pod matches")
-
-// apiTimeout bounds the API server read the handoff makes while kubelet
-// waits for GetPreferredAllocation or Allocate (catchUp): kubelet calls
-// both without a deadline, so an API server that does not answer would
-// hold the pod's admission (and kubelet's admission of every later pod)
-// forever.
-const apiTimeout = 3 * time.Second
 
 // DefaultGrace is how long a grant made by Allocate stands before the
 // absence of its devices in PodResources may revoke it (kubelet records
@@ -164,8 +154,8 @@ type Assignment struct {
 	Enforced bool
 }
 
-// HandoffConfig configures a Handoff.
-type HandoffConfig struct {
+// Config configures a Handoff.
+type Config struct {
 	Node string
 	// Unit of the node (gpushare.UnitGiB or UnitMiB).
 	Unit  string
@@ -211,7 +201,7 @@ type Handoff struct {
 	// node, unit and cards never change; they are read without mu.
 	node     string
 	unit     string
-	cards    map[string]Card // UUID -> card
+	cards    cardSet
 	kubelet  KubeletPods
 	api      NodePodLister
 	notify   func(types.UID)
@@ -238,11 +228,11 @@ type Handoff struct {
 	// changes.
 	legacyChanged chan struct{}
 	// stats counts decisions, for tests (Stats).
-	stats HandoffStats
+	stats Stats
 }
 
-// HandoffStats counts the handoff's decisions since start.
-type HandoffStats struct {
+// Stats counts the handoff's decisions since start.
+type Stats struct {
 	// Allocations answered; Steered of them matched the preceding
 	// GetPreferredAllocation; Reused matched by an init container's IDs.
 	Allocations, Steered, Reused int
@@ -255,17 +245,17 @@ type HandoffStats struct {
 	Revoked int
 }
 
-// NewHandoff returns an empty handoff.
-func NewHandoff(cfg HandoffConfig) *Handoff {
+// New returns an empty handoff.
+func New(cfg Config) *Handoff {
 	h := &Handoff{
-		node: cfg.Node, unit: cfg.Unit, cards: map[string]Card{}, kubelet: cfg.Kubelet, api: cfg.API,
+		node: cfg.Node, unit: cfg.Unit, cards: cardSet{node: cfg.Node, byUUID: map[string]Card{}}, kubelet: cfg.Kubelet, api: cfg.API,
 		notify: cfg.Notify, recorder: cfg.Recorder, grace: cfg.Grace, clock: cfg.Clock,
 		pods: map[types.UID]*podEntry{}, byName: map[string]types.UID{},
 		grants: map[containerKey]*grant{}, owner: map[string]containerKey{},
 		legacy: map[types.UID][]string{}, legacyChanged: make(chan struct{}, 1),
 	}
 	for _, c := range cfg.Cards {
-		h.cards[c.UUID] = c
+		h.cards.byUUID[c.UUID] = c
 	}
 	if h.notify == nil {
 		h.notify = func(types.UID) {}
@@ -280,127 +270,10 @@ func NewHandoff(cfg HandoffConfig) *Handoff {
 }
 
 // Stats returns the decision counters.
-func (h *Handoff) Stats() HandoffStats {
+func (h *Handoff) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stats
-}
-
-// managedAnnotations are the pod annotations the plugin writes.
-var managedAnnotations = []string{gpushare.AnnotationAllocation, gpushare.AnnotationAssigned,
-	gpushare.AnnotationIndex, gpushare.AnnotationDevMem, gpushare.AnnotationPodMem}
-
-// UpsertPod applies a pod add or update from the informer.
-func (h *Handoff) UpsertPod(pod *corev1.Pod) { h.upsert(pod, false) }
-
-// upsert applies pod and reports whether it added or changed a pod entry.
-// onlyNew: only a GPU pod of this node whose UID the handoff does not know
-// (catchUp's read may be older than what the informer delivered since).
-func (h *Handoff) upsert(pod *corev1.Pod, onlyNew bool) bool {
-	demand, derr := gpushare.PodDemand(pod)
-	key := pod.Namespace + "/" + pod.Name
-	terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	if errors.Is(derr, gpushare.ErrNoGPUMem) || pod.Spec.NodeName != h.node || terminal {
-		if onlyNew {
-			return false
-		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		h.deletePod(pod.UID)
-		return false
-	}
-	// Read the annotations (the allocation is JSON) before locking:
-	// checkAllocation reads only fields that never change.
-	e := &podEntry{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, annotations: map[string]string{}}
-	for _, k := range managedAnnotations {
-		if v, ok := pod.Annotations[k]; ok {
-			e.annotations[k] = v
-		}
-	}
-	e.assumeTime, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationAssumeTime], 10, 64)
-	e.index = -1
-	if idx, err := strconv.Atoi(pod.Annotations[gpushare.AnnotationIndex]); err == nil && idx >= 0 {
-		e.index = idx
-	}
-	e.devMem, _ = strconv.ParseInt(pod.Annotations[gpushare.AnnotationDevMem], 10, 64)
-	e.admitted = pod.Status.Phase == corev1.PodRunning
-	e.users = runAsUsers(pod)
-	e.constraints, e.constraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
-	e.constraints = e.constraints.ForDemand(demand)
-	e.alloc, e.problem = h.checkAllocation(pod, demand, derr)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	old := h.pods[pod.UID]
-	if onlyNew && old != nil {
-		return false
-	}
-	h.pods[pod.UID] = e
-	h.byName[key] = pod.UID
-	if old == nil && e.alloc != nil && e.annotations[gpushare.AnnotationAssigned] == "true" && h.legacy[pod.UID] == nil {
-		// Seen for the first time already assigned: this process restarted.
-		// Trust the annotation until kubelet says otherwise.
-		for _, c := range e.alloc.Containers {
-			ck := containerKey{pod.UID, c.Name}
-			if h.grants[ck] == nil {
-				h.grants[ck] = &grant{shares: c.Devices}
-			}
-		}
-	}
-	h.notify(pod.UID)
-	return true
-}
-
-// checkAllocation returns the pod's allocation, or why it cannot be used.
-// It reads only h.node and h.unit, so the caller need not hold h.mu.
-func (h *Handoff) checkAllocation(pod *corev1.Pod, demand gpushare.Demand, derr error) (*gpushare.Allocation, string) {
-	if derr != nil {
-		return nil, derr.Error()
-	}
-	s, ok := pod.Annotations[gpushare.AnnotationAllocation]
-	if !ok {
-		return nil, fmt.Sprintf("it has no %s annotation; was it scheduled without the gpushare scheduler extender?", gpushare.AnnotationAllocation)
-	}
-	a, err := gpushare.ParseAllocation(s)
-	if err != nil {
-		return nil, err.Error()
-	}
-	if a.Node != h.node {
-		return nil, fmt.Sprintf("its allocation is for node %s, not %s", a.Node, h.node)
-	}
-	if a.Unit != h.unit {
-		return nil, fmt.Sprintf("its allocation is in %s, node %s reports %s", a.Unit, h.node, h.unit)
-	}
-	if err := a.CheckDemand(demand); err != nil {
-		return nil, "its " + err.Error()
-	}
-	return a, ""
-}
-
-// DeletePod forgets a deleted pod and what its containers held.
-func (h *Handoff) DeletePod(uid types.UID) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.deletePod(uid)
-}
-
-func (h *Handoff) deletePod(uid types.UID) {
-	e, ok := h.pods[uid]
-	if !ok {
-		return
-	}
-	for ck := range h.grants {
-		if ck.uid == uid {
-			h.drop(ck)
-		}
-	}
-	delete(h.pods, uid)
-	if h.byName[e.ref()] == uid {
-		delete(h.byName, e.ref())
-	}
-	if _, ok := h.legacy[uid]; ok {
-		delete(h.legacy, uid)
-		h.pokeLegacy()
-	}
 }
 
 // drop removes a grant. The caller holds h.mu.
@@ -442,111 +315,6 @@ func (h *Handoff) next(e *podEntry) int {
 	return -1
 }
 
-// repaired returns e's allocation with every granted container on the cards
-// it holds. The caller holds h.mu.
-func (h *Handoff) repaired(e *podEntry) *gpushare.Allocation {
-	a := *e.alloc
-	a.Containers = slices.Clone(e.alloc.Containers)
-	for i, c := range a.Containers {
-		if g := h.grants[containerKey{e.uid, c.Name}]; g != nil && !sameShares(g.shares, c.Devices) {
-			a.Containers[i].Devices = slices.Clone(g.shares)
-		}
-	}
-	return &a
-}
-
-// Desired returns the annotation changes pod uid needs: the allocation
-// repaired to the cards its containers hold (with the Aliyun keys derived
-// from it), and ASSIGNED "true" once every container is allocated ("false"
-// again if kubelet showed a match to be wrong). nil when nothing differs.
-func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string]*string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.pods[uid]
-	if e == nil || e.alloc == nil || h.legacy[uid] != nil {
-		return "", "", nil
-	}
-	want := map[string]string{gpushare.AnnotationAssigned: "false"}
-	if h.next(e) < 0 {
-		want[gpushare.AnnotationAssigned] = "true"
-	}
-	if a := h.repaired(e); !sameAllocation(a, e.alloc) {
-		if enc, err := a.Encode(); err == nil {
-			want[gpushare.AnnotationAllocation] = enc
-			if d, ok := a.FirstAppDevice(); ok {
-				want[gpushare.AnnotationIndex] = strconv.Itoa(d.Index)
-				want[gpushare.AnnotationDevMem] = strconv.FormatInt(h.cards[d.UUID].Units, 10)
-			}
-			want[gpushare.AnnotationPodMem] = strconv.FormatInt(a.Total(), 10)
-		}
-	}
-	for k, v := range want {
-		if old, ok := e.annotations[k]; ok && old == v {
-			continue
-		}
-		if k == gpushare.AnnotationAssigned && v == "false" && e.annotations[k] == "" {
-			continue // never set: leave it to the extender
-		}
-		if set == nil {
-			set = map[string]*string{}
-		}
-		set[k] = &v
-	}
-	return e.namespace, e.name, set
-}
-
-// Patched records annotations just written, so that Desired does not
-// write them again before the informer delivers the update.
-func (h *Handoff) Patched(uid types.UID, set map[string]*string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.pods[uid]
-	if e == nil {
-		return
-	}
-	for k, v := range set {
-		if v == nil {
-			delete(e.annotations, k)
-		} else {
-			e.annotations[k] = *v
-		}
-	}
-}
-
-func sameAllocation(a, b *gpushare.Allocation) bool {
-	if len(a.Containers) != len(b.Containers) {
-		return false
-	}
-	for i := range a.Containers {
-		if !sameShares(a.Containers[i].Devices, b.Containers[i].Devices) {
-			return false
-		}
-	}
-	return true
-}
-
-// Revoke takes back the grant Allocate made for a, unless kubelet has
-// confirmed it since or another Allocate replaced it: the Allocate call
-// failed after the match (enforcing the container's limit did), so kubelet
-// frees the device IDs and will ask again. The pod's annotation repair, if
-// a relocation asked one, is recomputed without the grant.
-func (h *Handoff) Revoke(ctx context.Context, a *Assignment) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ck := containerKey{a.Pod, a.Container}
-	g := h.grants[ck]
-	if g == nil || g.confirmed || !sameShares(g.shares, a.Shares) {
-		return
-	}
-	h.drop(ck)
-	h.stats.Revoked++
-	klog.FromContext(ctx).Info("Grant taken back: the Allocate call failed", "pod", a.Namespace+"/"+a.PodName, "container", a.Container,
-		"cards", describeShares(a.Shares))
-	if a.Relocated {
-		h.notify(a.Pod)
-	}
-}
-
 // HeldShares returns the cards of every container the plugin believes
 // holds some (every grant, confirmed or not), each in card index order.
 func (h *Handoff) HeldShares() [][]gpushare.DeviceShare {
@@ -582,4 +350,32 @@ func (h *Handoff) Grant(uid types.UID, container string) (shares []gpushare.Devi
 		return nil, false, false
 	}
 	return slices.Clone(g.shares), g.confirmed, true
+}
+
+func (h *Handoff) refOf(uid types.UID) string {
+	if e := h.pods[uid]; e != nil {
+		return e.ref()
+	}
+	return string(uid)
+}
+
+func (h *Handoff) isInit(ck containerKey) bool {
+	e := h.pods[ck.uid]
+	if e == nil || e.alloc == nil {
+		return false
+	}
+	for _, c := range e.alloc.Containers {
+		if c.Name == ck.name {
+			return c.Init
+		}
+	}
+	return false
+}
+
+func containerTotal(c gpushare.ContainerAllocation) int64 {
+	var t int64
+	for _, d := range c.Devices {
+		t += d.Units
+	}
+	return t
 }

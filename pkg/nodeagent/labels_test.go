@@ -1,4 +1,4 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
 
 // labelCards: two Tesla T4 cards (15360 MiB) in driver mode.
-var labelCards = []Card{
+var labelCards = []handoff.Card{
 	{Index: 0, UUID: "GPU-0", Model: "Tesla T4", Units: 15, MemoryMiB: 15360, Isolation: gpushare.IsolationDriver},
 	{Index: 1, UUID: "GPU-1", Model: "Tesla T4", Units: 15, MemoryMiB: 15360, Isolation: gpushare.IsolationDriver},
 }
@@ -27,7 +28,7 @@ func TestNodeLabels(t *testing.T) {
 	drv := &gpu.Driver{Version: "550.54.15", CUDAVersion: 12040}
 	tests := []struct {
 		name       string
-		cards      []Card
+		cards      []handoff.Card
 		unhealthy  map[string]bool
 		drv        *gpu.Driver
 		own, nvidi map[string]string
@@ -45,7 +46,7 @@ func TestNodeLabels(t *testing.T) {
 		},
 	}, {
 		name: "a failed card, no driver, mixed isolation",
-		cards: []Card{
+		cards: []handoff.Card{
 			{Index: 0, UUID: "GPU-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Isolation: gpushare.IsolationMPS},
 			{Index: 1, UUID: "GPU-1", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920},
 		},

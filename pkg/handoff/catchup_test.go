@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -138,7 +138,7 @@ func TestHandoffCatchesUpWithTheAPI(t *testing.T) {
 				pod := waitingPod("p", "new", units)
 				api := &lateAPI{pods: []*corev1.Pod{pod}, err: tc.apiError}
 				kubelet := &fakeKubelet{pods: tc.kubelet.pods, err: tc.kubelet.err}
-				h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: api})
+				h := New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: api})
 				for _, k := range tc.known {
 					h.UpsertPod(k)
 					// Admitted on card 0 before it was deleted.

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"errors"
@@ -105,7 +105,7 @@ func TestAllocateRefusesMixedMPSUsers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ht := newHandoffTest(t)
-			ht.h = NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: cards, Kubelet: ht.kubelet, Clock: ht.clock})
+			ht.h = New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: cards, Kubelet: ht.kubelet, Clock: ht.clock})
 			a := ht.pod(tc.first, tc.firstCards, 1)
 			b := ht.pod(tc.second, map[string][]int{"c0": tc.secondCards}, 2)
 			listed := func(p *util.PodWrapper) KubeletPod {

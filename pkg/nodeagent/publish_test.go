@@ -1,4 +1,4 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"context"
@@ -10,8 +10,16 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 	"github.com/gpushare/gpushare/test/util"
 )
+
+// testCards: two 16 GiB cards and an 80 GiB one.
+var testCards = []handoff.Card{
+	{Index: 0, UUID: "GPU-0", Model: "T4", Units: 16},
+	{Index: 1, UUID: "GPU-1", Model: "T4", Units: 16},
+	{Index: 2, UUID: "GPU-2", Model: "A100", Units: 80},
+}
 
 // TestPublisher: the inventory annotation follows the cards' health, and
 // an aliyun.com/gpu-count capacity (an older plugin's, or Aliyun's) is

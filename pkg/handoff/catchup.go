@@ -1,8 +1,9 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -59,3 +60,10 @@ func (h *Handoff) catchUp(ctx context.Context) error {
 		"pods", len(pods), "added", added, "forgotten", gone)
 	return nil
 }
+
+// apiTimeout bounds the API server read the handoff makes while kubelet
+// waits for GetPreferredAllocation or Allocate (catchUp): kubelet calls
+// both without a deadline, so an API server that does not answer would
+// hold the pod's admission (and kubelet's admission of every later pod)
+// forever.
+const apiTimeout = 3 * time.Second

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -12,18 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
-
-func testLogger(t *testing.T) klog.Logger {
-	logger, _ := ktesting.NewTestContext(t)
-	return logger
-}
 
 // testCards: two 16 GiB cards and an 80 GiB one.
 var testCards = []Card{
@@ -75,7 +69,7 @@ type handoffTest struct {
 func newHandoffTest(t *testing.T) *handoffTest {
 	_, ctx := ktesting.NewTestContext(t)
 	ht := &handoffTest{t: t, ctx: ctx, kubelet: &fakeKubelet{}, clock: clocktesting.NewFakePassiveClock(time.Unix(1700000000, 0)), used: map[string]bool{}}
-	ht.h = NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: ht.kubelet, Clock: ht.clock})
+	ht.h = New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: ht.kubelet, Clock: ht.clock})
 	return ht
 }
 
@@ -415,7 +409,7 @@ func TestHandoffMultiCard(t *testing.T) {
 }
 
 func TestHandoffAvailableAndByCard(t *testing.T) {
-	h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards})
+	h := New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards})
 	tests := []struct {
 		name string
 		ids  []string
@@ -440,12 +434,12 @@ func TestHandoffAvailableAndByCard(t *testing.T) {
 			for _, id := range tc.skip {
 				skip[id] = true
 			}
-			if diff := cmp.Diff(tc.want, h.available(tc.ids, skip)); diff != "" {
+			if diff := cmp.Diff(tc.want, h.cards.available(tc.ids, skip)); diff != "" {
 				t.Errorf("available mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}
-	got, err := h.byCard([]string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-1::9"})
+	got, err := h.cards.byCard([]string{"GPU-1::10", "GPU-0::3", "GPU-1::2", "GPU-1::9"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +502,7 @@ func TestHandoffBoundsAPIReads(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			kubelet := &fakeKubelet{}
 			kubelet.set(KubeletPod{Namespace: "default", Name: "p", Containers: map[string][]string{"c0": nil}})
-			h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: silentAPI{}})
+			h := New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: kubelet, API: silentAPI{}})
 			done := make(chan error, 1)
 			go func() { done <- tc.call(ctx, h) }()
 			select {

@@ -1,4 +1,4 @@
-package deviceplugin
+package nodeagent
 
 import (
 	"encoding/json"
@@ -11,13 +11,14 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpu"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
 // nodeLabels returns the labels that describe cards (unhealthy: UUIDs of
 // the failed ones) and drv (nil: the node states no driver): ours
 // (gpushare.OwnLabels) and the same facts in GPU Feature Discovery's form
 // (gpushare.NVIDIALabels). A label whose fact is unknown is absent.
-func nodeLabels(cards []Card, unhealthy map[string]bool, drv *gpu.Driver) (own, nvidia map[string]string) {
+func nodeLabels(cards []handoff.Card, unhealthy map[string]bool, drv *gpu.Driver) (own, nvidia map[string]string) {
 	healthy := 0
 	mode := gpushare.Isolation("")
 	for i, c := range cards {

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
@@ -47,10 +48,10 @@ func (p *PodResources) List(ctx context.Context) ([]KubeletPod, error) {
 	defer cancel()
 	p.mu.Lock()
 	if p.client == nil {
-		conn, err := dial(p.Socket)
+		conn, err := grpc.NewClient("unix://"+p.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			p.mu.Unlock()
-			return nil, err
+			return nil, fmt.Errorf("dialing %s: %w", p.Socket, err)
 		}
 		p.client = podresourcesv1.NewPodResourcesListerClient(conn)
 	}

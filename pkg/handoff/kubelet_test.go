@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -98,7 +98,7 @@ func TestPodResourcesList(t *testing.T) {
 // deadline, does not hang on a PodResources socket that never answers.
 func TestVerifyGivesUpOnASilentKubelet(t *testing.T) {
 	p := &PodResources{Socket: servePodResources(t, &fakePodResources{}), timeout: 100 * time.Millisecond}
-	h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: p})
+	h := New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Kubelet: p})
 	if _, err := h.Verify(context.Background()); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("Verify error = %v, want one with code %v", err, codes.DeadlineExceeded)
 	}

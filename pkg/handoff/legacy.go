@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -16,11 +16,14 @@ import (
 
 // Pods admitted by the previous device plugin (Aliyun's) and the device
 // IDs kubelet holds for them: see "Pods of the previous device plugin" in
-// the package doc.
+// docs/design/device-plugin.md.
 
 // startupReads is how many times AdoptAtStart reads PodResources before
 // the first registration.
 const startupReads = 3
+
+// maxNamedPods is how many pods an error names before it counts the rest.
+const maxNamedPods = 10
 
 // startupReadPause is the pause between those reads (a variable for tests).
 var startupReadPause = time.Second
@@ -67,7 +70,7 @@ func (h *Handoff) isOurs(id string) bool {
 	if err != nil {
 		return false
 	}
-	_, ok := h.cards[uuid]
+	_, ok := h.cards.byUUID[uuid]
 	return ok
 }
 
@@ -127,13 +130,13 @@ func (h *Handoff) observeLegacy(ctx context.Context, uid types.UID, lp KubeletPo
 // false. Aliyun's plugin gave a pod the card ALIYUN_COM_GPU_MEM_IDX names,
 // and on a one-card node that card without looking at the pod.
 func (h *Handoff) legacyCard(e *podEntry) (Card, bool) {
-	for _, c := range h.cards {
+	for _, c := range h.cards.byUUID {
 		if e != nil && c.Index == e.index {
 			return c, true
 		}
 	}
-	if len(h.cards) == 1 {
-		for _, c := range h.cards {
+	if len(h.cards.byUUID) == 1 {
+		for _, c := range h.cards.byUUID {
 			return c, true
 		}
 	}
@@ -243,48 +246,4 @@ func (h *Handoff) AdoptAtStart(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.checkLegacyUnit()
-}
-
-// logAdoption logs how the legacy pods' devices are advertised, compared
-// with the previous state (nil at start).
-func logAdoption(logger klog.Logger, cards []Card, prev *Adoption, now Adoption) {
-	was := map[string]LegacyPod{}
-	if prev != nil {
-		for _, p := range prev.Pods {
-			was[p.Pod] = p
-		}
-	}
-	is := map[string]bool{}
-	for _, p := range now.Pods {
-		is[p.Pod] = true
-		if old, ok := was[p.Pod]; ok && old == p {
-			continue
-		}
-		if p.Card < 0 {
-			logger.Info("Pod holds devices of the previous device plugin on no known card; they are not advertised (no ALIYUN_COM_GPU_MEM_IDX naming a card of this node: Aliyun's plugin gave it no card)",
-				"pod", p.Pod, "units", p.Units)
-			continue
-		}
-		logger.Info("Pod admitted by the previous device plugin: its devices are advertised as units of its card until it ends",
-			"pod", p.Pod, "card", p.Card, "units", p.Units)
-	}
-	for _, p := range prev.pods() {
-		if !is[p.Pod] {
-			logger.Info("Pod of the previous device plugin is gone; its units are the card's own again", "pod", p.Pod, "card", p.Card, "units", p.Units)
-		}
-	}
-	for _, c := range cards {
-		held := int64(len(now.ByCard[c.UUID]))
-		if held > c.Units {
-			logger.Info("Pods of the previous device plugin hold more units of a card than it has; it takes no new pods until they end",
-				"card", c.Index, "held", held, "units", c.Units)
-		}
-	}
-}
-
-func (a *Adoption) pods() []LegacyPod {
-	if a == nil {
-		return nil
-	}
-	return a.Pods
 }

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"context"
@@ -50,15 +50,14 @@ func TestAnnotatorPatchesByUID(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			api := &patchAPI{err: tc.err}
-			a := newAnnotator(api)
+			a := NewAnnotator(api)
 			defer a.queue.ShutDown()
-			h := NewHandoff(HandoffConfig{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Notify: a.enqueue})
-			a.handoff = h
+			h := New(Config{Node: "n1", Unit: gpushare.UnitGiB, Cards: testCards, Notify: a.Enqueue})
 			ht := &handoffTest{t: t, ctx: ctx, h: h, used: map[string]bool{}}
 			p := ht.pod(util.MakePod("p").GPUMem(4), map[string][]int{"c0": {0}}, 1)
 			ht.admit(4) // ASSIGNED becomes "true": one patch
 			for a.queue.Len() > 0 {
-				a.step(ctx)
+				a.step(ctx, h)
 			}
 			if diff := cmp.Diff([]string{"default/p " + string(p.UID)}, api.patches); diff != "" {
 				t.Errorf("patches mismatch (-want +got):\n%s", diff)

@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"errors"
@@ -89,7 +89,7 @@ func checkMPSUser(card Card, c mpsClient, others []mpsClient) error {
 // when shares (its cards) do not make it one: it is not on exactly one
 // card, or that card is not in mps mode. The caller holds h.mu.
 func (h *Handoff) mpsClientLocked(ck containerKey, shares []gpushare.DeviceShare) (mpsClient, bool) {
-	if len(shares) != 1 || h.cards[shares[0].UUID].Isolation != gpushare.IsolationMPS {
+	if len(shares) != 1 || h.cards.byUUID[shares[0].UUID].Isolation != gpushare.IsolationMPS {
 		return mpsClient{}, false
 	}
 	c := mpsClient{pod: h.refOf(ck.uid), container: ck.name}
@@ -118,5 +118,5 @@ func (h *Handoff) checkMPSUserLocked(ck containerKey, shares []gpushare.DeviceSh
 			others = append(others, o)
 		}
 	}
-	return checkMPSUser(h.cards[shares[0].UUID], c, others)
+	return checkMPSUser(h.cards.byUUID[shares[0].UUID], c, others)
 }

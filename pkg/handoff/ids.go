@@ -1,4 +1,4 @@
-package deviceplugin
+package handoff
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// idSeparator joins a card's UUID and a unit's number in a device ID.
-const idSeparator = "::"
+// IDSeparator joins a card's UUID and a unit's number in a device ID.
+const IDSeparator = "::"
 
 // maxIDBytes bounds the device IDs we parse (a UUID is 40 bytes).
 const maxIDBytes = 128
@@ -22,7 +22,7 @@ var ErrDeviceID = errors.New("invalid gpushare device ID")
 // own accounting (each ID to at most one container) caps every card at the
 // number of IDs it has: its memory in units.
 func DeviceID(uuid string, k int64) string {
-	return uuid + idSeparator + strconv.FormatInt(k, 10)
+	return uuid + IDSeparator + strconv.FormatInt(k, 10)
 }
 
 // ParseDeviceID splits a DeviceID into the card's UUID and the unit number.
@@ -32,10 +32,10 @@ func ParseDeviceID(id string) (uuid string, k int64, err error) {
 	if len(id) > maxIDBytes {
 		return "", 0, fmt.Errorf("%w: %d bytes, limit %d", ErrDeviceID, len(id), maxIDBytes)
 	}
-	uuid, num, ok := strings.Cut(id, idSeparator)
+	uuid, num, ok := strings.Cut(id, IDSeparator)
 	switch {
 	case !ok:
-		return "", 0, fmt.Errorf("%w: %q has no %q", ErrDeviceID, id, idSeparator)
+		return "", 0, fmt.Errorf("%w: %q has no %q", ErrDeviceID, id, IDSeparator)
 	case uuid == "" || strings.Contains(num, ":") || strings.ContainsAny(uuid, ":, \t\n"):
 		return "", 0, fmt.Errorf("%w: %q does not have the form UUID::N", ErrDeviceID, id)
 	case num == "" || (len(num) > 1 && num[0] == '0') || num[0] < '0' || num[0] > '9':
