@@ -1,7 +1,6 @@
 package simulator
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -57,7 +57,7 @@ type Config struct {
 	PercentageOfNodesToScore *int32
 	// Variant, when not zero, is applied to the trace before the replays;
 	// WritePods, when not "", receives the pods replayed (openb CSV).
-	Variant   Variant
+	Variant   trace.Variant
 	WritePods string
 	// Parallel replays at once.
 	Parallel int
@@ -305,76 +305,6 @@ func ParseSeeds(s string) ([]uint64, error) {
 	return out, nil
 }
 
-// LoadTrace reads the nodes and the pods of a trace, each in openb CSV or
-// Kubernetes YAML/JSON (told apart by the extension, else the content). A
-// Kubernetes dump named by both (`--nodes cluster.yaml --pods
-// cluster.yaml`) is read and decoded once.
-func LoadTrace(nodesFile, podsFile string) (*Trace, error) {
-	var kube struct {
-		file  string
-		nodes []Node
-		pods  []Pod
-	}
-	read := func(file string) (csv io.Reader, err error) {
-		if file == kube.file {
-			return nil, nil
-		}
-		data, err := os.ReadFile(file)
-		if err != nil {
-			return nil, err
-		}
-		if isCSV(file, data) {
-			return bytes.NewReader(data), nil
-		}
-		kube.file = file
-		kube.nodes, kube.pods, err = ReadKubernetes(bytes.NewReader(data), file)
-		return nil, err
-	}
-	tr := &Trace{}
-	csv, err := read(nodesFile)
-	switch {
-	case err != nil:
-		return nil, err
-	case csv != nil:
-		tr.Nodes, err = ReadOpenbNodes(csv, nodesFile)
-	case len(kube.nodes) == 0:
-		err = &InputError{File: nodesFile, Err: errors.New("no Node objects")}
-	default:
-		tr.Nodes = kube.nodes
-	}
-	if err != nil {
-		return nil, err
-	}
-	csv, err = read(podsFile)
-	switch {
-	case err != nil:
-		return nil, err
-	case csv != nil:
-		tr.Pods, err = ReadOpenbPods(csv, podsFile)
-	case len(kube.pods) == 0:
-		err = &InputError{File: podsFile, Err: errors.New("no Pod objects (finished pods are left out)")}
-	default:
-		tr.Pods = kube.pods
-	}
-	if err != nil {
-		return nil, err
-	}
-	return tr, nil
-}
-
-// isCSV tells openb CSV from YAML/JSON: by extension, else by whether the
-// first line looks like a CSV header.
-func isCSV(name string, data []byte) bool {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".csv":
-		return true
-	case ".yaml", ".yml", ".json":
-		return false
-	}
-	first, _, _ := bytes.Cut(bytes.TrimLeft(data, "\ufeff \t\r\n"), []byte("\n"))
-	return bytes.Count(first, []byte(",")) >= 3 && !bytes.ContainsAny(first, ":{")
-}
-
 // Simulate loads the trace, runs every policy with every seed, and writes
 // the report (and the plot).
 func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
@@ -389,7 +319,7 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		cfg.Scheduler = &ShippedScheduler
 	}
 	cfg.Scheduler = cfg.Scheduler.ForKubernetes(cmp.Or(cfg.KubeSchedulerMinor, DefaultKubeSchedulerMinor))
-	tr, err := LoadTrace(cfg.NodesFile, cfg.PodsFile)
+	tr, err := trace.LoadTrace(cfg.NodesFile, cfg.PodsFile)
 	if err != nil {
 		return err
 	}
@@ -436,7 +366,7 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 
 // RunAll replays tr for every policy and seed of cfg, cfg.Parallel at a
 // time, and returns a summary per policy in cfg.Policies order.
-func RunAll(ctx context.Context, tr *Trace, cfg *Config) ([]Summary, error) {
+func RunAll(ctx context.Context, tr *trace.Trace, cfg *Config) ([]Summary, error) {
 	type job struct{ p, s int }
 	results := make([][]*Result, len(cfg.Policies))
 	for i := range results {
@@ -497,12 +427,12 @@ feed:
 	return sums, nil
 }
 
-func writePodsFile(name string, pods []Pod) error {
+func writePodsFile(name string, pods []trace.Pod) error {
 	f, err := os.Create(name)
 	if err != nil {
 		return err
 	}
-	err = WriteOpenbPods(f, pods)
+	err = trace.WriteOpenbPods(f, pods)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"k8s.io/utils/ptr"
 )
 
@@ -29,7 +30,7 @@ const (
 // seeds 1-3, CPU-only pods handled as cpuPods says, wall times zeroed.
 func sliceSummaries(t *testing.T, cpuPods CPUPods) []Summary {
 	t.Helper()
-	tr, err := LoadTrace(sliceNodes, slicePods)
+	tr, err := trace.LoadTrace(sliceNodes, slicePods)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,11 +91,11 @@ func TestGoldenTable(t *testing.T) {
 // samples: the slice's nodes and pods three times over (183 nodes), with
 // the adaptive percentageOfNodesToScore (100 of 183 nodes per cycle).
 func TestGoldenSampled(t *testing.T) {
-	tr, err := LoadTrace(sliceNodes, slicePods)
+	tr, err := trace.LoadTrace(sliceNodes, slicePods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := &Trace{}
+	big := &trace.Trace{}
 	for k := range 3 {
 		for _, n := range tr.Nodes {
 			n.Name = fmt.Sprintf("%s-%d", n.Name, k)
