@@ -15,14 +15,14 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/memlimit"
-	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/simulator/cli"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "simulate" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := simulator.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		code := cli.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}

@@ -22,6 +22,10 @@ import (
 	"github.com/gpushare/gpushare/test/util"
 )
 
+// optInSchedulerConfig is the opt-in kube-scheduler configuration that
+// sends every pod to the extender's prioritize.
+const optInSchedulerConfig = "../../config/kube-scheduler-config-score-cpu-pods.yaml"
+
 // equivalenceCluster returns Kubernetes nodes of mixed cards, CPU and
 // memory, and pending pods asking 150% of their GPU memory (so Run appends
 // no clones), a tenth of them CPU-only when cpuOnly, as the extender would

@@ -1,4 +1,4 @@
-package simulator
+package cli
 
 import (
 	"cmp"
@@ -13,56 +13,36 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
-// DefaultPolicies is the --policy default: the study's baselines, then
-// FGD and our default.
-var DefaultPolicies = []string{allocator.NameRandom, allocator.NameSpread, allocator.NameBinpack,
-	allocator.NameBestFit, allocator.NameFGD, allocator.NameFragAware}
-
-// Config is one `simulate` invocation.
+// Config is one gpushare-simulate invocation: the replays, and the files
+// they read and write.
 type Config struct {
+	simulator.Config
 	// NodesFile and PodsFile: openb CSV, or Kubernetes YAML/JSON (may be
 	// the same file).
 	NodesFile, PodsFile string
-	Policies            []string
-	Seeds               []uint64
-	Format              Format
+	Format              simulator.Format
 	// PlotFile is "" for no plot; its extension (.svg, .png) picks the format.
 	PlotFile string
-	Inflate  float64
-	CPUPods  CPUPods
-	// GPUOnly: see Options.GPUOnly.
-	GPUOnly bool
 	// SchedulerFile is the kube-scheduler configuration to replay, ""
 	// for ShippedScheduler; Scheduler is what Simulate reads of it.
 	SchedulerFile string
-	Scheduler     *Scheduler
 	// KubeSchedulerMinor is the minor version (1.x) of the kube-scheduler
 	// replayed (Scheduler.ForKubernetes); 0 is DefaultKubeSchedulerMinor.
 	KubeSchedulerMinor int
-	// Topology is the chart topology replayed (ForTopology).
-	Topology Topology
-	// IdleTaintMinCards: Options.IdleTaintMinCards.
-	IdleTaintMinCards *int
-	// PercentageOfNodesToScore: see Options.PercentageOfNodesToScore.
-	PercentageOfNodesToScore *int32
 	// Variant, when not zero, is applied to the trace before the replays;
 	// WritePods, when not "", receives the pods replayed (openb CSV).
 	Variant   trace.Variant
 	WritePods string
-	// Parallel replays at once.
-	Parallel int
-	// Progress, when not nil, gets one line per finished replay.
-	Progress io.Writer
 }
 
 const usage = `Usage: gpushare-scheduler-extender simulate --nodes FILE --pods FILE [flags]
@@ -120,19 +100,19 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	cfg := &Config{}
 	fs.StringVar(&cfg.NodesFile, "nodes", "", "node list: openb CSV (sn,cpu_milli,memory_mib,gpu,model) or Kubernetes YAML/JSON (required)")
 	fs.StringVar(&cfg.PodsFile, "pods", "", "pod list: openb CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]) or Kubernetes YAML/JSON (required)")
-	policies := fs.String("policy", strings.Join(DefaultPolicies, ","), "policies to compare, comma-separated, of "+strings.Join(allocator.PolicyNames(), ", ")+
+	policies := fs.String("policy", strings.Join(simulator.DefaultPolicies, ","), "policies to compare, comma-separated, of "+strings.Join(allocator.PolicyNames(), ", ")+
 		"; POLICY@dra:ORDER[/CHOICE] replays the GPU pods as DRA claims: the card is the first with room in ORDER (index, smallest-first, largest-first or fullest-first), the node rated by POLICY on that card (CHOICE extender, the default) or by kube-scheduler alone (scheduler)")
 	seeds := fs.String("seeds", "42-51", `seeds: a range "42-51", a list "1,5,9" or one "7"`)
-	format := fs.String("format", string(FormatTable), "output: table, json (one array, one object per policy) or csv")
+	format := fs.String("format", string(simulator.FormatTable), "output: table, json (one array, one object per policy) or csv")
 	fs.StringVar(&cfg.PlotFile, "plot", "", "also draw allocation vs arrived demand, one line per policy, to this .svg or .png file")
-	fs.Float64Var(&cfg.Inflate, "inflate", DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
-	cpuPods := fs.String("cpu-pods", string(CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
-	topology := fs.String("topology", string(TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
+	fs.Float64Var(&cfg.Inflate, "inflate", simulator.DefaultInflate, "append clones until the GPU demand passes this share of GPU capacity")
+	cpuPods := fs.String("cpu-pods", string(simulator.CPUPodsPlace), "pods that ask no GPU memory: place (placed as the replayed kube-scheduler configuration places them, taking CPU and memory from the GPU nodes) or skip (left out: the figures measure GPU placement alone)")
+	topology := fs.String("topology", string(simulator.TopologyExtender), "the chart topology to replay: extender (the cluster's kube-scheduler, configured as --scheduler-config, places every pod) or second-scheduler (the chart's kube-scheduler, configured as --scheduler-config, places the pods that ask GPU memory; the cluster's own, with kube-scheduler's defaults, the others)")
 	idleMin := fs.Int("idle-taint-min-cards", gpushare.DefaultIdleTaintMinCards, "the device plugin's --idle-taint-min-cards to replay: a node of at least this many cards, none holding GPU memory, carries the gpushare.io/idle-gpus taint (PreferNoSchedule), which kube-scheduler's TaintToleration weighs for every pod; 0: no node is tainted; unset: the plugin's default, and 0 in a DRA replay (POLICY@dra:…), whose nodes run no device plugin")
 	fs.StringVar(&cfg.SchedulerFile, "scheduler-config", "", "kube-scheduler configuration (KubeSchedulerConfiguration) to replay: its percentageOfNodesToScore, NodeResourcesFit and NodeResourcesBalancedAllocation scoring and the gpushare extender's weight; default: what config/kube-scheduler-config.yaml ships")
-	kubeVersion := fs.String("kube-scheduler-version", "v1."+strconv.Itoa(DefaultKubeSchedulerMinor), "the kube-scheduler version to replay, v1.MINOR[.PATCH]: from v1.36 its NodeResourcesBalancedAllocation scores how much a pod improves a node's balance, not the balance once it is there")
+	kubeVersion := fs.String("kube-scheduler-version", "v1."+strconv.Itoa(simulator.DefaultKubeSchedulerMinor), "the kube-scheduler version to replay, v1.MINOR[.PATCH]: from v1.36 its NodeResourcesBalancedAllocation scores how much a pod improves a node's balance, not the balance once it is there")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
-	percentage := fs.Int("percentage-of-nodes-to-score", int(DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
+	percentage := fs.Int("percentage-of-nodes-to-score", int(simulator.DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
 	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
 	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
 	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
@@ -167,8 +147,8 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.Seeds, err = ParseSeeds(*seeds); err != nil {
 		return nil, err
 	}
-	cfg.Format = Format(*format)
-	if !slices.Contains([]Format{FormatTable, FormatJSON, FormatCSV}, cfg.Format) {
+	cfg.Format = simulator.Format(*format)
+	if !slices.Contains([]simulator.Format{simulator.FormatTable, simulator.FormatJSON, simulator.FormatCSV}, cfg.Format) {
 		return nil, fmt.Errorf("--format %q: want table, json or csv", *format)
 	}
 	if ext := strings.ToLower(filepath.Ext(cfg.PlotFile)); cfg.PlotFile != "" && ext != ".svg" && ext != ".png" {
@@ -192,12 +172,12 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 		return nil, fmt.Errorf("--kube-scheduler-version: %w", err)
 	}
 	cfg.KubeSchedulerMinor = minor
-	cfg.Topology = Topology(*topology)
-	if !slices.Contains(Topologies, cfg.Topology) {
-		return nil, fmt.Errorf("--topology %q: want %s or %s", *topology, TopologyExtender, TopologySecondScheduler)
+	cfg.Topology = simulator.Topology(*topology)
+	if !slices.Contains(simulator.Topologies, cfg.Topology) {
+		return nil, fmt.Errorf("--topology %q: want %s or %s", *topology, simulator.TopologyExtender, simulator.TopologySecondScheduler)
 	}
-	cfg.CPUPods = CPUPods(*cpuPods)
-	if cfg.CPUPods != CPUPodsSkip && cfg.CPUPods != CPUPodsPlace {
+	cfg.CPUPods = simulator.CPUPods(*cpuPods)
+	if cfg.CPUPods != simulator.CPUPodsSkip && cfg.CPUPods != simulator.CPUPodsPlace {
 		return nil, fmt.Errorf("--cpu-pods %q: want place or skip", *cpuPods)
 	}
 	if *percentage < 0 || *percentage > 100 {
@@ -252,7 +232,7 @@ func parsePolicies(s string) ([]string, error) {
 		if p == "" {
 			continue
 		}
-		base, _, err := SplitDRAPolicy(p)
+		base, _, err := simulator.SplitDRAPolicy(p)
 		if err != nil {
 			return nil, fmt.Errorf("--policy: %w", err)
 		}
@@ -309,16 +289,16 @@ func ParseSeeds(s string) ([]uint64, error) {
 // the report (and the plot).
 func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	if cfg.SchedulerFile != "" {
-		s, err := ReadSchedulerConfig(cfg.SchedulerFile)
+		s, err := simulator.ReadSchedulerConfig(cfg.SchedulerFile)
 		if err != nil {
 			return err
 		}
 		cfg.Scheduler = s
 	}
 	if cfg.Scheduler == nil {
-		cfg.Scheduler = &ShippedScheduler
+		cfg.Scheduler = &simulator.ShippedScheduler
 	}
-	cfg.Scheduler = cfg.Scheduler.ForKubernetes(cmp.Or(cfg.KubeSchedulerMinor, DefaultKubeSchedulerMinor))
+	cfg.Scheduler = cfg.Scheduler.ForKubernetes(cmp.Or(cfg.KubeSchedulerMinor, simulator.DefaultKubeSchedulerMinor))
 	tr, err := trace.LoadTrace(cfg.NodesFile, cfg.PodsFile)
 	if err != nil {
 		return err
@@ -336,11 +316,11 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	if err := tr.Validate(); err != nil {
 		return fmt.Errorf("%s, %s: %w", cfg.NodesFile, cfg.PodsFile, err)
 	}
-	sums, err := RunAll(ctx, tr, cfg)
+	sums, err := simulator.RunAll(ctx, tr, &cfg.Config)
 	if err != nil {
 		return err
 	}
-	if err := Write(stdout, cfg.Format, sums); err != nil {
+	if err := simulator.Write(stdout, cfg.Format, sums); err != nil {
 		return err
 	}
 	if cfg.PlotFile == "" {
@@ -351,9 +331,9 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		return err
 	}
 	if strings.EqualFold(filepath.Ext(cfg.PlotFile), ".png") {
-		err = WritePNG(f, sums)
+		err = simulator.WritePNG(f, sums)
 	} else {
-		err = WriteSVG(f, sums)
+		err = simulator.WriteSVG(f, sums)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -362,69 +342,6 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		return fmt.Errorf("writing %s: %w", cfg.PlotFile, err)
 	}
 	return nil
-}
-
-// RunAll replays tr for every policy and seed of cfg, cfg.Parallel at a
-// time, and returns a summary per policy in cfg.Policies order.
-func RunAll(ctx context.Context, tr *trace.Trace, cfg *Config) ([]Summary, error) {
-	type job struct{ p, s int }
-	results := make([][]*Result, len(cfg.Policies))
-	for i := range results {
-		results[i] = make([]*Result, len(cfg.Seeds))
-	}
-	jobs := make(chan job)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range max(1, cfg.Parallel) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				res, err := Run(ctx, tr, Options{Policy: cfg.Policies[j.p], Seed: cfg.Seeds[j.s], Inflate: cfg.Inflate, CPUPods: cfg.CPUPods, GPUOnly: cfg.GPUOnly,
-					Scheduler: cfg.Scheduler, Topology: cfg.Topology, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore,
-					IdleTaintMinCards: cfg.IdleTaintMinCards})
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = err
-					cancel()
-				}
-				if err == nil {
-					results[j.p][j.s] = res
-					if cfg.Progress != nil {
-						fmt.Fprintf(cfg.Progress, "simulate: %s seed %d: %s%% allocated at 100%% arrival, %d failed, %.1f s\n",
-							res.Policy, res.Seed, pct(res.AllocAt(100)), res.FailedTotal(), res.Seconds)
-					}
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-feed:
-	for p := range cfg.Policies {
-		for s := range cfg.Seeds {
-			select {
-			case jobs <- job{p, s}:
-			case <-ctx.Done():
-				break feed
-			}
-		}
-	}
-	close(jobs)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	sums := make([]Summary, len(cfg.Policies))
-	for i, p := range cfg.Policies {
-		sums[i] = Summarize(p, results[i])
-	}
-	return sums, nil
 }
 
 func writePodsFile(name string, pods []trace.Pod) error {

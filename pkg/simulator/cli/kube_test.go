@@ -1,4 +1,4 @@
-package simulator
+package cli
 
 import (
 	"bytes"
@@ -33,7 +33,11 @@ func TestMainKubernetesDump(t *testing.T) {
 	if code := Main(context.Background(), []string{"--nodes", dump, "--pods", dump, "--policy", "binpack", "--seeds", "1", "--format", "json", "--plot", plot}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	var got []jsonSummary
+	// The fields of --format json's objects that this test reads.
+	var got []struct {
+		FailedPods float64         `json:"failed_pods"`
+		AllocAt    map[int]float64 `json:"alloc_at"`
+	}
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
