@@ -112,8 +112,8 @@ func Write(w io.Writer, format Format, sums []Summary) error {
 	return fmt.Errorf("unknown format %q; want table, json or csv", format)
 }
 
-// pct formats a percentage with 2 decimals, "-" for NaN.
-func pct(v float64) string {
+// Pct formats a percentage with 2 decimals, "-" for NaN.
+func Pct(v float64) string {
 	if math.IsNaN(v) {
 		return "-"
 	}
@@ -180,7 +180,7 @@ func writeTable(w io.Writer, sums []Summary) error {
 	for _, s := range sums {
 		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
 		for _, m := range Marks {
-			fmt.Fprintf(tw, "%s\t", pct(s.AllocAt[m]))
+			fmt.Fprintf(tw, "%s\t", Pct(s.AllocAt[m]))
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t\n", num(s.FailedPods), s.Seconds)
 	}
@@ -203,7 +203,7 @@ func writeTable(w io.Writer, sums []Summary) error {
 		for _, k := range trace.Kinds {
 			fmt.Fprintf(tw, "%s\t", num(s.FailedByKind[k]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t", pct(s.FragAt[100]), pct(s.FragAt[130]))
+		fmt.Fprintf(tw, "%s\t%s\t", Pct(s.FragAt[100]), Pct(s.FragAt[130]))
 		if sampled(sums) {
 			fmt.Fprintf(tw, "%s\t%s\t", num(s.Retried), num(s.ExtraCycles))
 		}
@@ -309,13 +309,13 @@ func writeCSV(w io.Writer, sums []Summary) error {
 	for _, s := range sums {
 		row := []string{s.Policy, seedList(s.Seeds)}
 		for _, m := range Marks {
-			row = append(row, pct(s.AllocAt[m]))
+			row = append(row, Pct(s.AllocAt[m]))
 		}
 		row = append(row, num(s.FailedPods))
 		for _, k := range trace.Kinds {
 			row = append(row, num(s.FailedByKind[k]))
 		}
-		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
+		row = append(row, Pct(s.FragAt[100]), Pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
 			num(s.Retried), num(s.ExtraCycles), strconv.Itoa(int(s.Percentage)), strconv.Itoa(s.Nodes), strconv.Itoa(s.NodesToFind), string(s.CPUPods), string(s.Topology))
 		if err := cw.Write(row); err != nil {
 			return err

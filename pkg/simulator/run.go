@@ -68,7 +68,7 @@ func RunAll(ctx context.Context, tr *trace.Trace, cfg *Config) ([]Summary, error
 					results[j.p][j.s] = res
 					if cfg.Progress != nil {
 						fmt.Fprintf(cfg.Progress, "simulate: %s seed %d: %s%% allocated at 100%% arrival, %d failed, %.1f s\n",
-							res.Policy, res.Seed, pct(res.AllocAt(100)), res.FailedTotal(), res.Seconds)
+							res.Policy, res.Seed, Pct(res.AllocAt(100)), res.FailedTotal(), res.Seconds)
 					}
 				}
 				mu.Unlock()

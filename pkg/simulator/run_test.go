@@ -5,11 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"image/png"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -133,33 +131,5 @@ func TestJSONShape(t *testing.T) {
 		`"retried_pods":3.3,"percentage_of_nodes_to_score":0,"nodes":1213,"nodes_to_find":497,"seconds":11.8}]` + "\n"
 	if diff := cmp.Diff(want, b.String()); diff != "" {
 		t.Errorf("json (-want +got):\n%s", diff)
-	}
-}
-
-func TestPlot(t *testing.T) {
-	sums := sliceSummaries(t, CPUPodsPlace)
-	var svg bytes.Buffer
-	if err := WriteSVG(&svg, sums); err != nil {
-		t.Fatal(err)
-	}
-	s := svg.String()
-	if !strings.HasPrefix(s, "<svg ") || !strings.HasSuffix(s, "</svg>\n") || strings.Count(s, "<polyline") != len(sums) {
-		t.Errorf("SVG: want one polyline per policy in an <svg> element:\n%s", s)
-	}
-	for _, p := range DefaultPolicies {
-		if !strings.Contains(s, ">"+p+" ") {
-			t.Errorf("SVG legend lacks %s", p)
-		}
-	}
-	var pngBuf bytes.Buffer
-	if err := WritePNG(&pngBuf, sums); err != nil {
-		t.Fatal(err)
-	}
-	img, err := png.Decode(&pngBuf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := img.Bounds(); b.Dx() != 760 || b.Dy() != 460 {
-		t.Errorf("PNG is %v", b)
 	}
 }

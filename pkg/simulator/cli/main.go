@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/simulator/plot"
 	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/pkg/version"
 )
@@ -331,9 +332,9 @@ func Simulate(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		return err
 	}
 	if strings.EqualFold(filepath.Ext(cfg.PlotFile), ".png") {
-		err = simulator.WritePNG(f, sums)
+		err = plot.WritePNG(f, sums)
 	} else {
-		err = simulator.WriteSVG(f, sums)
+		err = plot.WriteSVG(f, sums)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

@@ -1,4 +1,4 @@
-package simulator
+package plot
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/gpushare/gpushare/pkg/simulator"
 )
 
 // plotXMin is the first arrival level plotted, in percent: below it every
@@ -34,7 +36,7 @@ type frame struct {
 	xmin, xmax, ymin, ymax float64
 }
 
-func newFrame(sums []Summary) frame {
+func newFrame(sums []simulator.Summary) frame {
 	f := frame{w: 760, h: 460, left: 64, right: 200, top: 40, bot: 56, xmin: plotXMin, ymax: 100}
 	longest := 0
 	for _, s := range sums {
@@ -63,7 +65,7 @@ func (f *frame) py(y float64) float64 {
 }
 
 // points returns a summary's curve in pixels, from plotXMin on.
-func (f *frame) points(s *Summary) [][2]float64 {
+func (f *frame) points(s *simulator.Summary) [][2]float64 {
 	var pts [][2]float64
 	for x := plotXMin; x < len(s.Curve) && float64(x) <= f.xmax; x++ {
 		if math.IsNaN(s.Curve[x]) {
@@ -101,12 +103,12 @@ const (
 )
 
 // legend is a policy's legend text: its name and allocation at 100%.
-func legend(s *Summary) string {
-	return fmt.Sprintf("%s %s%%", s.Policy, pct(s.AllocAt[100]))
+func legend(s *simulator.Summary) string {
+	return fmt.Sprintf("%s %s%%", s.Policy, simulator.Pct(s.AllocAt[100]))
 }
 
 // WriteSVG draws the allocation curves of sums, one line per policy.
-func WriteSVG(w io.Writer, sums []Summary) error {
+func WriteSVG(w io.Writer, sums []simulator.Summary) error {
 	f := newFrame(sums)
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", f.w, f.h, f.w, f.h)
@@ -145,7 +147,7 @@ func WriteSVG(w io.Writer, sums []Summary) error {
 }
 
 // WritePNG draws the same plot as WriteSVG as a PNG.
-func WritePNG(w io.Writer, sums []Summary) error {
+func WritePNG(w io.Writer, sums []simulator.Summary) error {
 	f := newFrame(sums)
 	img := image.NewRGBA(image.Rect(0, 0, f.w, f.h))
 	for i := range img.Pix {
