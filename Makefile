@@ -32,6 +32,7 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build the binaries into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-scheduler-extender ./extender
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-simulate ./simulator
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubectl-inspect-gpushare ./kubectl-inspect-gpushare
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-device-plugin ./deviceplugin
 	cd dra && $(GO) build -ldflags '$(LDFLAGS)' -o ../bin/gpushare-dra-driver ./cmd/gpushare-dra-driver

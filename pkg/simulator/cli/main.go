@@ -46,7 +46,7 @@ type Config struct {
 	WritePods string
 }
 
-const usage = `Usage: gpushare-scheduler-extender simulate --nodes FILE --pods FILE [flags]
+const usage = `Usage: gpushare-simulate --nodes FILE --pods FILE [flags]
 
 Replays a pod list on a node list with each policy and seed, the methodology
 of the FGD study (Weng et al., USENIX ATC '23): pods sorted by name and
@@ -69,7 +69,7 @@ or Kubernetes YAML/JSON as "kubectl get nodes,pods -o yaml" writes it (the
 same file may be given to both flags).
 
 Example:
-  gpushare-scheduler-extender simulate \
+  gpushare-simulate \
     --nodes pkg/simulator/testdata/openb/openb_node_list_gpu_node.csv \
     --pods pkg/simulator/testdata/openb/openb_pod_list_default.csv \
     --policy fgd,fragaware --seeds 42-51 --plot allocation.svg
@@ -77,15 +77,15 @@ Example:
 Flags:
 `
 
-// Main runs the simulate subcommand with args (without "simulate") and
-// returns the exit status: 0, 1 for a failed run, 2 for bad usage.
+// Main runs gpushare-simulate with args (its command line without the
+// program's name) and returns the exit status: 0, 1 for a failed run, 2 for bad usage.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "simulate: %v\nRun 'gpushare-scheduler-extender simulate --help' for usage.\n", err)
+		fmt.Fprintf(stderr, "simulate: %v\nRun 'gpushare-simulate --help' for usage.\n", err)
 		return 2
 	}
 	if err := Simulate(ctx, cfg, stdout); err != nil {

@@ -66,7 +66,7 @@ func TestMainCommand(t *testing.T) {
 		wantStdout string // regexp
 		wantStderr string // regexp
 	}{
-		{name: "help", args: []string{"--help"}, wantCode: 0, wantStdout: `(?s)^Usage: gpushare-scheduler-extender simulate --nodes FILE --pods FILE.*-seeds string`},
+		{name: "help", args: []string{"--help"}, wantCode: 0, wantStdout: `(?s)^Usage: gpushare-simulate --nodes FILE --pods FILE.*-seeds string`},
 		{name: "no inputs", args: nil, wantCode: 2, wantStderr: `^simulate: --nodes and --pods are required\n`},
 		{name: "unknown flag", args: []string{"--nodes", "a", "--pods", "b", "--colour"}, wantCode: 2, wantStderr: `flag provided but not defined: -colour`},
 		{name: "unknown policy", args: []string{"--nodes", sliceNodes, "--pods", slicePods, "--policy", "fgd,worstfit"}, wantCode: 2,
