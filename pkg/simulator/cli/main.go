@@ -114,12 +114,7 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	kubeVersion := fs.String("kube-scheduler-version", "v1."+strconv.Itoa(simulator.DefaultKubeSchedulerMinor), "the kube-scheduler version to replay, v1.MINOR[.PATCH]: from v1.36 its NodeResourcesBalancedAllocation scores how much a pod improves a node's balance, not the balance once it is there")
 	fs.BoolVar(&cfg.GPUOnly, "gpu-only", false, "score from GPU memory alone, as the extender does for nodes that report no CPU (bestfit, fgd and fragaware otherwise weigh CPU too, fragaware memory as well); CPU and memory must fit either way")
 	percentage := fs.Int("percentage-of-nodes-to-score", int(simulator.DefaultPercentageOfNodesToScore), "kube-scheduler's percentageOfNodesToScore to replay, 0 to 100: above 100 nodes kube-scheduler stops filtering once it has found this share of the nodes (at least 100) and the extender chooses among those only; 0 is kube-scheduler's adaptive default (50% less 1% per 125 nodes, at least 5%); the default is the --scheduler-config's, else what config/kube-scheduler-config.yaml ships")
-	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
-	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
-	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
-	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only one or two card models (openb gpu_spec), drawn in proportion to the cards of each model that could hold them")
-	specAs := fs.String("gpu-spec-as", "annotation", "variant: how a pod given one model by --gpu-spec-share says so: annotation (gpushare.io/gpu-models, which the extender applies to each card) or label (a nodeSelector on nvidia.com/gpu.product, the node's first card as the device plugin labels it, which kube-scheduler applies before it samples nodes); pods given two models keep the annotation")
-	fs.Uint64Var(&cfg.Variant.Seed, "variant-seed", 1, "seed of the variant's draws")
+	checkVariant := variantFlags(fs, &cfg.Variant)
 	fs.StringVar(&cfg.WritePods, "write-pods", "", "also write the pods replayed (after the variant flags) to this openb CSV file")
 	fs.IntVar(&cfg.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	verbose := fs.Bool("v", false, "print a line to stderr as each replay finishes")
@@ -192,38 +187,56 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*Config, error) {
 	if cfg.Parallel < 1 {
 		return nil, fmt.Errorf("--parallel %d: want at least 1", cfg.Parallel)
 	}
-	for _, v := range []struct {
-		name  string
-		value float64
-		to    *float64
-		below float64
-	}{{"multi-gpu-share", *multiShare, &cfg.Variant.MultiGPUShare, 100}, {"cpu-only-share", *cpuShare, &cfg.Variant.CPUOnlyShare, 100},
-		{"gpu-spec-share", *specShare, &cfg.Variant.GPUSpecShare, 100.000001}} {
-		if v.value < 0 || v.value >= v.below {
-			return nil, fmt.Errorf("--%s %g: want a percentage, 0 to %g", v.name, v.value, min(v.below, 100))
-		}
-		*v.to = v.value / 100
-	}
-	switch *specAs {
-	case "annotation":
-	case "label":
-		cfg.Variant.GPUSpecAsLabel = true
-	default:
-		return nil, fmt.Errorf("--gpu-spec-as %q: want annotation or label", *specAs)
-	}
-	if *multiCards != "" {
-		for _, f := range strings.Split(*multiCards, ",") {
-			k, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || k < 2 {
-				return nil, fmt.Errorf("--multi-gpu-cards %q: want numbers of cards above 1, comma-separated", *multiCards)
-			}
-			cfg.Variant.MultiGPUCards = append(cfg.Variant.MultiGPUCards, k)
-		}
+	if err := checkVariant(); err != nil {
+		return nil, err
 	}
 	if *verbose {
 		cfg.Progress = stderr
 	}
 	return cfg, nil
+}
+
+// variantFlags defines on fs the flags of the variant applied to the trace
+// (trace.Variant) and returns what checks them, once fs has parsed them,
+// and sets v.
+func variantFlags(fs *flag.FlagSet, v *trace.Variant) (check func() error) {
+	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
+	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
+	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
+	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only one or two card models (openb gpu_spec), drawn in proportion to the cards of each model that could hold them")
+	specAs := fs.String("gpu-spec-as", "annotation", "variant: how a pod given one model by --gpu-spec-share says so: annotation (gpushare.io/gpu-models, which the extender applies to each card) or label (a nodeSelector on nvidia.com/gpu.product, the node's first card as the device plugin labels it, which kube-scheduler applies before it samples nodes); pods given two models keep the annotation")
+	fs.Uint64Var(&v.Seed, "variant-seed", 1, "seed of the variant's draws")
+	return func() error {
+		for _, s := range []struct {
+			name  string
+			value float64
+			to    *float64
+			below float64
+		}{{"multi-gpu-share", *multiShare, &v.MultiGPUShare, 100}, {"cpu-only-share", *cpuShare, &v.CPUOnlyShare, 100},
+			{"gpu-spec-share", *specShare, &v.GPUSpecShare, 100.000001}} {
+			if s.value < 0 || s.value >= s.below {
+				return fmt.Errorf("--%s %g: want a percentage, 0 to %g", s.name, s.value, min(s.below, 100))
+			}
+			*s.to = s.value / 100
+		}
+		switch *specAs {
+		case "annotation":
+		case "label":
+			v.GPUSpecAsLabel = true
+		default:
+			return fmt.Errorf("--gpu-spec-as %q: want annotation or label", *specAs)
+		}
+		if *multiCards != "" {
+			for _, f := range strings.Split(*multiCards, ",") {
+				k, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || k < 2 {
+					return fmt.Errorf("--multi-gpu-cards %q: want numbers of cards above 1, comma-separated", *multiCards)
+				}
+				v.MultiGPUCards = append(v.MultiGPUCards, k)
+			}
+		}
+		return nil
+	}
 }
 
 func parsePolicies(s string) ([]string, error) {
