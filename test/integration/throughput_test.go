@@ -34,8 +34,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/build/image"
 	"github.com/gpushare/gpushare/pkg/extender"
-	"github.com/gpushare/gpushare/pkg/imagebuild"
 	"github.com/gpushare/gpushare/pkg/sampling"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
@@ -642,7 +642,7 @@ func envInt(t *testing.T, key string, def int) int {
 }
 
 // buildExtender builds the extender binary into a temporary directory,
-// as its image builds it (imagebuild's recipe: -trimpath, no cgo), so a
+// as its image builds it (pkg/build/image's recipe: -trimpath, no cgo), so a
 // cold make test compiles its dependencies once for both.
 func buildExtender(t *testing.T) string {
 	t.Helper()
@@ -650,7 +650,7 @@ func buildExtender(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		if r.Name != "gpushare-scheduler-extender" {
 			continue
 		}
@@ -662,7 +662,7 @@ func buildExtender(t *testing.T) string {
 		}
 		return bin
 	}
-	t.Fatal("imagebuild has no recipe gpushare-scheduler-extender")
+	t.Fatal("pkg/build/image has no recipe gpushare-scheduler-extender")
 	return ""
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
+	"github.com/gpushare/gpushare/pkg/build/image"
 )
 
 // fakeGo stands in for the go command and the C cross compilers: `go
@@ -30,7 +30,7 @@ type fakeGo struct {
 	dirs    map[string]string // PKG -> the directory go build ran in
 }
 
-var _ imagebuild.Runner = (*fakeGo)(nil)
+var _ image.Runner = (*fakeGo)(nil)
 
 func (f *fakeGo) LookPath(file string) (string, error) {
 	if f.cc[file] {
@@ -39,7 +39,7 @@ func (f *fakeGo) LookPath(file string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-func (f *fakeGo) Run(_ context.Context, c imagebuild.Command, _, _ io.Writer) error {
+func (f *fakeGo) Run(_ context.Context, c image.Command, _, _ io.Writer) error {
 	i := slices.Index(c.Args, "-o")
 	if c.Args[0] != "build" || i < 0 {
 		return fmt.Errorf("unexpected command %s", c)
@@ -90,7 +90,7 @@ func TestRun(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the Go-native image builder runs on Linux only")
 	}
-	repo, err := filepath.Abs("../..")
+	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}

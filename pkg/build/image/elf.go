@@ -1,4 +1,4 @@
-package imagebuild
+package image
 
 import (
 	"debug/elf"
@@ -13,7 +13,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/gpushare/gpushare/pkg/ociimage"
+	"github.com/gpushare/gpushare/pkg/build/oci"
 )
 
 // elfPlatforms maps an ELF machine to the OCI platform it runs on.
@@ -201,8 +201,8 @@ const maxLinks = 40
 // and the absolute link inside it), each directory (0755, root) and the
 // file itself with its permission bits. Resolving the links in the image
 // then reaches the same file as on the host.
-func hostFile(p string) ([]ociimage.Entry, error) {
-	var out []ociimage.Entry
+func hostFile(p string) ([]oci.Entry, error) {
+	var out []oci.Entry
 	todo := splitPath(p)
 	cur := "/" // the resolved directory so far
 	links := 0
@@ -227,7 +227,7 @@ func hostFile(p string) ([]ociimage.Entry, error) {
 			if err != nil {
 				return nil, fmt.Errorf("copying %s from the build host: %w", p, err)
 			}
-			out = append(out, ociimage.Symlink(next, target))
+			out = append(out, oci.Symlink(next, target))
 			if path.IsAbs(target) {
 				cur = "/"
 			}
@@ -236,13 +236,13 @@ func hostFile(p string) ([]ociimage.Entry, error) {
 			if len(todo) == 0 {
 				return nil, fmt.Errorf("copying %s from the build host: it is a directory", p)
 			}
-			out = append(out, ociimage.Dir(next, 0o755))
+			out = append(out, oci.Dir(next, 0o755))
 			cur = next
 		case fi.Mode().IsRegular():
 			if len(todo) > 0 {
 				return nil, fmt.Errorf("copying %s from the build host: %s is a file", p, next)
 			}
-			out = append(out, ociimage.Entry{Path: next, Mode: fi.Mode().Perm(), Source: next})
+			out = append(out, oci.Entry{Path: next, Mode: fi.Mode().Perm(), Source: next})
 		default:
 			return nil, fmt.Errorf("copying %s from the build host: %s is %v", p, next, fi.Mode().Type())
 		}

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
+	"github.com/gpushare/gpushare/pkg/build/image"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -35,7 +35,7 @@ type Config struct {
 	// Go is the go command.
 	Go string
 	// Runner runs go.
-	Runner imagebuild.Runner
+	Runner image.Runner
 	// Stdout gets one line per file, Stderr the builds' output.
 	Stdout, Stderr io.Writer
 }
@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	host := Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}
 	// Before minutes of building: every C cross compiler cgo will need.
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		for _, p := range cfg.Platforms {
 			if r.CGO {
 				if _, err := cfg.crossCompiler(r, host, p); err != nil {
@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	var krew []KrewArchive
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		for _, p := range cfg.Platforms {
 			bin, err := cfg.build(ctx, r, host, p)
 			if err != nil {
@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // build compiles r for p into the release directory.
-func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platform) (string, error) {
+func (cfg Config) build(ctx context.Context, r image.Recipe, host, p Platform) (string, error) {
 	out, err := filepath.Abs(filepath.Join(cfg.Out, BinaryName(r.Name, cfg.Version, p)))
 	if err != nil {
 		return "", fmt.Errorf("locating %s: %w", cfg.Out, err)
@@ -111,7 +111,7 @@ func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platfo
 			env = append(env, "CC="+cc)
 		}
 	}
-	c := imagebuild.Command{Dir: r.Dir(cfg.Dir), Env: env, Name: cfg.Go, Args: r.GoArgs(cfg.Version, out)}
+	c := image.Command{Dir: r.Dir(cfg.Dir), Env: env, Name: cfg.Go, Args: r.GoArgs(cfg.Version, out)}
 	if err := cfg.Runner.Run(ctx, c, cfg.Stderr, cfg.Stderr); err != nil {
 		return "", fmt.Errorf("building %s for %s (%s): %w", r.Name, p, c, err)
 	}
@@ -121,7 +121,7 @@ func (cfg Config) build(ctx context.Context, r imagebuild.Recipe, host, p Platfo
 
 // crossCompiler is the C compiler r needs for p (empty for the host's own
 // platform), found on PATH.
-func (cfg Config) crossCompiler(r imagebuild.Recipe, host, p Platform) (string, error) {
+func (cfg Config) crossCompiler(r image.Recipe, host, p Platform) (string, error) {
 	cc, err := CrossCompiler(host, p)
 	if err != nil {
 		return "", fmt.Errorf("%s for %s: %w", r.Name, p, err)
@@ -168,14 +168,14 @@ func (cfg Config) pluginArchive(bin string, p Platform) (KrewArchive, error) {
 func (cfg Config) images(ctx context.Context, host Platform) error {
 	work := filepath.Join(cfg.Out, ".images")
 	defer func() { _ = os.RemoveAll(work) }()
-	err := imagebuild.Run(ctx, imagebuild.Config{
-		Builder: imagebuild.GoNative, Version: cfg.Version, Revision: cfg.Revision,
+	err := image.Run(ctx, image.Config{
+		Builder: image.GoNative, Version: cfg.Version, Revision: cfg.Revision,
 		Dir: cfg.Dir, Out: work, Go: cfg.Go, Runner: cfg.Runner, Stdout: io.Discard, Stderr: cfg.Stderr,
 	})
 	if err != nil {
 		return fmt.Errorf("building the images: %w", err)
 	}
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		dst := filepath.Join(cfg.Out, ImageName(r.Name, cfg.Version, host))
 		if err := os.Rename(filepath.Join(work, r.Name+".tar"), dst); err != nil {
 			return fmt.Errorf("keeping the image archive of %s: %w", r.Name, err)

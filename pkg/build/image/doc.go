@@ -1,9 +1,9 @@
-// Package imagebuild builds gpushare's three container images (the
+// Package image builds gpushare's three container images (the
 // scheduler extender, the device plugin and the kubectl plugin) from one
 // set of recipes: with docker, podman or buildah and build/*.Dockerfile
 // when one of them is usable, and otherwise with no daemon at all, by
 // compiling each binary with the Go toolchain and writing an OCI image
-// layout (package ociimage) around it.
+// layout (package oci) around it.
 //
 // The Go-native images hold the binary at /usr/local/bin/NAME, /etc/passwd
 // and /etc/group naming root (0) and nonroot (65532), /tmp, and, for the
@@ -12,4 +12,4 @@
 // shared libraries the binary needs, found from its ELF headers (PT_INTERP
 // and DT_NEEDED, recursively). The NVIDIA container runtime adds
 // libnvidia-ml.so.1 at run time; a test checks the image finds it there.
-package imagebuild
+package image

@@ -1,4 +1,4 @@
-package imagebuild
+package image
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/gpushare/gpushare/pkg/ociimage"
+	"github.com/gpushare/gpushare/pkg/build/oci"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -31,7 +31,7 @@ const (
 	testVersion  = "v0.0.0-imagetest"
 	testRevision = "0123456789abcdef0123456789abcdef01234567"
 	// repoRoot is the repository root, from this package's directory.
-	repoRoot = "../.."
+	repoRoot = "../../.."
 )
 
 // The requirements, stated apart from the recipes they check.
@@ -85,7 +85,7 @@ func buildImages(t *testing.T) string {
 			return
 		}
 		built.ocibuild = filepath.Join(built.dir, "ocibuild")
-		if out, err := exec.Command("go", "build", "-o", built.ocibuild, "../../hack/ocibuild").CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-o", built.ocibuild, "../../../hack/ocibuild").CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("building ocibuild: %w\n%s", err, out)
 			return
 		}
@@ -134,7 +134,7 @@ func TestImages(t *testing.T) {
 	for _, r := range Recipes() {
 		t.Run(r.Name, func(t *testing.T) {
 			t.Parallel()
-			l, err := ociimage.Read(filepath.Join(out, r.Name))
+			l, err := oci.Read(filepath.Join(out, r.Name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +165,7 @@ func TestImages(t *testing.T) {
 					t.Errorf("label %s = %q, want %q", key, got, want)
 				}
 			}
-			if got := l.Descriptor.Annotations[ociimage.AnnotationRefName]; got != testVersion {
+			if got := l.Descriptor.Annotations[oci.AnnotationRefName]; got != testVersion {
 				t.Errorf("index ref.name %q, want the version %q", got, testVersion)
 			}
 
@@ -203,7 +203,7 @@ func checkEntrypoint(t *testing.T, root, entrypoint string) {
 
 // extract unpacks l into a new directory (with the layers' owners when
 // the test runs as root) and returns it.
-func extract(t *testing.T, l *ociimage.Layout) string {
+func extract(t *testing.T, l *oci.Layout) string {
 	t.Helper()
 	root := t.TempDir()
 	if err := l.Extract(root, os.Geteuid() == 0); err != nil {
@@ -350,7 +350,7 @@ func TestDevicePluginFindsInjectedNVML(t *testing.T) {
 			continue
 		}
 		t.Run(r.Name, func(t *testing.T) {
-			l, err := ociimage.Read(filepath.Join(buildImages(t), r.Name))
+			l, err := oci.Read(filepath.Join(buildImages(t), r.Name))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-// Package ociimage builds and reads gpushare's container images as OCI
+// Package oci builds and reads gpushare's container images as OCI
 // image layouts (https://github.com/opencontainers/image-spec/blob/main/image-layout.md)
 // with github.com/google/go-containerregistry, so that images can be built
 // where no container daemon or registry is reachable.
@@ -24,4 +24,4 @@
 // The same entries and file contents therefore give the same digests on
 // every build. Archive packs a layout into one tar (an oci-archive for
 // podman load, skopeo copy oci-archive:FILE, or docker load).
-package ociimage
+package oci

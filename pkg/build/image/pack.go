@@ -1,4 +1,4 @@
-package imagebuild
+package image
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/gpushare/gpushare/pkg/ociimage"
+	"github.com/gpushare/gpushare/pkg/build/oci"
 )
 
 // passwd and group name root and distroless's nonroot (65532), with no
@@ -32,12 +32,12 @@ const debianVersion = "/etc/debian_version"
 
 // baseEntries are every image's skeleton: the users, /tmp and the users'
 // home directories.
-func baseEntries() []ociimage.Entry {
-	return []ociimage.Entry{
-		ociimage.File("/etc/passwd", 0o644, []byte(passwd)),
-		ociimage.File("/etc/group", 0o644, []byte(group)),
+func baseEntries() []oci.Entry {
+	return []oci.Entry{
+		oci.File("/etc/passwd", 0o644, []byte(passwd)),
+		oci.File("/etc/group", 0o644, []byte(group)),
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
-		ociimage.Dir("/root", 0o700),
+		oci.Dir("/root", 0o700),
 		{Path: "/home/nonroot", Mode: fs.ModeDir | 0o700, UID: 65532, GID: 65532},
 	}
 }
@@ -117,11 +117,11 @@ func Pack(r Recipe, binary string, opts PackOptions) (Result, error) {
 			return Result{}, err
 		}
 	}
-	img := ociimage.Image{
+	img := oci.Image{
 		Ref:      ref,
 		Platform: info.platform,
 		Config:   r.RuntimeConfig(opts.Version, opts.Revision),
-		Layers: [][]ociimage.Entry{
+		Layers: [][]oci.Entry{
 			base,
 			{{Path: r.Binary(), Mode: 0o755, Source: binary}},
 		},
@@ -129,7 +129,7 @@ func Pack(r Recipe, binary string, opts PackOptions) (Result, error) {
 	if err := os.RemoveAll(res.Layout); err != nil {
 		return Result{}, fmt.Errorf("removing the old layout: %w", err)
 	}
-	if res.Manifest, err = ociimage.Write(res.Layout, img); err != nil {
+	if res.Manifest, err = oci.Write(res.Layout, img); err != nil {
 		return Result{}, err
 	}
 	if res.ArchiveSize, err = writeArchive(res.Archive, res.Layout); err != nil {
@@ -140,9 +140,9 @@ func Pack(r Recipe, binary string, opts PackOptions) (Result, error) {
 
 // dedupe drops repeated entries (the same directory or link reached from
 // two libraries) and fails on two different entries at one path.
-func dedupe(entries []ociimage.Entry) ([]ociimage.Entry, error) {
-	byPath := map[string]ociimage.Entry{} // image path -> first entry there
-	var out []ociimage.Entry
+func dedupe(entries []oci.Entry) ([]oci.Entry, error) {
+	byPath := map[string]oci.Entry{} // image path -> first entry there
+	var out []oci.Entry
 	for _, e := range entries {
 		old, ok := byPath[e.Path]
 		if !ok {
@@ -169,7 +169,7 @@ func writeArchive(p, dir string) (size int64, err error) {
 			err = fmt.Errorf("closing the archive: %w", cerr)
 		}
 	}()
-	if err := ociimage.Archive(f, dir); err != nil {
+	if err := oci.Archive(f, dir); err != nil {
 		return 0, err
 	}
 	fi, err := f.Stat()
