@@ -1,4 +1,4 @@
-package integration
+package bench
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/extenders"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -52,8 +53,8 @@ func TestFilterLatency(t *testing.T) {
 	for i := range names {
 		names[i] = fmt.Sprintf("node-%05d", i)
 	}
-	parallel(t, nodes, func(i int) error {
-		return createNode(ctx, admin, util.MakeNode(names[i]).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
+	framework.Parallel(t, nodes, func(i int) error {
+		return framework.CreateNode(ctx, admin, util.MakeNode(names[i]).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 	})
 	r := rand.New(rand.NewSource(1))
 	type share struct{ card, units, cores int }
@@ -61,7 +62,7 @@ func TestFilterLatency(t *testing.T) {
 	for i := range shares {
 		shares[i] = share{card: r.Intn(8), units: 2 + 2*r.Intn(4), cores: 4 * (1 + r.Intn(4))}
 	}
-	parallel(t, len(shares), func(i int) error {
+	framework.Parallel(t, len(shares), func(i int) error {
 		node, s := names[i/8], shares[i]
 		a := &gpushare.Allocation{Node: node, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
 			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: s.card, UUID: fmt.Sprintf("GPU-%s-%d", node, s.card), Units: int64(s.units)}}},
@@ -87,7 +88,7 @@ func TestFilterLatency(t *testing.T) {
 		// requests it overlaps.
 		gcBefore string
 	}
-	bins := [][2]string{{"new", buildExtender(t)}}
+	bins := [][2]string{{"new", extenders.Build(t)}}
 	if base := os.Getenv("GPUSHARE_BENCH_BASE_EXTENDER"); base != "" {
 		bins = append(bins, [2]string{"base", base})
 	}

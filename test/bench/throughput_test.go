@@ -1,4 +1,4 @@
-package integration
+package bench
 
 import (
 	"bufio"
@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -25,7 +24,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -34,9 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
-	"github.com/gpushare/gpushare/pkg/build/image"
 	"github.com/gpushare/gpushare/pkg/extender"
-	"github.com/gpushare/gpushare/pkg/sampling"
+	"github.com/gpushare/gpushare/test/integration/extenders"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -73,7 +70,7 @@ import (
 //	                            so that creating the pods, on the same cores, does not
 //	                            bound the rate of a fast configuration (unset: created
 //	                            while it schedules)
-//	GPUSHARE_BENCH_BASE_EXTENDER another tree's extender binary (built as buildExtender
+//	GPUSHARE_BENCH_BASE_EXTENDER another tree's extender binary (built as extenders.Build
 //	                            builds it): "extender" then measures it too, right after
 //	                            this tree's, on a control plane of its own ("base")
 //	GPUSHARE_BENCH_PROFILE_DIR  where to write a CPU profile of each extender run
@@ -112,13 +109,13 @@ func TestSchedulingThroughput(t *testing.T) {
 	shipped := filepath.Join(root, "config", "kube-scheduler-config.yaml")
 	optIn := filepath.Join(root, "config", "kube-scheduler-config-score-cpu-pods.yaml")
 	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
-	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
+	if err := os.WriteFile(noopCfg, []byte(extenders.NoopSchedulerConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	baseBin := os.Getenv("GPUSHARE_BENCH_BASE_EXTENDER")
 	var bin string
 	if configs["extender"] || configs["filter-all"] || configs["cpu-mix"] || configs["cpu-only"] {
-		bin = buildExtender(t)
+		bin = extenders.Build(t)
 	}
 	gpuNode := func(name string) *corev1.Node {
 		return util.MakeNode(name).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
@@ -185,7 +182,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		if configs["plain"] {
 			// Without the extender: whole cards, the scheduler's own resource fit.
 			add("plain", "without extender", "plain-pods/s", func() (float64, histograms) {
-				plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.apply(t, shipped)})
+				plain := framework.StartT(t, framework.Options{Scheduler: true, SchedulerConfig: set.Apply(t, shipped)})
 				defer plain.Stop()
 				node := func(name string) *corev1.Node {
 					n := util.MakeNode(name).Obj()
@@ -211,7 +208,7 @@ func TestSchedulingThroughput(t *testing.T) {
 			// this machine (floorExtender).
 			add("floor", "floor extender", "floor-extender-pods/s", func() (float64, histograms) {
 				url, setClient := floorExtender(t)
-				floorCP := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: set.apply(t, shipped)})
+				floorCP := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: set.Apply(t, shipped)})
 				defer floorCP.Stop()
 				client := floorCP.Client(framework.AdminUser)
 				setClient(client)
@@ -224,8 +221,8 @@ func TestSchedulingThroughput(t *testing.T) {
 		if configs["noop"] {
 			// A no-op extender with the same verbs but bind: the protocol's floor.
 			add("noop", "no-op extender", "noop-extender-pods/s", func() (float64, histograms) {
-				noop := noopExtender(t, nil)
-				floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.apply(t, noopCfg)})
+				noop := extenders.Noop(t, nil)
+				floorCP := framework.StartT(t, framework.Options{ExtenderURL: noop, SchedulerConfig: set.Apply(t, noopCfg)})
 				defer floorCP.Stop()
 				if backlog {
 					return runBacklog(t, floorCP.Client(framework.AdminUser), floorCP, nodes, pods, gpuNode, gpuPod), nil
@@ -237,24 +234,24 @@ func TestSchedulingThroughput(t *testing.T) {
 		// shipped and with --filter-best=false.
 		if configs["extender"] {
 			add("extender", "gpushare extender", "extender-pods/s", func() (float64, histograms) {
-				return extenderRun(bin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod) // --filter-best is the default
+				return extenderRun(bin, set.Apply(t, shipped), backlog, pods, gpuNode, gpuPod) // --filter-best is the default
 			})
 			if baseBin != "" {
 				add("base", "base extender "+baseBin, "base-extender-pods/s", func() (float64, histograms) {
-					return extenderRun(baseBin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod)
+					return extenderRun(baseBin, set.Apply(t, shipped), backlog, pods, gpuNode, gpuPod)
 				})
 			}
 		}
 		if configs["filter-all"] {
 			add("filter-all", "with --filter-best=false", "filter-all-pods/s", func() (float64, histograms) {
-				return extenderRun(bin, set.apply(t, shipped), backlog, pods, gpuNode, gpuPod, "--filter-best=false")
+				return extenderRun(bin, set.Apply(t, shipped), backlog, pods, gpuNode, gpuPod, "--filter-best=false")
 			})
 		}
 
 		name := fmt.Sprintf("nodes=%d/pods=%d", nodes, pods)
-		logName := fmt.Sprintf("nodes=%d pods=%d, percentageOfNodesToScore %s", nodes, pods, set.name)
-		if set.name != "shipped" {
-			name += "/percentage=" + set.name
+		logName := fmt.Sprintf("nodes=%d pods=%d, percentageOfNodesToScore %s", nodes, pods, set.Name)
+		if set.Name != "shipped" {
+			name += "/percentage=" + set.Name
 		}
 		if backlog {
 			name += "/backlog"
@@ -327,7 +324,7 @@ func TestSchedulingThroughput(t *testing.T) {
 		}
 		// What the opt-in entry (prioritize for every pod) costs: (a) the
 		// opt-in configuration, (b) without that entry, as shipped.
-		asOptIn := set.apply(t, optIn)
+		asOptIn := set.Apply(t, optIn)
 		noEveryPod := withoutEveryPodEntry(t, asOptIn)
 		mixNode := func(name string) *corev1.Node {
 			return util.MakeNode(name).Host("96", "512Gi").Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj()
@@ -455,158 +452,27 @@ func dropEveryPodEntry(data []byte) ([]byte, error) {
 	return out, nil
 }
 
-// TestSchedulerSamplesAsSimulated checks how many nodes kube-scheduler
-// hands the extender's filter on 150 nodes that all fit, against
-// sampling.NodesToFind: with the shipped percentageOfNodesToScore (the
-// adaptive default: 100 of them, as the simulator replays by default) and
-// with 100 (every node).
-func TestSchedulerSamplesAsSimulated(t *testing.T) {
-	const nodes, pods = 150, 3
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	shippedData, err := os.ReadFile(filepath.Join(root, "config", "kube-scheduler-config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var shipped struct {
-		Percentage *int32 `json:"percentageOfNodesToScore"`
-	}
-	if err := yaml.Unmarshal(shippedData, &shipped); err != nil {
-		t.Fatal(err)
-	}
-	noopCfg := filepath.Join(t.TempDir(), "noop-scheduler-config.yaml")
-	if err := os.WriteFile(noopCfg, []byte(noopSchedulerConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The shipped value goes on the no-op extender's configuration (that
-	// extender does not bind).
-	asShipped, shippedValue := percentageSetting{name: "unset"}, int32(0)
-	if shipped.Percentage != nil {
-		asShipped = percentageSetting{name: strconv.Itoa(int(*shipped.Percentage)), value: shipped.Percentage}
-		shippedValue = *shipped.Percentage
-	}
-	for _, tc := range []struct {
-		name string
-		set  percentageSetting
-		want int
-	}{
-		{"shipped", asShipped, sampling.NodesToFind(shippedValue, nodes)},
-		{"every node", percentageSetting{name: "100", value: ptr.To[int32](100)}, nodes},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var got []int
-			url := noopExtender(t, func(names []string) {
-				mu.Lock()
-				got = append(got, len(names))
-				mu.Unlock()
-			})
-			cp := framework.StartT(t, framework.Options{ExtenderURL: url, SchedulerConfig: tc.set.apply(t, noopCfg)})
-			c := cp.Client(framework.AdminUser)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			parallel(t, nodes, func(i int) error {
-				return createNode(ctx, c, util.MakeNode(fmt.Sprintf("node-%03d", i)).Cards("V100", 32, 32).Obj())
-			})
-			time.Sleep(2 * time.Second) // the scheduler's cache sees every node
-			for i := range pods {
-				p := util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(4).Obj()
-				p.UID = ""
-				if _, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-				list, err := c.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-				if err != nil {
-					return false, err
-				}
-				for _, p := range list.Items {
-					if p.Spec.NodeName == "" {
-						return false, nil
-					}
-				}
-				return len(list.Items) == pods, nil
-			})
-			if err != nil {
-				t.Fatalf("waiting for %d pods to bind: %v", pods, err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			want := make([]int, pods)
-			for i := range want {
-				want[i] = tc.want
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
-				t.Errorf("nodes in each filter call (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// percentageSetting is a percentageOfNodesToScore to measure.
-type percentageSetting struct {
-	// name: "shipped", "unset" or the number.
-	name string
-	// value is the number to set; nil with name "unset" removes the key,
-	// with "shipped" leaves the configuration as it is.
-	value *int32
-}
-
 // percentageSettings parses GPUSHARE_BENCH_PERCENTAGES ("" is "shipped").
-func percentageSettings(t *testing.T, list string) []percentageSetting {
+func percentageSettings(t *testing.T, list string) []framework.PercentageSetting {
 	t.Helper()
 	if list == "" {
 		list = "shipped"
 	}
-	var out []percentageSetting
+	var out []framework.PercentageSetting
 	for _, v := range strings.Split(list, ",") {
 		v = strings.TrimSpace(v)
 		switch v {
 		case "shipped", "unset":
-			out = append(out, percentageSetting{name: v})
+			out = append(out, framework.PercentageSetting{Name: v})
 		default:
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < 0 || n > 100 {
 				t.Fatalf("GPUSHARE_BENCH_PERCENTAGES: %q is not shipped, unset or 0..100", v)
 			}
-			out = append(out, percentageSetting{name: v, value: ptr.To(int32(n))})
+			out = append(out, framework.PercentageSetting{Name: v, Value: ptr.To(int32(n))})
 		}
 	}
 	return out
-}
-
-// apply returns a scheduler configuration file: src with the setting's
-// percentageOfNodesToScore, or src itself for "shipped".
-func (s percentageSetting) apply(t *testing.T, src string) string {
-	t.Helper()
-	if s.name == "shipped" {
-		return src
-	}
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(data, &cfg); err != nil {
-		t.Fatalf("parsing %s: %v", src, err)
-	}
-	if s.value == nil {
-		delete(cfg, "percentageOfNodesToScore")
-	} else {
-		cfg["percentageOfNodesToScore"] = *s.value
-	}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "percentage-"+s.name+"-"+filepath.Base(src))
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // benchConfigs parses GPUSHARE_BENCH_CONFIGS ("" is all of them).
@@ -641,31 +507,6 @@ func envInt(t *testing.T, key string, def int) int {
 	return n
 }
 
-// buildExtender builds the extender binary into a temporary directory,
-// as its image builds it (pkg/build/image's recipe: -trimpath, no cgo), so a
-// cold make test compiles its dependencies once for both.
-func buildExtender(t *testing.T) string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range image.Recipes() {
-		if r.Name != "gpushare-scheduler-extender" {
-			continue
-		}
-		bin := filepath.Join(t.TempDir(), r.Name)
-		cmd := exec.Command("go", r.GoArgs("test", bin)...)
-		cmd.Dir, cmd.Env = r.Dir(root), append(os.Environ(), r.GoEnv()...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("building the extender: %v\n%s", err, out)
-		}
-		return bin
-	}
-	t.Fatal("pkg/build/image has no recipe gpushare-scheduler-extender")
-	return ""
-}
-
 // startExtender starts the extender binary with args, its log in the
 // test's temporary directory, and returns its PID and a function that
 // kills it (its process group) and waits for it. Like the control plane it
@@ -678,50 +519,6 @@ func startExtender(t *testing.T, bin string, args ...string) (pid int, stop func
 	}
 	t.Cleanup(p.Kill)
 	return p.PID(), p.Kill
-}
-
-// noopSchedulerConfig calls an extender for filter and prioritize only
-// (the scheduler binds), with the shipped configuration's client limits.
-const noopSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-clientConnection: {kubeconfig: set-by-framework, qps: 500, burst: 1000}
-extenders:
-- urlPrefix: set-by-framework
-  filterVerb: filter
-  prioritizeVerb: prioritize
-  weight: 10
-  nodeCacheCapable: true
-  managedResources: [{name: aliyun.com/gpu-mem, ignoredByScheduler: false}]
-`
-
-// noopExtender serves filter (every node passes) and prioritize (every
-// node scores 5) without looking at anything, and returns its URL prefix.
-// record, when not nil, gets the node names of every filter call.
-func noopExtender(t *testing.T, record func(nodeNames []string)) string {
-	t.Helper()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/noop/filter", func(w http.ResponseWriter, r *http.Request) {
-		var a extenderv1.ExtenderArgs
-		_ = json.NewDecoder(r.Body).Decode(&a)
-		if record != nil && a.NodeNames != nil {
-			record(*a.NodeNames)
-		}
-		_ = json.NewEncoder(w).Encode(extenderv1.ExtenderFilterResult{NodeNames: a.NodeNames, FailedNodes: map[string]string{}})
-	})
-	mux.HandleFunc("/noop/prioritize", func(w http.ResponseWriter, r *http.Request) {
-		var a extenderv1.ExtenderArgs
-		_ = json.NewDecoder(r.Body).Decode(&a)
-		out := extenderv1.HostPriorityList{}
-		if a.NodeNames != nil {
-			for _, n := range *a.NodeNames {
-				out = append(out, extenderv1.HostPriority{Host: n, Score: 5})
-			}
-		}
-		_ = json.NewEncoder(w).Encode(out)
-	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/noop"
 }
 
 // floorExtender serves the verbs the shipped configuration calls, doing
@@ -827,8 +624,8 @@ func measureThroughput(t *testing.T, c kubernetes.Interface, sched schedulerHold
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	parallel(t, nodes, func(i int) error {
-		return createNode(ctx, c, node(fmt.Sprintf("node-%04d", i)))
+	framework.Parallel(t, nodes, func(i int) error {
+		return framework.CreateNode(ctx, c, node(fmt.Sprintf("node-%04d", i)))
 	})
 	// Let the scheduler's and extender's caches see every node.
 	time.Sleep(time.Duration(max(2000, 2*nodes)) * time.Millisecond)
@@ -860,7 +657,7 @@ func measureThroughput(t *testing.T, c kubernetes.Interface, sched schedulerHold
 	created := make(chan time.Duration, 1)
 	createErr := make(chan error, 1)
 	go func() {
-		createErr <- parallelErr(pods, func(i int) error {
+		createErr <- framework.ParallelErr(pods, func(i int) error {
 			p := pod(i)
 			p.UID = ""
 			_, err := c.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})

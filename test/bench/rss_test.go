@@ -1,4 +1,4 @@
-package integration
+package bench
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/extenders"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -42,10 +42,10 @@ func TestExtenderRSS(t *testing.T) {
 	ctx := context.Background()
 
 	start := time.Now()
-	parallel(t, nodes, func(i int) error {
-		return createNode(ctx, admin, util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
+	framework.Parallel(t, nodes, func(i int) error {
+		return framework.CreateNode(ctx, admin, util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 	})
-	parallel(t, nodes*podsPerNode, func(i int) error {
+	framework.Parallel(t, nodes*podsPerNode, func(i int) error {
 		node := fmt.Sprintf("node-%05d", i/podsPerNode)
 		a := &gpushare.Allocation{Node: node, Unit: "GiB", Containers: []gpushare.ContainerAllocation{
 			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: i % 8, UUID: fmt.Sprintf("GPU-%s-%d", node, i%8), Units: 4}}},
@@ -59,7 +59,7 @@ func TestExtenderRSS(t *testing.T) {
 	})
 	t.Logf("created %d nodes and %d pods in %v", nodes, nodes*podsPerNode, time.Since(start).Round(time.Second))
 
-	bins := []struct{ name, path string }{{"", buildExtender(t)}}
+	bins := []struct{ name, path string }{{"", extenders.Build(t)}}
 	if base := os.Getenv("GPUSHARE_BENCH_BASE_EXTENDER"); base != "" {
 		// A baseline tree's extender against the same API server, one
 		// after the other: old and new side by side from one run.
@@ -138,39 +138,6 @@ func goHeap(addr string) string {
 		parts = append(parts, fmt.Sprintf("%s %.0f MiB", m.name, v/(1<<20)))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// parallel runs f(0..n-1) on 32 workers and fails the test on the first error.
-func parallel(t *testing.T, n int, f func(i int) error) {
-	t.Helper()
-	if err := parallelErr(n, f); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// parallelErr runs f(0..n-1) on 32 workers and returns the first error.
-func parallelErr(n int, f func(i int) error) error {
-	var wg sync.WaitGroup
-	var once sync.Once
-	var firstErr error
-	next := make(chan int)
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					once.Do(func() { firstErr = err })
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return firstErr
 }
 
 // metric returns the value of an unlabelled metric on the extender's /metrics.
