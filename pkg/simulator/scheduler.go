@@ -90,7 +90,7 @@ var DefaultKubeScheduler = Scheduler{
 }
 
 // DefaultKubeSchedulerMinor is the kube-scheduler minor version (1.x)
-// that a replay models unless told otherwise (Config.KubeSchedulerMinor,
+// that a replay models unless told otherwise (cli.Config.KubeSchedulerMinor,
 // --kube-scheduler-version); the placement figures in docs/ are of it.
 const DefaultKubeSchedulerMinor = 34
 

@@ -113,7 +113,7 @@ func (t *Trace) Capacity() int64 {
 	return c
 }
 
-// Validate checks what Run relies on: at least one card, one pod, and a
+// Validate checks what simulator.Run relies on: at least one card, one pod, and a
 // single memory unit across the nodes (capacity shares would mix GiB and MiB
 // otherwise).
 func (t *Trace) Validate() error {
