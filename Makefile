@@ -32,6 +32,7 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build the binaries into bin/.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-scheduler-extender ./extender
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-simulate ./simulator
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kubectl-inspect-gpushare ./kubectl-inspect-gpushare
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/gpushare-device-plugin ./deviceplugin
 	cd dra && $(GO) build -ldflags '$(LDFLAGS)' -o ../bin/gpushare-dra-driver ./cmd/gpushare-dra-driver
@@ -140,7 +141,7 @@ bench: controlplane ## Run the benchmarks, the extender RSS (15,000 nodes), filt
 	  echo "base extender: $(BASE), built in $$base_ext"; \
 	fi; \
 	GPUSHARE_BENCH=1 GPUSHARE_BENCH_NODES=$(BENCH_NODES) GPUSHARE_BENCH_ROUNDS=$(BENCH_ROUNDS) GPUSHARE_BENCH_BASE_EXTENDER=$$base_ext \
-	  $(GO) test -count=1 -timeout 120m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/integration/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
+	  $(GO) test -count=1 -timeout 120m -run '^(TestExtenderRSS|TestSchedulingThroughput|TestFilterLatency)$$' -v ./test/bench/ | grep -E '^(Benchmark|--- |ok|FAIL)|(rss|throughput|filterlatency)_test'
 
 BASE       ?=
 BENCH      ?= .

@@ -10,7 +10,7 @@
 # Build from the repository root (make images does):
 #   docker build -f build/deviceplugin.Dockerfile --build-arg VERSION=v1.2.0 \
 #     --build-arg REVISION=$(git rev-parse HEAD) -t gpushare-device-plugin:v1.2.0 .
-# pkg/imagebuild holds the same recipe for the Go-native builder;
+# pkg/build/image holds the same recipe for the Go-native builder;
 # TestDockerfilesAgree fails when the two differ.
 
 # The builder and the runtime base are one Debian release (bookworm = 12):

@@ -6,7 +6,7 @@
 # kubectl runs plugins from PATH, so most users copy the binary out of the
 # image; to run it in place, mount a kubeconfig at nonroot's home:
 #   docker run --rm -v $HOME/.kube/config:/home/nonroot/.kube/config:ro kubectl-inspect-gpushare:v1.2.0
-# pkg/imagebuild holds the same recipe for the Go-native builder;
+# pkg/build/image holds the same recipe for the Go-native builder;
 # TestDockerfilesAgree fails when the two differ.
 
 # The builder and the runtime base are one Debian release (bookworm = 12).

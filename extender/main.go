@@ -15,16 +15,13 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/memlimit"
-	"github.com/gpushare/gpushare/pkg/simulator"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "simulate" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := simulator.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
+		fmt.Fprintln(os.Stderr, "the simulate subcommand is a program of its own now: gpushare-simulate, with the same flags (make build writes bin/gpushare-simulate)")
+		os.Exit(2)
 	}
 	cfg, showVersion, err := extender.ParseFlags(os.Args[1:], os.Stderr)
 	switch {

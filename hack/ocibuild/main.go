@@ -13,13 +13,13 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
+	"github.com/gpushare/gpushare/pkg/build/image"
 )
 
 func main() {
 	fs := flag.NewFlagSet("ocibuild", flag.ExitOnError)
-	cfg := imagebuild.Config{Runner: imagebuild.ExecRunner{}, Stdout: os.Stdout, Stderr: os.Stderr}
-	builder := fs.String("builder", string(imagebuild.Auto), "auto (docker with a reachable daemon, else podman, else buildah, else go), docker, podman, buildah or go (the Go-native builder: no daemon, no registry)")
+	cfg := image.Config{Runner: image.ExecRunner{}, Stdout: os.Stdout, Stderr: os.Stderr}
+	builder := fs.String("builder", string(image.Auto), "auto (docker with a reachable daemon, else podman, else buildah, else go), docker, podman, buildah or go (the Go-native builder: no daemon, no registry)")
 	fs.StringVar(&cfg.Version, "version", "dev", "version stamped into the binaries, the image tag and the org.opencontainers.image.version label")
 	fs.StringVar(&cfg.Revision, "revision", "unknown", "commit for the org.opencontainers.image.revision label")
 	fs.StringVar(&cfg.Prefix, "prefix", "", `prefix of the image names, e.g. "ghcr.io/acme/"`)
@@ -32,13 +32,13 @@ func main() {
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
-	cfg.Builder = imagebuild.Builder(*builder)
+	cfg.Builder = image.Builder(*builder)
 	if *images != "" {
 		cfg.Images = strings.Split(*images, ",")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := imagebuild.Run(ctx, cfg)
+	err := image.Run(ctx, cfg)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ocibuild:", err)

@@ -12,13 +12,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
-	"github.com/gpushare/gpushare/pkg/release"
+	"github.com/gpushare/gpushare/pkg/build/image"
+	"github.com/gpushare/gpushare/pkg/build/release"
 )
 
 func main() {
 	fs := flag.NewFlagSet("release", flag.ExitOnError)
-	cfg := release.Config{Runner: imagebuild.ExecRunner{}, Stdout: os.Stdout, Stderr: os.Stderr}
+	cfg := release.Config{Runner: image.ExecRunner{}, Stdout: os.Stdout, Stderr: os.Stderr}
 	fs.StringVar(&cfg.Version, "version", "", "the release version, vMAJOR.MINOR.PATCH[-PRERELEASE] (the git tag)")
 	fs.StringVar(&cfg.Revision, "revision", "unknown", "the commit, for the images' revision label")
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "comma-separated OS/ARCH to build the binaries for")

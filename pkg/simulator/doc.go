@@ -1,7 +1,7 @@
 // Package simulator replays a trace of pods on a cluster with each
 // allocator policy, so that a user can tell which policy suits a cluster
-// before deploying it. It is the `gpushare-scheduler-extender simulate`
-// subcommand (Main) and runs the extender's own code: allocator.Fit places
+// before deploying it. The gpushare-simulate program runs it (package cli),
+// and it runs the extender's own code: allocator.Fit places
 // a pod on a node's cards and the policy's NodeScore (NodeScoreHost where
 // the policy weighs CPU and memory) rates the node, and the default policy
 // learns the typical requests online with allocator.Workload, as the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // DefaultInflate is the study's arrival target: clones are appended until
@@ -106,7 +107,7 @@ type Result struct {
 	AllocSum   []float64
 	AllocCount []int
 	// Failed counts the pods that fit nowhere, by kind.
-	Failed map[Kind]int
+	Failed map[trace.Kind]int
 	// CPUPods is how the pods that ask no GPU memory were handled;
 	// CPUOnly counts them, Skipped those left out (CPUPodsSkip).
 	// Topology is the topology replayed.
@@ -159,7 +160,7 @@ func (r *Result) FailedTotal() int {
 
 // nodeState is a node during a replay.
 type nodeState struct {
-	spec *Node
+	spec *trace.Node
 	// alloc holds the cards with their Used units, as the extender's cache
 	// would hold them.
 	alloc allocator.Node
@@ -213,7 +214,7 @@ type replay struct {
 }
 
 // Run replays tr with the study's methodology (see the package doc).
-func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
+func Run(ctx context.Context, tr *trace.Trace, opts Options) (*Result, error) {
 	start := time.Now()
 	if err := tr.Validate(); err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func Run(ctx context.Context, tr *Trace, opts Options) (*Result, error) {
 	}
 
 	res := &Result{Policy: label, Seed: opts.Seed, Pods: len(order), Capacity: r.capacity,
-		Failed: map[Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods, Topology: opts.Topology,
+		Failed: map[trace.Kind]int{}, FragAt: map[int]float64{}, CPUPods: opts.CPUPods, Topology: opts.Topology,
 		Percentage: *opts.PercentageOfNodesToScore, Nodes: len(r.nodes), NodesToFind: r.sched.toFind}
 	mark := 0
 	for k, idx := range order {
@@ -326,7 +327,7 @@ func (opts *Options) complete() error {
 
 // newReplay returns the state of a replay of tr before the first pod;
 // opts are checked and completed by Run (and NewStepper).
-func newReplay(tr *Trace, opts Options) (*replay, error) {
+func newReplay(tr *trace.Trace, opts Options) (*replay, error) {
 	sched := opts.Scheduler
 	if sched == nil {
 		sched = &ShippedScheduler
@@ -381,7 +382,7 @@ func newReplay(tr *Trace, opts Options) (*replay, error) {
 // Arrivals returns the submission order of tr's pods for seed: indexes of
 // tr.Pods sorted by name and shuffled, then indexes drawn uniformly (clones)
 // until the GPU demand first passes inflate × capacity.
-func Arrivals(tr *Trace, seed uint64, inflate float64) ([]int, error) {
+func Arrivals(tr *trace.Trace, seed uint64, inflate float64) ([]int, error) {
 	order := make([]int, len(tr.Pods))
 	var total int64
 	for i := range order {
@@ -407,7 +408,7 @@ func Arrivals(tr *Trace, seed uint64, inflate float64) ([]int, error) {
 // and returns the decision: decide finds the nodes kube-scheduler rates
 // best, and one of them is drawn uniformly, as kube-scheduler's selectHost
 // does.
-func (r *replay) submit(pod *Pod) Decision {
+func (r *replay) submit(pod *trace.Pod) Decision {
 	policy := r.withDRA(r.observe(pod))
 	ties, d := r.decide(pod, policy)
 	if len(ties) == 0 {
@@ -426,7 +427,7 @@ func (r *replay) submit(pod *Pod) Decision {
 // the pods placed so far, as the extender's cache learns them from the
 // pods it binds (or sees bound), never from pending ones (place learns
 // pod's own shape once it lands).
-func (r *replay) observe(pod *Pod) allocator.Policy {
+func (r *replay) observe(pod *trace.Pod) allocator.Policy {
 	if pod.Demand != nil {
 		r.arrived += pod.Units()
 	}
@@ -459,7 +460,7 @@ func (r *replay) observe(pod *Pod) allocator.Policy {
 // nodes of its sample (those where its CPU and memory fit) by its own
 // scores and, if an extender entry prioritizes such pods, the extender's
 // (prioritizeCPU).
-func (r *replay) decide(pod *Pod, policy allocator.Policy) ([]int, Decision) {
+func (r *replay) decide(pod *trace.Pod, policy allocator.Policy) ([]int, Decision) {
 	var d Decision
 	if pod.Demand == nil {
 		d.Cycles = 1
@@ -497,7 +498,7 @@ func (r *replay) decide(pod *Pod, policy allocator.Policy) ([]int, Decision) {
 // prioritize scores (Cache.Score: 0..10 among them). It sets r.fit and
 // d.Candidates to the nodes where the cards fit. The slices are reused by
 // the next call.
-func (r *replay) extenderFilter(pod *Pod, policy allocator.Policy, sample []int, d *Decision) (passed []int, prio []int64) {
+func (r *replay) extenderFilter(pod *trace.Pod, policy allocator.Policy, sample []int, d *Decision) (passed []int, prio []int64) {
 	hs, hostAware := policy.(allocator.HostScorer)
 	hostAware = hostAware && !r.opts.GPUOnly
 	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: r.maxCPU, MaxUnits: r.maxGPU}
@@ -551,7 +552,7 @@ func passBest(raw []float64) []bool {
 // policy's CPUScorer rates the pod highest, 0 elsewhere; MaxScore
 // everywhere for a policy that is no CPUScorer (or with Options.GPUOnly).
 // The slice is reused by the next call.
-func (r *replay) prioritizeCPU(pod *Pod, policy allocator.Policy, sample []int) []int64 {
+func (r *replay) prioritizeCPU(pod *trace.Pod, policy allocator.Policy, sample []int) []int64 {
 	cs, ok := policy.(allocator.CPUScorer)
 	r.raw = r.raw[:0]
 	host := allocator.Host{PodMilliCPU: pod.MilliCPU, PodMemoryMiB: pod.MemoryMiB, MaxMilliCPU: r.maxCPU, MaxUnits: r.maxGPU}
@@ -575,7 +576,7 @@ func (r *replay) prioritizeCPU(pod *Pod, policy allocator.Policy, sample []int) 
 // prioritize scores (parallel to candidates) times weight (scaled to
 // kube-scheduler's 0..100). kube-scheduler takes one of them at random
 // (selectHost). The slice is reused by the next call.
-func (r *replay) ties(sched *Scheduler, pod *Pod, candidates []int, prio []int64, weight int64) []int {
+func (r *replay) ties(sched *Scheduler, pod *trace.Pod, candidates []int, prio []int64, weight int64) []int {
 	if len(candidates) == 1 {
 		return candidates
 	}
@@ -623,7 +624,7 @@ func (r *replay) idleTainted(i int) bool {
 }
 
 // usageOf is what pod adds to a node's kubeUsage.
-func usageOf(pod *Pod) podUsage {
+func usageOf(pod *trace.Pod) podUsage {
 	return podUsage{cpu: pod.MilliCPU, mem: pod.MemoryMiB, gpu: pod.Units(),
 		nzCPU: max(pod.NonZeroMilliCPU, pod.MilliCPU), nzMem: max(pod.NonZeroMemoryMiB, pod.MemoryMiB)}
 }
@@ -631,7 +632,7 @@ func usageOf(pod *Pod) podUsage {
 // place puts pod on node best, its cards where policy fits them (as the
 // extender's bind does; none for a pod that asks no GPU memory), and
 // records it in d.
-func (r *replay) place(pod *Pod, policy allocator.Policy, best int, d *Decision) {
+func (r *replay) place(pod *trace.Pod, policy allocator.Policy, best int, d *Decision) {
 	ns := &r.nodes[best]
 	counted := r.hostCounted(ns)
 	if counted {
@@ -679,7 +680,7 @@ func (r *replay) hostCounted(ns *nodeState) bool {
 }
 
 // take charges pod's CPU and memory to the node.
-func (ns *nodeState) take(pod *Pod) {
+func (ns *nodeState) take(pod *trace.Pod) {
 	ns.cpuFree -= pod.MilliCPU
 	ns.memFree -= pod.MemoryMiB
 	pu := usageOf(pod)
@@ -693,7 +694,7 @@ func (ns *nodeState) take(pod *Pod) {
 // node of other cards still counts in its sample; a model chosen by a
 // nodeSelector on the product label (Variant.GPUSpecAsLabel) is
 // kube-scheduler's, and such a node does not.
-func (ns *nodeState) admits(pod *Pod) bool {
+func (ns *nodeState) admits(pod *trace.Pod) bool {
 	return ns.cpuFree >= pod.MilliCPU && ns.memFree >= pod.MemoryMiB && selects(pod.NodeSelector, ns.spec.Labels)
 }
 
@@ -711,7 +712,7 @@ func selects(selector, labels map[string]string) bool {
 // mayFit is a quick necessary condition for allocator.Fit: every container
 // finds enough cards with its units free. It only spares Fit the work of
 // explaining why a pod does not fit.
-func mayFit(n *allocator.Node, pod *Pod) bool {
+func mayFit(n *allocator.Node, pod *trace.Pod) bool {
 	for _, c := range pod.Demand {
 		fits := 0
 		for i := range n.Cards {

@@ -12,20 +12,21 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // tinyTrace parses openb CSV rows (without headers).
-func tinyTrace(t *testing.T, nodes, pods string) *Trace {
+func tinyTrace(t *testing.T, nodes, pods string) *trace.Trace {
 	t.Helper()
-	ns, err := ReadOpenbNodes(strings.NewReader("sn,cpu_milli,memory_mib,gpu,model\n"+nodes), "nodes.csv")
+	ns, err := trace.ReadOpenbNodes(strings.NewReader("sn,cpu_milli,memory_mib,gpu,model\n"+nodes), "nodes.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := ReadOpenbPods(strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"+pods), "pods.csv")
+	ps, err := trace.ReadOpenbPods(strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"+pods), "pods.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Trace{Nodes: ns, Pods: ps}
+	return &trace.Trace{Nodes: ns, Pods: ps}
 }
 
 func TestArrivals(t *testing.T) {
@@ -55,9 +56,9 @@ func TestArrivals(t *testing.T) {
 		t.Errorf("same seed, other order (-first +second):\n%s", diff)
 	}
 	// Sorting by name first: the file's order does not matter.
-	swapped := &Trace{Nodes: tr.Nodes, Pods: []Pod{tr.Pods[1], tr.Pods[2], tr.Pods[0], tr.Pods[3]}}
+	swapped := &trace.Trace{Nodes: tr.Nodes, Pods: []trace.Pod{tr.Pods[1], tr.Pods[2], tr.Pods[0], tr.Pods[3]}}
 	other, _ := Arrivals(swapped, 42, 1.3)
-	names := func(tr *Trace, order []int) (out []string) {
+	names := func(tr *trace.Trace, order []int) (out []string) {
 		for _, i := range order[:4] {
 			out = append(out, tr.Pods[i].Name)
 		}
@@ -149,7 +150,7 @@ func TestAllocAt(t *testing.T) {
 	if got := res.AllocAt(130); !math.IsNaN(got) {
 		t.Errorf("AllocAt(130) = %v, want NaN (arrival stopped at 120%%)", got)
 	}
-	if diff := cmp.Diff(map[Kind]int{KindShare: 1}, res.Failed); diff != "" {
+	if diff := cmp.Diff(map[trace.Kind]int{trace.KindShare: 1}, res.Failed); diff != "" {
 		t.Errorf("failed (-want +got):\n%s", diff)
 	}
 	if res.Pods != 3 {
@@ -242,7 +243,7 @@ func TestRunErrors(t *testing.T) {
 	tr := tinyTrace(t, "a,8000,8192,1,T4\n", "g,1000,1024,1,1000,\n")
 	tests := []struct {
 		name string
-		tr   *Trace
+		tr   *trace.Trace
 		opts Options
 		want string
 	}{
@@ -250,7 +251,7 @@ func TestRunErrors(t *testing.T) {
 		{"no GPU", tinyTrace(t, "a,8000,8192,0,\n", "g,1000,1024,1,1000,\n"), Options{Policy: "binpack"}, "the 1 nodes have no healthy GPU: nothing to allocate"},
 		{"no GPU pod", tinyTrace(t, "a,8000,8192,1,T4\n", "c,1000,1024,0,0,\n"), Options{Policy: "binpack"}, "none of the 1 pods asks GPU memory"},
 		{"percentage out of range", tr, Options{Policy: "binpack", PercentageOfNodesToScore: ptr.To[int32](-1)}, "percentageOfNodesToScore -1: want 0 (kube-scheduler's adaptive default) to 100"},
-		{"mixed units", &Trace{Nodes: []Node{{Name: "a", Unit: "GiB", Cards: []allocator.Card{{Total: 16, Healthy: true}}}, {Name: "b", Unit: "MiB", Cards: []allocator.Card{{Total: 16384, Healthy: true}}}}, Pods: tr.Pods},
+		{"mixed units", &trace.Trace{Nodes: []trace.Node{{Name: "a", Unit: "GiB", Cards: []allocator.Card{{Total: 16, Healthy: true}}}, {Name: "b", Unit: "MiB", Cards: []allocator.Card{{Total: 16384, Healthy: true}}}}, Pods: tr.Pods},
 			Options{Policy: "binpack"}, "node b counts GPU memory in MiB but node a in GiB; the simulator needs one unit"},
 	}
 	for _, tc := range tests {

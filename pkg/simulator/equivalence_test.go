@@ -18,8 +18,13 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/test/util"
 )
+
+// optInSchedulerConfig is the opt-in kube-scheduler configuration that
+// sends every pod to the extender's prioritize.
+const optInSchedulerConfig = "../../config/kube-scheduler-config-score-cpu-pods.yaml"
 
 // equivalenceCluster returns Kubernetes nodes of mixed cards, CPU and
 // memory, and pending pods asking 150% of their GPU memory (so Run appends
@@ -169,24 +174,9 @@ func TestSimulatorMatchesExtender(t *testing.T) {
 func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuScale int64, cpuOnly, constrained bool) {
 	t.Helper()
 	nodes, pods := equivalenceCluster(seed, cpuScale, cpuOnly, constrained)
-	tr := &Trace{}
-	reader, err := cache.New(cache.Config{})
+	tr, err := trace.TraceOf(nodes, pods)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, n := range nodes {
-		sn, err := kubeNode(reader, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.Nodes = append(tr.Nodes, sn)
-	}
-	for _, p := range pods {
-		sp, err := kubePod(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.Pods = append(tr.Pods, sp)
 	}
 	if policy == allocator.NameFGD {
 		// The extender's FGD learns its target workload as fragaware
@@ -194,8 +184,8 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 		// CPU-only pods' scores are compared for fgd, on a workload
 		// both know alike: none (every free unit is fragment, so only the
 		// CPU test of tasks matters, and there are none).
-		tr.Pods = slices.DeleteFunc(tr.Pods, func(p Pod) bool { return p.Demand != nil })
-		tr.Pods = append(tr.Pods, Pod{Name: "zz-gpu", Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}, Kind: KindShare})
+		tr.Pods = slices.DeleteFunc(tr.Pods, func(p trace.Pod) bool { return p.Demand != nil })
+		tr.Pods = append(tr.Pods, trace.Pod{Name: "zz-gpu", Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}, Kind: trace.KindShare})
 	}
 	// The opt-in configuration, whose every-pod entry sends the CPU-only
 	// pods to the extender's prioritize too, so that its scores for them

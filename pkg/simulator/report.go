@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // Summary is one policy's results, averaged over seeds.
@@ -32,7 +34,7 @@ type Summary struct {
 	// FailedPods is the mean number of failed pods per seed; FailedByKind
 	// splits it.
 	FailedPods   float64
-	FailedByKind map[Kind]float64
+	FailedByKind map[trace.Kind]float64
 	// FragAt: mark -> mean fragmentation, percent of capacity.
 	FragAt map[int]float64
 	// Percentage, Nodes and NodesToFind: kube-scheduler's sampling
@@ -46,7 +48,7 @@ type Summary struct {
 
 // Summarize averages results of one policy over seeds.
 func Summarize(policy string, results []*Result) Summary {
-	s := Summary{Policy: policy, AllocAt: map[int]float64{}, FailedByKind: map[Kind]float64{}, FragAt: map[int]float64{}}
+	s := Summary{Policy: policy, AllocAt: map[int]float64{}, FailedByKind: map[trace.Kind]float64{}, FragAt: map[int]float64{}}
 	if len(results) == 0 {
 		return s
 	}
@@ -63,7 +65,7 @@ func Summarize(policy string, results []*Result) Summary {
 		s.CPUOnly += float64(r.CPUOnly) / n
 		s.FailedPods += float64(r.FailedTotal()) / n
 		s.Seconds += r.Seconds / n
-		for _, k := range Kinds {
+		for _, k := range trace.Kinds {
 			s.FailedByKind[k] += float64(r.Failed[k]) / n
 		}
 		curveLen = min(curveLen, len(r.AllocCount))
@@ -110,8 +112,8 @@ func Write(w io.Writer, format Format, sums []Summary) error {
 	return fmt.Errorf("unknown format %q; want table, json or csv", format)
 }
 
-// pct formats a percentage with 2 decimals, "-" for NaN.
-func pct(v float64) string {
+// Pct formats a percentage with 2 decimals, "-" for NaN.
+func Pct(v float64) string {
 	if math.IsNaN(v) {
 		return "-"
 	}
@@ -178,7 +180,7 @@ func writeTable(w io.Writer, sums []Summary) error {
 	for _, s := range sums {
 		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
 		for _, m := range Marks {
-			fmt.Fprintf(tw, "%s\t", pct(s.AllocAt[m]))
+			fmt.Fprintf(tw, "%s\t", Pct(s.AllocAt[m]))
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t\n", num(s.FailedPods), s.Seconds)
 	}
@@ -188,7 +190,7 @@ func writeTable(w io.Writer, sums []Summary) error {
 	fmt.Fprint(&buf, "\nFailed pods by kind, and fragmentation (GPU memory that FGD's typical tasks cannot use, % of capacity):\n\n")
 	tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "%-*s\t", width, "policy")
-	for _, k := range Kinds {
+	for _, k := range trace.Kinds {
 		fmt.Fprintf(tw, "%s\t", k)
 	}
 	fmt.Fprint(tw, "frag 100%\tfrag 130%\t")
@@ -198,10 +200,10 @@ func writeTable(w io.Writer, sums []Summary) error {
 	fmt.Fprint(tw, "\n")
 	for _, s := range sums {
 		fmt.Fprintf(tw, "%-*s\t", width, s.Policy)
-		for _, k := range Kinds {
+		for _, k := range trace.Kinds {
 			fmt.Fprintf(tw, "%s\t", num(s.FailedByKind[k]))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t", pct(s.FragAt[100]), pct(s.FragAt[130]))
+		fmt.Fprintf(tw, "%s\t%s\t", Pct(s.FragAt[100]), Pct(s.FragAt[130]))
 		if sampled(sums) {
 			fmt.Fprintf(tw, "%s\t%s\t", num(s.Retried), num(s.ExtraCycles))
 		}
@@ -297,7 +299,7 @@ func writeCSV(w io.Writer, sums []Summary) error {
 		header = append(header, fmt.Sprintf("alloc_%d", m))
 	}
 	header = append(header, "failed_pods")
-	for _, k := range Kinds {
+	for _, k := range trace.Kinds {
 		header = append(header, "failed_"+strings.ReplaceAll(string(k), "-", "_"))
 	}
 	header = append(header, "frag_100", "frag_130", "pods", "seconds", "retried_pods", "extra_cycles", "percentage_of_nodes_to_score", "nodes", "nodes_to_find", "cpu_pods", "topology")
@@ -307,13 +309,13 @@ func writeCSV(w io.Writer, sums []Summary) error {
 	for _, s := range sums {
 		row := []string{s.Policy, seedList(s.Seeds)}
 		for _, m := range Marks {
-			row = append(row, pct(s.AllocAt[m]))
+			row = append(row, Pct(s.AllocAt[m]))
 		}
 		row = append(row, num(s.FailedPods))
-		for _, k := range Kinds {
+		for _, k := range trace.Kinds {
 			row = append(row, num(s.FailedByKind[k]))
 		}
-		row = append(row, pct(s.FragAt[100]), pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
+		row = append(row, Pct(s.FragAt[100]), Pct(s.FragAt[130]), num(s.Pods), strconv.FormatFloat(s.Seconds, 'f', 1, 64),
 			num(s.Retried), num(s.ExtraCycles), strconv.Itoa(int(s.Percentage)), strconv.Itoa(s.Nodes), strconv.Itoa(s.NodesToFind), string(s.CPUPods), string(s.Topology))
 		if err := cw.Write(row); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/pkg/sampling"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // DefaultPercentageOfNodesToScore is the percentageOfNodesToScore that
@@ -37,7 +38,7 @@ type sampler struct {
 	sample []int
 }
 
-func newSampler(nodes []Node, percentage int32) sampler {
+func newSampler(nodes []trace.Node, percentage int32) sampler {
 	return sampler{order: schedulerOrder(nodes), toFind: sampling.NodesToFind(percentage, len(nodes))}
 }
 
@@ -67,7 +68,7 @@ func (s *sampler) cycle(feasible func(node int) bool) (sample []int, examined in
 // zone's nodes in the order they were added. A scheduler started on an
 // existing cluster adds them in the order of its first list, by name.
 // Openb nodes have no zone.
-func schedulerOrder(nodes []Node) []int {
+func schedulerOrder(nodes []trace.Node) []int {
 	byName := make([]int, len(nodes))
 	for i := range byName {
 		byName[i] = i

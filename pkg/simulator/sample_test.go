@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // nodeNames returns "n<from>" to "n<to>" (three digits), inclusive.
@@ -149,7 +150,7 @@ func TestSubmitSamples(t *testing.T) {
 				r.holes.AddNode(&ns.alloc, 1)
 			}
 			for i, cpu := range tc.cpuUsed {
-				r.nodes[i].take(&Pod{MilliCPU: cpu})
+				r.nodes[i].take(&trace.Pod{MilliCPU: cpu})
 			}
 			r.sched.next = tc.start
 			d := r.submit(&tr.Pods[0])
@@ -244,34 +245,14 @@ func TestRunRetriesSampledOutPods(t *testing.T) {
 // within a zone, the zones in the order their first node (by name)
 // appears, one node of each zone in turn.
 func TestSchedulerOrder(t *testing.T) {
-	z1 := ZoneKey(map[string]string{"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z1"})
-	z2 := ZoneKey(map[string]string{"topology.kubernetes.io/zone": "z2"})
-	nodes := []Node{{Name: "b", Zone: z1}, {Name: "a", Zone: z2}, {Name: "c", Zone: z1}, {Name: "d"}, {Name: "e", Zone: z2}, {Name: "f", Zone: z1}}
+	z1 := trace.ZoneKey(map[string]string{"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z1"})
+	z2 := trace.ZoneKey(map[string]string{"topology.kubernetes.io/zone": "z2"})
+	nodes := []trace.Node{{Name: "b", Zone: z1}, {Name: "a", Zone: z2}, {Name: "c", Zone: z1}, {Name: "d"}, {Name: "e", Zone: z2}, {Name: "f", Zone: z1}}
 	var got []string
 	for _, i := range schedulerOrder(nodes) {
 		got = append(got, nodes[i].Name)
 	}
 	if diff := cmp.Diff([]string{"a", "b", "d", "e", "c", "f"}, got); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)
-	}
-}
-
-func TestZoneKey(t *testing.T) {
-	tests := []struct {
-		name   string
-		labels map[string]string
-		want   string
-	}{
-		{"none", nil, ""},
-		{"zone only", map[string]string{"topology.kubernetes.io/zone": "z"}, ":\x00:z"},
-		{"region and zone", map[string]string{"topology.kubernetes.io/region": "r", "topology.kubernetes.io/zone": "z"}, "r:\x00:z"},
-		{"the deprecated labels first", map[string]string{"failure-domain.beta.kubernetes.io/zone": "old", "topology.kubernetes.io/zone": "z"}, ":\x00:old"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, ZoneKey(tc.labels)); diff != "" {
-				t.Errorf("ZoneKey (-want +got):\n%s", diff)
-			}
-		})
 	}
 }

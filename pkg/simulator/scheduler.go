@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // Scheduler is what a replay follows of a kube-scheduler configuration
@@ -89,7 +90,7 @@ var DefaultKubeScheduler = Scheduler{
 }
 
 // DefaultKubeSchedulerMinor is the kube-scheduler minor version (1.x)
-// that a replay models unless told otherwise (Config.KubeSchedulerMinor,
+// that a replay models unless told otherwise (cli.Config.KubeSchedulerMinor,
 // --kube-scheduler-version); the placement figures in docs/ are of it.
 const DefaultKubeSchedulerMinor = 34
 
@@ -271,7 +272,7 @@ func ReadSchedulerConfig(file string) (*Scheduler, error) {
 	}
 	s, err := ParseSchedulerConfig(data)
 	if err != nil {
-		return nil, &InputError{File: file, Err: err}
+		return nil, &trace.InputError{File: file, Err: err}
 	}
 	return s, nil
 }

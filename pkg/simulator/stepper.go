@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // Stepper replays pods one at a time and lets the caller say where each
@@ -18,13 +19,13 @@ type Stepper struct {
 	r *replay
 	// pod and policy: the pod Choices was last asked about, and the policy
 	// that rated nodes for it.
-	pod    *Pod
+	pod    *trace.Pod
 	policy allocator.Policy
 }
 
 // NewStepper returns a Stepper for tr's nodes with opts (as Run completes
 // them), before the first pod.
-func NewStepper(tr *Trace, opts Options) (*Stepper, error) {
+func NewStepper(tr *trace.Trace, opts Options) (*Stepper, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
@@ -60,7 +61,7 @@ type Choice struct {
 // pod. It learns the pod's shape first (as the extender's informer does
 // when the pod is created), so it must be called once per pod, before
 // Place.
-func (s *Stepper) Choices(pod *Pod) Choice {
+func (s *Stepper) Choices(pod *trace.Pod) Choice {
 	s.pod, s.policy = pod, s.r.withDRA(s.r.observe(pod))
 	ties, _ := s.r.decide(pod, s.policy)
 	var ch Choice

@@ -8,13 +8,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // TestStepperFollowsRun feeds a Stepper the pods of Run, in Run's order,
 // and Run's choices: each must be one of the Stepper's best nodes, with the
 // same cards.
 func TestStepperFollowsRun(t *testing.T) {
-	tr, err := LoadTrace(sliceNodes, slicePods)
+	tr, err := trace.LoadTrace(sliceNodes, slicePods)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // FGD's target workload as the study's simulator builds it by default
@@ -23,7 +24,7 @@ const (
 // does from the whole trace: GPU pods grouped by (CPU, units per card,
 // cards, models), the most frequent kinds until they cover 60% of the GPU
 // pods (whole steps of 10 kinds), weights renormalised to sum to 1.
-func TargetTasks(pods []Pod) []allocator.Task {
+func TargetTasks(pods []trace.Pod) []allocator.Task {
 	type key struct {
 		cpu, units int64
 		cards      int

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 )
 
 // TestGPUSpecVariantConstrainsPlacement: the models a GPU-model variant
@@ -32,7 +33,7 @@ func testGPUSpecVariant(t *testing.T, asLabel bool) {
 		fmt.Fprintf(&pods, "p%d,1000,1024,1,%d,\n", i, 300+50*i)
 	}
 	tr := tinyTrace(t, nodes.String(), pods.String())
-	v := Variant{GPUSpecShare: 1, GPUSpecAsLabel: asLabel, Seed: 3}
+	v := trace.Variant{GPUSpecShare: 1, GPUSpecAsLabel: asLabel, Seed: 3}
 	out, err := v.Apply(tr)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +97,7 @@ func TestGPUSpecAsLabelPlacesAsTheAnnotation(t *testing.T) {
 	}
 	tr := tinyTrace(t, nodes.String(), pods.String())
 	placements := func(asLabel bool, policy string) (map[string]string, int) {
-		out, err := (&Variant{GPUSpecShare: 0.7, GPUSpecAsLabel: asLabel, Seed: 5}).Apply(tr)
+		out, err := (&trace.Variant{GPUSpecShare: 0.7, GPUSpecAsLabel: asLabel, Seed: 5}).Apply(tr)
 		if err != nil {
 			t.Fatal(err)
 		}

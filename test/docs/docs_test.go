@@ -110,7 +110,7 @@ func TestEveryShellBlockIsTested(t *testing.T) {
 // TestMakeCommands dry-runs (make -n) every make command of a make block:
 // the target exists and its recipe expands with the variables given. The
 // targets themselves run elsewhere: make demo's cluster in test/kubelet,
-// make release's logic in pkg/release, make test is this run.
+// make release's logic in pkg/build/release, make test is this run.
 func TestMakeCommands(t *testing.T) {
 	root := repoRoot(t)
 	if _, err := exec.LookPath("make"); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/test/integration/extenders"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -45,7 +46,7 @@ func TestFrozenExtender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := framework.StartProc("extender", buildExtender(t), []string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen},
+	p, err := framework.StartProc("extender", extenders.Build(t), []string{"--kubeconfig", cp.AdminKubeconfig(), "--listen", listen},
 		filepath.Join(t.TempDir(), "extender.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
@@ -176,14 +177,14 @@ func syncIdleTaints(ctx context.Context, t *testing.T, client kubernetes.Interfa
 // and its pods as Kubernetes objects (a card of 1000 GiB for openb's 1000
 // units; CPU and memory requested explicitly, as in the trace), and the
 // simulator's trace read from those very objects.
-func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Trace) {
+func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *trace.Trace) {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	slice := filepath.Join(root, "pkg", "simulator", "testdata", "openb-slice")
-	openb, err := simulator.LoadTrace(filepath.Join(slice, "nodes.csv"), filepath.Join(slice, "pods.csv"))
+	openb, err := trace.LoadTrace(filepath.Join(slice, "nodes.csv"), filepath.Join(slice, "pods.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Tra
 	for _, n := range openb.Nodes[:placementNodes] {
 		sizes := make([]int64, len(n.Cards))
 		for i := range sizes {
-			sizes[i] = simulator.OpenbMilli
+			sizes[i] = trace.OpenbMilli
 		}
 		node := util.MakeNode(n.Name).Cards(n.Model, sizes...).Host(fmt.Sprintf("%dm", n.MilliCPU), fmt.Sprintf("%dMi", n.MemoryMiB)).Obj()
 		nodes = append(nodes, node)
@@ -211,7 +212,7 @@ func placementTrace(t *testing.T) ([]*corev1.Node, []*corev1.Pod, *simulator.Tra
 		pod.UID = ""
 		pods = append(pods, pod)
 	}
-	tr, err := simulator.TraceOf(nodes, pods)
+	tr, err := trace.TraceOf(nodes, pods)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
+	"github.com/gpushare/gpushare/pkg/build/image"
 	"github.com/gpushare/gpushare/test/integration/framework"
 )
 
@@ -44,11 +44,11 @@ type Images struct {
 // testRecipes are the test images built from this repository: static
 // binaries, run as root (the probe reports its user; a pod may set
 // another).
-func testRecipes() []imagebuild.Recipe {
-	return []imagebuild.Recipe{
-		{Name: "pause", Package: "./test/images/pause", User: imagebuild.RootUser,
+func testRecipes() []image.Recipe {
+	return []image.Recipe{
+		{Name: "pause", Package: "./test/images/pause", User: image.RootUser,
 			Description: "test-only pod sandbox image of the real-node tests: waits for SIGTERM"},
-		{Name: "gpuprobe", Package: "./test/images/gpuprobe", User: imagebuild.RootUser,
+		{Name: "gpuprobe", Package: "./test/images/gpuprobe", User: image.RootUser,
 			Description: "test-only GPU pod image of the real-node tests: prints its user, environment and mounts, then waits"},
 	}
 }
@@ -68,17 +68,17 @@ func BuildImages(ctx context.Context, root, version string, w io.Writer) (Images
 		return Images{}, fmt.Errorf("make images (in %s): %w", root, err)
 	}
 	var imgs Images
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		imgs.Archives = append(imgs.Archives, filepath.Join(root, "_output", "images", r.Name+".tar"))
 	}
 	out := filepath.Join(root, "_output", "node-images")
 	var err error
 	for _, r := range testRecipes() {
-		bin, err := imagebuild.GoBuild(ctx, imagebuild.ExecRunner{}, "go", root, r, ImageTag, filepath.Join(out, "bin"), w)
+		bin, err := image.GoBuild(ctx, image.ExecRunner{}, "go", root, r, ImageTag, filepath.Join(out, "bin"), w)
 		if err != nil {
 			return Images{}, err
 		}
-		res, err := imagebuild.Pack(r, bin, imagebuild.PackOptions{Version: ImageTag, Revision: "test", Prefix: ImageRegistry, Out: out})
+		res, err := image.Pack(r, bin, image.PackOptions{Version: ImageTag, Revision: "test", Prefix: ImageRegistry, Out: out})
 		if err != nil {
 			return Images{}, fmt.Errorf("packing %s: %w", r.Name, err)
 		}
@@ -90,19 +90,19 @@ func BuildImages(ctx context.Context, root, version string, w io.Writer) (Images
 			imgs.Probe = res.Ref
 		}
 	}
-	hook := imagebuild.Recipe{Name: "nvidia-cdi-hook", Package: "./test/images/cdihook"}
-	if imgs.CDIHook, err = imagebuild.GoBuild(ctx, imagebuild.ExecRunner{}, "go", root, hook, ImageTag, filepath.Join(out, "bin"), w); err != nil {
+	hook := image.Recipe{Name: "nvidia-cdi-hook", Package: "./test/images/cdihook"}
+	if imgs.CDIHook, err = image.GoBuild(ctx, image.ExecRunner{}, "go", root, hook, ImageTag, filepath.Join(out, "bin"), w); err != nil {
 		return Images{}, err
 	}
 	bins, err := framework.EnsureVersionBinaries(ctx, version, false)
 	if err != nil {
 		return Images{}, err
 	}
-	sched := imagebuild.Recipe{
-		Name: "kube-scheduler", Package: "k8s.io/kubernetes/cmd/kube-scheduler", CGO: true, User: imagebuild.NonRootUser,
+	sched := image.Recipe{
+		Name: "kube-scheduler", Package: "k8s.io/kubernetes/cmd/kube-scheduler", CGO: true, User: image.NonRootUser,
 		Description: "test-only: kube-scheduler " + version + " as the integration tests build it, for the chart's second-scheduler topology",
 	}
-	res, err := imagebuild.Pack(sched, bins.Scheduler, imagebuild.PackOptions{Version: version, Revision: "test", Prefix: SchedulerRegistry, Out: out})
+	res, err := image.Pack(sched, bins.Scheduler, image.PackOptions{Version: version, Revision: "test", Prefix: SchedulerRegistry, Out: out})
 	if err != nil {
 		return Images{}, fmt.Errorf("packing kube-scheduler: %w", err)
 	}

@@ -2,7 +2,8 @@
 // process of the demo's own program (its "serve" command), in a session
 // of its own so that it outlives the command that started it and the
 // terminal's Ctrl-C, which owns the cluster's processes. Its state lives
-// in files of a directory (Files). `make demo` and `make node-demo` use it.
+// in files of a directory (Files). The programs of `make demo`,
+// `make dra-demo` and `make node-demo` use it, and Main is their skeleton.
 package supervisor
 
 import (

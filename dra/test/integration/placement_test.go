@@ -25,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/simulator"
+	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
@@ -106,7 +107,7 @@ func TestExtenderPlacesClaimPodsAsSimulated(t *testing.T) {
 		pod.Spec.NodeSelector = draLabel
 		pods[i] = pod
 	}
-	tr, err := simulator.TraceOf(traceNodes, pods)
+	tr, err := trace.TraceOf(traceNodes, pods)
 	if err != nil {
 		t.Fatal(err)
 	}

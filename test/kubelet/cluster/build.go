@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/gpushare/pkg/imagebuild"
+	"github.com/gpushare/gpushare/pkg/build/image"
 	"github.com/gpushare/gpushare/test/integration/framework"
 )
 
@@ -63,12 +63,12 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 	}
 	b := binariesIn(cp, binDir)
 	version := gitVersion(ctx, root)
-	// Ours are built as their images build them (imagebuild's recipes:
+	// Ours are built as their images build them (pkg/build/image's recipes:
 	// -trimpath, cgo only for the device plugin), so a cold make test
 	// compiles their dependencies once for both, not twice.
 	outs := map[string]string{"gpushare-scheduler-extender": b.Extender, "gpushare-device-plugin": b.DevicePlugin, "kubectl-inspect-gpushare": b.Inspect}
 	var targets []target
-	for _, r := range imagebuild.Recipes() {
+	for _, r := range image.Recipes() {
 		if out, ok := outs[r.Name]; ok {
 			targets = append(targets, target{out: out, dir: r.Dir(root), args: r.GoArgs(version, out), env: r.GoEnv()})
 		}
@@ -82,7 +82,7 @@ func Build(ctx context.Context, binDir string, progress io.Writer) (Binaries, er
 		agentFlag = "-race"
 	}
 	targets = append(targets, target{out: b.NodeAgent, dir: filepath.Join(root, "test", "kubelet"),
-		args: []string{"build", agentFlag, "-ldflags", "-X " + imagebuild.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
+		args: []string{"build", agentFlag, "-ldflags", "-X " + image.VersionVariable + "=" + version, "-o", b.NodeAgent, "./cmd/nodeagent"}})
 	for _, t := range targets {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", t.args...)

@@ -23,12 +23,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/supervisor"
@@ -51,59 +48,26 @@ type options struct {
 	gpus string // the node's --fake-gpus
 }
 
-func main() { os.Exit(run()) }
-
-// run runs the command and returns the exit status.
-func run() int {
+func main() {
 	fs := flag.NewFlagSet("gpushare-dra-demo", flag.ExitOnError)
 	var o options
 	fs.StringVar(&o.dir, "dir", "", "state directory: PID files, logs, kubeconfigs, etcd data, the driver's directories (default <repo>/_output/dra-demo)")
 	fs.StringVar(&o.gpus, "gpus", "1xTesla-T4:16GiB", "the simulated node's cards (the driver's --fake-gpus); the examples expect one 16 GiB card")
-	cmd, exit, err := supervisor.ParseCommand(fs, usage, os.Args[1:])
-	if err != nil {
-		return fail(err)
-	}
-	if cmd == "" {
-		return exit
-	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
-	}
-	o.root = root
-	if o.dir, err = supervisor.StateDir(root, o.dir, "dra-demo"); err != nil {
-		return fail(err)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch cmd {
-	case "up":
-		err = up(ctx, o)
-	case "status":
-		err = status(ctx, o)
-	case "down":
-		err = down(o)
-	case supervisor.ServeCommand:
-		err = serve(ctx, o)
-	}
-	if err != nil {
-		var silent exitCode
-		if errors.As(err, &silent) {
-			return int(silent)
-		}
-		return fail(err)
-	}
-	return 0
+	os.Exit(supervisor.Main("dra-demo", fs, usage, os.Args[1:], o.setup, supervisor.Commands{
+		Up:     func(ctx context.Context) error { return up(ctx, o) },
+		Status: func(ctx context.Context) error { return status(ctx, o) },
+		Down:   func(context.Context) error { return down(o) },
+		Serve:  func(ctx context.Context) error { return serve(ctx, o) },
+	}))
 }
 
-// exitCode ends the program with a status and no further message.
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// fail prints err as one message and returns the exit status 1.
-func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "dra-demo:", err)
-	return 1
+// setup finds the repository and the state directory.
+func (o *options) setup() error {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("%w: run it inside the gpushare repository", err)
+	}
+	o.root = root
+	o.dir, err = supervisor.StateDir(root, o.dir, "dra-demo")
+	return err
 }

@@ -33,7 +33,7 @@ func up(ctx context.Context, o options) error {
 		return err
 	}
 	// -trimpath and no cgo, as its image and the extender's are built
-	// (pkg/imagebuild's recipes): make test compiles client-go that way
+	// (pkg/build/image's recipes): make test compiles client-go that way
 	// before this runs, so a cold run compiles little more here.
 	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", o.inspectBinary(), "./kubectl-inspect-gpushare") //nolint:gosec // the demo's own output path
 	build.Dir, build.Env = o.root, append(os.Environ(), "CGO_ENABLED=0")

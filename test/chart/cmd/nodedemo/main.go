@@ -22,8 +22,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gpushare/gpushare/test/chart"
 	"github.com/gpushare/gpushare/test/supervisor"
@@ -45,50 +43,31 @@ type options struct {
 	root string // repository root
 }
 
-func main() { os.Exit(run()) }
-
-func run() int {
+func main() {
 	fs := flag.NewFlagSet("gpushare-node-demo", flag.ExitOnError)
 	var o options
 	fs.StringVar(&o.dir, "dir", "", "state directory: PID file, logs, kubeconfigs (default <repo>/_output/node-demo)")
-	cmd, exit, err := supervisor.ParseCommand(fs, usage, os.Args[1:])
-	if err != nil {
-		return fail(err)
-	}
-	if cmd == "" {
-		return exit
-	}
+	os.Exit(supervisor.Main("node-demo", fs, usage, os.Args[1:], o.setup, supervisor.Commands{
+		Up:     func(ctx context.Context) error { return up(ctx, o) },
+		Status: func(ctx context.Context) error { return status(ctx, o) },
+		Down:   func(ctx context.Context) error { return down(ctx, o) },
+		Serve:  func(ctx context.Context) error { return serve(ctx, o) },
+	}))
+}
+
+// setup finds the repository and the state directory, and checks that it
+// runs as root.
+func (o *options) setup() error {
 	root, err := chart.RepoRoot()
 	if err != nil {
-		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
+		return fmt.Errorf("%w: run it inside the gpushare repository", err)
 	}
 	o.root = root
 	if o.dir, err = supervisor.StateDir(root, o.dir, "node-demo"); err != nil {
-		return fail(err)
+		return err
 	}
 	if os.Geteuid() != 0 {
-		return fail(errors.New("the real node needs root (containerd, runc, kubelet, iptables, mounts)"))
+		return errors.New("the real node needs root (containerd, runc, kubelet, iptables, mounts)")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch cmd {
-	case "up":
-		err = up(ctx, o)
-	case "status":
-		err = status(ctx, o)
-	case "down":
-		err = down(ctx, o)
-	case "serve":
-		err = serve(ctx, o)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// fail prints err as one message and returns the exit status 1.
-func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "node-demo:", err)
-	return 1
+	return nil
 }

@@ -19,12 +19,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/supervisor"
@@ -48,63 +45,32 @@ type options struct {
 	extenderPort int
 }
 
-func main() { os.Exit(run()) }
-
-// run runs the command and returns the exit status.
-func run() int {
+func main() {
 	fs := flag.NewFlagSet("gpushare-demo", flag.ExitOnError)
 	var o options
 	fs.StringVar(&o.dir, "dir", "", "state directory: PID files, logs, kubeconfigs, etcd data (default <repo>/_output/demo)")
 	fs.IntVar(&o.nodes, "nodes", 3, "simulated GPU nodes, cycling 4×T4 16 GiB, 2×A100 80 GiB, 8×V100 32 GiB")
 	fs.IntVar(&o.extenderPort, "extender-port", 39999, "the extender's port on 127.0.0.1")
-	cmd, exit, err := supervisor.ParseCommand(fs, usage, os.Args[1:])
-	if err != nil {
-		return fail(err)
-	}
-	if cmd == "" {
-		return exit
-	}
+	os.Exit(supervisor.Main("demo", fs, usage, os.Args[1:], o.setup, supervisor.Commands{
+		Up:     func(ctx context.Context) error { return up(ctx, o) },
+		Status: func(ctx context.Context) error { return status(ctx, o) },
+		Down:   func(context.Context) error { return down(o) },
+		Serve:  func(ctx context.Context) error { return serve(ctx, o) },
+	}))
+}
+
+// setup finds the repository and the state directory, and checks the flags.
+func (o *options) setup() error {
 	root, err := framework.RepoRoot()
 	if err != nil {
-		return fail(fmt.Errorf("%w: run it inside the gpushare repository", err))
+		return fmt.Errorf("%w: run it inside the gpushare repository", err)
 	}
 	o.root = root
 	if o.dir, err = supervisor.StateDir(root, o.dir, "demo"); err != nil {
-		return fail(err)
+		return err
 	}
 	if o.nodes < 1 || o.nodes > 200 {
-		return fail(fmt.Errorf("--nodes %d: want 1..200", o.nodes))
+		return fmt.Errorf("--nodes %d: want 1..200", o.nodes)
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch cmd {
-	case "up":
-		err = up(ctx, o)
-	case "status":
-		err = status(ctx, o)
-	case "down":
-		err = down(o)
-	case "serve":
-		err = serve(ctx, o)
-	}
-	if err != nil {
-		var silent exitCode
-		if errors.As(err, &silent) {
-			return int(silent)
-		}
-		return fail(err)
-	}
-	return 0
-}
-
-// exitCode ends the program with a status and no further message.
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// fail prints err as one message and returns the exit status 1.
-func fail(err error) int {
-	fmt.Fprintln(os.Stderr, "demo:", err)
-	return 1
+	return nil
 }

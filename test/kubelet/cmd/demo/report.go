@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 	"github.com/gpushare/gpushare/pkg/version"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
+	"github.com/gpushare/gpushare/test/supervisor"
 )
 
 // settleTimeout bounds the wait for the example pods to run or be refused.
@@ -81,7 +82,7 @@ Logs: %s
 `, kubeconfig, kubectlSkew(client), filepath.Join(o.dir, clusterDir, "logs"))
 	if disagree > 0 {
 		fmt.Fprintf(os.Stderr, "demo: %d containers got other cards than their annotation names\n", disagree)
-		return exitCode(1)
+		return supervisor.ExitCode(1)
 	}
 	return nil
 }
