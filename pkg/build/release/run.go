@@ -40,7 +40,7 @@ type Config struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run writes the release's binaries, the kubectl plugin's archives and
+// Run writes the release's binaries (the simulator's too), the kubectl plugin's archives and
 // krew manifest, the four images (for the build host's platform: the
 // Go-native builder), and SHA256SUMS into cfg.Out.
 func Run(ctx context.Context, cfg Config) error {
@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	host := Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}
 	// Before minutes of building: every C cross compiler cgo will need.
-	for _, r := range image.Recipes() {
+	for _, r := range binaries() {
 		for _, p := range cfg.Platforms {
 			if r.CGO {
 				if _, err := cfg.crossCompiler(r, host, p); err != nil {
@@ -62,7 +62,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	var krew []KrewArchive
-	for _, r := range image.Recipes() {
+	for _, r := range binaries() {
 		for _, p := range cfg.Platforms {
 			bin, err := cfg.build(ctx, r, host, p)
 			if err != nil {
@@ -94,6 +94,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return cfg.write(ChecksumsFile, sums)
 }
+
+// simulator is the one release binary without an image: gpushare-simulate,
+// which an operator runs on a workstation to choose a policy before
+// deploying (docs/design/policies.md).
+var simulator = image.Recipe{Name: "gpushare-simulate", Package: "./simulator",
+	Description: "gpushare-simulate: replays a trace of pods with each placement policy"}
+
+// binaries are the programs a release builds for every platform: the
+// images' four and the simulator.
+func binaries() []image.Recipe { return append(image.Recipes(), simulator) }
 
 // build compiles r for p into the release directory.
 func (cfg Config) build(ctx context.Context, r image.Recipe, host, p Platform) (string, error) {

@@ -125,7 +125,7 @@ func TestRun(t *testing.T) {
 		want = append(want, ImageName(name, "v0.1.0", host))
 	}
 	for _, p := range cfg.Platforms {
-		want = append(want, ArchiveName("kubectl-inspect-gpushare", "v0.1.0", p))
+		want = append(want, BinaryName("gpushare-simulate", "v0.1.0", p), ArchiveName("kubectl-inspect-gpushare", "v0.1.0", p))
 	}
 	want = append(want, "gpushare-0.1.0.tgz", "inspect-gpushare.yaml", ChecksumsFile)
 	slices.Sort(want)
