@@ -1,0 +1,229 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/gpushare"
+)
+
+// Assume chooses cards for pod's Demand on node with the pod's policy (the
+// default when it names none) and holds them, and the pod's CPU and memory,
+// as assumed until FinishBinding, Forget or the deadline. It is idempotent:
+// for a pod that already holds an allocation on node it returns that
+// allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
+// bound to another node, ErrBindInFlight for a pod whose bind to another
+// node has not ended (or ended with an unknown outcome), ErrPodGone for a
+// pod whose delete the informer has delivered, ErrUnknownNode for a node
+// the extender has not seen, or an *allocator.FitError (one with filter's
+// reason for a node without GPUs).
+//
+// The search runs on the node's published copy without the lock, spending
+// a request budget that ends with ctx; the choice is then held only if the
+// node has not changed meanwhile (else it is made again, at most
+// optimisticTries times, then under the lock, still within the budget).
+// So a bind's search never holds the lock that informer events and other
+// binds take.
+func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushare.Allocation, error) {
+	if err := pod.placeable(); err != nil {
+		return nil, err
+	}
+	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
+	pl := &allocator.Placement{}
+	for try := 0; ; try++ {
+		c.mu.Lock()
+		ns, done, err := c.assumable(pod, node)
+		if done != nil || err != nil {
+			c.mu.Unlock()
+			return done, err
+		}
+		p, err := c.inputs.Load().policy(pod.Policy)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		cr := c.creditLocked(pod.GetUID()) // room reserved for the pod (preempt.go) is free to it
+		if try >= optimisticTries {
+			reason := fitReason(withForeignMPS(cr.onNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, p, pl, b)
+			alloc, err := c.hold(pod, ns, pl, reason)
+			c.mu.Unlock()
+			return alloc, err
+		}
+		gen, snap := ns.gen, cr.on(c.snapOf(node)).forMPS(pod.MPSUser) // published before the lock was released: snap.gen == gen
+		c.mu.Unlock()
+
+		reason := fitReason(&snap.node, snap.source, snap.invErr, pod, p, pl, b)
+
+		c.mu.Lock()
+		ns, done, err = c.assumable(pod, node)
+		switch {
+		case done != nil || err != nil:
+			c.mu.Unlock()
+			return done, err
+		case ns.gen != gen:
+			// The node changed under the search (so did the pod's room
+			// reserved there, if any: Reserve and its release touch it).
+			c.mu.Unlock()
+			continue // choose again
+		}
+		alloc, err := c.hold(pod, ns, pl, reason)
+		c.mu.Unlock()
+		return alloc, err
+	}
+}
+
+// optimisticTries is how many times Assume searches a node's published
+// copy before it searches under the lock: a node changes between two of
+// its tries only when an informer event or another bind hits that very
+// node in the meantime.
+const optimisticTries = 3
+
+// assumable returns node's state if pod may be placed there now; done is
+// the allocation the pod already holds there (Assume is idempotent), err
+// why it may not. The caller holds c.mu.
+func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
+	if _, ok := c.gone[c.observedKey(pod.GetUID())]; ok {
+		return nil, nil, fmt.Errorf("pod %s/%s (UID %s): %w", pod.GetNamespace(), pod.GetName(), pod.GetUID(), ErrPodGone)
+	}
+	if ps, ok := c.pods[pod.GetUID()]; ok && ps.state != StateReserved {
+		switch {
+		case ps.node == node && ps.alloc != nil:
+			return nil, ps.alloc, nil
+		case ps.state == StateBound:
+			return nil, nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
+		default:
+			// Our own assumption for another node: its Binding may still
+			// be made (the scheduler gave up waiting, or its answer was
+			// lost). Releasing it now could hand its cards out twice.
+			return nil, nil, fmt.Errorf("pod %s/%s: a bind to node %s has not ended or its outcome is unknown; its cards stay held until the API shows the pod or %s passes: %w",
+				pod.GetNamespace(), pod.GetName(), ps.node, ps.deadline.Sub(c.clock.Now()).Round(time.Second), ErrBindInFlight)
+		}
+	}
+	ns, reason, unknown := c.gpuNode(node)
+	switch {
+	case unknown:
+		return nil, nil, fmt.Errorf("node %s: %w", node, ErrUnknownNode)
+	case ns == nil:
+		return nil, nil, &allocator.FitError{Node: node, Reason: reason}
+	}
+	return ns, nil, nil
+}
+
+// hold records pl, placed on ns's cards as they are now (less the room
+// reserved for the pod, which it takes in its place), as pod's assumed
+// allocation, with its CPU and memory, and publishes the change; reason
+// non-empty says the pod does not fit instead. The caller holds c.mu.
+func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
+	if reason != "" {
+		return nil, &allocator.FitError{Node: ns.node.Name, Reason: reason}
+	}
+	uid := pod.GetUID()
+	if ps, ok := c.pods[uid]; ok && ps.state == StateReserved {
+		c.remove(uid) // the reservation, on this node or another
+	}
+	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
+	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
+		priority: pod.Priority, mpsUser: pod.MPSUser, alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
+	c.binding.Store(uid, ns.node.Name)
+	if h, ok := c.hosts[uid]; !ok || h.assumed {
+		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
+	}
+	c.observePlaced(pod)
+	c.publish()
+	return alloc, nil
+}
+
+// FinishBinding marks uid's assumed allocation bound (its Binding was
+// made). Until the informer shows the pod bound it keeps a deadline: a pod
+// the informer never delivers is released then.
+func (c *Cache) FinishBinding(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.binding.Delete(uid)
+	if ps, ok := c.pods[uid]; ok {
+		ps.state = StateBound
+		ps.deadline = time.Time{}
+		if !ps.confirmed {
+			ps.deadline = c.clock.Now().Add(c.assumeTTL)
+		}
+		if h, ok := c.hosts[uid]; ok && h.assumed {
+			h.assumed = false
+			c.hosts[uid] = h
+		}
+	}
+}
+
+// Forget releases uid's allocation if it is still only assumed: its bind
+// failed and no Binding was made.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.publish()
+	if ps, ok := c.pods[uid]; ok && ps.state == StateAssumed {
+		c.remove(uid)
+	}
+}
+
+// Expired names a released allocation.
+type Expired struct {
+	Namespace, Name, Node string
+	// Bound: its Binding was made but the informer never showed the pod
+	// (it was deleted before the watch delivered it); otherwise the bind
+	// never completed.
+	Bound bool
+	// Reserved: room a preemption kept for the pod, which was not bound
+	// in time (Reserve).
+	Reserved bool
+}
+
+// Expire releases assumed allocations and reserved room whose deadline has
+// passed, and bound allocations the informer has not confirmed by theirs,
+// and returns them. It also forgets the deletes older than AssumeTTL.
+func (c *Cache) Expire() []Expired {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.publish()
+	for key, at := range c.gone {
+		if now.Sub(at) > c.assumeTTL {
+			delete(c.gone, key)
+		}
+	}
+	var out []Expired
+	for uid, ps := range c.pods {
+		if ps.deadline.IsZero() || !now.After(ps.deadline) || ps.confirmed {
+			continue
+		}
+		if ps.state == StateReserved && c.awaiting(ps, now) {
+			continue
+		}
+		out = append(out, Expired{Namespace: ps.namespace, Name: ps.name, Node: ps.node, Bound: ps.state == StateBound, Reserved: ps.state == StateReserved})
+		c.remove(uid)
+		c.dropHost(uid)
+	}
+	return out
+}
+
+// awaiting reports whether reservation ps, past its deadline at now, still
+// waits for one of its victims, a pod that holds a node still, and may
+// wait on (its limit not reached); its deadline then moves a TTL on, never
+// past the limit. The caller holds c.mu.
+func (c *Cache) awaiting(ps *podState, now time.Time) bool {
+	if ps.rare == nil || !now.Before(ps.rare.limit) {
+		return false
+	}
+	for _, v := range ps.rare.victims {
+		if _, ok := c.hosts[v]; ok {
+			ps.deadline = now.Add(c.assumeTTL)
+			if ps.deadline.After(ps.rare.limit) {
+				ps.deadline = ps.rare.limit
+			}
+			return true
+		}
+	}
+	return false
+}
