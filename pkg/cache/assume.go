@@ -34,46 +34,90 @@ func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushar
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
 	pl := &allocator.Placement{}
-	for try := 0; ; try++ {
-		c.mu.Lock()
-		ns, done, err := c.assumable(pod, node)
+	for range optimisticTries {
+		t, done, err := c.beginOptimistic(pod, node)
 		if done != nil || err != nil {
-			c.mu.Unlock()
 			return done, err
 		}
-		p, err := c.inputs.Load().policy(pod.Policy)
-		if err != nil {
-			c.mu.Unlock()
-			return nil, err
-		}
-		cr := c.creditLocked(pod.GetUID()) // room reserved for the pod (preempt.go) is free to it
-		if try >= optimisticTries {
-			reason := fitReason(withForeignMPS(cr.onNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, p, pl, b)
-			alloc, err := c.hold(pod, ns, pl, reason)
-			c.mu.Unlock()
+		reason := fitReason(&t.snap.node, t.snap.source, t.snap.invErr, pod, t.p, pl, b)
+		if alloc, again, err := c.holdIfUnchanged(pod, node, t.gen, pl, reason); !again {
 			return alloc, err
 		}
-		gen, snap := ns.gen, cr.on(c.snapOf(node)).forMPS(pod.MPSUser) // published before the lock was released: snap.gen == gen
-		c.mu.Unlock()
-
-		reason := fitReason(&snap.node, snap.source, snap.invErr, pod, p, pl, b)
-
-		c.mu.Lock()
-		ns, done, err = c.assumable(pod, node)
-		switch {
-		case done != nil || err != nil:
-			c.mu.Unlock()
-			return done, err
-		case ns.gen != gen:
-			// The node changed under the search (so did the pod's room
-			// reserved there, if any: Reserve and its release touch it).
-			c.mu.Unlock()
-			continue // choose again
-		}
-		alloc, err := c.hold(pod, ns, pl, reason)
-		c.mu.Unlock()
-		return alloc, err
 	}
+	return c.assumeLocked(pod, node, pl, b)
+}
+
+// attempt is what a try of Assume reads under c.mu before it searches.
+type attempt struct {
+	// ns is the node's state, read only under c.mu; gen its generation
+	// when the try began.
+	ns  *nodeState
+	gen uint64
+	// p is the pod's policy; cr the room reserved for the pod (preempt.go),
+	// free to it.
+	p  allocator.Policy
+	cr *credit
+	// snap is the node's published copy as the pod sees it, made at gen
+	// (optimistic tries only).
+	snap *nodeSnap
+}
+
+// begin begins a try of Assume; done and err are assumable's, or the
+// error of the pod's policy. The caller holds c.mu.
+func (c *Cache) begin(pod *PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
+	if t.ns, done, err = c.assumable(pod, node); done != nil || err != nil {
+		return attempt{}, done, err
+	}
+	if t.p, err = c.inputs.Load().policy(pod.Policy); err != nil {
+		return attempt{}, nil, err
+	}
+	t.gen, t.cr = t.ns.gen, c.creditLocked(pod.GetUID())
+	return t, nil, nil
+}
+
+// beginOptimistic begins one of Assume's optimistic tries: under c.mu it
+// reads the node's published copy, which the search then reads without it.
+func (c *Cache) beginOptimistic(pod *PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t, done, err = c.begin(pod, node); done != nil || err != nil {
+		return t, done, err
+	}
+	t.snap = t.cr.on(c.snapOf(node)).forMPS(pod.MPSUser) // published before the lock is released: snap.gen == gen
+	return t, nil, nil
+}
+
+// holdIfUnchanged ends an optimistic try of Assume under c.mu: it holds
+// pl, found on the copy of generation gen (reason non-empty: the pod does
+// not fit there), if node is still at gen; again is true when it is not,
+// and the search must be made again.
+func (c *Cache) holdIfUnchanged(pod *PodInfo, node string, gen uint64, pl *allocator.Placement, reason string) (alloc *gpushare.Allocation, again bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ns, done, err := c.assumable(pod, node)
+	switch {
+	case done != nil || err != nil:
+		return done, false, err
+	case ns.gen != gen:
+		// The node changed under the search (so did the pod's room
+		// reserved there, if any: Reserve and its release touch it).
+		return nil, true, nil
+	}
+	alloc, err = c.hold(pod, ns, pl, reason)
+	return alloc, false, err
+}
+
+// assumeLocked is Assume's last try, which searches under c.mu.
+func (c *Cache) assumeLocked(pod *PodInfo, node string, pl *allocator.Placement, b *allocator.Budget) (*gpushare.Allocation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, done, err := c.begin(pod, node)
+	if done != nil || err != nil {
+		return done, err
+	}
+	ns := t.ns
+	reason := fitReason(withForeignMPS(t.cr.onNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, t.p, pl, b)
+	return c.hold(pod, ns, pl, reason)
 }
 
 // optimisticTries is how many times Assume searches a node's published

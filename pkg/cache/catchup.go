@@ -56,19 +56,18 @@ func (c *Cache) EndCatchUp(cu *CatchUp) {
 // ignored until the informer reaches it.
 func (c *Cache) ApplyQuorum(cu *CatchUp, pod *PodInfo) {
 	rv, ok := resourceVersion(pod.ResourceVersion)
-	c.mu.Lock()
-	if c.catchUp != cu || cu == nil {
-		c.mu.Unlock()
-		return
-	}
-	if seen, applied := cu.applied[pod.UID]; applied && (!ok || seen >= rv) {
-		c.mu.Unlock()
-		return
-	}
-	if ok {
-		c.floor[pod.UID] = rv
-	}
-	c.upsertAndUnlock(pod, true)
+	c.report(c.locked(func() []IgnoredView {
+		if c.catchUp != cu || cu == nil {
+			return nil
+		}
+		if seen, applied := cu.applied[pod.UID]; applied && (!ok || seen >= rv) {
+			return nil
+		}
+		if ok {
+			c.floor[pod.UID] = rv
+		}
+		return c.upsert(pod, true)
+	}))
 }
 
 // stale reports whether an informer event of pod is older than the version

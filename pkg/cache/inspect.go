@@ -71,27 +71,9 @@ type PodView struct {
 // Inspect returns every node (or only the named one; ok is false if it is
 // unknown), sorted by name, cards by index, pods by namespace/name.
 func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
-	c.mu.Lock()
-	pending := map[string][]IgnoredView{} // node -> pending pods naming it
-	for _, ip := range c.pendingIgnored {
-		if only == "" || ip.node == only {
-			pending[ip.node] = append(pending[ip.node], IgnoredView{Namespace: ip.namespace, Name: ip.name, Reason: ip.reason})
-		}
+	if views, ok = c.views(only); !ok {
+		return nil, false
 	}
-	if only != "" {
-		ns, found := c.nodes[only]
-		if !found {
-			c.mu.Unlock()
-			return nil, false
-		}
-		views = []NodeView{c.nodeView(ns, pending[only])}
-	} else {
-		views = make([]NodeView, 0, len(c.nodes))
-		for name, ns := range c.nodes {
-			views = append(views, c.nodeView(ns, pending[name]))
-		}
-	}
-	c.mu.Unlock()
 	// The views share nothing with the cache: sort them without the lock.
 	slices.SortFunc(views, func(a, b NodeView) int { return cmp.Compare(a.Name, b.Name) })
 	for i := range views {
@@ -102,6 +84,31 @@ func (c *Cache) Inspect(only string) (views []NodeView, ok bool) {
 		slices.SortFunc(views[i].Ignored, func(a, b IgnoredView) int {
 			return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 		})
+	}
+	return views, true
+}
+
+// views copies every node (or only the named one; ok is false if it is
+// unknown) into views, unsorted.
+func (c *Cache) views(only string) (views []NodeView, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pending := map[string][]IgnoredView{} // node -> pending pods naming it
+	for _, ip := range c.pendingIgnored {
+		if only == "" || ip.node == only {
+			pending[ip.node] = append(pending[ip.node], IgnoredView{Namespace: ip.namespace, Name: ip.name, Reason: ip.reason})
+		}
+	}
+	if only != "" {
+		ns, found := c.nodes[only]
+		if !found {
+			return nil, false
+		}
+		return []NodeView{c.nodeView(ns, pending[only])}, true
+	}
+	views = make([]NodeView, 0, len(c.nodes))
+	for name, ns := range c.nodes {
+		views = append(views, c.nodeView(ns, pending[name]))
 	}
 	return views, true
 }

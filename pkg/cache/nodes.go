@@ -23,21 +23,21 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in := nodeInput{name: node.Name}
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
-	c.mu.Lock()
-	if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
-		// The driver's slice wins over the device plugin's inventory and
-		// capacity unless the plugin serves the node: a node that moved to
-		// DRA keeps them (nothing removes them), but kubelet reports no
-		// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
-		// moved back keeps the driver's slice for 30 s.
-		in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
-	}
-	in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
-	c.nodeState(node.Name).info = node
-	newly := c.setNode(&in)
-	c.publish()
-	c.mu.Unlock()
-	c.report(newly)
+	c.report(c.locked(func() []IgnoredView {
+		if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
+			// The driver's slice wins over the device plugin's inventory and
+			// capacity unless the plugin serves the node: a node that moved to
+			// DRA keeps them (nothing removes them), but kubelet reports no
+			// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
+			// moved back keeps the driver's slice for 30 s.
+			in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
+		}
+		in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
+		c.nodeState(node.Name).info = node
+		newly := c.setNode(&in)
+		c.publish()
+		return newly
+	}))
 	return errors.Join(in.invErr, in.cordonErr)
 }
 
@@ -62,22 +62,27 @@ type draNode struct {
 func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
 	cards = slices.Clone(cards)
 	slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
+	info := c.setDRACards(node, unit, cards)
+	if info == nil {
+		return nil // SetNodeInfo takes them when the node comes
+	}
+	return c.SetNodeInfo(info)
+}
+
+// setDRACards records node's cards for SetDRANode and returns what the
+// node informer last gave of the node, nil when it has not shown it.
+func (c *Cache) setDRACards(node, unit string, cards []allocator.Card) *NodeInfo {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(cards) == 0 {
 		delete(c.draNodes, node)
 	} else {
 		c.draNodes[node] = &draNode{unit: unit, cards: cards}
 	}
-	ns, ok := c.nodes[node]
-	var info *NodeInfo
-	if ok {
-		info = ns.info
+	if ns, ok := c.nodes[node]; ok {
+		return ns.info
 	}
-	c.mu.Unlock()
-	if info == nil {
-		return nil // SetNodeInfo takes them when the node comes
-	}
-	return c.SetNodeInfo(info)
+	return nil
 }
 
 // nodeInput is what SetNode reads of a node.
@@ -131,6 +136,14 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 	c.holes.AddNode(&ns.node, 1)
 	c.addHost(ns, 1)
 	return newly
+}
+
+// locked runs f under c.mu and returns what f returns: the annotations a
+// mutator made ignored, which the caller reports once c.mu is released.
+func (c *Cache) locked(f func() []IgnoredView) []IgnoredView {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return f()
 }
 
 // report passes newly ignored annotations to Config.OnIgnored. The caller

@@ -94,18 +94,19 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
 
 // UpsertPodInfo applies a pod add or update from the informer.
 func (c *Cache) UpsertPodInfo(pod *PodInfo) {
-	c.mu.Lock()
-	if c.stale(pod) {
-		c.mu.Unlock()
-		return
-	}
-	c.upsertAndUnlock(pod, true)
+	c.report(c.locked(func() []IgnoredView {
+		if c.stale(pod) {
+			return nil
+		}
+		return c.upsert(pod, true)
+	}))
 }
 
-// upsertAndUnlock applies pod's GPU memory and (with host: a pod, not a
-// claim) its host requests, releases c.mu (which the caller holds) and
-// reports the pod's allocation annotation once it newly becomes ignored.
-func (c *Cache) upsertAndUnlock(pod *PodInfo, host bool) {
+// upsert applies pod's GPU memory and (with host: a pod, not a claim) its
+// host requests and publishes the change. It returns the pod's allocation
+// annotation when it newly becomes ignored, for the caller to report once
+// c.mu is released. The caller holds c.mu.
+func (c *Cache) upsert(pod *PodInfo, host bool) []IgnoredView {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	if host {
@@ -114,10 +115,10 @@ func (c *Cache) upsertAndUnlock(pod *PodInfo, host bool) {
 	}
 	now := c.ignoredReason(pod.UID)
 	c.publish()
-	c.mu.Unlock()
-	if now != "" && now != was {
-		c.report([]IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}})
+	if now == "" || now == was {
+		return nil
 	}
+	return []IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}}
 }
 
 // ignoredReason says why uid's allocation annotation is ignored, "" if it
@@ -320,8 +321,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 // extender evicts pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *PodInfo) {
 	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
-	c.mu.Lock()
-	c.upsertAndUnlock(claim, false)
+	c.report(c.locked(func() []IgnoredView { return c.upsert(claim, false) }))
 }
 
 // DeleteClaim forgets what the claim of UID uid held (UpsertClaim).
