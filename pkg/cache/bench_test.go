@@ -211,7 +211,7 @@ func BenchmarkBindDecision(b *testing.B) {
 // BenchmarkMemory is the extender's live heap for 15,000 nodes of 8 cards
 // with 8 bound GPU pods each (the RSS target's cluster, issue 26): the
 // cache and the informers' stores (PodInfo, NodeInfo), filled as the
-// informers fill them (strip, then the handlers), measured after a GC. It reports
+// informers fill them (pkg/feed's transform, then its handlers), measured after a GC. It reports
 // live-MiB and B/pod, not a time (RSS is about twice the live heap: Go
 // lets the heap grow to twice what survived the last GC).
 func BenchmarkMemory(b *testing.B) {
@@ -242,17 +242,16 @@ func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, [2]toolscache.
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, podIndexers())
+	// As pkg/feed keeps them: its transform stores a NodeInfo and a
+	// PodInfo, and the pod store has no index.
+	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	nodeStore := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	for i := range nodes {
-		n, err := strip(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
-		if err != nil {
-			b.Fatal(err)
-		}
+		n := NewNodeInfo(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 		if err := nodeStore.Add(n); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.SetNodeInfo(n.(*NodeInfo)); err != nil {
+		if err := c.SetNodeInfo(n); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -266,14 +265,11 @@ func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, [2]toolscache.
 		p.ResourceVersion = fmt.Sprint(100000 + i)
 		p.Labels = map[string]string{"app": "train", "team": fmt.Sprintf("team-%d", i%50)}
 		p.Spec.Containers[0].Command = []string{"python", "train.py", "--epochs=100"}
-		obj, err := strip(p)
-		if err != nil {
-			b.Fatal(err)
-		}
+		obj := NewPodInfo(p)
 		if err := store.Add(obj); err != nil {
 			b.Fatal(err)
 		}
-		c.UpsertPodInfo(obj.(*PodInfo))
+		c.UpsertPodInfo(obj)
 	}
 	return c, [2]toolscache.Indexer{store, nodeStore}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
@@ -1017,6 +1018,61 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 	want := (2000*d + 1000) / (4 * d) * 32 / 29000
 	if diff := cmp.Diff(want, p.(*allocator.FragAware).Pressure(), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
 		t.Errorf("pressure (-want +got):\n%s", diff)
+	}
+}
+
+// cardsOf is node's cards as Inspect shows them: index -> "used/total".
+func cardsOf(t *testing.T, c *Cache, node string) (source string, cards map[int][2]int64) {
+	t.Helper()
+	views, ok := c.Inspect(node)
+	if !ok || len(views) != 1 {
+		return "", nil
+	}
+	cards = map[int][2]int64{}
+	for _, cv := range views[0].Cards {
+		cards[cv.Index] = [2]int64{cv.Used, cv.Total}
+	}
+	return views[0].Source, cards
+}
+
+// TestCPUPressureLearnsClaimPods: on a DRA node, a pod marked
+// gpushare.io/dra-claim is learnt through its claim, as a GPU pod with the
+// pod's CPU (the simulator's DRA replay learns it so), never as a pod
+// asking no GPU memory; an unmarked pod there is one.
+func TestCPUPressureLearnsClaimPods(t *testing.T) {
+	c := newCache(t, nil)
+	if err := c.SetDRANode("dra", gpushare.UnitGiB, []allocator.Card{{Index: 0, Total: 16, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetNode(util.MakeNode("dra").Host("32", "128Gi").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	marked := util.MakePod("train").Requests("2", "4Gi").Node("dra").Obj()
+	marked.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpushare.ResourceDRAClaim: resource.MustParse("1")}
+	const d = 0.999 // allocator's workloadDecay
+	for _, s := range []struct {
+		name string
+		do   func()
+		want float64 // millicores per GiB
+	}{
+		{"the marked pod bound: not a pod without GPU memory", func() { c.UpsertPod(marked) }, 0},
+		{"its claim: 2 cores for 4 GiB", func() {
+			c.UpsertClaim(&PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
+				MilliCPU: 2000, MemoryMiB: 4096, Demand: gpushare.Demand{{Name: "d", Units: 4, Cards: 1}},
+				Allocation: &gpushare.Allocation{Node: "dra", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}})
+		}, 500},
+		{"an unmarked pod there: one without GPU memory", func() { c.UpsertPod(util.MakePod("web").Requests("1", "1Gi").Node("dra").Obj()) }, (2000*d + 1000) / (4 * d)},
+	} {
+		s.do()
+		c.mu.Lock()
+		got := c.workload.CPUPerUnit()
+		c.mu.Unlock()
+		if diff := cmp.Diff(s.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
+		}
+	}
+	if _, cards := cardsOf(t, c, "dra"); cards[0] != [2]int64{4, 16} {
+		t.Errorf("the claim holds %v of the DRA card, want 4 of 16 GiB", cards[0])
 	}
 }
 

@@ -45,6 +45,16 @@ type nodeReads struct {
 	hostKnown        bool
 }
 
+// SameReads reports whether n and o agree on all that SetNode reads: an
+// update from one to the other needs no SetNode.
+func (n *NodeInfo) SameReads(o *NodeInfo) bool { return n.nodeReads == o.nodeReads }
+
+// SameAnnotations reports whether n and o carry the same
+// gpushare.io/devices and gpushare.io/cordoned-gpus values.
+func (n *NodeInfo) SameAnnotations(o *NodeInfo) bool {
+	return n.inventory == o.inventory && n.cordoned == o.cordoned
+}
+
 // NewNodeInfo extracts a NodeInfo from a node.
 func NewNodeInfo(node *corev1.Node) *NodeInfo {
 	info := &NodeInfo{Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion}

@@ -14,11 +14,12 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // ClaimSource reads the ResourceClaims the extender's informer holds
-// (cache.Feeder with EnableDRA).
+// (feed.Feeder with EnableDRA).
 type ClaimSource interface {
 	// Claim returns namespace/name; ok is false when it is not known (yet).
 	Claim(namespace, name string) (*resourcev1.ResourceClaim, bool)
@@ -26,7 +27,7 @@ type ClaimSource interface {
 	DRAUnit() string
 }
 
-var _ ClaimSource = (*cache.Feeder)(nil)
+var _ ClaimSource = (*feed.Feeder)(nil)
 
 // draDemand returns the demand of a claim pod: the memory its one claim
 // of the driver's DeviceClass asks (draview.RequestBytes), on one card, in

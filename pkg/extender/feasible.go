@@ -6,9 +6,10 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/feed"
 )
 
-// NodeReader reads the cluster's nodes from an informer (cache.Feeder).
+// NodeReader reads the cluster's nodes from an informer (feed.Feeder).
 type NodeReader interface {
 	// Node returns node name, ok false when the informer lacks it.
 	Node(name string) (*cache.NodeInfo, bool)
@@ -16,7 +17,7 @@ type NodeReader interface {
 	NodeCount() int
 }
 
-var _ NodeReader = (*cache.Feeder)(nil)
+var _ NodeReader = (*feed.Feeder)(nil)
 
 // nodeFilter is what kube-scheduler's own filters ask of a node for one
 // pod beyond its resources: NodeUnschedulable (not cordoned, unless the pod

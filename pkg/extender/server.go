@@ -25,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/certs"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 	"github.com/gpushare/gpushare/pkg/leader"
@@ -301,7 +302,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	feeder, err := cache.NewFeeder(ctx, c, client)
+	feeder, err := feed.New(ctx, c, client)
 	if err != nil {
 		return err
 	}
