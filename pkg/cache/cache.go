@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // State is where a pod's allocation is in its life (see the package doc).
@@ -49,7 +50,7 @@ type Config struct {
 	// OnIgnored, when set, is called (without the cache's lock) each time a
 	// pod's allocation annotation starts being ignored or is ignored for
 	// another reason: the extender logs it.
-	OnIgnored func(IgnoredView)
+	OnIgnored func(inspectapi.Ignored)
 }
 
 // Cache is the extender's allocation state. All methods are safe for
@@ -137,7 +138,7 @@ type Cache struct {
 	policy    string        // default policy name; immutable
 	assumeTTL time.Duration // immutable
 	clock     clock.PassiveClock
-	onIgnored func(IgnoredView) // immutable; called without c.mu
+	onIgnored func(inspectapi.Ignored) // immutable; called without c.mu
 }
 
 type nodeState struct {

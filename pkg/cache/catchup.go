@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // CatchUp is one catch-up (BeginCatchUp). While it is the cache's current
@@ -56,7 +58,7 @@ func (c *Cache) EndCatchUp(cu *CatchUp) {
 // ignored until the informer reaches it.
 func (c *Cache) ApplyQuorum(cu *CatchUp, pod *PodInfo) {
 	rv, ok := resourceVersion(pod.ResourceVersion)
-	c.report(c.locked(func() []IgnoredView {
+	c.report(c.locked(func() []inspectapi.Ignored {
 		if c.catchUp != cu || cu == nil {
 			return nil
 		}

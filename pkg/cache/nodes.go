@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // SetNode adds or updates a node. An error reports an inventory annotation
@@ -23,7 +24,7 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 	in := nodeInput{name: node.Name}
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
-	c.report(c.locked(func() []IgnoredView {
+	c.report(c.locked(func() []inspectapi.Ignored {
 		if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
 			// The driver's slice wins over the device plugin's inventory and
 			// capacity unless the plugin serves the node: a node that moved to
@@ -101,7 +102,7 @@ type nodeInput struct {
 
 // setNode applies SetNode under c.mu and returns the pods whose allocation
 // annotation the node's new cards make it ignore.
-func (c *Cache) setNode(in *nodeInput) []IgnoredView {
+func (c *Cache) setNode(in *nodeInput) []inspectapi.Ignored {
 	ns := c.nodeState(in.name)
 	ns.seen = true
 	c.touch(ns)
@@ -121,14 +122,14 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 	}
 	ns.cordonMissing = in.cordonMissing
 	ns.missing, ns.unattributed = 0, 0
-	var newly []IgnoredView
+	var newly []inspectapi.Ignored
 	for uid := range ns.pods {
 		ps := c.pods[uid]
 		if !ps.ours {
 			was := ps.ignored()
 			ns.resolve(ps)
 			if now := ps.ignored(); now != "" && now != was {
-				newly = append(newly, IgnoredView{Namespace: ps.namespace, Name: ps.name, Reason: now})
+				newly = append(newly, inspectapi.Ignored{Namespace: ps.namespace, Name: ps.name, Reason: now})
 			}
 		}
 		ns.charge(ps, 1)
@@ -140,7 +141,7 @@ func (c *Cache) setNode(in *nodeInput) []IgnoredView {
 
 // locked runs f under c.mu and returns what f returns: the annotations a
 // mutator made ignored, which the caller reports once c.mu is released.
-func (c *Cache) locked(f func() []IgnoredView) []IgnoredView {
+func (c *Cache) locked(f func() []inspectapi.Ignored) []inspectapi.Ignored {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return f()
@@ -148,7 +149,7 @@ func (c *Cache) locked(f func() []IgnoredView) []IgnoredView {
 
 // report passes newly ignored annotations to Config.OnIgnored. The caller
 // does not hold c.mu.
-func (c *Cache) report(newly []IgnoredView) {
+func (c *Cache) report(newly []inspectapi.Ignored) {
 	if c.onIgnored == nil {
 		return
 	}

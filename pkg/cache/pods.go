@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
@@ -94,7 +95,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
 
 // UpsertPodInfo applies a pod add or update from the informer.
 func (c *Cache) UpsertPodInfo(pod *PodInfo) {
-	c.report(c.locked(func() []IgnoredView {
+	c.report(c.locked(func() []inspectapi.Ignored {
 		if c.stale(pod) {
 			return nil
 		}
@@ -106,7 +107,7 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 // host requests and publishes the change. It returns the pod's allocation
 // annotation when it newly becomes ignored, for the caller to report once
 // c.mu is released. The caller holds c.mu.
-func (c *Cache) upsert(pod *PodInfo, host bool) []IgnoredView {
+func (c *Cache) upsert(pod *PodInfo, host bool) []inspectapi.Ignored {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	if host {
@@ -118,7 +119,7 @@ func (c *Cache) upsert(pod *PodInfo, host bool) []IgnoredView {
 	if now == "" || now == was {
 		return nil
 	}
-	return []IgnoredView{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}}
+	return []inspectapi.Ignored{{Namespace: pod.Namespace, Name: pod.Name, Reason: now}}
 }
 
 // ignoredReason says why uid's allocation annotation is ignored, "" if it
@@ -321,7 +322,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 // extender evicts pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *PodInfo) {
 	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
-	c.report(c.locked(func() []IgnoredView { return c.upsert(claim, false) }))
+	c.report(c.locked(func() []inspectapi.Ignored { return c.upsert(claim, false) }))
 }
 
 // DeleteClaim forgets what the claim of UID uid held (UpsertClaim).

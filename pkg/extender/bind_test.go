@@ -388,7 +388,7 @@ func TestBindRetrySettlesAnUnknownOutcome(t *testing.T) {
 			if diff := cmp.Diff(held[0].Cards[0].Pods[0].Units, now[0].Cards[0].Pods[0].Units); diff != "" || now[0].Used != 4 {
 				t.Errorf("n1's cards after the second bind: %+v, want the first bind's 4 GiB", now[0].Cards)
 			}
-			if got := now[0].Cards[0].Pods[0].State; got != cache.StateBound {
+			if got := now[0].Cards[0].Pods[0].State; got != string(cache.StateBound) {
 				t.Errorf("p is %q after the second bind, want %q", got, cache.StateBound)
 			}
 			// Settled: the pod is no longer sent to n1 alone.

@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -488,11 +489,7 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 }
 
 // InspectResult is the body of GET /inspect and /inspect/:node.
-type InspectResult struct {
-	Nodes []cache.NodeView `json:"nodes"`
-	// DefaultPolicy is the extender's scoring policy.
-	DefaultPolicy string `json:"defaultPolicy"`
-}
+type InspectResult = inspectapi.Result
 
 func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
 	node := ps.ByName("node")

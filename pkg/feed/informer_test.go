@@ -96,7 +96,7 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 	}
 	eventually(t, "the bound pod confirmed and the annotated one seen", func() bool {
 		v, _ := c1.Inspect("n1")
-		return len(v) == 1 && len(v[0].Ignored) == 1 && v[0].Cards[0].Pods[0].State == cache.StateBound
+		return len(v) == 1 && len(v[0].Ignored) == 1 && v[0].Cards[0].Pods[0].State == string(cache.StateBound)
 	})
 	want := used(t, c1, "n1")
 	if diff := cmp.Diff([]int64{6, 0}, want); diff != "" {
