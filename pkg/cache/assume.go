@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // Assume chooses cards for pod's Demand on node with the pod's policy (the
@@ -28,8 +29,8 @@ import (
 // optimisticTries times, then under the lock, still within the budget).
 // So a bind's search never holds the lock that informer events and other
 // binds take.
-func (c *Cache) Assume(ctx context.Context, pod *PodInfo, node string) (*gpushare.Allocation, error) {
-	if err := pod.placeable(); err != nil {
+func (c *Cache) Assume(ctx context.Context, pod *kubeinfo.PodInfo, node string) (*gpushare.Allocation, error) {
+	if err := pod.Placeable(); err != nil {
 		return nil, err
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
@@ -64,7 +65,7 @@ type attempt struct {
 
 // begin begins a try of Assume; done and err are assumable's, or the
 // error of the pod's policy. The caller holds c.mu.
-func (c *Cache) begin(pod *PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
+func (c *Cache) begin(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
 	if t.ns, done, err = c.assumable(pod, node); done != nil || err != nil {
 		return attempt{}, done, err
 	}
@@ -77,7 +78,7 @@ func (c *Cache) begin(pod *PodInfo, node string) (t attempt, done *gpushare.Allo
 
 // beginOptimistic begins one of Assume's optimistic tries: under c.mu it
 // reads the node's published copy, which the search then reads without it.
-func (c *Cache) beginOptimistic(pod *PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
+func (c *Cache) beginOptimistic(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, done, err = c.begin(pod, node); done != nil || err != nil {
@@ -91,7 +92,7 @@ func (c *Cache) beginOptimistic(pod *PodInfo, node string) (t attempt, done *gpu
 // pl, found on the copy of generation gen (reason non-empty: the pod does
 // not fit there), if node is still at gen; again is true when it is not,
 // and the search must be made again.
-func (c *Cache) holdIfUnchanged(pod *PodInfo, node string, gen uint64, pl *allocator.Placement, reason string) (alloc *gpushare.Allocation, again bool, err error) {
+func (c *Cache) holdIfUnchanged(pod *kubeinfo.PodInfo, node string, gen uint64, pl *allocator.Placement, reason string) (alloc *gpushare.Allocation, again bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ns, done, err := c.assumable(pod, node)
@@ -108,7 +109,7 @@ func (c *Cache) holdIfUnchanged(pod *PodInfo, node string, gen uint64, pl *alloc
 }
 
 // assumeLocked is Assume's last try, which searches under c.mu.
-func (c *Cache) assumeLocked(pod *PodInfo, node string, pl *allocator.Placement, b *allocator.Budget) (*gpushare.Allocation, error) {
+func (c *Cache) assumeLocked(pod *kubeinfo.PodInfo, node string, pl *allocator.Placement, b *allocator.Budget) (*gpushare.Allocation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, done, err := c.begin(pod, node)
@@ -129,7 +130,7 @@ const optimisticTries = 3
 // assumable returns node's state if pod may be placed there now; done is
 // the allocation the pod already holds there (Assume is idempotent), err
 // why it may not. The caller holds c.mu.
-func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
+func (c *Cache) assumable(pod *kubeinfo.PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
 	if _, ok := c.gone[c.observedKey(pod.GetUID())]; ok {
 		return nil, nil, fmt.Errorf("pod %s/%s (UID %s): %w", pod.GetNamespace(), pod.GetName(), pod.GetUID(), ErrPodGone)
 	}
@@ -161,7 +162,7 @@ func (c *Cache) assumable(pod *PodInfo, node string) (ns *nodeState, done *gpush
 // reserved for the pod, which it takes in its place), as pod's assumed
 // allocation, with its CPU and memory, and publishes the change; reason
 // non-empty says the pod does not fit instead. The caller holds c.mu.
-func (c *Cache) hold(pod *PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
+func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
 	if reason != "" {
 		return nil, &allocator.FitError{Node: ns.node.Name, Reason: reason}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // State is where a pod's allocation is in its life (see the package doc).
@@ -151,7 +152,7 @@ type nodeState struct {
 	source string // SourceInventory, SourceCapacity, SourceDRA or SourceNone
 	// info is what the node informer last gave SetNodeInfo (nil for a
 	// placeholder): SetDRANode applies the node again with it.
-	info *NodeInfo
+	info *kubeinfo.NodeInfo
 	// invErr explains an ignored inventory annotation; empty when fine.
 	invErr string
 	// cordonErr explains an invalid gpushare.io/cordoned-gpus annotation

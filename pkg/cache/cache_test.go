@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -122,7 +123,7 @@ func TestAssumeLifecycle(t *testing.T) {
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
 
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("after Assume (-want +got):\n%s", diff)
 	}
 	// A retried bind holds nothing more and returns the same cards.
-	again, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	again, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("Expire() after FinishBinding and the bound event = %v, want none", got)
 	}
 	// Bound elsewhere: clear error.
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
 		t.Errorf("Assume on another node: err = %v, want ErrBoundElsewhere", err)
 	}
 	// Forget does not release a bound pod.
@@ -178,10 +179,10 @@ func TestForgetAndExpire(t *testing.T) {
 	}
 	p1 := util.MakePod("p1").GPUMem(4).Obj()
 	p2 := util.MakePod("p2").GPUMem(5).Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(p1), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p1), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Assume(context.Background(), NewPodInfo(p2), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p2), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.Forget(p1.UID)
@@ -207,15 +208,15 @@ func TestAssumeReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("big").GPUMem(20).Obj()
-	_, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	_, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	var fe *allocator.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Assume(20 on 16+16) err = %v, want FitError", err)
 	}
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on unknown node: err = %v, want ErrUnknownNode", err)
 	}
-	worst := NewPodInfo(pod)
+	worst := kubeinfo.NewPodInfo(pod)
 	worst.Policy = "worstfit"
 	if _, err := c.Assume(context.Background(), worst, "n1"); err == nil {
 		t.Error("Assume with an unknown policy succeeded")
@@ -226,7 +227,7 @@ func TestAssumeReasons(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("cpu").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	small := NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
+	small := kubeinfo.NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
 	_, err = c.Assume(context.Background(), small, "cpu")
 	if errors.Is(err, ErrUnknownNode) || !errors.As(err, &fe) || !strings.Contains(fe.Reason, "node reports no GPU memory") {
 		t.Errorf("Assume on a node without GPUs: err = %v, want a FitError saying it reports no GPU memory", err)
@@ -357,11 +358,11 @@ func TestNodeCapacityChange(t *testing.T) {
 	if diff := cmp.Diff([]int64{0, 4}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after regrow (-want +got):\n%s", diff)
 	}
-	fit, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
+	fit, failed, _ := c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
 	if len(fit) != 1 {
 		t.Errorf("14 GiB should fit on the healthy card: failed %v", failed)
 	}
-	_, failed, _ = c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
+	_, failed, _ = c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
 	if diff := cmp.Diff(map[string]string{"n1": "container c needs 14 GiB on each of 2 GPUs; 1 of 1 healthy GPUs have that much free"}, failed); diff != "" {
 		t.Errorf("Filter reasons (-want +got):\n%s", diff)
 	}
@@ -385,7 +386,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
 		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
 	}
-	_, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
+	_, failed, _ := c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
 	if failed["gone"] == "" {
 		t.Errorf("unknown node has no reason: %v", failed)
 	}
@@ -408,7 +409,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		units int64
 	}{{"a", "half", 8}, {"b", "full", 14}} {
 		pod := util.MakePod(p.name).GPUMem(p.units).Obj()
-		if _, err := c.Assume(context.Background(), NewPodInfo(pod), p.node); err != nil {
+		if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), p.node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -421,7 +422,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		{allocator.NameBinpack, []int64{0, 10, 0}}, // full cannot take 4
 		{allocator.NameSpread, []int64{10, 0, 0}},
 	} {
-		got, err := c.Score(context.Background(), &PodInfo{Demand: d, Policy: tc.policy}, nodes)
+		got, err := c.Score(context.Background(), &kubeinfo.PodInfo{Demand: d, Policy: tc.policy}, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +442,7 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +467,7 @@ func TestRepairedAllocationIsRecharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +500,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	}
 	// Node a has 10 free, b 16; the workload is all 8 GiB pods.
 	busy := util.MakePod("busy").GPUMem(6).Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(busy), "a"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(busy), "a"); err != nil {
 		t.Fatal(err)
 	}
 	// The workload is learned from placed pods (here on a node not
@@ -510,7 +511,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	// A 4 GiB pod on a leaves 6, which no 8 GiB pod can use; on b it
 	// leaves 12. fgd must prefer b; without the workload it sees no
 	// difference.
-	got, err := c.Score(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
+	got, err := c.Score(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,14 +550,14 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		{"pending CPU pod holds nothing", func() { c.UpsertPod(web.Obj()) }, [2]int64{0, 0}},
 		{"bound CPU pod", func() { c.UpsertPod(web.Node("n1").Obj()) }, [2]int64{500, 1024}},
 		{"assumed GPU pod", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(gpu.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 		}, [2]int64{2500, 5120}},
 		{"its pending event keeps the assumption", func() { c.UpsertPod(gpu.Obj()) }, [2]int64{2500, 5120}},
 		{"forgotten", func() { c.Forget(gpu.Obj().UID) }, [2]int64{500, 1024}},
 		{"assumed again, then bound", func() {
-			a, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1")
+			a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(gpu.Obj()), "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -565,7 +566,7 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		}, [2]int64{2500, 5120}},
 		{"a bound pod does not expire", func() { clk.Step(time.Hour); c.Expire() }, [2]int64{2500, 5120}},
 		{"assumed and expired", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(other.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(other.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 			clk.Step(time.Hour)
@@ -589,7 +590,7 @@ func TestNodeDeletedAndBackKeepsItsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Requests("4", "1Gi").Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.FinishBinding(pod.UID)
@@ -632,7 +633,7 @@ func TestFragAwareWeighsCPU(t *testing.T) {
 		}
 		c.UpsertPod(w.Obj())
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
 	got, err := c.Score(context.Background(), pod, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
@@ -655,7 +656,7 @@ func TestFilterBest(t *testing.T) {
 		}
 	}
 	nodes := []string{"busy", "empty-1", "empty-2", "small"}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
 	tests := []struct {
 		name       string
 		setup      func()
@@ -664,7 +665,7 @@ func TestFilterBest(t *testing.T) {
 	}{
 		{"all empty: every node that fits ties", func() {}, []string{"busy", "empty-1", "empty-2"}, []string{"small"}},
 		{"binpack: only the fullest node", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
 				t.Fatal(err)
 			}
 		}, []string{"busy"}, []string{"small"}},
@@ -878,7 +879,7 @@ func TestAssumeIgnoresAPendingPodsAnnotation(t *testing.T) {
 		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 16}}}}}
 	pod := util.MakePod("p").GPUMem(4).Allocation(bogus).Obj()
 	c.UpsertPod(pod)
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -912,7 +913,7 @@ func TestBoundButNeverSeenExpires(t *testing.T) {
 	ghost := util.MakePod("ghost").GPUMem(6).Requests("2", "2Gi").Obj()
 	seen := util.MakePod("seen").GPUMem(4).Requests("1", "1Gi").Obj()
 	for _, p := range []*corev1.Pod{ghost, seen} {
-		a, err := c.Assume(context.Background(), NewPodInfo(p), "n1")
+		a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -948,7 +949,7 @@ func TestAssumeKeepsABindInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
 	if _, err := c.Assume(context.Background(), pod, "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -1057,7 +1058,7 @@ func TestCPUPressureLearnsClaimPods(t *testing.T) {
 	}{
 		{"the marked pod bound: not a pod without GPU memory", func() { c.UpsertPod(marked) }, 0},
 		{"its claim: 2 cores for 4 GiB", func() {
-			c.UpsertClaim(&PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
+			c.UpsertClaim(&kubeinfo.PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
 				MilliCPU: 2000, MemoryMiB: 4096, Demand: gpushare.Demand{{Name: "d", Units: 4, Cards: 1}},
 				Allocation: &gpushare.Allocation{Node: "dra", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}})
 		}, 500},
@@ -1121,7 +1122,7 @@ func TestFilterPinsAnUnsettledBind(t *testing.T) {
 		}
 	}
 	raw := util.MakePod("p").GPUMem(10).Obj() // 10 of 16 GiB: a second copy of it never fits beside the first
-	pod := NewPodInfo(raw)
+	pod := kubeinfo.NewPodInfo(raw)
 	all := []string{"n1", "n2", "n3"}
 	assume := func() {
 		t.Helper()
@@ -1187,7 +1188,7 @@ func TestAssumeRefusesADeletedPod(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	early := NewPodInfo(util.MakePod("early").UID("uid-early").GPUMem(6).Obj())
+	early := kubeinfo.NewPodInfo(util.MakePod("early").UID("uid-early").GPUMem(6).Obj())
 	c.DeletePod(early.UID) // the delete arrives between the bind's read of the pod and its hold
 	if _, err := c.Assume(context.Background(), early, "n1"); !errors.Is(err, ErrPodGone) {
 		t.Errorf("Assume after the pod's delete: %v, want ErrPodGone", err)
@@ -1196,7 +1197,7 @@ func TestAssumeRefusesADeletedPod(t *testing.T) {
 		t.Errorf("n1 after the refused Assume (-want +got):\n%s", diff)
 	}
 
-	late := NewPodInfo(util.MakePod("late").UID("uid-late").GPUMem(6).Obj())
+	late := kubeinfo.NewPodInfo(util.MakePod("late").UID("uid-late").GPUMem(6).Obj())
 	if _, err := c.Assume(context.Background(), late, "n1"); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // Where a node's card list came from.
@@ -22,9 +23,9 @@ const (
 // divides the node's allocatable (else capacity) aliyun.com/gpu-mem evenly
 // over aliyun.com/gpu-count cards, rounding down: 50 units on 3 cards gives
 // three cards of 16.
-func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
-	if node.hasInventory {
-		inv, err := gpushare.ParseInventory(node.inventory)
+func nodeCards(node *kubeinfo.NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
+	if annotation, ok := node.Inventory(); ok {
+		inv, err := gpushare.ParseInventory(annotation)
 		if err == nil {
 			// One allocation for the node's infos: a constrained fit reads
 			// them card after card.
@@ -38,11 +39,10 @@ func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source stri
 		}
 		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
 	}
-	mem := node.gpuMem
+	mem, count := node.GPUs()
 	if mem <= 0 {
 		return gpushare.DefaultUnit, nil, SourceNone, invErr
 	}
-	count := node.gpuCount
 	if count <= 0 {
 		count = 1
 	}
@@ -68,11 +68,12 @@ var capacityInfo = &allocator.CardInfo{Isolation: gpushare.IsolationNone}
 // annotation names, and returns the UUIDs it names that no card has. An
 // invalid annotation marks every card (fail closed: an operator meant to
 // keep pods off some of them) and is returned as err.
-func cordonCards(node *NodeInfo, cards []allocator.Card) (missing []string, err error) {
-	if !node.hasCordoned {
+func cordonCards(node *kubeinfo.NodeInfo, cards []allocator.Card) (missing []string, err error) {
+	annotation, ok := node.CordonedGPUs()
+	if !ok {
 		return nil, nil
 	}
-	uuids, err := gpushare.ParseCordonedGPUs(node.cordoned)
+	uuids, err := gpushare.ParseCordonedGPUs(annotation)
 	if err != nil {
 		for i := range cards {
 			cards[i].Cordoned = true

@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -147,7 +148,7 @@ func TestFeederDRA(t *testing.T) {
 
 	// A claim pod of 8 GiB fits both DRA nodes; binpack rates a node by
 	// its use once the pod is placed: dra-a 12 of 32 GiB, dra-b 8 of 16.
-	claimPod := &cache.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 8, Cards: 1}}, DRA: true}
+	claimPod := &kubeinfo.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 8, Cards: 1}}, DRA: true}
 	best, failed, err := c.FilterBest(ctx, claimPod, []string{"dra-a", "dra-b", "plugin"})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestFeederDRA(t *testing.T) {
 	if _, ok := failed["plugin"]; !ok {
 		t.Errorf("the device plugin's node is not failed for a claim pod: %v", failed)
 	}
-	gpuPod := &cache.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 8, Cards: 1}}}
+	gpuPod := &kubeinfo.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 8, Cards: 1}}}
 	if fit, _, err := c.Filter(ctx, gpuPod, []string{"dra-a", "dra-b", "plugin"}); err != nil || !cmp.Equal(fit, []string{"plugin"}) {
 		t.Errorf("a gpu-mem pod fits %v (%v), want only the device plugin's node", fit, err)
 	}
@@ -265,11 +266,11 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 		src, cards := cache.CardsOf(t, c, "moved")
 		return src == cache.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
 	})
-	claimPod := &cache.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
+	claimPod := &kubeinfo.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
 	if fit, _, err := c.Filter(ctx, claimPod, []string{"moved"}); err != nil || !cmp.Equal(fit, []string{"moved"}) {
 		t.Errorf("a 4 GiB claim pod fits %v (%v), want moved", fit, err)
 	}
-	gpuPod := &cache.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 4, Cards: 1}}}
+	gpuPod := &kubeinfo.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 4, Cards: 1}}}
 	if fit, _, err := c.Filter(ctx, gpuPod, []string{"moved"}); err != nil || len(fit) != 0 {
 		t.Errorf("a gpu-mem pod fits %v (%v), want none: the node serves DRA claims", fit, err)
 	}

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // setHost records that uid holds milliCPU and memMiB on node (assumed:
@@ -42,7 +44,7 @@ func (c *Cache) addHost(ns *nodeState, sign int) {
 // that asks no GPU memory and is bound to a node with cards: it shares
 // that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
 // caller holds c.mu.
-func (c *Cache) observeCPUOnly(pod *PodInfo) {
+func (c *Cache) observeCPUOnly(pod *kubeinfo.PodInfo) {
 	if pod.Demand != nil || pod.ClaimPod || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
 		return
 	}
@@ -79,7 +81,7 @@ func (c *Cache) dropHost(uid types.UID) {
 
 // syncHost brings uid's hosts entry in line with pod and with its
 // allocation (c.pods). The caller holds c.mu.
-func (c *Cache) syncHost(pod *PodInfo) {
+func (c *Cache) syncHost(pod *kubeinfo.PodInfo) {
 	switch {
 	case pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed:
 		c.dropHost(pod.UID)

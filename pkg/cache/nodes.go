@@ -11,21 +11,22 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // SetNode adds or updates a node. An error reports an inventory annotation
 // that was ignored (the node is still updated from its capacity) or an
 // invalid gpushare.io/cordoned-gpus annotation (every card is then
 // cordoned), or both.
-func (c *Cache) SetNode(node *corev1.Node) error { return c.SetNodeInfo(NewNodeInfo(node)) }
+func (c *Cache) SetNode(node *corev1.Node) error { return c.SetNodeInfo(kubeinfo.NewNodeInfo(node)) }
 
 // SetNodeInfo is SetNode for what the node informer keeps of a node.
-func (c *Cache) SetNodeInfo(node *NodeInfo) error {
+func (c *Cache) SetNodeInfo(node *kubeinfo.NodeInfo) error {
 	in := nodeInput{name: node.Name}
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
-	in.cpu, in.mem, in.hostKnown = node.milliCPU, node.memMiB, node.hostKnown
+	in.cpu, in.mem, in.hostKnown = node.Host()
 	c.report(c.locked(func() []inspectapi.Ignored {
-		if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || node.gpuMem <= 0) {
+		if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || gpuMem(node) <= 0) {
 			// The driver's slice wins over the device plugin's inventory and
 			// capacity unless the plugin serves the node: a node that moved to
 			// DRA keeps them (nothing removes them), but kubelet reports no
@@ -40,6 +41,12 @@ func (c *Cache) SetNodeInfo(node *NodeInfo) error {
 		return newly
 	}))
 	return errors.Join(in.invErr, in.cordonErr)
+}
+
+// gpuMem is node's allocatable (else capacity) aliyun.com/gpu-mem.
+func gpuMem(node *kubeinfo.NodeInfo) int64 {
+	mem, _ := node.GPUs()
+	return mem
 }
 
 // draNode is what the gpushare DRA driver publishes for a node.
@@ -72,7 +79,7 @@ func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
 
 // setDRACards records node's cards for SetDRANode and returns what the
 // node informer last gave of the node, nil when it has not shown it.
-func (c *Cache) setDRACards(node, unit string, cards []allocator.Card) *NodeInfo {
+func (c *Cache) setDRACards(node, unit string, cards []allocator.Card) *kubeinfo.NodeInfo {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(cards) == 0 {

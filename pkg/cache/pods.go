@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
@@ -91,10 +92,10 @@ func (c *Cache) remove(uid types.UID) {
 }
 
 // UpsertPod applies a pod add or update.
-func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(NewPodInfo(pod)) }
+func (c *Cache) UpsertPod(pod *corev1.Pod) { c.UpsertPodInfo(kubeinfo.NewPodInfo(pod)) }
 
 // UpsertPodInfo applies a pod add or update from the informer.
-func (c *Cache) UpsertPodInfo(pod *PodInfo) {
+func (c *Cache) UpsertPodInfo(pod *kubeinfo.PodInfo) {
 	c.report(c.locked(func() []inspectapi.Ignored {
 		if c.stale(pod) {
 			return nil
@@ -107,7 +108,7 @@ func (c *Cache) UpsertPodInfo(pod *PodInfo) {
 // host requests and publishes the change. It returns the pod's allocation
 // annotation when it newly becomes ignored, for the caller to report once
 // c.mu is released. The caller holds c.mu.
-func (c *Cache) upsert(pod *PodInfo, host bool) []inspectapi.Ignored {
+func (c *Cache) upsert(pod *kubeinfo.PodInfo, host bool) []inspectapi.Ignored {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
 	if host {
@@ -139,7 +140,7 @@ func (c *Cache) ignoredReason(uid types.UID) string {
 // to fit the pod's request and the node's cards. Anyone who can create a
 // pod can write the annotation; our Binding writes it together with the
 // node, so a pending pod's annotation is never ours and holds nothing.
-func (c *Cache) upsertGPU(pod *PodInfo) {
+func (c *Cache) upsertGPU(pod *kubeinfo.PodInfo) {
 	if pod.Demand == nil {
 		// No gpu-mem (or an invalid request, which no node admits).
 		c.forgetPod(pod.UID)
@@ -293,7 +294,7 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 // assumed by our bind. Pending pods teach it nothing: anyone may create
 // pods that never schedule, and they must not steer the policy. The caller
 // holds c.mu.
-func (c *Cache) observePlaced(pod *PodInfo) {
+func (c *Cache) observePlaced(pod *kubeinfo.PodInfo) {
 	key := c.observedKey(pod.UID)
 	if _, seen := c.observed[key]; seen {
 		return
@@ -320,7 +321,7 @@ func (c *Cache) forgetPod(uid types.UID) {
 // gpu-mem and is charged only its CPU and memory). A claim whose allocation is gone (deallocated) is
 // forgotten with DeleteClaim. Claims are never preemption victims: the
 // extender evicts pods for GPU memory only on the device plugin's nodes.
-func (c *Cache) UpsertClaim(claim *PodInfo) {
+func (c *Cache) UpsertClaim(claim *kubeinfo.PodInfo) {
 	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
 	c.report(c.locked(func() []inspectapi.Ignored { return c.upsert(claim, false) }))
 }

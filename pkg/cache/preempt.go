@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // StateReserved: room a preemption keeps on one node's cards for a pending
@@ -160,8 +161,8 @@ func (c *Cache) creditLocked(uid types.UID) *credit {
 // fits the node's cards as they are (with Reserve, it keeps that room
 // while kube-scheduler evicts pods for the pod's other resources), nil
 // otherwise.
-func (c *Cache) HoldNow(ctx context.Context, pod *PodInfo, node string) *Plan {
-	if pod.placeable() != nil {
+func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *Plan {
+	if pod.Placeable() != nil {
 		return nil
 	}
 	cp, ok := c.copyNode(node, nil, pod.MPSUser)
@@ -356,7 +357,7 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 //
 // It returns an error, naming the pod, when pod may not preempt (asks no
 // gpu-mem, invalid card annotations) or ctx ends.
-func (c *Cache) PlanPreemption(ctx context.Context, pod *PodInfo, nodes []string, vs Victims) (*Plan, error) {
+func (c *Cache) PlanPreemption(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, vs Victims) (*Plan, error) {
 	return c.PlanPreemptionAfter(ctx, pod, nodes, nil, vs)
 }
 
@@ -366,8 +367,8 @@ func (c *Cache) PlanPreemption(ctx context.Context, pod *PodInfo, nodes []string
 // memory count as gone (their CPU and memory free) and the plan awaits
 // them (Plan.Awaited); those that do are the plan's to choose or keep,
 // by card, as any other.
-func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *PodInfo, nodes []string, leaving map[string][]types.UID, vs Victims) (*Plan, error) {
-	if err := pod.placeable(); err != nil {
+func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs Victims) (*Plan, error) {
+	if err := pod.Placeable(); err != nil {
 		return nil, err
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
@@ -406,7 +407,7 @@ type candidate struct {
 // planNode returns the best plan for pod on cp, nil when there is none;
 // fitsNow says pod's demand fits cp's cards as they are (there is then no
 // plan: evicting GPU pods is not what the pod needs there).
-func planNode(cp *nodeCopy, pod *PodInfo, vs Victims, b *allocator.Budget) (plan *Plan, key planKey, fitsNow bool) {
+func planNode(cp *nodeCopy, pod *kubeinfo.PodInfo, vs Victims, b *allocator.Budget) (plan *Plan, key planKey, fitsNow bool) {
 	fit := func(n *allocator.Node, pl *allocator.Placement) bool {
 		return fitReason(n, cp.source, cp.invErr, pod, allocator.Binpack{}, pl, b) == ""
 	}
@@ -562,7 +563,7 @@ func take(n *allocator.Node, perCard cardUnits, sign int64) {
 
 // planOf builds the plan evicting victims on cp, pod placed by pl on after
 // (cp's cards without the victims and the pods leaving).
-func planOf(cp *nodeCopy, pod *PodInfo, victims []candidate, after *allocator.Node, pl *allocator.Placement) *Plan {
+func planOf(cp *nodeCopy, pod *kubeinfo.PodInfo, victims []candidate, after *allocator.Node, pl *allocator.Placement) *Plan {
 	p := &Plan{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: cp.node.Name, Units: map[int]int64{},
 		Awaited: cp.awaited, milliCPU: pod.MilliCPU, memMiB: pod.MemoryMiB, gen: cp.gen}
 	for pos, u := range pl.Reserved {
@@ -624,8 +625,8 @@ func (k planKey) less(o planKey) bool {
 // filters in a large cluster (percentageOfNodesToScore): a pod that fits
 // none of those may fit one it did not send, and then nobody should be
 // evicted for it. It reads the published copies and takes no lock.
-func (c *Cache) FitsOutside(ctx context.Context, pod *PodInfo, nodes []string, usable func(node string) bool) (string, bool) {
-	if pod.placeable() != nil {
+func (c *Cache) FitsOutside(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, usable func(node string) bool) (string, bool) {
+	if pod.Placeable() != nil {
 		return "", false
 	}
 	sent := make(map[string]bool, len(nodes))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // nodeSnap is what the verbs that only read (filter, prioritize, and the
@@ -226,7 +227,7 @@ func gpuOf(s *nodeSnap) (_ *nodeSnap, reason string, unknown bool) {
 // constraints allow, with policy p into pl, spending b; reason says why it
 // does not fit ("" when it does). cr is the room reserved for the pod
 // (creditFor), free to it; nil when none. It takes no lock.
-func (c *Cache) fitSnap(name string, pod *PodInfo, cr *credit, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) (s *nodeSnap, reason string) {
+func (c *Cache) fitSnap(name string, pod *kubeinfo.PodInfo, cr *credit, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) (s *nodeSnap, reason string) {
 	s, reason, _ = c.gpuSnap(name)
 	if s == nil {
 		return nil, reason
@@ -242,7 +243,7 @@ func (c *Cache) fitSnap(name string, pod *PodInfo, cr *credit, p allocator.Polic
 // source; invErr explains an ignored inventory) that its constraints
 // allow, with policy p into pl, spending b, and says why it does not fit
 // ("" when it does).
-func fitReason(n *allocator.Node, source, invErr string, pod *PodInfo, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) string {
+func fitReason(n *allocator.Node, source, invErr string, pod *kubeinfo.PodInfo, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) string {
 	if dra := source == SourceDRA; dra != pod.DRA {
 		if dra {
 			return "the gpushare DRA driver serves the node's cards: only pods asking GPU memory through its claims run there"

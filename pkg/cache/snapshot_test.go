@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpushare/gpushare/pkg/allocator"
-
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -43,11 +43,11 @@ func TestReadersSeeEveryChange(t *testing.T) {
 			c.UpsertPod(util.MakePod("a").UID("uid-a").GPUMem(4).Requests("1", "1Gi").Allocation(alloc).Node("n1").Obj())
 		}},
 		{"a bind's assumption", func() {
-			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Requests("1", "1Gi").Obj()), "n2")
+			_, _ = c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Requests("1", "1Gi").Obj()), "n2")
 		}},
 		{"forgotten", func() { c.Forget("uid-b") }},
 		{"assumed again and bound", func() {
-			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Obj()), "n2")
+			_, _ = c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Obj()), "n2")
 			c.FinishBinding("uid-b")
 		}},
 		{"expired unconfirmed", func() { clk.Step(time.Hour); c.Expire() }},
@@ -73,8 +73,8 @@ func TestReadersTakeNoLock(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("n1").Host("16", "64Gi").Cards("T4", 16, 16).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
-	cpu := NewPodInfo(util.MakePod("c").Requests("1", "1Gi").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	cpu := kubeinfo.NewPodInfo(util.MakePod("c").Requests("1", "1Gi").Obj())
 	ctx := context.Background()
 	verbs := map[string]func() error{
 		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, []string{"n1"}); return err },
@@ -113,7 +113,7 @@ func TestAssumeUnderChurn(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 50 {
-				pod := NewPodInfo(util.MakePod(fmt.Sprintf("b%d-%d", w, i)).UID(fmt.Sprintf("b%d-%d", w, i)).GPUMem(int64(1 + (i+w)%5)).Obj())
+				pod := kubeinfo.NewPodInfo(util.MakePod(fmt.Sprintf("b%d-%d", w, i)).UID(fmt.Sprintf("b%d-%d", w, i)).GPUMem(int64(1 + (i+w)%5)).Obj())
 				_, _ = c.Assume(context.Background(), pod, nodes[i%2])
 				if i%3 == 0 {
 					c.Forget(pod.UID)
@@ -164,13 +164,13 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
 	for name, verb := range map[string]func() error{
 		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, names); return err },
 		"FilterBest": func() error { _, _, err := c.FilterBest(ctx, pod, names); return err },
 		"Score":      func() error { _, err := c.Score(ctx, pod, names); return err },
 		"ScoreCPU": func() error {
-			_, err := c.ScoreCPU(ctx, NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names)
+			_, err := c.ScoreCPU(ctx, kubeinfo.NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names)
 			return err
 		},
 	} {
@@ -204,7 +204,7 @@ func TestParallelVerbsStopWithTheirContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, _, err := c.FilterBest(ctx, NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), names)
+	_, _, err := c.FilterBest(ctx, kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), names)
 	m := regexp.MustCompile(`pod default/p: stopped after (\d+) of 2048 nodes`).FindStringSubmatch(fmt.Sprint(err))
 	if !errors.Is(err, context.Canceled) || m == nil {
 		t.Fatalf("FilterBest with its context ended = %v, want it stopped after fewer than 2048 nodes", err)
@@ -276,7 +276,7 @@ func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
 		}
 	}
 	rotated := append(slices.Clone(names[170:]), names[:170]...)
-	best, failed, err := c.FilterBest(context.Background(), NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), rotated)
+	best, failed, err := c.FilterBest(context.Background(), kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), rotated)
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("FilterBest: %v, failed %v", err, failed)
 	}
@@ -304,7 +304,7 @@ func TestParallelScoringMatchesSequential(t *testing.T) {
 		}
 	}
 	names = append(names, "unknown") // fails, with its reason
-	pod := NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
 	run := func(procs int) ([]float64, []bool, map[string]string) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 		ev, err := c.evaluate(context.Background(), pod, names)

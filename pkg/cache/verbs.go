@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // scorer rates placements for one pod: with a Host for policies that weigh
@@ -24,7 +25,7 @@ type scorer struct {
 }
 
 // newScorer returns pod's scorer, built from the policy inputs in.
-func newScorer(in *policyInputs, pod *PodInfo) (*scorer, error) {
+func newScorer(in *policyInputs, pod *kubeinfo.PodInfo) (*scorer, error) {
 	p, err := in.policy(pod.Policy)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ const ctxCheckNodes = 256
 
 // stopped returns an error naming pod when ctx has ended before the verb
 // examined every node, nil otherwise.
-func stopped(ctx context.Context, pod *PodInfo, done, nodes int) error {
+func stopped(ctx context.Context, pod *kubeinfo.PodInfo, done, nodes int) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("pod %s/%s: stopped after %d of %d nodes: %w", pod.Namespace, pod.Name, done, nodes, context.Cause(ctx))
 	}
@@ -96,8 +97,8 @@ func pinnedTo(node string, nodes []string) (fit []string, failed map[string]stri
 // and takes no lock. The searches of all nodes together spend one request
 // budget (allocator.DefaultRequestSteps); nodes it leaves unexamined fail
 // with a reason that says so.
-func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
-	if err := pod.placeable(); err != nil {
+func (c *Cache) Filter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (fit []string, failed map[string]string, err error) {
+	if err := pod.Placeable(); err != nil {
 		return nil, nil, err
 	}
 	if node, ok := c.pinnedNode(pod.UID, nodes); ok {
@@ -129,8 +130,8 @@ func (c *Cache) Filter(ctx context.Context, pod *PodInfo, nodes []string) (fit [
 // then decides, and kube-scheduler's own scores only break ties among
 // them. The nodes left out are not failed (they fit; they are not the
 // best, or not needed). Each node is fitted once.
-func (c *Cache) FilterBest(ctx context.Context, pod *PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
-	if err := pod.placeable(); err != nil {
+func (c *Cache) FilterBest(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (best []string, failed map[string]string, err error) {
+	if err := pod.Placeable(); err != nil {
 		return nil, nil, err
 	}
 	if node, ok := c.pinnedNode(pod.UID, nodes); ok {
@@ -160,7 +161,7 @@ func (c *Cache) FilterBest(ctx context.Context, pod *PodInfo, nodes []string) (b
 // node where the demand does not fit scores 0. Policies that weigh CPU and
 // memory too (allocator.HostScorer) are given the node's free CPU and memory
 // and the pod's requests, on nodes that report their CPU.
-func (c *Cache) Score(ctx context.Context, pod *PodInfo, nodes []string) ([]int64, error) {
+func (c *Cache) Score(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) ([]int64, error) {
 	ev, err := c.evaluate(ctx, pod, nodes)
 	if err != nil {
 		return nil, err
@@ -184,7 +185,7 @@ func (c *Cache) Score(ctx context.Context, pod *PodInfo, nodes []string) ([]int6
 // CPU, strands nothing. A policy that is no CPUScorer rates every node
 // MaxScore (no opinion: kube-scheduler's own scores choose). It takes no
 // lock.
-func (c *Cache) ScoreCPU(ctx context.Context, pod *PodInfo, nodes []string) ([]int64, error) {
+func (c *Cache) ScoreCPU(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) ([]int64, error) {
 	in := c.inputs.Load()
 	p, err := in.policy(pod.Policy)
 	if err != nil {
@@ -277,8 +278,8 @@ func (ev *evaluation) scoreRange() (lo, hi float64) {
 // (allocator.Searches: one container, one card) on a long list of nodes is
 // fitted by several goroutines at once (fitChunk). The caller releases the
 // evaluation.
-func (c *Cache) evaluate(ctx context.Context, pod *PodInfo, nodes []string) (*evaluation, error) {
-	if err := pod.placeable(); err != nil {
+func (c *Cache) evaluate(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (*evaluation, error) {
+	if err := pod.Placeable(); err != nil {
 		return nil, err
 	}
 	in := c.inputs.Load() // one policy for every node, whichever goroutine fits it
@@ -351,7 +352,7 @@ type fitter struct {
 	pl allocator.Placement
 }
 
-func newFitter(in *policyInputs, pod *PodInfo) (*fitter, error) {
+func newFitter(in *policyInputs, pod *kubeinfo.PodInfo) (*fitter, error) {
 	sc, err := newScorer(in, pod)
 	if err != nil {
 		return nil, err
@@ -364,7 +365,7 @@ func newFitter(in *policyInputs, pod *PodInfo) (*fitter, error) {
 // for the pod (nil when none) free to it, and records in ev, at each
 // node's index, whether it fits and its raw score, or why not. Several run
 // at once on disjoint ranges (cr is only read).
-func (c *Cache) fitChunk(ctx context.Context, idx *nodeIndex, f *fitter, pod *PodInfo, cr *credit, nodes []string, lo, hi int, b *allocator.Budget, ev *evaluation) error {
+func (c *Cache) fitChunk(ctx context.Context, idx *nodeIndex, f *fitter, pod *kubeinfo.PodInfo, cr *credit, nodes []string, lo, hi int, b *allocator.Budget, ev *evaluation) error {
 	raw, fits, reasons := ev.raw, ev.fits, ev.reasons
 	// Block by block, first find each node's published copy and screen
 	// out the nodes that take no GPU pod: a short loop, so the processor

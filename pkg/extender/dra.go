@@ -12,10 +12,10 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // ClaimSource reads the ResourceClaims the extender's informer holds
@@ -36,7 +36,7 @@ var _ ClaimSource = (*feed.Feeder)(nil)
 // claim from its template before kube-scheduler tries the pod, but the
 // informer may lag) or none of them, or more than one, asks memory of one
 // card of the driver.
-func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+func draDemand(pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var found []string
 	var bytes int64
 	for _, rc := range pod.Spec.ResourceClaims {
@@ -90,7 +90,7 @@ const (
 
 // awaitClaim calls draDemand until the pod's claims are all in the
 // informer, claimWait has passed or ctx ends, and returns its last error.
-func awaitClaim(ctx context.Context, pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+func awaitClaim(ctx context.Context, pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, claimPoll, claimWait, true, func(context.Context) (bool, error) {
 		err = draDemand(pod, info, claims)

@@ -21,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
@@ -144,7 +145,7 @@ type Preemptor struct {
 
 // planRequest is one pod for the planner.
 type planRequest struct {
-	pod *cache.PodInfo
+	pod *kubeinfo.PodInfo
 	// nodes to plan on (a copy, the verb's own slice being pooled).
 	nodes []string
 	// outside, when set, is the pod's nodeFilter: kube-scheduler may have
@@ -228,7 +229,7 @@ func (p *Preemptor) Start(ctx context.Context) {
 // also when no pod holding card memory has a lower priority (the victims
 // of the extender's own plans hold card memory; kube-scheduler's, for
 // other resources, need not). It reads only the cache.
-func (p *Preemptor) canPreempt(pod *cache.PodInfo, gpuVictims bool) string {
+func (p *Preemptor) canPreempt(pod *kubeinfo.PodInfo, gpuVictims bool) string {
 	switch {
 	case pod.Demand == nil || pod.ConstraintsErr != nil:
 		return "the pod asks no valid GPU memory"
@@ -256,7 +257,7 @@ func (p *Preemptor) canPreempt(pod *cache.PodInfo, gpuVictims bool) string {
 // nothing for a pod that cannot preempt (canPreempt) and for
 // kube-scheduler's trial of the pod's nominated node alone (a filter of all
 // nodes follows). It makes no API call and plans nothing itself.
-func (p *Preemptor) Unschedulable(ctx context.Context, pod *cache.PodInfo, spec *corev1.Pod, nodes []string) {
+func (p *Preemptor) Unschedulable(ctx context.Context, pod *kubeinfo.PodInfo, spec *corev1.Pod, nodes []string) {
 	if len(nodes) == 0 || len(nodes) == 1 && nodes[0] == spec.Status.NominatedNodeName {
 		return
 	}
@@ -346,7 +347,7 @@ func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
 // leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
-func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string, leaving map[string][]types.UID) (*cache.Plan, error) {
+func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*cache.Plan, error) {
 	for try := 0; ; try++ {
 		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
 		if err != nil || plan == nil {
@@ -397,7 +398,7 @@ func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
 // those other victims of kube-scheduler's, none of its GPU ones. Without a
 // plan it returns no node, so kube-scheduler evicts nobody. Candidates are
 // few (kube-scheduler's dry run picks them), so it plans in the verb.
-func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
+func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
 	out := map[string]*extenderv1.MetaVictims{}
 	if why := p.canPreempt(pod, false); why != "" {
 		klog.FromContext(ctx).V(5).Info("Not preempting", "reason", why)
@@ -580,7 +581,7 @@ func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.
 		if args.Pod == nil {
 			return nil, errors.New("request has no pod")
 		}
-		pod := cache.NewPodInfo(args.Pod)
+		pod := kubeinfo.NewPodInfo(args.Pod)
 		candidates := map[string][]string{}
 		for n, mv := range args.NodeNameToMetaVictims {
 			for _, v := range mv.Pods {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -177,7 +178,7 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 	}{
 		{"released", func(f *fixture, plan *cache.Plan) { f.cache.Release(plan.UID) }},
 		{"taken by the pod's bind on another node", func(f *fixture, plan *cache.Plan) {
-			pod := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+			pod := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
 			if _, err := f.cache.Assume(context.Background(), pod, "two"); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +186,7 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16).Obj(), util.MakeNode("two").Cards("Tesla-T4", 16).Obj(), a, b)
-			high := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+			high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
 			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.h.Preempt))
 			if err != nil || plan == nil {
 				t.Fatalf("PlanPreemption = %v, %v", plan, err)

@@ -6,7 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // catchUpPageSize is how many pods one page of the catch-up's list holds.
@@ -31,7 +31,7 @@ func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
 			return pods, fmt.Errorf("listing bound pods from the API (quorum read): %w", err)
 		}
 		for i := range list.Items {
-			f.cache.ApplyQuorum(cu, cache.NewPodInfo(&list.Items[i]))
+			f.cache.ApplyQuorum(cu, kubeinfo.NewPodInfo(&list.Items[i]))
 		}
 		pods += len(list.Items)
 		if list.Continue == "" {

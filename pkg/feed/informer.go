@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // expiryPeriod is how often assumed allocations are checked for expiry.
@@ -63,15 +64,15 @@ func New(ctx context.Context, c *cache.Cache, client kubernetes.Interface) (*Fee
 			// re-created under the same name as one update from the old
 			// UID to the new, with no delete: the old pod's cards, CPU
 			// and memory must go with it.
-			if o, ok := old.(*cache.PodInfo); ok {
-				if n, ok := obj.(*cache.PodInfo); ok && o.UID != n.UID {
+			if o, ok := old.(*kubeinfo.PodInfo); ok {
+				if n, ok := obj.(*kubeinfo.PodInfo); ok && o.UID != n.UID {
 					c.DeletePod(o.UID)
 				}
 			}
 			f.upsertPod(obj)
 		},
 		DeleteFunc: func(obj any) {
-			if pod, ok := deleted(obj).(*cache.PodInfo); ok {
+			if pod, ok := deleted(obj).(*kubeinfo.PodInfo); ok {
 				c.DeletePod(pod.UID)
 			}
 		},
@@ -91,7 +92,7 @@ func New(ctx context.Context, c *cache.Cache, client kubernetes.Interface) (*Fee
 		},
 		DeleteFunc: func(obj any) {
 			f.nodeCount.Add(-1)
-			if node, ok := deleted(obj).(*cache.NodeInfo); ok {
+			if node, ok := deleted(obj).(*kubeinfo.NodeInfo); ok {
 				c.DeleteNode(node.Name)
 			}
 		},
@@ -121,7 +122,7 @@ func podIndexers() toolscache.Indexers {
 }
 
 func (f *Feeder) upsertPod(obj any) {
-	if pod, ok := obj.(*cache.PodInfo); ok {
+	if pod, ok := obj.(*kubeinfo.PodInfo); ok {
 		f.cache.UpsertPodInfo(pod)
 	}
 }
@@ -132,11 +133,11 @@ func (f *Feeder) upsertPod(obj any) {
 // would rebuild the node's cards and re-charge its pods under the cache's
 // lock for nothing.
 func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
-	node, ok := obj.(*cache.NodeInfo)
+	node, ok := obj.(*kubeinfo.NodeInfo)
 	if !ok {
 		return
 	}
-	o, _ := old.(*cache.NodeInfo)
+	o, _ := old.(*kubeinfo.NodeInfo)
 	if o != nil && o.SameReads(node) {
 		return
 	}
@@ -185,23 +186,23 @@ func (f *Feeder) Synced() bool {
 
 // Pod returns the informer's PodInfo for namespace/name; ok is false when
 // the informer does not hold it (yet).
-func (f *Feeder) Pod(namespace, name string) (info *cache.PodInfo, ok bool) {
+func (f *Feeder) Pod(namespace, name string) (info *kubeinfo.PodInfo, ok bool) {
 	obj, exists, err := f.pods.GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
 		return nil, false
 	}
-	info, ok = obj.(*cache.PodInfo)
+	info, ok = obj.(*kubeinfo.PodInfo)
 	return info, ok
 }
 
 // Node returns the informer's NodeInfo for node name; ok is false when the
 // informer does not hold it (yet).
-func (f *Feeder) Node(name string) (info *cache.NodeInfo, ok bool) {
+func (f *Feeder) Node(name string) (info *kubeinfo.NodeInfo, ok bool) {
 	obj, exists, err := f.nodes.GetByKey(name)
 	if err != nil || !exists {
 		return nil, false
 	}
-	info, ok = obj.(*cache.NodeInfo)
+	info, ok = obj.(*kubeinfo.NodeInfo)
 	return info, ok
 }
 
@@ -213,9 +214,9 @@ func (f *Feeder) NodeCount() int { return int(f.nodeCount.Load()) }
 func strip(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return cache.NewPodInfo(o), nil
+		return kubeinfo.NewPodInfo(o), nil
 	case *corev1.Node:
-		return cache.NewNodeInfo(o), nil
+		return kubeinfo.NewNodeInfo(o), nil
 	case *resourcev1.ResourceSlice:
 		o.ManagedFields = nil
 		return o, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -77,7 +78,7 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	alloc, err := c1.Assume(context.Background(), cache.NewPodInfo(pod), "n1")
+	alloc, err := c1.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestFeederRebuildsAfterRestart(t *testing.T) {
 		t.Errorf("rebuilt cache (-want +got):\n%s", diff)
 	}
 	// Binding the annotated pod chooses its cards and holds them once.
-	if _, err := c2.Assume(context.Background(), cache.NewPodInfo(mid), "n1"); err != nil {
+	if _, err := c2.Assume(context.Background(), kubeinfo.NewPodInfo(mid), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	if got := sum(used(t, c2, "n1")); got != 9 {

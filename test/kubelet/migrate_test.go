@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/kubelet/aliyunplugin"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -120,7 +121,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		for _, units := range []int64{4, 2} {
 			for {
 				w := util.MakePod(fmt.Sprintf("%s-%02d", prefix, n)).GPUMem(units)
-				alloc, err := c.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
+				alloc, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(w.Obj()), nodeName)
 				if err != nil {
 					break
 				}
@@ -155,7 +156,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := util.MakePod("stale").GPUMem(4)
-	alloc, err := stale.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
+	alloc, err := stale.Assume(context.Background(), kubeinfo.NewPodInfo(w.Obj()), nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

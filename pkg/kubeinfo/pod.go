@@ -1,4 +1,4 @@
-package cache
+package kubeinfo
 
 import (
 	"cmp"
@@ -155,10 +155,10 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	return info
 }
 
-// placeable returns an error, naming the pod, when no node may take it
+// Placeable returns an error, naming the pod, when no node may take it
 // whatever its cards: it asks no gpu-mem, or its card annotations are
 // invalid.
-func (p *PodInfo) placeable() error {
+func (p *PodInfo) Placeable() error {
 	switch {
 	case p.Demand == nil:
 		return fmt.Errorf("pod %s/%s asks no %s", p.Namespace, p.Name, gpushare.ResourceGPUMem)
