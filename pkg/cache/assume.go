@@ -172,7 +172,7 @@ func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placeme
 	}
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
-		priority: pod.Priority, mpsUser: pod.MPSUser, alloc: alloc, perCard: cardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
+		priority: pod.Priority, mpsUser: pod.MPSUser, alloc: alloc, perCard: allocator.CardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
 	c.binding.Store(uid, ns.node.Name)
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)

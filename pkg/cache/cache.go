@@ -237,7 +237,7 @@ type podState struct {
 	claim  *gpushare.Allocation
 	demand gpushare.Demand
 	// perCard: card index -> units held.
-	perCard cardUnits
+	perCard allocator.CardUnits
 	// unattributed: units held on the node on unknown cards.
 	unattributed int64
 	// deadline: an assumed allocation is released when it passes, and so

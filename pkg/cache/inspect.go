@@ -68,8 +68,8 @@ func (c *Cache) nodeView(ns *nodeState, pending []inspectapi.Ignored) inspectapi
 	for uid := range ns.pods {
 		ps := c.pods[uid]
 		for _, cu := range ps.perCard {
-			if pos := ns.position(cu.idx); pos >= 0 {
-				v.Cards[pos].Pods = append(v.Cards[pos].Pods, inspectapi.Pod{Namespace: ps.namespace, Name: ps.name, Units: cu.units, State: string(ps.state)})
+			if pos := ns.position(cu.Index); pos >= 0 {
+				v.Cards[pos].Pods = append(v.Cards[pos].Pods, inspectapi.Pod{Namespace: ps.namespace, Name: ps.name, Units: cu.Units, State: string(ps.state)})
 			}
 		}
 		if ps.unattributed > 0 {

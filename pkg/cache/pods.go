@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
@@ -17,12 +18,12 @@ import (
 // charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
 func (ns *nodeState) charge(ps *podState, sign int64) {
 	for _, cu := range ps.perCard {
-		pos := ns.position(cu.idx)
+		pos := ns.position(cu.Index)
 		if pos < 0 {
-			ns.missing += sign * cu.units
+			ns.missing += sign * cu.Units
 			continue
 		}
-		ns.node.Cards[pos].Used += sign * cu.units
+		ns.node.Cards[pos].Used += sign * cu.Units
 	}
 	ns.unattributed += sign * ps.unattributed
 }
@@ -228,13 +229,13 @@ func (ns *nodeState) resolve(ps *podState) {
 	if ps.claim != nil || ps.claimErr() != "" {
 		a, reason := ns.accept(ps)
 		if reason == "" {
-			ps.alloc, ps.perCard = a, cardUnitsOf(a.PerCard())
+			ps.alloc, ps.perCard = a, allocator.CardUnitsOf(a.PerCard())
 			return
 		}
 		ps.setIgnored(reason)
 	}
 	if ps.legacyIndex >= 0 {
-		ps.perCard = cardUnits{{idx: int(ps.legacyIndex), units: ps.demand.Total()}}
+		ps.perCard = allocator.CardUnits{{Index: int(ps.legacyIndex), Units: ps.demand.Total()}}
 	} else {
 		ps.unattributed = ps.demand.Total()
 	}

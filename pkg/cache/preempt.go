@@ -131,7 +131,7 @@ func (c *Cache) Reserved(uid types.UID) (node string, ok bool) {
 // free.
 type credit struct {
 	node     string
-	perCard  cardUnits
+	perCard  allocator.CardUnits
 	milliCPU int64
 	memMiB   int64
 }
@@ -198,7 +198,7 @@ func (cr *credit) onNode(n *allocator.Node) *allocator.Node {
 	out := *n
 	out.Cards = slices.Clone(n.Cards)
 	for i := range out.Cards {
-		out.Cards[i].Used -= cr.perCard.get(out.Cards[i].Index)
+		out.Cards[i].Used -= cr.perCard.Get(out.Cards[i].Index)
 	}
 	return &out
 }
@@ -237,7 +237,7 @@ func (c *Cache) Reserve(plan *Plan, ttl time.Duration) error {
 		rare.limit = deadline.Add(MaxVictimWait)
 	}
 	c.add(plan.UID, &podState{namespace: plan.Namespace, name: plan.Name, node: plan.Node, state: StateReserved, ours: true,
-		perCard: cardUnitsOf(plan.Units), deadline: deadline, rare: rare})
+		perCard: allocator.CardUnitsOf(plan.Units), deadline: deadline, rare: rare})
 	c.reservations.Add(1)
 	c.setHost(plan.UID, plan.Node, plan.milliCPU, plan.memMiB, true)
 	c.publish()
@@ -278,7 +278,7 @@ type podCopy struct {
 	confirmed       bool
 	terminating     bool
 	priority        int32
-	perCard         cardUnits // shared with the pod's entry
+	perCard         allocator.CardUnits // shared with the pod's entry
 	unattributed    int64
 	milliCPU        int64
 	memMiB          int64
@@ -467,7 +467,7 @@ func planNode(cp *nodeCopy, pod *kubeinfo.PodInfo, vs Victims, b *allocator.Budg
 		idx := view.Cards[i].Index
 		var group []candidate
 		for _, cd := range cands {
-			if cd.pod.perCard.get(idx) > 0 {
+			if cd.pod.perCard.Get(idx) > 0 {
 				group = append(group, cd)
 			}
 		}
@@ -555,9 +555,9 @@ func reprieve(view *allocator.Node, group []candidate, host hostRoom, fit func(*
 
 // take removes (sign 1) or gives back (sign −1) the units perCard holds
 // on n's cards.
-func take(n *allocator.Node, perCard cardUnits, sign int64) {
+func take(n *allocator.Node, perCard allocator.CardUnits, sign int64) {
 	for i := range n.Cards {
-		n.Cards[i].Used -= sign * perCard.get(n.Cards[i].Index)
+		n.Cards[i].Used -= sign * perCard.Get(n.Cards[i].Index)
 	}
 }
 
@@ -572,7 +572,7 @@ func planOf(cp *nodeCopy, pod *kubeinfo.PodInfo, victims []candidate, after *all
 		}
 	}
 	for _, v := range victims {
-		units := v.pod.perCard.total()
+		units := v.pod.perCard.Total()
 		p.Victims = append(p.Victims, PlannedVictim{Namespace: v.pod.namespace, Name: v.pod.name, UID: v.pod.uid,
 			Priority: v.v.Priority, Units: units, Budgets: v.v.Budgets})
 		p.GraceSeconds = max(p.GraceSeconds, v.v.GraceSeconds)
