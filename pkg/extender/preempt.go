@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
@@ -130,7 +131,7 @@ type Preemptor struct {
 	plans    chan *planRequest
 	planning sync.Map
 	// queue holds the reserved plans waiting for a worker.
-	queue chan *cache.Plan
+	queue chan *preempt.Plan
 	// fruitless: pod UID -> the stamp when its last plan found nothing; it
 	// is not planned again until the cache or the budgets change (a plan
 	// of the same inputs finds the same nothing). fruitlessSize counts the
@@ -168,7 +169,7 @@ func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
 		cfg: cfg, logger: logger,
 		victims: victims,
 		plans:   make(chan *planRequest, planQueue),
-		queue:   make(chan *cache.Plan, preemptQueue),
+		queue:   make(chan *preempt.Plan, preemptQueue),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "extender", Name: "preemptions_total",
 			Help: "Preemptions for pending GPU pods, by result: evicting (room reserved on one card, its lower-priority pods evicted), delegated (kube-scheduler evicts for other resources, the cards held), refused (an eviction refused; the room released) or abandoned (the room gone before its evictions were sent).",
@@ -347,7 +348,7 @@ func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
 // leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
-func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*cache.Plan, error) {
+func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*preempt.Plan, error) {
 	for try := 0; ; try++ {
 		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
 		if err != nil || plan == nil {
@@ -367,7 +368,7 @@ func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []str
 }
 
 // start queues plan's writes; a full queue releases the room.
-func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
+func (p *Preemptor) start(ctx context.Context, plan *preempt.Plan) {
 	logger := klog.FromContext(ctx)
 	select {
 	case p.queue <- plan:
@@ -472,7 +473,7 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidat
 // eviction refused (a budget exhausted since the plan, an error) stops
 // it: the room is released and the nomination cleared, and the pods
 // already evicted stay gone.
-func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
+func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
 	nominated := false
 	abandon := func(sent int) {
@@ -502,7 +503,7 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 		nominated = true
 	}
 	victims := slices.Clone(plan.Victims)
-	slices.SortStableFunc(victims, func(a, b cache.PlannedVictim) int {
+	slices.SortStableFunc(victims, func(a, b preempt.PlannedVictim) int {
 		return -cmp.Compare(min(len(a.Budgets), 1), min(len(b.Budgets), 1))
 	})
 	for i, v := range victims {
@@ -531,13 +532,13 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 
 // holds reports whether plan's pod still holds its reserved room on
 // plan.Node.
-func (p *Preemptor) holds(plan *cache.Plan) bool {
+func (p *Preemptor) holds(plan *preempt.Plan) bool {
 	node, ok := p.cfg.Cache.Reserved(plan.UID)
 	return ok && node == plan.Node
 }
 
 // clearNomination clears the nomination execute wrote for plan.
-func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *cache.Plan) {
+func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *preempt.Plan) {
 	if err := p.write(ctx, func(ctx context.Context) error {
 		return p.cfg.API.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, "")
 	}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
