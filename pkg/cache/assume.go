@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
@@ -40,7 +41,7 @@ func (c *Cache) Assume(ctx context.Context, pod *kubeinfo.PodInfo, node string) 
 		if done != nil || err != nil {
 			return done, err
 		}
-		reason := fitReason(&t.snap.node, t.snap.source, t.snap.invErr, pod, t.p, pl, b)
+		reason := view.FitReason(&t.snap.Node, t.snap.Source, t.snap.InvErr, pod, t.p, pl, b)
 		if alloc, again, err := c.holdIfUnchanged(pod, node, t.gen, pl, reason); !again {
 			return alloc, err
 		}
@@ -57,10 +58,10 @@ type attempt struct {
 	// p is the pod's policy; cr the room reserved for the pod (preempt.go),
 	// free to it.
 	p  allocator.Policy
-	cr *credit
+	cr *view.Credit
 	// snap is the node's published copy as the pod sees it, made at gen
 	// (optimistic tries only).
-	snap *nodeSnap
+	snap *view.Snap
 }
 
 // begin begins a try of Assume; done and err are assumable's, or the
@@ -69,7 +70,7 @@ func (c *Cache) begin(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpus
 	if t.ns, done, err = c.assumable(pod, node); done != nil || err != nil {
 		return attempt{}, done, err
 	}
-	if t.p, err = c.inputs.Load().policy(pod.Policy); err != nil {
+	if t.p, err = c.view.Inputs().Policy(pod.Policy); err != nil {
 		return attempt{}, nil, err
 	}
 	t.gen, t.cr = t.ns.gen, c.creditLocked(pod.GetUID())
@@ -84,7 +85,7 @@ func (c *Cache) beginOptimistic(pod *kubeinfo.PodInfo, node string) (t attempt, 
 	if t, done, err = c.begin(pod, node); done != nil || err != nil {
 		return t, done, err
 	}
-	t.snap = t.cr.on(c.snapOf(node)).forMPS(pod.MPSUser) // published before the lock is released: snap.gen == gen
+	t.snap = t.cr.On(c.view.Snap(node)).ForMPS(pod.MPSUser) // published before the lock is released: snap.gen == gen
 	return t, nil, nil
 }
 
@@ -117,7 +118,7 @@ func (c *Cache) assumeLocked(pod *kubeinfo.PodInfo, node string, pl *allocator.P
 		return done, err
 	}
 	ns := t.ns
-	reason := fitReason(withForeignMPS(t.cr.onNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, t.p, pl, b)
+	reason := view.FitReason(view.WithForeignMPS(t.cr.OnNode(&ns.node), ns.mpsUsers(c.pods), pod.MPSUser), ns.source, ns.invErr, pod, t.p, pl, b)
 	return c.hold(pod, ns, pl, reason)
 }
 
@@ -173,7 +174,7 @@ func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placeme
 	alloc := allocator.Allocation(&ns.node, pod.Demand, pl)
 	c.add(uid, &podState{namespace: pod.GetNamespace(), name: pod.GetName(), node: ns.node.Name, state: StateAssumed, ours: true,
 		priority: pod.Priority, mpsUser: pod.MPSUser, alloc: alloc, perCard: allocator.CardUnitsOf(alloc.PerCard()), deadline: c.clock.Now().Add(c.assumeTTL)})
-	c.binding.Store(uid, ns.node.Name)
+	c.view.Pin(uid, ns.node.Name)
 	if h, ok := c.hosts[uid]; !ok || h.assumed {
 		c.setHost(uid, ns.node.Name, pod.MilliCPU, pod.MemoryMiB, true)
 	}
@@ -188,7 +189,7 @@ func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placeme
 func (c *Cache) FinishBinding(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.binding.Delete(uid)
+	c.view.Unpin(uid)
 	if ps, ok := c.pods[uid]; ok {
 		ps.state = StateBound
 		ps.deadline = time.Time{}

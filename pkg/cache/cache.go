@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
@@ -118,18 +119,11 @@ type Cache struct {
 	// memory on cards (every entry but reservations). A pod can only
 	// preempt when one of a lower priority exists (LowestPriority).
 	priorities map[int32]int
-	// binding: pod UID (types.UID) -> node name (string), for each of our
-	// assumptions (StateAssumed): a bind that has not ended, or ended with
-	// an unknown outcome. Written under mu beside pods; read without it by
-	// the verbs, which send the pod's next try to that node (pinnedNode).
-	binding sync.Map
-
-	// index finds the slot holding the last published copy of every node
-	// seen (not placeholders), by name; inputs:
-	// the policy's inputs as last published. Both are written under mu
-	// by publish and read without it (see nodeSnap).
-	index  atomic.Pointer[nodeIndex]
-	inputs atomic.Pointer[policyInputs]
+	// view is what the readers see without the lock: the published copy
+	// of every node seen (not placeholders), the policy's inputs, and our
+	// assumptions' nodes (view.View.Pin). Written under mu by publish,
+	// hold and remove; read without it (see view.Snap).
+	view *view.View
 	// dirty: the nodes changed since the last publish (touch);
 	// inputsDirty: holes, maxima or hosts changed; workloadDirty: the
 	// workload model learned a pod.
@@ -163,11 +157,11 @@ type nodeState struct {
 	// pods: UIDs of the pods charged to this node.
 	pods map[types.UID]struct{}
 	// dirty: changed since the last publish (in Cache.dirty); gen counts
-	// the publishes of this node (nodeSnap.gen); slot is where they go,
+	// the publishes of this node (view.Snap.Gen); slot is where they go,
 	// nil while readers know no copy of the node.
 	dirty bool
 	gen   uint64
-	slot  *nodeSlot
+	slot  *view.Slot
 	// missing: units pods hold on card indexes the node no longer has.
 	missing int64
 	// unattributed: units of gpu-mem pods on this node whose cards are unknown.
@@ -346,8 +340,7 @@ func New(cfg Config) (*Cache, error) {
 		clock:          cfg.Clock,
 		onIgnored:      cfg.OnIgnored,
 	}
-	c.inputs.Store(&policyInputs{defaultPolicy: c.policy, holes: c.holes.Clone()})
-	c.index.Store(&nodeIndex{})
+	c.view = view.New(&view.Inputs{DefaultPolicy: c.policy, Holes: c.holes.Clone()}, c.creditFor)
 	return c, nil
 }
 

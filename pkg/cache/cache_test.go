@@ -17,7 +17,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -43,7 +45,7 @@ func checkPublished(t *testing.T, c *Cache) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, ns := range c.nodes {
-		got := c.snapOf(name)
+		got := c.view.Snap(name)
 		if !ns.seen {
 			if got != nil {
 				t.Errorf("node %s is a placeholder but readers see a copy of it: %+v", name, got)
@@ -51,21 +53,19 @@ func checkPublished(t *testing.T, c *Cache) {
 			continue
 		}
 		want := ns.snap(c.pods)
-		if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeSnap{}, cardUser{})); diff != "" {
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(view.Snap{}, view.CardUser{})); diff != "" {
 			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
 		}
 	}
-	x := c.index.Load()
-	for _, m := range []map[string]*nodeSlot{x.base, x.recent} {
-		for name := range m {
-			if ns, ok := c.nodes[name]; (!ok || !ns.seen) && x.lookup(name) != nil {
-				t.Errorf("readers see node %s, which the cache does not have", name)
-			}
+	x := c.view.Index()
+	for name := range x.All {
+		if ns, ok := c.nodes[name]; (!ok || !ns.seen) && x.Lookup(name) != nil {
+			t.Errorf("readers see node %s, which the cache does not have", name)
 		}
 	}
-	want := &policyInputs{defaultPolicy: c.policy, typical: c.workload.Typical(), holes: c.holes, cpuPerUnit: c.workload.CPUPerUnit(),
-		maxMilliCPU: c.maxMilliCPU, maxUnits: c.maxUnits}
-	if diff := cmp.Diff(want, c.inputs.Load(), cmp.AllowUnexported(policyInputs{}), cmpopts.EquateEmpty()); diff != "" {
+	want := &view.Inputs{DefaultPolicy: c.policy, Typical: c.workload.Typical(), Holes: c.holes, CPUPerUnit: c.workload.CPUPerUnit(),
+		MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
+	if diff := cmp.Diff(want, c.view.Inputs(), cmp.AllowUnexported(view.Inputs{}), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("policy inputs as readers see them (-state +published):\n%s", diff)
 	}
 }
@@ -375,7 +375,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := c.Inspect("n1")
-	if v[0].Source != SourceCapacity || v[0].Total != 48 || len(v[0].Cards) != 3 {
+	if v[0].Source != inspectapi.SourceCapacity || v[0].Total != 48 || len(v[0].Cards) != 3 {
 		t.Errorf("fallback view = %+v, want 3 cards of 16 from capacity", v[0])
 	}
 	n.Annotations = map[string]string{gpushare.AnnotationInventory: `{"unit":"TiB","devices":[]}`}
@@ -383,7 +383,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 		t.Error("SetNode with a bad inventory returned no error")
 	}
 	v, _ = c.Inspect("n1")
-	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
+	if v[0].Source != inspectapi.SourceCapacity || v[0].InventoryError == "" {
 		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
 	}
 	_, failed, _ := c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
@@ -1012,7 +1012,7 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 	// GiB (the GPU pod, without an allocation annotation, is charged
 	// unattributed, not on a card); the CPU node has no cards and does
 	// not count.
-	p, err := c.inputs.Load().policy(allocator.NameFragAware)
+	p, err := c.view.Inputs().Policy(allocator.NameFragAware)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1090,20 +1090,20 @@ func TestPendingPodsDoNotSteer(t *testing.T) {
 		c.UpsertPod(util.MakePod(fmt.Sprintf("placed-%d", i)).GPUMem(8).Requests("4", "16Gi").Node("gpu").Obj())
 	}
 	policy := func() *allocator.FragAware {
-		p, err := c.inputs.Load().policy(allocator.NameFragAware)
+		p, err := c.view.Inputs().Policy(allocator.NameFragAware)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p.(*allocator.FragAware)
 	}
-	before, typical := policy().Pressure(), c.inputs.Load().typical
+	before, typical := policy().Pressure(), c.view.Inputs().Typical
 	for i := range 200 {
 		c.UpsertPod(util.MakePod(fmt.Sprintf("never-%d", i)).Namespace(fmt.Sprintf("tenant-%d", i%7)).GPUMem(1).Requests("64", "1Gi").Obj())
 	}
 	if after := policy().Pressure(); after != before {
 		t.Errorf("CPU pressure went from %g to %g with 200 pending pods", before, after)
 	}
-	if diff := cmp.Diff(typical, c.inputs.Load().typical); diff != "" {
+	if diff := cmp.Diff(typical, c.view.Inputs().Typical); diff != "" {
 		t.Errorf("typical requests changed with 200 pending pods (-before +after):\n%s", diff)
 	}
 }

@@ -7,15 +7,8 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
-)
-
-// Where a node's card list came from.
-const (
-	SourceInventory = "inventory" // the device plugin's gpushare.io/devices annotation
-	SourceCapacity  = "capacity"  // aliyun.com/gpu-mem ÷ aliyun.com/gpu-count
-	SourceDRA       = "dra"       // the gpushare DRA driver's ResourceSlice (Cache.SetDRANode)
-	SourceNone      = "none"      // the node reports no GPU memory
 )
 
 // nodeCards returns the cards of node, Used zero. It prefers the inventory
@@ -35,28 +28,28 @@ func nodeCards(node *kubeinfo.NodeInfo) (unit string, cards []allocator.Card, so
 				cards = append(cards, allocator.Card{Index: d.Index, Total: d.Memory, Healthy: d.Healthy, Info: &infos[i]})
 			}
 			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
-			return inv.Unit, cards, SourceInventory, nil
+			return inv.Unit, cards, inspectapi.SourceInventory, nil
 		}
 		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
 	}
 	mem, count := node.GPUs()
 	if mem <= 0 {
-		return gpushare.DefaultUnit, nil, SourceNone, invErr
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, invErr
 	}
 	if count <= 0 {
 		count = 1
 	}
 	if count > maxCardsPerNode {
-		return gpushare.DefaultUnit, nil, SourceNone, fmt.Errorf("node %s: %s is %d, more than %d; ignoring the node's GPUs", node.Name, gpushare.ResourceGPUCount, count, maxCardsPerNode)
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, fmt.Errorf("node %s: %s is %d, more than %d; ignoring the node's GPUs", node.Name, gpushare.ResourceGPUCount, count, maxCardsPerNode)
 	}
 	per := mem / count
 	if per <= 0 {
-		return gpushare.DefaultUnit, nil, SourceNone, invErr
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, invErr
 	}
 	for i := range count {
 		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true, Info: capacityInfo})
 	}
-	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
+	return gpushare.DefaultUnit, cards, inspectapi.SourceCapacity, invErr
 }
 
 // capacityInfo is what is known of a card counted from capacity alone

@@ -22,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -140,9 +141,9 @@ func TestFeederDRA(t *testing.T) {
 	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "dra-a's cards with claim a0", func() bool {
 		src, cards := cache.CardsOf(t, c, "dra-a")
-		return src == cache.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
+		return src == inspectapi.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
 	})
-	if src, cards := cache.CardsOf(t, c, "plugin"); src != cache.SourceInventory || len(cards) != 1 {
+	if src, cards := cache.CardsOf(t, c, "plugin"); src != inspectapi.SourceInventory || len(cards) != 1 {
 		t.Errorf("the device plugin's node: source %s, cards %v", src, cards)
 	}
 
@@ -206,7 +207,7 @@ func TestFeederDRA(t *testing.T) {
 	}
 	eventually(t, "dra-b without cards", func() bool {
 		src, cards := cache.CardsOf(t, c, "dra-b")
-		return src == cache.SourceNone && len(cards) == 0
+		return src == inspectapi.SourceNone && len(cards) == 0
 	})
 }
 
@@ -264,7 +265,7 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "moved's cards from the driver's slice", func() bool {
 		src, cards := cache.CardsOf(t, c, "moved")
-		return src == cache.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
+		return src == inspectapi.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
 	})
 	claimPod := &kubeinfo.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
 	if fit, _, err := c.Filter(ctx, claimPod, []string{"moved"}); err != nil || !cmp.Equal(fit, []string{"moved"}) {
@@ -283,7 +284,7 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 	}
 	eventually(t, "moved back on its inventory", func() bool {
 		src, cards := cache.CardsOf(t, c, "moved")
-		return src == cache.SourceInventory && cmp.Equal(cards, map[int][2]int64{0: {12, 16}, 1: {0, 16}})
+		return src == inspectapi.SourceInventory && cmp.Equal(cards, map[int][2]int64{0: {12, 16}, 1: {0, 16}})
 	})
 }
 

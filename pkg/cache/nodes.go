@@ -26,13 +26,13 @@ func (c *Cache) SetNodeInfo(node *kubeinfo.NodeInfo) error {
 	in.unit, in.cards, in.source, in.invErr = nodeCards(node)
 	in.cpu, in.mem, in.hostKnown = node.Host()
 	c.report(c.locked(func() []inspectapi.Ignored {
-		if d := c.draNodes[node.Name]; d != nil && (in.source == SourceNone || gpuMem(node) <= 0) {
+		if d := c.draNodes[node.Name]; d != nil && (in.source == inspectapi.SourceNone || gpuMem(node) <= 0) {
 			// The driver's slice wins over the device plugin's inventory and
 			// capacity unless the plugin serves the node: a node that moved to
 			// DRA keeps them (nothing removes them), but kubelet reports no
 			// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
 			// moved back keeps the driver's slice for 30 s.
-			in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), SourceDRA, nil
+			in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), inspectapi.SourceDRA, nil
 		}
 		in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
 		c.nodeState(node.Name).info = node
@@ -183,7 +183,7 @@ func (c *Cache) DeleteNode(name string) {
 	if len(ns.pods) == 0 && ns.hostPods == 0 {
 		delete(c.nodes, name)
 	} else {
-		ns.seen, ns.node.Cards, ns.source, ns.invErr, ns.info = false, nil, SourceNone, "", nil
+		ns.seen, ns.node.Cards, ns.source, ns.invErr, ns.info = false, nil, inspectapi.SourceNone, "", nil
 		ns.cordonErr, ns.cordonMissing = "", nil
 		ns.hostKnown, ns.allocMilliCPU, ns.allocMemMiB = false, 0, 0
 		ns.missing, ns.unattributed = 0, 0
@@ -200,7 +200,7 @@ func (c *Cache) DeleteNode(name string) {
 func (c *Cache) nodeState(name string) *nodeState {
 	ns, ok := c.nodes[name]
 	if !ok {
-		ns = &nodeState{pods: map[types.UID]struct{}{}, source: SourceNone, node: allocator.Node{Name: name, Unit: gpushare.DefaultUnit}}
+		ns = &nodeState{pods: map[types.UID]struct{}{}, source: inspectapi.SourceNone, node: allocator.Node{Name: name, Unit: gpushare.DefaultUnit}}
 		c.nodes[name] = ns
 	}
 	return ns

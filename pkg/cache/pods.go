@@ -73,7 +73,7 @@ func (c *Cache) remove(uid types.UID) {
 	case StateReserved:
 		c.reservations.Add(-1)
 	case StateAssumed:
-		c.binding.Delete(uid)
+		c.view.Unpin(uid)
 	}
 	if ps.state != StateReserved {
 		if c.priorities[ps.priority]--; c.priorities[ps.priority] <= 0 {
@@ -179,7 +179,7 @@ func (c *Cache) upsertGPU(pod *kubeinfo.PodInfo) {
 		// Our bind's annotation coming back: confirmed.
 		old.state, old.confirmed, old.deadline = StateBound, true, time.Time{}
 		c.setTerminating(old, pod.Terminating)
-		c.binding.Delete(pod.UID)
+		c.view.Unpin(pod.UID)
 		return
 	}
 	ps := &podState{namespace: pod.Namespace, name: pod.Name, node: pod.NodeName, state: StateBound, confirmed: true, terminating: pod.Terminating, dra: pod.DRA,
@@ -223,7 +223,7 @@ func (ps *podState) sameInputs(o *podState) bool {
 func (ns *nodeState) resolve(ps *podState) {
 	ps.alloc, ps.perCard, ps.unattributed = nil, nil, 0
 	ps.setIgnored("")
-	if ns.source == SourceDRA && !ps.dra {
+	if ns.source == inspectapi.SourceDRA && !ps.dra {
 		return // the driver's slice leaves out what the pod holds
 	}
 	if ps.claim != nil || ps.claimErr() != "" {

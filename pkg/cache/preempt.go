@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/pkg/preempt"
@@ -59,18 +60,9 @@ func (c *Cache) Reserved(uid types.UID) (node string, ok bool) {
 	return "", false
 }
 
-// credit is the room reserved for one pod, which that pod's own fit sees as
-// free.
-type credit struct {
-	node     string
-	perCard  allocator.CardUnits
-	milliCPU int64
-	memMiB   int64
-}
-
 // creditFor returns pod uid's reserved room, nil when it has none. It
 // takes the lock only while some reservation stands.
-func (c *Cache) creditFor(uid types.UID) *credit {
+func (c *Cache) creditFor(uid types.UID) *view.Credit {
 	if c.reservations.Load() == 0 {
 		return nil
 	}
@@ -80,13 +72,13 @@ func (c *Cache) creditFor(uid types.UID) *credit {
 }
 
 // creditLocked is creditFor for a caller holding c.mu.
-func (c *Cache) creditLocked(uid types.UID) *credit {
+func (c *Cache) creditLocked(uid types.UID) *view.Credit {
 	ps, ok := c.pods[uid]
 	if !ok || ps.state != StateReserved {
 		return nil
 	}
 	h := c.hosts[uid]
-	return &credit{node: ps.node, perCard: ps.perCard, milliCPU: h.milliCPU, memMiB: h.memMiB}
+	return &view.Credit{Node: ps.node, PerCard: ps.perCard, MilliCPU: h.milliCPU, MemMiB: h.memMiB}
 }
 
 // HoldNow returns a plan without victims for pod on node when its demand
@@ -102,37 +94,10 @@ func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string)
 		return nil
 	}
 	var pl allocator.Placement
-	if fitReason(&cp.Node.Node, cp.source, cp.invErr, pod, allocator.Binpack{}, &pl, allocator.NewBudget(ctx, allocator.DefaultRequestSteps)) != "" {
+	if view.FitReason(&cp.Node.Node, cp.source, cp.invErr, pod, allocator.Binpack{}, &pl, allocator.NewBudget(ctx, allocator.DefaultRequestSteps)) != "" {
 		return nil
 	}
 	return preempt.Hold(&cp.Node, pod, &pl)
-}
-
-// on returns s as the credit's pod sees it: its reserved room free when s
-// is the credit's node, else s itself.
-func (cr *credit) on(s *nodeSnap) *nodeSnap {
-	if cr == nil || s == nil || s.node.Name != cr.node {
-		return s
-	}
-	out := *s
-	out.node = *cr.onNode(&s.node)
-	out.freeMilliCPU += cr.milliCPU
-	out.freeMemMiB += cr.memMiB
-	return &out
-}
-
-// onNode returns a copy of n with the credit's units taken off its cards'
-// Used when n is the credit's node, else n itself.
-func (cr *credit) onNode(n *allocator.Node) *allocator.Node {
-	if cr == nil || n.Name != cr.node {
-		return n
-	}
-	out := *n
-	out.Cards = slices.Clone(n.Cards)
-	for i := range out.Cards {
-		out.Cards[i].Used -= cr.perCard.Get(out.Cards[i].Index)
-	}
-	return &out
 }
 
 // MaxVictimWait bounds how long reserved room waits, beyond its deadline,
@@ -198,7 +163,7 @@ type nodeCopy struct {
 // them), placed into pl with binpack, spending b.
 func (cp *nodeCopy) fit(pod *kubeinfo.PodInfo, b *allocator.Budget) func(n *allocator.Node, pl *allocator.Placement) bool {
 	return func(n *allocator.Node, pl *allocator.Placement) bool {
-		return fitReason(n, cp.source, cp.invErr, pod, allocator.Binpack{}, pl, b) == ""
+		return view.FitReason(n, cp.source, cp.invErr, pod, allocator.Binpack{}, pl, b) == ""
 	}
 }
 
@@ -227,7 +192,7 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 	}
 	cp.Cards = slices.Clone(ns.node.Cards)
 	if users := ns.mpsUsers(c.pods); users != nil {
-		cp.Node.Node = *withForeignMPS(&cp.Node.Node, users, user)
+		cp.Node.Node = *view.WithForeignMPS(&cp.Node.Node, users, user)
 	}
 	cp.Pods = make([]preempt.Pod, 0, len(ns.pods))
 	for uid := range ns.pods {
@@ -295,7 +260,7 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 	for i, name := range nodes {
 		// A plan copies each node and may ask about each of its pods:
 		// look at ctx before every node.
-		if err := stopped(ctx, pod, i, len(nodes)); err != nil {
+		if err := view.Stopped(ctx, pod, i, len(nodes)); err != nil {
 			return nil, err
 		}
 		cp, ok := c.copyNode(name, leaving[name], pod.MPSUser)
@@ -310,7 +275,7 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 			}
 		}
 	}
-	if err := stopped(ctx, pod, len(nodes), len(nodes)); err != nil {
+	if err := view.Stopped(ctx, pod, len(nodes), len(nodes)); err != nil {
 		return nil, err
 	}
 	return best, nil
@@ -327,31 +292,5 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 // none of those may fit one it did not send, and then nobody should be
 // evicted for it. It reads the published copies and takes no lock.
 func (c *Cache) FitsOutside(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, usable func(node string) bool) (string, bool) {
-	if pod.Placeable() != nil {
-		return "", false
-	}
-	sent := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		sent[n] = true
-	}
-	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
-	cr := c.creditFor(pod.UID)
-	var pl allocator.Placement
-	x := c.index.Load()
-	for _, m := range []map[string]*nodeSlot{x.base, x.recent} {
-		for name := range m {
-			if sent[name] || b.Err() != nil {
-				continue
-			}
-			s, _ := c.fitSnap(name, pod, cr, allocator.Binpack{}, &pl, b)
-			if s == nil || s.hostKnown && (s.freeMilliCPU < pod.MilliCPU || s.freeMemMiB < pod.MemoryMiB) {
-				continue
-			}
-			if usable == nil || usable(name) {
-				return name, true
-			}
-		}
-	}
-	// A search the budget cut short may have missed a fit: say so.
-	return "", b.Err() != nil
+	return c.view.FitsOutside(ctx, pod, nodes, usable)
 }

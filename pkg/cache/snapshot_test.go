@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
@@ -183,8 +184,8 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 			t.Errorf("%s with its context ended = %v, want it stopped after fewer than 300 nodes", name, err)
 			continue
 		}
-		if done, _ := strconv.Atoi(m[1]); done < ctxCheckNodes-1 || done >= ctxCheckNodes+fitBlock {
-			t.Errorf("%s with its context ended stopped after %d nodes, want its first look, after %d..%d", name, done, ctxCheckNodes-1, ctxCheckNodes+fitBlock-1)
+		if done, _ := strconv.Atoi(m[1]); done < view.CtxCheckNodes-1 || done >= view.CtxCheckNodes+view.FitBlock {
+			t.Errorf("%s with its context ended stopped after %d nodes, want its first look, after %d..%d", name, done, view.CtxCheckNodes-1, view.CtxCheckNodes+view.FitBlock-1)
 		}
 	}
 }
@@ -196,7 +197,7 @@ func TestParallelVerbsStopWithTheirContext(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	var names []string
-	for i := range 2 * parallelMinNodes {
+	for i := range 2 * view.ParallelMinNodes {
 		names = append(names, fmt.Sprintf("n%04d", i))
 		if err := c.SetNode(util.MakeNode(names[i]).Cards("T4", 16).Obj()); err != nil {
 			t.Fatal(err)
@@ -209,57 +210,8 @@ func TestParallelVerbsStopWithTheirContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || m == nil {
 		t.Fatalf("FilterBest with its context ended = %v, want it stopped after fewer than 2048 nodes", err)
 	}
-	if done, _ := strconv.Atoi(m[1]); done >= 2*parallelChunk {
-		t.Errorf("FilterBest with its context ended stopped after %d nodes, want its goroutines' first looks, before %d", done, 2*parallelChunk)
-	}
-}
-
-// TestNodeIndex: the index answers as a plain map would through adds and
-// removals (a removed node's slot dies), across the rebuilds of its base,
-// and an older index answers as it did, but for the nodes removed since.
-func TestNodeIndex(t *testing.T) {
-	x := &nodeIndex{}
-	ref := map[string]*nodeSlot{}
-	var old *nodeIndex
-	oldRef := map[string]*nodeSlot{}
-	live := func() *nodeSlot {
-		s := &nodeSlot{}
-		s.snap.Store(&nodeSnap{})
-		return s
-	}
-	for i := range 3 * maxRecent {
-		name := fmt.Sprintf("n%d", i%(maxRecent+50))
-		if slot := ref[name]; slot != nil {
-			if i%3 == 0 {
-				slot.snap.Store(nil) // removed
-				delete(ref, name)
-			}
-			continue
-		}
-		ref[name] = live()
-		x = x.with(name, ref[name])
-		if i == maxRecent/2 {
-			old = x
-			for k, v := range ref {
-				oldRef[k] = v
-			}
-		}
-		if len(x.recent) > maxRecent {
-			t.Fatalf("after %d changes recent holds %d, over %d", i+1, len(x.recent), maxRecent)
-		}
-	}
-	for i := range maxRecent + 60 {
-		name := fmt.Sprintf("n%d", i)
-		if got, want := x.lookup(name), ref[name]; got != want {
-			t.Errorf("lookup(%s) = %p, want %p", name, got, want)
-		}
-		want := oldRef[name]
-		if want != nil && want.snap.Load() == nil {
-			want = nil // removed since
-		}
-		if got := old.lookup(name); got != want {
-			t.Errorf("the older index's lookup(%s) = %p, want %p", name, got, want)
-		}
+	if done, _ := strconv.Atoi(m[1]); done >= 2*view.ParallelChunk {
+		t.Errorf("FilterBest with its context ended stopped after %d nodes, want its goroutines' first looks, before %d", done, 2*view.ParallelChunk)
 	}
 }
 
@@ -291,7 +243,7 @@ func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
 func TestParallelScoringMatchesSequential(t *testing.T) {
 	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	var names []string
-	for i := range 3 * parallelMinNodes {
+	for i := range 3 * view.ParallelMinNodes {
 		names = append(names, fmt.Sprintf("n%04d", i))
 		if err := c.SetNode(util.MakeNode(names[i]).Host("32", "128Gi").Cards("T4", 16, 16, 16, 16).Obj()); err != nil {
 			t.Fatal(err)
@@ -307,12 +259,11 @@ func TestParallelScoringMatchesSequential(t *testing.T) {
 	pod := kubeinfo.NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
 	run := func(procs int) ([]float64, []bool, map[string]string) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		ev, err := c.evaluate(context.Background(), pod, names)
+		raw, fits, failed, err := c.view.Evaluate(context.Background(), pod, names)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ev.release()
-		return slices.Clone(ev.raw), slices.Clone(ev.fits), ev.failed(names)
+		return raw, fits, failed
 	}
 	s1, f1, r1 := run(1)
 	s4, f4, r4 := run(4)

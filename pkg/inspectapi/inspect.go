@@ -38,6 +38,14 @@ type Node struct {
 	Ignored []Ignored `json:"ignored,omitempty"`
 }
 
+// Where a node's card list came from (Node.Source).
+const (
+	SourceInventory = "inventory" // the device plugin's gpushare.io/devices annotation
+	SourceCapacity  = "capacity"  // aliyun.com/gpu-mem ÷ aliyun.com/gpu-count
+	SourceDRA       = "dra"       // the gpushare DRA driver's ResourceSlice (cache.Cache.SetDRANode)
+	SourceNone      = "none"      // the node reports no GPU memory
+)
+
 // Ignored is a pod whose allocation annotation is ignored, and why.
 type Ignored struct {
 	Namespace string `json:"namespace"`
