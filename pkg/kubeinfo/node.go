@@ -28,7 +28,7 @@ type NodeInfo struct {
 	nodeReads
 }
 
-// nodeReads is all that Cache.SetNode reads of a node: two versions of a
+// nodeReads is all that cache.Cache.SetNode reads of a node: two versions of a
 // node that agree on it need no SetNode (it is comparable with ==).
 type nodeReads struct {
 	// inventory and cordoned are the node's gpushare.io/inventory and

@@ -34,7 +34,7 @@ type PodInfo struct {
 	Demand gpushare.Demand
 	// ClaimPod: the pod asks gpushare.io/dra-claim (gpushare.AsksDRAClaim):
 	// its GPU memory is a claim of the gpushare DRA driver, which the
-	// workload model learns from the claim (Cache.UpsertClaim), not as a
+	// workload model learns from the claim (cache.Cache.UpsertClaim), not as a
 	// pod asking no GPU memory.
 	ClaimPod bool
 	// DRA: Demand is the memory the pod's claim of the gpushare DRA driver

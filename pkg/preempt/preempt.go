@@ -23,7 +23,7 @@ type Victim struct {
 	// and it is never evicted again.
 	Terminating bool
 	// GraceSeconds is its termination grace period: the reservation lasts
-	// at least that long beyond Reserve.
+	// at least that long beyond cache.Cache.Reserve.
 	GraceSeconds int64
 	// Budgets names the PodDisruptionBudgets the Eviction API checks
 	// before it evicts the pod. It refuses a pod that more than one
@@ -31,7 +31,7 @@ type Victim struct {
 	Budgets []string
 }
 
-// Victims describes, to PlanPreemption, the pods charged on a node. The
+// Victims describes, to the planner, the pods charged on a node. The
 // planner asks only about pods of a lower priority than the preemptor's,
 // and only about those it may evict.
 type Victims interface {
@@ -43,7 +43,7 @@ type Victims interface {
 	Allowed(budget string) int32
 }
 
-// Plan is a preemption PlanPreemption found: the pods to evict on one node
+// Plan is a preemption the planner found: the pods to evict on one node
 // so that a pod fits there, and the room it would take.
 type Plan struct {
 	// Namespace, Name and UID of the pod the room is for.
@@ -61,8 +61,8 @@ type Plan struct {
 	GraceSeconds int64
 	// Awaited are the UIDs of pods that are to leave the node for the pod
 	// besides Victims: kube-scheduler's own victims, which it evicts, where
-	// it preempts for other resources and the cards are held (HoldNow), or
-	// those of them that hold no card memory (PlanPreemptionAfter).
+	// it preempts for other resources and the cards are held (Hold), or
+	// those of them that hold no card memory (cache.Cache.PlanPreemptionAfter).
 	Awaited []types.UID
 	// MilliCPU and MemoryMiB the pod requests; Gen the node's generation
 	// the plan was made at (Node.Gen).
@@ -98,7 +98,7 @@ type Node struct {
 	// Leaving: the victims of the node's reservations.
 	Leaving map[types.UID]bool
 	// Awaited are the pods that ask no GPU memory and leave the node
-	// anyway (cache.PlanPreemptionAfter); their CPU and memory count as
+	// anyway (cache.Cache.PlanPreemptionAfter); their CPU and memory count as
 	// free.
 	Awaited []types.UID
 }
