@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -55,7 +56,7 @@ func benchClusterOf(b *testing.B, nodes int, policy string, model func(i int) st
 
 var (
 	benchDemand = gpushare.Demand{{Name: "c0", Units: 12, Cards: 1}}
-	benchPod    = &PodInfo{Demand: benchDemand, MilliCPU: 8000, MemoryMiB: 32 << 10}
+	benchPod    = &kubeinfo.PodInfo{Demand: benchDemand, MilliCPU: 8000, MemoryMiB: 32 << 10}
 )
 
 // benchVerb runs verb once per iteration on caches of 1,000 and 5,000
@@ -193,7 +194,7 @@ func BenchmarkBindDecision(b *testing.B) {
 	for _, nodes := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", nodes), func(b *testing.B) {
 			c, names := benchCluster(b, nodes, allocator.DefaultPolicy)
-			pod := &PodInfo{Demand: benchDemand}
+			pod := &kubeinfo.PodInfo{Demand: benchDemand}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -211,7 +212,7 @@ func BenchmarkBindDecision(b *testing.B) {
 // BenchmarkMemory is the extender's live heap for 15,000 nodes of 8 cards
 // with 8 bound GPU pods each (the RSS target's cluster, issue 26): the
 // cache and the informers' stores (PodInfo, NodeInfo), filled as the
-// informers fill them (strip, then the handlers), measured after a GC. It reports
+// informers fill them (pkg/feed's transform, then its handlers), measured after a GC. It reports
 // live-MiB and B/pod, not a time (RSS is about twice the live heap: Go
 // lets the heap grow to twice what survived the last GC).
 func BenchmarkMemory(b *testing.B) {
@@ -242,17 +243,16 @@ func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, [2]toolscache.
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, podIndexers())
+	// As pkg/feed keeps them: its transform stores a NodeInfo and a
+	// PodInfo, and the pod store has no index.
+	store := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	nodeStore := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
 	for i := range nodes {
-		n, err := strip(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
-		if err != nil {
-			b.Fatal(err)
-		}
+		n := kubeinfo.NewNodeInfo(util.MakeNode(fmt.Sprintf("node-%05d", i)).Cards("V100", 32, 32, 32, 32, 32, 32, 32, 32).Obj())
 		if err := nodeStore.Add(n); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.SetNodeInfo(n.(*NodeInfo)); err != nil {
+		if err := c.SetNodeInfo(n); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -266,14 +266,11 @@ func memoryCluster(b *testing.B, nodes, podsPerNode int) (*Cache, [2]toolscache.
 		p.ResourceVersion = fmt.Sprint(100000 + i)
 		p.Labels = map[string]string{"app": "train", "team": fmt.Sprintf("team-%d", i%50)}
 		p.Spec.Containers[0].Command = []string{"python", "train.py", "--epochs=100"}
-		obj, err := strip(p)
-		if err != nil {
-			b.Fatal(err)
-		}
+		obj := kubeinfo.NewPodInfo(p)
 		if err := store.Add(obj); err != nil {
 			b.Fatal(err)
 		}
-		c.UpsertPodInfo(obj.(*PodInfo))
+		c.UpsertPodInfo(obj)
 	}
 	return c, [2]toolscache.Indexer{store, nodeStore}
 }

@@ -13,10 +13,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -41,7 +45,7 @@ func checkPublished(t *testing.T, c *Cache) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, ns := range c.nodes {
-		got := c.snapOf(name)
+		got := c.view.Snap(name)
 		if !ns.seen {
 			if got != nil {
 				t.Errorf("node %s is a placeholder but readers see a copy of it: %+v", name, got)
@@ -49,21 +53,19 @@ func checkPublished(t *testing.T, c *Cache) {
 			continue
 		}
 		want := ns.snap(c.pods)
-		if diff := cmp.Diff(want, got, cmp.AllowUnexported(nodeSnap{}, cardUser{})); diff != "" {
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(view.Snap{}, view.CardUser{})); diff != "" {
 			t.Errorf("node %s as readers see it (-state +published):\n%s", name, diff)
 		}
 	}
-	x := c.index.Load()
-	for _, m := range []map[string]*nodeSlot{x.base, x.recent} {
-		for name := range m {
-			if ns, ok := c.nodes[name]; (!ok || !ns.seen) && x.lookup(name) != nil {
-				t.Errorf("readers see node %s, which the cache does not have", name)
-			}
+	x := c.view.Index()
+	for name := range x.All {
+		if ns, ok := c.nodes[name]; (!ok || !ns.seen) && x.Lookup(name) != nil {
+			t.Errorf("readers see node %s, which the cache does not have", name)
 		}
 	}
-	want := &policyInputs{defaultPolicy: c.policy, typical: c.workload.Typical(), holes: c.holes, cpuPerUnit: c.workload.CPUPerUnit(),
-		maxMilliCPU: c.maxMilliCPU, maxUnits: c.maxUnits}
-	if diff := cmp.Diff(want, c.inputs.Load(), cmp.AllowUnexported(policyInputs{}), cmpopts.EquateEmpty()); diff != "" {
+	want := &view.Inputs{DefaultPolicy: c.policy, Typical: c.workload.Typical(), Holes: c.holes, CPUPerUnit: c.workload.CPUPerUnit(),
+		MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
+	if diff := cmp.Diff(want, c.view.Inputs(), cmp.AllowUnexported(view.Inputs{}), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("policy inputs as readers see them (-state +published):\n%s", diff)
 	}
 }
@@ -121,7 +123,7 @@ func TestAssumeLifecycle(t *testing.T) {
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
 
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("after Assume (-want +got):\n%s", diff)
 	}
 	// A retried bind holds nothing more and returns the same cards.
-	again, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	again, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,7 @@ func TestAssumeLifecycle(t *testing.T) {
 		t.Errorf("Expire() after FinishBinding and the bound event = %v, want none", got)
 	}
 	// Bound elsewhere: clear error.
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n2"); !errors.Is(err, ErrBoundElsewhere) {
 		t.Errorf("Assume on another node: err = %v, want ErrBoundElsewhere", err)
 	}
 	// Forget does not release a bound pod.
@@ -177,10 +179,10 @@ func TestForgetAndExpire(t *testing.T) {
 	}
 	p1 := util.MakePod("p1").GPUMem(4).Obj()
 	p2 := util.MakePod("p2").GPUMem(5).Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(p1), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p1), "n1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Assume(context.Background(), NewPodInfo(p2), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p2), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.Forget(p1.UID)
@@ -206,15 +208,15 @@ func TestAssumeReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("big").GPUMem(20).Obj()
-	_, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	_, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	var fe *allocator.FitError
 	if !errors.As(err, &fe) {
 		t.Fatalf("Assume(20 on 16+16) err = %v, want FitError", err)
 	}
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "nope"); !errors.Is(err, ErrUnknownNode) {
 		t.Errorf("Assume on unknown node: err = %v, want ErrUnknownNode", err)
 	}
-	worst := NewPodInfo(pod)
+	worst := kubeinfo.NewPodInfo(pod)
 	worst.Policy = "worstfit"
 	if _, err := c.Assume(context.Background(), worst, "n1"); err == nil {
 		t.Error("Assume with an unknown policy succeeded")
@@ -225,7 +227,7 @@ func TestAssumeReasons(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("cpu").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	small := NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
+	small := kubeinfo.NewPodInfo(util.MakePod("small").GPUMem(2).Obj())
 	_, err = c.Assume(context.Background(), small, "cpu")
 	if errors.Is(err, ErrUnknownNode) || !errors.As(err, &fe) || !strings.Contains(fe.Reason, "node reports no GPU memory") {
 		t.Errorf("Assume on a node without GPUs: err = %v, want a FitError saying it reports no GPU memory", err)
@@ -356,11 +358,11 @@ func TestNodeCapacityChange(t *testing.T) {
 	if diff := cmp.Diff([]int64{0, 4}, used(t, c, "n1")); diff != "" {
 		t.Errorf("after regrow (-want +got):\n%s", diff)
 	}
-	fit, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
+	fit, failed, _ := c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 1}}}, []string{"n1"})
 	if len(fit) != 1 {
 		t.Errorf("14 GiB should fit on the healthy card: failed %v", failed)
 	}
-	_, failed, _ = c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
+	_, failed, _ = c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 14, Cards: 2}}}, []string{"n1"})
 	if diff := cmp.Diff(map[string]string{"n1": "container c needs 14 GiB on each of 2 GPUs; 1 of 1 healthy GPUs have that much free"}, failed); diff != "" {
 		t.Errorf("Filter reasons (-want +got):\n%s", diff)
 	}
@@ -373,7 +375,7 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	v, _ := c.Inspect("n1")
-	if v[0].Source != SourceCapacity || v[0].Total != 48 || len(v[0].Cards) != 3 {
+	if v[0].Source != inspectapi.SourceCapacity || v[0].Total != 48 || len(v[0].Cards) != 3 {
 		t.Errorf("fallback view = %+v, want 3 cards of 16 from capacity", v[0])
 	}
 	n.Annotations = map[string]string{gpushare.AnnotationInventory: `{"unit":"TiB","devices":[]}`}
@@ -381,10 +383,10 @@ func TestCapacityFallbackAndBadInventory(t *testing.T) {
 		t.Error("SetNode with a bad inventory returned no error")
 	}
 	v, _ = c.Inspect("n1")
-	if v[0].Source != SourceCapacity || v[0].InventoryError == "" {
+	if v[0].Source != inspectapi.SourceCapacity || v[0].InventoryError == "" {
 		t.Errorf("bad inventory view = %+v, want capacity fallback with the error", v[0])
 	}
-	_, failed, _ := c.Filter(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
+	_, failed, _ := c.Filter(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 1, Cards: 1}}}, []string{"n1", "gone"})
 	if failed["gone"] == "" {
 		t.Errorf("unknown node has no reason: %v", failed)
 	}
@@ -407,7 +409,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		units int64
 	}{{"a", "half", 8}, {"b", "full", 14}} {
 		pod := util.MakePod(p.name).GPUMem(p.units).Obj()
-		if _, err := c.Assume(context.Background(), NewPodInfo(pod), p.node); err != nil {
+		if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), p.node); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -420,7 +422,7 @@ func TestScoreRanksByPolicy(t *testing.T) {
 		{allocator.NameBinpack, []int64{0, 10, 0}}, // full cannot take 4
 		{allocator.NameSpread, []int64{10, 0, 0}},
 	} {
-		got, err := c.Score(context.Background(), &PodInfo{Demand: d, Policy: tc.policy}, nodes)
+		got, err := c.Score(context.Background(), &kubeinfo.PodInfo{Demand: d, Policy: tc.policy}, nodes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -440,7 +442,7 @@ func TestFailedBindAnnotationRemovedReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +467,7 @@ func TestRepairedAllocationIsRecharged(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Obj()
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +500,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	}
 	// Node a has 10 free, b 16; the workload is all 8 GiB pods.
 	busy := util.MakePod("busy").GPUMem(6).Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(busy), "a"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(busy), "a"); err != nil {
 		t.Fatal(err)
 	}
 	// The workload is learned from placed pods (here on a node not
@@ -509,7 +511,7 @@ func TestFGDLearnsTheWorkload(t *testing.T) {
 	// A 4 GiB pod on a leaves 6, which no 8 GiB pod can use; on b it
 	// leaves 12. fgd must prefer b; without the workload it sees no
 	// difference.
-	got, err := c.Score(context.Background(), &PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
+	got, err := c.Score(context.Background(), &kubeinfo.PodInfo{Demand: gpushare.Demand{{Name: "c", Units: 4, Cards: 1}}}, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,14 +550,14 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		{"pending CPU pod holds nothing", func() { c.UpsertPod(web.Obj()) }, [2]int64{0, 0}},
 		{"bound CPU pod", func() { c.UpsertPod(web.Node("n1").Obj()) }, [2]int64{500, 1024}},
 		{"assumed GPU pod", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(gpu.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 		}, [2]int64{2500, 5120}},
 		{"its pending event keeps the assumption", func() { c.UpsertPod(gpu.Obj()) }, [2]int64{2500, 5120}},
 		{"forgotten", func() { c.Forget(gpu.Obj().UID) }, [2]int64{500, 1024}},
 		{"assumed again, then bound", func() {
-			a, err := c.Assume(context.Background(), NewPodInfo(gpu.Obj()), "n1")
+			a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(gpu.Obj()), "n1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -564,7 +566,7 @@ func TestHostRequestsFollowPods(t *testing.T) {
 		}, [2]int64{2500, 5120}},
 		{"a bound pod does not expire", func() { clk.Step(time.Hour); c.Expire() }, [2]int64{2500, 5120}},
 		{"assumed and expired", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(other.Obj()), "n1"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(other.Obj()), "n1"); err != nil {
 				t.Fatal(err)
 			}
 			clk.Step(time.Hour)
@@ -588,7 +590,7 @@ func TestNodeDeletedAndBackKeepsItsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := util.MakePod("p").GPUMem(6).Requests("4", "1Gi").Obj()
-	if _, err := c.Assume(context.Background(), NewPodInfo(pod), "n1"); err != nil {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1"); err != nil {
 		t.Fatal(err)
 	}
 	c.FinishBinding(pod.UID)
@@ -631,7 +633,7 @@ func TestFragAwareWeighsCPU(t *testing.T) {
 		}
 		c.UpsertPod(w.Obj())
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(8).Requests("16", "1Gi").Obj())
 	got, err := c.Score(context.Background(), pod, []string{"a", "b"})
 	if err != nil {
 		t.Fatal(err)
@@ -654,7 +656,7 @@ func TestFilterBest(t *testing.T) {
 		}
 	}
 	nodes := []string{"busy", "empty-1", "empty-2", "small"}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
 	tests := []struct {
 		name       string
 		setup      func()
@@ -663,7 +665,7 @@ func TestFilterBest(t *testing.T) {
 	}{
 		{"all empty: every node that fits ties", func() {}, []string{"busy", "empty-1", "empty-2"}, []string{"small"}},
 		{"binpack: only the fullest node", func() {
-			if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
+			if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("held").GPUMem(8).Obj()), "busy"); err != nil {
 				t.Fatal(err)
 			}
 		}, []string{"busy"}, []string{"small"}},
@@ -877,7 +879,7 @@ func TestAssumeIgnoresAPendingPodsAnnotation(t *testing.T) {
 		{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 16}}}}}
 	pod := util.MakePod("p").GPUMem(4).Allocation(bogus).Obj()
 	c.UpsertPod(pod)
-	a, err := c.Assume(context.Background(), NewPodInfo(pod), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(pod), "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -911,7 +913,7 @@ func TestBoundButNeverSeenExpires(t *testing.T) {
 	ghost := util.MakePod("ghost").GPUMem(6).Requests("2", "2Gi").Obj()
 	seen := util.MakePod("seen").GPUMem(4).Requests("1", "1Gi").Obj()
 	for _, p := range []*corev1.Pod{ghost, seen} {
-		a, err := c.Assume(context.Background(), NewPodInfo(p), "n1")
+		a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(p), "n1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -947,7 +949,7 @@ func TestAssumeKeepsABindInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(6).Obj())
 	if _, err := c.Assume(context.Background(), pod, "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -1010,13 +1012,68 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 	// GiB (the GPU pod, without an allocation annotation, is charged
 	// unattributed, not on a card); the CPU node has no cards and does
 	// not count.
-	p, err := c.inputs.Load().policy(allocator.NameFragAware)
+	p, err := c.view.Inputs().Policy(allocator.NameFragAware)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := (2000*d + 1000) / (4 * d) * 32 / 29000
 	if diff := cmp.Diff(want, p.(*allocator.FragAware).Pressure(), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
 		t.Errorf("pressure (-want +got):\n%s", diff)
+	}
+}
+
+// cardsOf is node's cards as Inspect shows them: index -> "used/total".
+func cardsOf(t *testing.T, c *Cache, node string) (source string, cards map[int][2]int64) {
+	t.Helper()
+	views, ok := c.Inspect(node)
+	if !ok || len(views) != 1 {
+		return "", nil
+	}
+	cards = map[int][2]int64{}
+	for _, cv := range views[0].Cards {
+		cards[cv.Index] = [2]int64{cv.Used, cv.Total}
+	}
+	return views[0].Source, cards
+}
+
+// TestCPUPressureLearnsClaimPods: on a DRA node, a pod marked
+// gpushare.io/dra-claim is learnt through its claim, as a GPU pod with the
+// pod's CPU (the simulator's DRA replay learns it so), never as a pod
+// asking no GPU memory; an unmarked pod there is one.
+func TestCPUPressureLearnsClaimPods(t *testing.T) {
+	c := newCache(t, nil)
+	if err := c.SetDRANode("dra", gpushare.UnitGiB, []allocator.Card{{Index: 0, Total: 16, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetNode(util.MakeNode("dra").Host("32", "128Gi").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	marked := util.MakePod("train").Requests("2", "4Gi").Node("dra").Obj()
+	marked.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpushare.ResourceDRAClaim: resource.MustParse("1")}
+	const d = 0.999 // allocator's workloadDecay
+	for _, s := range []struct {
+		name string
+		do   func()
+		want float64 // millicores per GiB
+	}{
+		{"the marked pod bound: not a pod without GPU memory", func() { c.UpsertPod(marked) }, 0},
+		{"its claim: 2 cores for 4 GiB", func() {
+			c.UpsertClaim(&kubeinfo.PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
+				MilliCPU: 2000, MemoryMiB: 4096, Demand: gpushare.Demand{{Name: "d", Units: 4, Cards: 1}},
+				Allocation: &gpushare.Allocation{Node: "dra", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}})
+		}, 500},
+		{"an unmarked pod there: one without GPU memory", func() { c.UpsertPod(util.MakePod("web").Requests("1", "1Gi").Node("dra").Obj()) }, (2000*d + 1000) / (4 * d)},
+	} {
+		s.do()
+		c.mu.Lock()
+		got := c.workload.CPUPerUnit()
+		c.mu.Unlock()
+		if diff := cmp.Diff(s.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
+			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
+		}
+	}
+	if _, cards := cardsOf(t, c, "dra"); cards[0] != [2]int64{4, 16} {
+		t.Errorf("the claim holds %v of the DRA card, want 4 of 16 GiB", cards[0])
 	}
 }
 
@@ -1033,20 +1090,20 @@ func TestPendingPodsDoNotSteer(t *testing.T) {
 		c.UpsertPod(util.MakePod(fmt.Sprintf("placed-%d", i)).GPUMem(8).Requests("4", "16Gi").Node("gpu").Obj())
 	}
 	policy := func() *allocator.FragAware {
-		p, err := c.inputs.Load().policy(allocator.NameFragAware)
+		p, err := c.view.Inputs().Policy(allocator.NameFragAware)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p.(*allocator.FragAware)
 	}
-	before, typical := policy().Pressure(), c.inputs.Load().typical
+	before, typical := policy().Pressure(), c.view.Inputs().Typical
 	for i := range 200 {
 		c.UpsertPod(util.MakePod(fmt.Sprintf("never-%d", i)).Namespace(fmt.Sprintf("tenant-%d", i%7)).GPUMem(1).Requests("64", "1Gi").Obj())
 	}
 	if after := policy().Pressure(); after != before {
 		t.Errorf("CPU pressure went from %g to %g with 200 pending pods", before, after)
 	}
-	if diff := cmp.Diff(typical, c.inputs.Load().typical); diff != "" {
+	if diff := cmp.Diff(typical, c.view.Inputs().Typical); diff != "" {
 		t.Errorf("typical requests changed with 200 pending pods (-before +after):\n%s", diff)
 	}
 }
@@ -1065,7 +1122,7 @@ func TestFilterPinsAnUnsettledBind(t *testing.T) {
 		}
 	}
 	raw := util.MakePod("p").GPUMem(10).Obj() // 10 of 16 GiB: a second copy of it never fits beside the first
-	pod := NewPodInfo(raw)
+	pod := kubeinfo.NewPodInfo(raw)
 	all := []string{"n1", "n2", "n3"}
 	assume := func() {
 		t.Helper()
@@ -1131,7 +1188,7 @@ func TestAssumeRefusesADeletedPod(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	early := NewPodInfo(util.MakePod("early").UID("uid-early").GPUMem(6).Obj())
+	early := kubeinfo.NewPodInfo(util.MakePod("early").UID("uid-early").GPUMem(6).Obj())
 	c.DeletePod(early.UID) // the delete arrives between the bind's read of the pod and its hold
 	if _, err := c.Assume(context.Background(), early, "n1"); !errors.Is(err, ErrPodGone) {
 		t.Errorf("Assume after the pod's delete: %v, want ErrPodGone", err)
@@ -1140,7 +1197,7 @@ func TestAssumeRefusesADeletedPod(t *testing.T) {
 		t.Errorf("n1 after the refused Assume (-want +got):\n%s", diff)
 	}
 
-	late := NewPodInfo(util.MakePod("late").UID("uid-late").GPUMem(6).Obj())
+	late := kubeinfo.NewPodInfo(util.MakePod("late").UID("uid-late").GPUMem(6).Obj())
 	if _, err := c.Assume(context.Background(), late, "n1"); err != nil {
 		t.Fatal(err)
 	}

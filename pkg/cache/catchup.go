@@ -5,6 +5,9 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // CatchUp is one catch-up (BeginCatchUp). While it is the cache's current
@@ -54,27 +57,26 @@ func (c *Cache) EndCatchUp(cu *CatchUp) {
 // catch-up. The pod's resourceVersion becomes its floor: informer events
 // older than it (a lagging watch delivering the pod as still pending) are
 // ignored until the informer reaches it.
-func (c *Cache) ApplyQuorum(cu *CatchUp, pod *PodInfo) {
+func (c *Cache) ApplyQuorum(cu *CatchUp, pod *kubeinfo.PodInfo) {
 	rv, ok := resourceVersion(pod.ResourceVersion)
-	c.mu.Lock()
-	if c.catchUp != cu || cu == nil {
-		c.mu.Unlock()
-		return
-	}
-	if seen, applied := cu.applied[pod.UID]; applied && (!ok || seen >= rv) {
-		c.mu.Unlock()
-		return
-	}
-	if ok {
-		c.floor[pod.UID] = rv
-	}
-	c.upsertAndUnlock(pod, true)
+	c.report(c.locked(func() []inspectapi.Ignored {
+		if c.catchUp != cu || cu == nil {
+			return nil
+		}
+		if seen, applied := cu.applied[pod.UID]; applied && (!ok || seen >= rv) {
+			return nil
+		}
+		if ok {
+			c.floor[pod.UID] = rv
+		}
+		return c.upsert(pod, true)
+	}))
 }
 
 // stale reports whether an informer event of pod is older than the version
 // a catch-up applied, and records the event for a catch-up in progress.
 // The caller holds c.mu.
-func (c *Cache) stale(pod *PodInfo) bool {
+func (c *Cache) stale(pod *kubeinfo.PodInfo) bool {
 	rv, ok := resourceVersion(pod.ResourceVersion)
 	if !ok {
 		return false

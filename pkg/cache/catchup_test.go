@@ -10,6 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -17,24 +18,24 @@ import (
 // whatever the lagging informer delivers after it, and an informer event
 // newer than the list wins over it.
 func TestCatchUp(t *testing.T) {
-	pending := func(rv string) *PodInfo {
+	pending := func(rv string) *kubeinfo.PodInfo {
 		p := util.MakePod("a").UID("uid-a").GPUMem(16).Obj()
 		p.ResourceVersion = rv
-		return NewPodInfo(p)
+		return kubeinfo.NewPodInfo(p)
 	}
-	bound := func(rv string) *PodInfo {
+	bound := func(rv string) *kubeinfo.PodInfo {
 		p := util.MakePod("a").UID("uid-a").GPUMem(16).Node("n1").Allocation(&gpushare.Allocation{Node: "n1", Unit: "GiB",
 			Containers: []gpushare.ContainerAllocation{{Name: "c0", Devices: []gpushare.DeviceShare{{Index: 0, Units: 16}}}}}).Obj()
 		p.ResourceVersion = rv
-		return NewPodInfo(p)
+		return kubeinfo.NewPodInfo(p)
 	}
 	type step struct {
-		informer *PodInfo // an informer add or update
-		quorum   *PodInfo // applied by the latest catch-up, or by catch-up `of`
-		delete   bool     // an informer delete of pod a
-		begin    bool     // BeginCatchUp
-		end      bool     // EndCatchUp of the latest catch-up, or of catch-up `of`
-		of       int      // 1: the first catch-up begun, 2: the second...
+		informer *kubeinfo.PodInfo // an informer add or update
+		quorum   *kubeinfo.PodInfo // applied by the latest catch-up, or by catch-up `of`
+		delete   bool              // an informer delete of pod a
+		begin    bool              // BeginCatchUp
+		end      bool              // EndCatchUp of the latest catch-up, or of catch-up `of`
+		of       int               // 1: the first catch-up begun, 2: the second...
 	}
 	for _, tc := range []struct {
 		name  string
@@ -53,7 +54,7 @@ func TestCatchUp(t *testing.T) {
 			steps: []step{{begin: true}, {delete: true}, {quorum: bound("10")}, {end: true}},
 			want:  []int64{0}},
 		{name: "a newer finished event during the catch-up wins over the list",
-			steps: []step{{begin: true}, {informer: func() *PodInfo { p := bound("12"); p.Phase = corev1.PodSucceeded; return p }()}, {quorum: bound("10")}, {end: true}},
+			steps: []step{{begin: true}, {informer: func() *kubeinfo.PodInfo { p := bound("12"); p.Phase = corev1.PodSucceeded; return p }()}, {quorum: bound("10")}, {end: true}},
 			want:  []int64{0}},
 		{name: "a later delete releases the card",
 			steps: []step{{begin: true}, {quorum: bound("10")}, {end: true}, {delete: true}},
@@ -104,7 +105,7 @@ func TestCatchUp(t *testing.T) {
 				t.Errorf("%d floors left, want %d", floors, tc.wantFloors)
 			}
 			// A second 16 GiB pod fits exactly where nothing is charged.
-			_, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(16).Obj()), "n1")
+			_, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(16).Obj()), "n1")
 			if fits := err == nil; fits != (tc.want[0] == 0) {
 				t.Errorf("Assume(b) = %v; the card holds %d", err, tc.want[0])
 			}

@@ -54,7 +54,7 @@
 // A restarted extender rebuilds the same state from the informers' initial
 // list.
 //
-// Catch-up (a replica that just became leader, pkg/leader): Feeder.CatchUp
+// Catch-up (a replica that just became leader, pkg/leader): feed.Feeder.CatchUp
 // reads every bound, unfinished pod with a quorum list and applies it
 // (ApplyQuorum) as an informer event would, except where an informer event
 // applied during the catch-up is newer (or a delete). Each listed pod's
@@ -80,7 +80,7 @@
 // Every card's Used is the sum of what the pods in the cache hold on it
 // (gpushare.Allocation.PerCard), maintained as pods come and go; a node
 // update that changes its inventory annotation, capacity or allocatable
-// rebuilds its cards and re-applies its pods (the Feeder drops the others,
+// rebuilds its cards and re-applies its pods (pkg/feed drops the others,
 // such as heartbeats). Every such change also takes the node out of the
 // cluster's allocator.Holes (partly used cards counted by free memory,
 // which the default policy's waste model reads) and puts it back, so the

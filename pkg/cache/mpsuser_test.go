@@ -11,6 +11,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -46,7 +47,7 @@ func TestMPSUsers(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := NewPodInfo(tc.pod)
+			pod := kubeinfo.NewPodInfo(tc.pod)
 			fit, failed, err := c.Filter(ctx, pod, []string{"n"})
 			if err != nil {
 				t.Fatal(err)

@@ -14,13 +14,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/test/util"
 )
 
 // fakeVictims answers Victims from the pods a test put in the cache and
 // budgets that select pods by their "app" label.
 type fakeVictims struct {
-	pods map[types.UID]*PodInfo
+	pods map[types.UID]*kubeinfo.PodInfo
 	// budgets: budget name -> the app label it covers and what it allows.
 	budgets map[string]fakeBudget
 }
@@ -30,12 +32,12 @@ type fakeBudget struct {
 	allowed int32
 }
 
-func (f *fakeVictims) Victim(_, _ string, uid types.UID) (Victim, bool) {
+func (f *fakeVictims) Victim(_, _ string, uid types.UID) (preempt.Victim, bool) {
 	p, ok := f.pods[uid]
 	if !ok {
-		return Victim{}, false
+		return preempt.Victim{}, false
 	}
-	v := Victim{Priority: p.Priority, StartTime: p.StartTime, Terminating: p.Terminating, GraceSeconds: p.GraceSeconds}
+	v := preempt.Victim{Priority: p.Priority, StartTime: p.StartTime, Terminating: p.Terminating, GraceSeconds: p.GraceSeconds}
 	for name, b := range f.budgets {
 		if p.Labels.Get("app") == b.app {
 			v.Budgets = append(v.Budgets, name)
@@ -59,14 +61,14 @@ func low(name, node string, index int, units int64, prio int32, started int) *co
 func preemptCluster(t *testing.T, clk *clocktesting.FakeClock, nodes []*corev1.Node, pods []*corev1.Pod) (*Cache, *fakeVictims) {
 	t.Helper()
 	c := newCache(t, clk)
-	vs := &fakeVictims{pods: map[types.UID]*PodInfo{}, budgets: map[string]fakeBudget{}}
+	vs := &fakeVictims{pods: map[types.UID]*kubeinfo.PodInfo{}, budgets: map[string]fakeBudget{}}
 	for _, n := range nodes {
 		if err := c.SetNode(n); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range pods {
-		info := NewPodInfo(p)
+		info := kubeinfo.NewPodInfo(p)
 		c.UpsertPodInfo(info)
 		vs.pods[info.UID] = info
 	}
@@ -80,7 +82,7 @@ type planSummary struct {
 	Units   map[int]int64
 }
 
-func summary(p *Plan) *planSummary {
+func summary(p *preempt.Plan) *planSummary {
 	if p == nil {
 		return nil
 	}
@@ -195,7 +197,7 @@ func TestPlanPreemption(t *testing.T) {
 			for _, n := range tc.nodes {
 				names = append(names, n.Name)
 			}
-			plan, err := c.PlanPreemption(context.Background(), NewPodInfo(tc.pod), names, vs)
+			plan, err := c.PlanPreemption(context.Background(), kubeinfo.NewPodInfo(tc.pod), names, vs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,11 +223,11 @@ func terminating(p *corev1.Pod) *corev1.Pod {
 func TestReservationLifecycle(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	setup := func(t *testing.T) (*Cache, *PodInfo, *Plan) {
+	setup := func(t *testing.T) (*Cache, *kubeinfo.PodInfo, *preempt.Plan) {
 		t.Helper()
 		c, vs := preemptCluster(t, clk, []*corev1.Node{util.MakeNode("n1").Cards("T4", 16, 16).Obj(), util.MakeNode("n2").Cards("T4", 16).Obj()},
 			[]*corev1.Pod{low("a", "n1", 0, 9, 0, 1), low("b", "n1", 1, 9, 0, 2), low("c", "n2", 0, 12, 0, 3)})
-		high := NewPodInfo(util.MakePod("high").GPUMem(14).Requests("1", "1Gi").Priority(1000).Obj())
+		high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(14).Requests("1", "1Gi").Priority(1000).Obj())
 		plan, err := c.PlanPreemption(ctx, high, []string{"n1"}, vs)
 		if err != nil || plan == nil {
 			t.Fatalf("plan = %v, %v", plan, err)
@@ -235,10 +237,10 @@ func TestReservationLifecycle(t *testing.T) {
 		}
 		return c, high, plan
 	}
-	other := NewPodInfo(util.MakePod("other").GPUMem(2).Obj())
+	other := kubeinfo.NewPodInfo(util.MakePod("other").GPUMem(2).Obj())
 	// fits is Filter's answer for p on n1; FilterBest's (scoreNodes, which
 	// fits several chunks of nodes at once) must agree.
-	fits := func(t *testing.T, c *Cache, p *PodInfo) []string {
+	fits := func(t *testing.T, c *Cache, p *kubeinfo.PodInfo) []string {
 		t.Helper()
 		fit, _, err := c.Filter(ctx, p, []string{"n1"})
 		if err != nil {
@@ -274,7 +276,7 @@ func TestReservationLifecycle(t *testing.T) {
 		if got := fits(t, c, high); len(got) != 1 {
 			t.Errorf("the pod does not fit in its own room")
 		}
-		big := NewPodInfo(util.MakePod("big").GPUMem(10).Priority(2000).Obj())
+		big := kubeinfo.NewPodInfo(util.MakePod("big").GPUMem(10).Priority(2000).Obj())
 		if got := fits(t, c, big); len(got) != 0 {
 			t.Errorf("another pod fits in the reserved room: %v", got)
 		}
@@ -366,7 +368,7 @@ func TestReservationLifecycle(t *testing.T) {
 		c, _ := preemptCluster(t, clk, []*corev1.Node{util.MakeNode("n1").Cards("T4", 16).Obj()}, []*corev1.Pod{low("a", "n1", 0, 4, 0, 1)})
 		cpu := util.MakePod("cpu").Node("n1").Requests("1", "1Gi").Obj() // kube-scheduler evicts it for its CPU
 		c.UpsertPod(cpu)
-		high := NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
+		high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
 		hold := c.HoldNow(ctx, high, "n1")
 		if hold == nil {
 			t.Fatal("HoldNow = nil; the cards fit")
@@ -389,7 +391,7 @@ func TestReservationLifecycle(t *testing.T) {
 	t.Run("a stale plan is refused", func(t *testing.T) {
 		c, vs := preemptCluster(t, clk, []*corev1.Node{util.MakeNode("n1").Cards("T4", 16, 16).Obj()},
 			[]*corev1.Pod{low("a", "n1", 0, 9, 0, 1), low("b", "n1", 1, 9, 0, 2)})
-		high := NewPodInfo(util.MakePod("high").GPUMem(14).Priority(1000).Obj())
+		high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(14).Priority(1000).Obj())
 		plan, err := c.PlanPreemption(ctx, high, []string{"n1"}, vs)
 		if err != nil || plan == nil {
 			t.Fatalf("plan = %v, %v", plan, err)
@@ -402,13 +404,13 @@ func TestReservationLifecycle(t *testing.T) {
 
 	t.Run("victims of a reservation are not evicted twice", func(t *testing.T) {
 		c, _, _ := setup(t)
-		vs := &fakeVictims{pods: map[types.UID]*PodInfo{}}
+		vs := &fakeVictims{pods: map[types.UID]*kubeinfo.PodInfo{}}
 		for _, p := range []*corev1.Pod{low("a", "n1", 0, 9, 0, 1), low("b", "n1", 1, 9, 0, 2)} {
-			vs.pods[p.UID] = NewPodInfo(p)
+			vs.pods[p.UID] = kubeinfo.NewPodInfo(p)
 		}
 		// A second pod of the same size: b's room is the first one's, so
 		// only a can go for it.
-		second := NewPodInfo(util.MakePod("second").UID("uid-second").GPUMem(14).Priority(1000).Obj())
+		second := kubeinfo.NewPodInfo(util.MakePod("second").UID("uid-second").GPUMem(14).Priority(1000).Obj())
 		plan, err := c.PlanPreemption(ctx, second, []string{"n1"}, vs)
 		if err != nil {
 			t.Fatal(err)
@@ -423,7 +425,7 @@ func TestReservationLifecycle(t *testing.T) {
 func TestHoldNow(t *testing.T) {
 	c, _ := preemptCluster(t, clocktesting.NewFakeClock(time.Unix(1000, 0)), []*corev1.Node{util.MakeNode("n1").Cards("T4", 16).Obj()},
 		[]*corev1.Pod{low("a", "n1", 0, 9, 0, 1)})
-	pod := NewPodInfo(util.MakePod("high").GPUMem(6).Priority(1000).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(6).Priority(1000).Obj())
 	plan := c.HoldNow(context.Background(), pod, "n1")
 	if diff := cmp.Diff(&planSummary{Node: "n1", Units: map[int]int64{0: 6}}, summary(plan)); diff != "" {
 		t.Fatalf("HoldNow (-want +got):\n%s", diff)
@@ -434,7 +436,7 @@ func TestHoldNow(t *testing.T) {
 	if diff := cmp.Diff([]int64{15}, used(t, c, "n1")); diff != "" {
 		t.Errorf("cards (-want +got):\n%s", diff)
 	}
-	if c.HoldNow(context.Background(), NewPodInfo(util.MakePod("big").GPUMem(8).Obj()), "n1") != nil {
+	if c.HoldNow(context.Background(), kubeinfo.NewPodInfo(util.MakePod("big").GPUMem(8).Obj()), "n1") != nil {
 		t.Error("HoldNow of a pod that does not fit")
 	}
 }
@@ -446,7 +448,7 @@ type cancellingVictims struct {
 	cancel context.CancelFunc
 }
 
-func (c cancellingVictims) Victim(ns, name string, uid types.UID) (Victim, bool) {
+func (c cancellingVictims) Victim(ns, name string, uid types.UID) (preempt.Victim, bool) {
 	c.cancel()
 	return c.fakeVictims.Victim(ns, name, uid)
 }
@@ -468,7 +470,7 @@ func TestPlanPreemptionStopsAtItsContext(t *testing.T) {
 	defer cancel()
 	// 17 GiB fits no card: without its context ending the plan would look
 	// at every node and find nothing.
-	_, err := c.PlanPreemption(ctx, NewPodInfo(util.MakePod("high").GPUMem(17).Priority(1000).Obj()), names, cancellingVictims{vs, cancel})
+	_, err := c.PlanPreemption(ctx, kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(17).Priority(1000).Obj()), names, cancellingVictims{vs, cancel})
 	if err == nil || !strings.Contains(err.Error(), "stopped after 1 of 5 nodes") {
 		t.Errorf("PlanPreemption with its context ended on the first node = %v, want it stopped after 1 of 5 nodes", err)
 	}
@@ -489,18 +491,18 @@ func TestLowestPriority(t *testing.T) {
 		}
 	}
 	check("empty", 0, false)
-	a, b := NewPodInfo(low("a", "n1", 0, 4, 10, 1)), NewPodInfo(low("b", "n1", 1, 4, 5, 1))
+	a, b := kubeinfo.NewPodInfo(low("a", "n1", 0, 4, 10, 1)), kubeinfo.NewPodInfo(low("b", "n1", 1, 4, 5, 1))
 	c.UpsertPodInfo(a)
 	c.UpsertPodInfo(b)
 	check("two bound pods", 5, true)
-	high := NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
-	if err := c.Reserve(&Plan{Namespace: "default", Name: "high", UID: high.UID, Node: "n1", Units: map[int]int64{0: 8}, gen: c.nodes["n1"].gen}, time.Minute); err != nil {
+	high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
+	if err := c.Reserve(&preempt.Plan{Namespace: "default", Name: "high", UID: high.UID, Node: "n1", Units: map[int]int64{0: 8}, Gen: c.nodes["n1"].gen}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	check("a reservation of priority 1000 counts for nothing", 5, true)
 	c.DeletePod(b.UID)
 	check("the lowest gone", 10, true)
-	assumed := NewPodInfo(util.MakePod("mid").GPUMem(2).Priority(7).Obj())
+	assumed := kubeinfo.NewPodInfo(util.MakePod("mid").GPUMem(2).Priority(7).Obj())
 	if _, err := c.Assume(context.Background(), assumed, "n1"); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +522,7 @@ func TestFitsOutside(t *testing.T) {
 		util.MakeNode("free").Cards("T4", 16).Host("8", "32Gi").Obj(),
 	}
 	c, _ := preemptCluster(t, clocktesting.NewFakeClock(time.Unix(0, 0)), nodes, []*corev1.Pod{low("a", "full", 0, 9, 0, 1)})
-	pod := NewPodInfo(util.MakePod("p").GPUMem(14).Requests("2", "1Gi").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(14).Requests("2", "1Gi").Obj())
 	tests := []struct {
 		name   string
 		usable func(string) bool

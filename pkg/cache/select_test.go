@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -85,7 +86,7 @@ func TestFilterReasons(t *testing.T) {
 	}
 	var b strings.Builder
 	for _, p := range pods {
-		info := NewPodInfo(p)
+		info := kubeinfo.NewPodInfo(p)
 		fit, failed, err := c.Filter(context.Background(), info, names)
 		if err != nil {
 			t.Fatalf("Filter(%s): %v", p.Name, err)
@@ -136,7 +137,7 @@ func TestAssumeHonoursConstraints(t *testing.T) {
 		{util.MakePod("c1").GPUMem(4).Annotation(gpushare.AnnotationGPUUUIDsExcluded, "GPU-t4-0").Obj(), "t4", []gpushare.DeviceShare{{Index: 1, UUID: "GPU-t4-1", Units: 4}}},
 	}
 	for _, tc := range tests {
-		a, err := c.Assume(context.Background(), NewPodInfo(tc.pod), tc.node)
+		a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(tc.pod), tc.node)
 		if err != nil {
 			t.Fatalf("Assume(%s, %s): %v", tc.pod.Name, tc.node, err)
 		}
@@ -145,11 +146,11 @@ func TestAssumeHonoursConstraints(t *testing.T) {
 		}
 	}
 	var fe *allocator.FitError
-	if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("d").GPUMem(4).GPUModels("H100*").Obj()), "t4"); !errors.As(err, &fe) ||
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("d").GPUMem(4).GPUModels("H100*").Obj()), "t4"); !errors.As(err, &fe) ||
 		!strings.Contains(fe.Reason, "all 2 GPUs excluded (model Tesla T4 not H100*: 2)") {
 		t.Errorf("Assume of an H100 pod on T4s: err = %v, want a FitError counting the excluded cards", err)
 	}
-	if _, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("e").GPUMem(4).Obj()), "typo"); !errors.As(err, &fe) || !strings.Contains(fe.Reason, "takes no new GPU pods") {
+	if _, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("e").GPUMem(4).Obj()), "typo"); !errors.As(err, &fe) || !strings.Contains(fe.Reason, "takes no new GPU pods") {
 		t.Errorf("Assume on a node with an invalid cordon: err = %v, want a FitError saying it takes no new pods", err)
 	}
 }
@@ -158,7 +159,7 @@ func TestAssumeHonoursConstraints(t *testing.T) {
 // nowhere, and every verb says why, naming the pod.
 func TestInvalidConstraints(t *testing.T) {
 	c, names := selectCluster(t)
-	info := NewPodInfo(util.MakePod("bad").GPUMem(4).Annotation(gpushare.AnnotationGPUUUIDs, "GPU-*").Obj())
+	info := kubeinfo.NewPodInfo(util.MakePod("bad").GPUMem(4).Annotation(gpushare.AnnotationGPUUUIDs, "GPU-*").Obj())
 	want := `pod default/bad: invalid gpushare annotation gpushare.io/gpu-uuids: "GPU-*" is not a UUID; UUIDs are matched exactly, without patterns or spaces; it fits no node until the annotation is fixed`
 	check := func(verb string, err error) {
 		t.Helper()
@@ -194,12 +195,12 @@ func TestCordonKeepsRunningPods(t *testing.T) {
 	if len(v.Ignored) != 0 || v.Cards[0].Used != 6 || !v.Cards[0].Cordoned || v.Cards[1].Cordoned {
 		t.Errorf("after the cordon: %+v, want running still charged 6 on the cordoned card 0", v)
 	}
-	_, failed, err := c.Filter(context.Background(), NewPodInfo(util.MakePod("wide").GPUMemCards(20, 2).Obj()), []string{"n1"})
+	_, failed, err := c.Filter(context.Background(), kubeinfo.NewPodInfo(util.MakePod("wide").GPUMemCards(20, 2).Obj()), []string{"n1"})
 	want := "container c0 needs 10 GiB on each of 2 GPUs; 1 GPU excluded (cordoned by the operator: 1); 1 of 1 eligible healthy GPUs have that much free"
 	if err != nil || failed["n1"] != want {
 		t.Errorf("Filter reason %q (err %v), want %q", failed["n1"], err, want)
 	}
-	a, err := c.Assume(context.Background(), NewPodInfo(util.MakePod("new").GPUMem(10).Obj()), "n1")
+	a, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("new").GPUMem(10).Obj()), "n1")
 	if err != nil || a.Containers[0].Devices[0].Index != 1 {
 		t.Fatalf("Assume = %+v, %v; want card 1 (card 0, fuller, is cordoned)", a, err)
 	}
@@ -207,7 +208,7 @@ func TestCordonKeepsRunningPods(t *testing.T) {
 	if err := c.SetNode(n.Annotation(gpushare.AnnotationCordonedGPUs, "").Obj()); err != nil {
 		t.Fatal(err)
 	}
-	a, err = c.Assume(context.Background(), NewPodInfo(util.MakePod("later").GPUMem(10).Obj()), "n1")
+	a, err = c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("later").GPUMem(10).Obj()), "n1")
 	if err != nil || a.Containers[0].Devices[0].Index != 0 {
 		t.Fatalf("Assume after uncordoning = %+v, %v; want card 0", a, err)
 	}
@@ -242,11 +243,11 @@ func TestInspectShowsCordons(t *testing.T) {
 }
 
 func TestNewPodInfoConstraints(t *testing.T) {
-	info := NewPodInfo(util.MakePod("p").GPUMem(4).GPUModels("A100*", "H100*").Obj())
+	info := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).GPUModels("A100*", "H100*").Obj())
 	if diff := cmp.Diff(&gpushare.CardConstraints{Models: []string{"A100*", "H100*"}}, info.Constraints); diff != "" || info.ConstraintsErr != nil {
 		t.Errorf("constraints (-want +got):\n%s\nerr %v", diff, info.ConstraintsErr)
 	}
-	info = NewPodInfo(util.MakePod("q").GPUMem(4).GPUModels("").Obj())
+	info = kubeinfo.NewPodInfo(util.MakePod("q").GPUMem(4).GPUModels("").Obj())
 	if info.Constraints != nil || !errors.Is(info.ConstraintsErr, gpushare.ErrInvalid) {
 		t.Errorf("empty gpu-models: constraints %v err %v, want ErrInvalid", info.Constraints, info.ConstraintsErr)
 	}

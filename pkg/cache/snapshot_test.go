@@ -18,8 +18,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gpushare/gpushare/pkg/allocator"
-
+	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -43,11 +44,11 @@ func TestReadersSeeEveryChange(t *testing.T) {
 			c.UpsertPod(util.MakePod("a").UID("uid-a").GPUMem(4).Requests("1", "1Gi").Allocation(alloc).Node("n1").Obj())
 		}},
 		{"a bind's assumption", func() {
-			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Requests("1", "1Gi").Obj()), "n2")
+			_, _ = c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Requests("1", "1Gi").Obj()), "n2")
 		}},
 		{"forgotten", func() { c.Forget("uid-b") }},
 		{"assumed again and bound", func() {
-			_, _ = c.Assume(context.Background(), NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Obj()), "n2")
+			_, _ = c.Assume(context.Background(), kubeinfo.NewPodInfo(util.MakePod("b").UID("uid-b").GPUMem(8).Obj()), "n2")
 			c.FinishBinding("uid-b")
 		}},
 		{"expired unconfirmed", func() { clk.Step(time.Hour); c.Expire() }},
@@ -73,8 +74,8 @@ func TestReadersTakeNoLock(t *testing.T) {
 	if err := c.SetNode(util.MakeNode("n1").Host("16", "64Gi").Cards("T4", 16, 16).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
-	cpu := NewPodInfo(util.MakePod("c").Requests("1", "1Gi").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	cpu := kubeinfo.NewPodInfo(util.MakePod("c").Requests("1", "1Gi").Obj())
 	ctx := context.Background()
 	verbs := map[string]func() error{
 		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, []string{"n1"}); return err },
@@ -113,7 +114,7 @@ func TestAssumeUnderChurn(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 50 {
-				pod := NewPodInfo(util.MakePod(fmt.Sprintf("b%d-%d", w, i)).UID(fmt.Sprintf("b%d-%d", w, i)).GPUMem(int64(1 + (i+w)%5)).Obj())
+				pod := kubeinfo.NewPodInfo(util.MakePod(fmt.Sprintf("b%d-%d", w, i)).UID(fmt.Sprintf("b%d-%d", w, i)).GPUMem(int64(1 + (i+w)%5)).Obj())
 				_, _ = c.Assume(context.Background(), pod, nodes[i%2])
 				if i%3 == 0 {
 					c.Forget(pod.UID)
@@ -164,13 +165,13 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	pod := NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj())
 	for name, verb := range map[string]func() error{
 		"Filter":     func() error { _, _, err := c.Filter(ctx, pod, names); return err },
 		"FilterBest": func() error { _, _, err := c.FilterBest(ctx, pod, names); return err },
 		"Score":      func() error { _, err := c.Score(ctx, pod, names); return err },
 		"ScoreCPU": func() error {
-			_, err := c.ScoreCPU(ctx, NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names)
+			_, err := c.ScoreCPU(ctx, kubeinfo.NewPodInfo(util.MakePod("c").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj()), names)
 			return err
 		},
 	} {
@@ -183,8 +184,8 @@ func TestVerbsStopWithTheirContext(t *testing.T) {
 			t.Errorf("%s with its context ended = %v, want it stopped after fewer than 300 nodes", name, err)
 			continue
 		}
-		if done, _ := strconv.Atoi(m[1]); done < ctxCheckNodes-1 || done >= ctxCheckNodes+fitBlock {
-			t.Errorf("%s with its context ended stopped after %d nodes, want its first look, after %d..%d", name, done, ctxCheckNodes-1, ctxCheckNodes+fitBlock-1)
+		if done, _ := strconv.Atoi(m[1]); done < view.CtxCheckNodes-1 || done >= view.CtxCheckNodes+view.FitBlock {
+			t.Errorf("%s with its context ended stopped after %d nodes, want its first look, after %d..%d", name, done, view.CtxCheckNodes-1, view.CtxCheckNodes+view.FitBlock-1)
 		}
 	}
 }
@@ -196,7 +197,7 @@ func TestParallelVerbsStopWithTheirContext(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	var names []string
-	for i := range 2 * parallelMinNodes {
+	for i := range 2 * view.ParallelMinNodes {
 		names = append(names, fmt.Sprintf("n%04d", i))
 		if err := c.SetNode(util.MakeNode(names[i]).Cards("T4", 16).Obj()); err != nil {
 			t.Fatal(err)
@@ -204,62 +205,13 @@ func TestParallelVerbsStopWithTheirContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, _, err := c.FilterBest(ctx, NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), names)
+	_, _, err := c.FilterBest(ctx, kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), names)
 	m := regexp.MustCompile(`pod default/p: stopped after (\d+) of 2048 nodes`).FindStringSubmatch(fmt.Sprint(err))
 	if !errors.Is(err, context.Canceled) || m == nil {
 		t.Fatalf("FilterBest with its context ended = %v, want it stopped after fewer than 2048 nodes", err)
 	}
-	if done, _ := strconv.Atoi(m[1]); done >= 2*parallelChunk {
-		t.Errorf("FilterBest with its context ended stopped after %d nodes, want its goroutines' first looks, before %d", done, 2*parallelChunk)
-	}
-}
-
-// TestNodeIndex: the index answers as a plain map would through adds and
-// removals (a removed node's slot dies), across the rebuilds of its base,
-// and an older index answers as it did, but for the nodes removed since.
-func TestNodeIndex(t *testing.T) {
-	x := &nodeIndex{}
-	ref := map[string]*nodeSlot{}
-	var old *nodeIndex
-	oldRef := map[string]*nodeSlot{}
-	live := func() *nodeSlot {
-		s := &nodeSlot{}
-		s.snap.Store(&nodeSnap{})
-		return s
-	}
-	for i := range 3 * maxRecent {
-		name := fmt.Sprintf("n%d", i%(maxRecent+50))
-		if slot := ref[name]; slot != nil {
-			if i%3 == 0 {
-				slot.snap.Store(nil) // removed
-				delete(ref, name)
-			}
-			continue
-		}
-		ref[name] = live()
-		x = x.with(name, ref[name])
-		if i == maxRecent/2 {
-			old = x
-			for k, v := range ref {
-				oldRef[k] = v
-			}
-		}
-		if len(x.recent) > maxRecent {
-			t.Fatalf("after %d changes recent holds %d, over %d", i+1, len(x.recent), maxRecent)
-		}
-	}
-	for i := range maxRecent + 60 {
-		name := fmt.Sprintf("n%d", i)
-		if got, want := x.lookup(name), ref[name]; got != want {
-			t.Errorf("lookup(%s) = %p, want %p", name, got, want)
-		}
-		want := oldRef[name]
-		if want != nil && want.snap.Load() == nil {
-			want = nil // removed since
-		}
-		if got := old.lookup(name); got != want {
-			t.Errorf("the older index's lookup(%s) = %p, want %p", name, got, want)
-		}
+	if done, _ := strconv.Atoi(m[1]); done >= 2*view.ParallelChunk {
+		t.Errorf("FilterBest with its context ended stopped after %d nodes, want its goroutines' first looks, before %d", done, 2*view.ParallelChunk)
 	}
 }
 
@@ -276,7 +228,7 @@ func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
 		}
 	}
 	rotated := append(slices.Clone(names[170:]), names[:170]...)
-	best, failed, err := c.FilterBest(context.Background(), NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), rotated)
+	best, failed, err := c.FilterBest(context.Background(), kubeinfo.NewPodInfo(util.MakePod("p").GPUMem(4).Obj()), rotated)
 	if err != nil || len(failed) > 0 {
 		t.Fatalf("FilterBest: %v, failed %v", err, failed)
 	}
@@ -291,7 +243,7 @@ func TestFilterBestPassesAtMostMaxBestNodes(t *testing.T) {
 func TestParallelScoringMatchesSequential(t *testing.T) {
 	c := newCache(t, clocktesting.NewFakeClock(time.Unix(1000, 0)))
 	var names []string
-	for i := range 3 * parallelMinNodes {
+	for i := range 3 * view.ParallelMinNodes {
 		names = append(names, fmt.Sprintf("n%04d", i))
 		if err := c.SetNode(util.MakeNode(names[i]).Host("32", "128Gi").Cards("T4", 16, 16, 16, 16).Obj()); err != nil {
 			t.Fatal(err)
@@ -304,15 +256,14 @@ func TestParallelScoringMatchesSequential(t *testing.T) {
 		}
 	}
 	names = append(names, "unknown") // fails, with its reason
-	pod := NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("q").GPUMem(8).Requests("2", "4Gi").Annotation(gpushare.AnnotationPolicy, "fragaware").Obj())
 	run := func(procs int) ([]float64, []bool, map[string]string) {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-		ev, err := c.evaluate(context.Background(), pod, names)
+		raw, fits, failed, err := c.view.Evaluate(context.Background(), pod, names)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ev.release()
-		return slices.Clone(ev.raw), slices.Clone(ev.fits), ev.failed(names)
+		return raw, fits, failed
 	}
 	s1, f1, r1 := run(1)
 	s4, f4, r4 := run(4)

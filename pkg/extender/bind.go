@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // PodAPI is the part of the Kubernetes API the binder uses.
@@ -32,7 +33,7 @@ type PodAPI interface {
 
 // PodCache reads pods from an informer cache; it may be stale or miss new pods.
 type PodCache interface {
-	Pod(namespace, name string) (*cache.PodInfo, bool)
+	Pod(namespace, name string) (*kubeinfo.PodInfo, bool)
 }
 
 // maxConflictRetries bounds the re-read-and-bind attempts of one bind.
@@ -182,7 +183,7 @@ func BindResultOf(err error) string {
 
 // pod returns the pod from the informer cache, or from the API when the
 // cache misses it or holds an older pod of the same name.
-func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*cache.PodInfo, error) {
+func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*kubeinfo.PodInfo, error) {
 	if p, ok := b.pods.Pod(namespace, name); ok && (uid == "" || p.UID == uid) {
 		return p, nil
 	}
@@ -193,7 +194,7 @@ func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID)
 	if uid != "" && p.UID != uid {
 		return nil, withResult(BindConflict, fmt.Errorf("pod %s/%s has UID %s, the scheduler asked to bind %s (deleted and re-created?)", namespace, name, p.UID, uid))
 	}
-	return cache.NewPodInfo(p), nil
+	return kubeinfo.NewPodInfo(p), nil
 }
 
 // annotations returns what bind writes on the pod.
@@ -233,7 +234,7 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]string, err
 // shows the pod bound (or gone, or bound elsewhere) settles it. When the
 // pod cannot be read, or every try ends with the pod still unbound while
 // such a request may be running, the outcome is unknown.
-func (b *Binder) bind(ctx context.Context, pod *cache.PodInfo, node string, alloc *gpushare.Allocation) (outcome, error) {
+func (b *Binder) bind(ctx context.Context, pod *kubeinfo.PodInfo, node string, alloc *gpushare.Allocation) (outcome, error) {
 	ann, err := b.annotations(alloc)
 	if err != nil {
 		return notBound, err
@@ -295,7 +296,7 @@ func (e *notLeaderError) Error() string { return e.err.Error() }
 func (e *notLeaderError) Unwrap() error { return e.err }
 
 // write sends one Binding, fenced to this replica's term when b.Fence is set.
-func (b *Binder) write(ctx context.Context, pod *cache.PodInfo, node string, ann map[string]string) error {
+func (b *Binder) write(ctx context.Context, pod *kubeinfo.PodInfo, node string, ann map[string]string) error {
 	if b.Fence == nil {
 		return b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
 	}

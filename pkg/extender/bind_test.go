@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -96,7 +97,7 @@ func (f *fakeAPI) Bind(ctx context.Context, ns, name string, uid types.UID, node
 // noCache misses every pod, so the binder reads from the API.
 type noCache struct{}
 
-func (noCache) Pod(_, _ string) (*cache.PodInfo, bool) { return nil, false }
+func (noCache) Pod(_, _ string) (*kubeinfo.PodInfo, bool) { return nil, false }
 
 func newBinderFixture(t *testing.T, api *fakeAPI) (*Binder, *cache.Cache) {
 	t.Helper()
@@ -306,7 +307,7 @@ func TestBindAmbiguousAnswers(t *testing.T) {
 			}
 			if tc.wantUsed > 0 {
 				// The held card goes to no other pod.
-				other := cache.NewPodInfo(util.MakePod("q").GPUMem(16).Obj())
+				other := kubeinfo.NewPodInfo(util.MakePod("q").GPUMem(16).Obj())
 				if _, err := c.Assume(context.Background(), other, "n1"); err == nil {
 					t.Error("another pod was given the card the bind may hold")
 				}
@@ -367,7 +368,7 @@ func TestBindRetrySettlesAnUnknownOutcome(t *testing.T) {
 			held, _ := c.Inspect("n1")
 
 			// The scheduler tries the pod again, pending as it last saw it.
-			info := cache.NewPodInfo(pod)
+			info := kubeinfo.NewPodInfo(pod)
 			best, failed, err := c.FilterBest(ctx, info, []string{"n2", "n1"})
 			if err != nil {
 				t.Fatal(err)
@@ -388,7 +389,7 @@ func TestBindRetrySettlesAnUnknownOutcome(t *testing.T) {
 			if diff := cmp.Diff(held[0].Cards[0].Pods[0].Units, now[0].Cards[0].Pods[0].Units); diff != "" || now[0].Used != 4 {
 				t.Errorf("n1's cards after the second bind: %+v, want the first bind's 4 GiB", now[0].Cards)
 			}
-			if got := now[0].Cards[0].Pods[0].State; got != cache.StateBound {
+			if got := now[0].Cards[0].Pods[0].State; got != string(cache.StateBound) {
 				t.Errorf("p is %q after the second bind, want %q", got, cache.StateBound)
 			}
 			// Settled: the pod is no longer sent to n1 alone.

@@ -12,13 +12,14 @@ import (
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // ClaimSource reads the ResourceClaims the extender's informer holds
-// (cache.Feeder with EnableDRA).
+// (feed.Feeder with EnableDRA).
 type ClaimSource interface {
 	// Claim returns namespace/name; ok is false when it is not known (yet).
 	Claim(namespace, name string) (*resourcev1.ResourceClaim, bool)
@@ -26,7 +27,7 @@ type ClaimSource interface {
 	DRAUnit() string
 }
 
-var _ ClaimSource = (*cache.Feeder)(nil)
+var _ ClaimSource = (*feed.Feeder)(nil)
 
 // draDemand returns the demand of a claim pod: the memory its one claim
 // of the driver's DeviceClass asks (draview.RequestBytes), on one card, in
@@ -35,7 +36,7 @@ var _ ClaimSource = (*cache.Feeder)(nil)
 // claim from its template before kube-scheduler tries the pod, but the
 // informer may lag) or none of them, or more than one, asks memory of one
 // card of the driver.
-func draDemand(pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+func draDemand(pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var found []string
 	var bytes int64
 	for _, rc := range pod.Spec.ResourceClaims {
@@ -89,7 +90,7 @@ const (
 
 // awaitClaim calls draDemand until the pod's claims are all in the
 // informer, claimWait has passed or ctx ends, and returns its last error.
-func awaitClaim(ctx context.Context, pod *corev1.Pod, info *cache.PodInfo, claims ClaimSource) error {
+func awaitClaim(ctx context.Context, pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, claimPoll, claimWait, true, func(context.Context) (bool, error) {
 		err = draDemand(pod, info, claims)

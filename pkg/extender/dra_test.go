@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/draclaim"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -92,7 +93,7 @@ func TestFilterDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 8 GiB on dra-busy's card 1, the first in its slice.
-	c.UpsertClaim(&cache.PodInfo{Name: "held", Namespace: "default", UID: "held", NodeName: "dra-busy", Phase: corev1.PodRunning, LegacyIndex: -1,
+	c.UpsertClaim(&kubeinfo.PodInfo{Name: "held", Namespace: "default", UID: "held", NodeName: "dra-busy", Phase: corev1.PodRunning, LegacyIndex: -1,
 		Demand:     gpushare.Demand{{Name: "d", Units: 8, Cards: 1}},
 		Allocation: &gpushare.Allocation{Node: "dra-busy", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 1, Units: 8}}}}}})
 	all := []string{"dra-free", "dra-busy", "plugin"}

@@ -5,18 +5,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/feed"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// NodeReader reads the cluster's nodes from an informer (cache.Feeder).
+// NodeReader reads the cluster's nodes from an informer (feed.Feeder).
 type NodeReader interface {
 	// Node returns node name, ok false when the informer lacks it.
-	Node(name string) (*cache.NodeInfo, bool)
+	Node(name string) (*kubeinfo.NodeInfo, bool)
 	// NodeCount is the number of nodes, with or without GPUs.
 	NodeCount() int
 }
 
-var _ NodeReader = (*cache.Feeder)(nil)
+var _ NodeReader = (*feed.Feeder)(nil)
 
 // nodeFilter is what kube-scheduler's own filters ask of a node for one
 // pod beyond its resources: NodeUnschedulable (not cordoned, unless the pod
@@ -40,7 +41,7 @@ func newNodeFilter(pod *corev1.Pod) *nodeFilter {
 }
 
 // usable reports whether n passes the filters for the pod.
-func (f *nodeFilter) usable(n *cache.NodeInfo) bool {
+func (f *nodeFilter) usable(n *kubeinfo.NodeInfo) bool {
 	if n.Unschedulable && !f.tolerates(unschedulableTaint) {
 		return false
 	}

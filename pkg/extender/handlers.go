@@ -19,6 +19,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -206,7 +208,7 @@ func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 // searching runs fn holding a search slot when pod's cards need a search
 // (allocator.Searches), else at once; it fails, naming the pod, when ctx
 // ends first.
-func (h *Handlers) searching(ctx context.Context, pod *cache.PodInfo, fn func() error) error {
+func (h *Handlers) searching(ctx context.Context, pod *kubeinfo.PodInfo, fn func() error) error {
 	if pod.Demand == nil || !allocator.Searches(pod.Demand) {
 		return fn()
 	}
@@ -286,11 +288,11 @@ func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
 // memory) and the node names. A pod that asks no gpu-mem is an error unless
 // cpuOK (its Demand is then nil). Invalid card annotations are an error: the
 // pod fits no node until they are fixed.
-func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*cache.PodInfo, []string, error) {
+func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*kubeinfo.PodInfo, []string, error) {
 	if args.Pod == nil {
 		return nil, nil, errors.New("request has no pod")
 	}
-	info := cache.NewPodInfo(args.Pod)
+	info := kubeinfo.NewPodInfo(args.Pod)
 	if info.Demand == nil {
 		_, err := gpushare.PodDemand(args.Pod) // say why
 		if !cpuOK || !errors.Is(err, gpushare.ErrNoGPUMem) {
@@ -488,11 +490,7 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 }
 
 // InspectResult is the body of GET /inspect and /inspect/:node.
-type InspectResult struct {
-	Nodes []cache.NodeView `json:"nodes"`
-	// DefaultPolicy is the extender's scoring policy.
-	DefaultPolicy string `json:"defaultPolicy"`
-}
+type InspectResult = inspectapi.Result
 
 func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
 	node := ps.ByName("node")

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -40,7 +41,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 type fixture struct {
 	client  *fake.Clientset
 	cache   *cache.Cache
-	feeder  *cache.Feeder
+	feeder  *feed.Feeder
 	h       *Handlers
 	handler http.Handler // h.Router()
 }
@@ -97,7 +98,7 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feeder, err := cache.NewFeeder(ctx, c, client)
+	feeder, err := feed.New(ctx, c, client)
 	if err != nil {
 		t.Fatal(err)
 	}

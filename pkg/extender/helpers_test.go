@@ -3,7 +3,7 @@ package extender
 import (
 	"testing"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/preempt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,4 +35,4 @@ func ktestingLogger(t testing.TB) klog.Logger {
 }
 
 // victimsFor is what p hands PlanPreemption for one plan.
-func victimsFor(p *Preemptor) cache.Victims { return p.victims.forPlan() }
+func victimsFor(p *Preemptor) preempt.Victims { return p.victims.forPlan() }

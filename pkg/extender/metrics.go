@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // Bind results, the values of gpushare_extender_binds_total's label result.
@@ -114,12 +115,12 @@ const (
 
 var cardFamilies = []struct {
 	name, help string
-	value      func(c *cache.CardView) int64
+	value      func(c *inspectapi.Card) int64
 }{
 	{CardMemoryMetric, "Memory of a GPU card as the extender counts it (whole units of its node's unit), in bytes.",
-		func(c *cache.CardView) int64 { return c.Total }},
+		func(c *inspectapi.Card) int64 { return c.Total }},
 	{CardAllocatedMetric, "GPU memory held on a card by pods (assumed or bound), in bytes; may exceed the card's memory when a node shrank under running pods.",
-		func(c *cache.CardView) int64 { return c.Used }},
+		func(c *inspectapi.Card) int64 { return c.Used }},
 }
 
 // serveMetrics answers GET /metrics in the Prometheus text format: the
@@ -156,7 +157,7 @@ func (m *metrics) serveMetrics(c *cache.Cache, w http.ResponseWriter, r *http.Re
 }
 
 // writeCards writes the card gauges of views in the text format.
-func writeCards(w *bufio.Writer, views []cache.NodeView) {
+func writeCards(w *bufio.Writer, views []inspectapi.Node) {
 	buf := make([]byte, 0, 256)
 	for _, fam := range cardFamilies {
 		buf = append(buf[:0], "# HELP "...)

@@ -25,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -219,7 +220,7 @@ func BenchmarkScrape(b *testing.B) {
 // TestCardLinesParse: the card gauges, written by hand, parse as the text
 // format with any label value a node name, UUID or model may carry.
 func TestCardLinesParse(t *testing.T) {
-	views := []cache.NodeView{{Name: "n1", Unit: gpushare.UnitGiB, Cards: []cache.CardView{
+	views := []inspectapi.Node{{Name: "n1", Unit: gpushare.UnitGiB, Cards: []inspectapi.Card{
 		{Index: 0, UUID: "GPU-0", Model: `Tesla "T4" \ 16GB` + "\nnext line", Total: 16, Used: 3, Healthy: true},
 		{Index: 11, Model: "", Total: 80, Used: 0},
 	}}}

@@ -21,6 +21,8 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
@@ -129,7 +131,7 @@ type Preemptor struct {
 	plans    chan *planRequest
 	planning sync.Map
 	// queue holds the reserved plans waiting for a worker.
-	queue chan *cache.Plan
+	queue chan *preempt.Plan
 	// fruitless: pod UID -> the stamp when its last plan found nothing; it
 	// is not planned again until the cache or the budgets change (a plan
 	// of the same inputs finds the same nothing). fruitlessSize counts the
@@ -144,7 +146,7 @@ type Preemptor struct {
 
 // planRequest is one pod for the planner.
 type planRequest struct {
-	pod *cache.PodInfo
+	pod *kubeinfo.PodInfo
 	// nodes to plan on (a copy, the verb's own slice being pooled).
 	nodes []string
 	// outside, when set, is the pod's nodeFilter: kube-scheduler may have
@@ -167,7 +169,7 @@ func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
 		cfg: cfg, logger: logger,
 		victims: victims,
 		plans:   make(chan *planRequest, planQueue),
-		queue:   make(chan *cache.Plan, preemptQueue),
+		queue:   make(chan *preempt.Plan, preemptQueue),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "extender", Name: "preemptions_total",
 			Help: "Preemptions for pending GPU pods, by result: evicting (room reserved on one card, its lower-priority pods evicted), delegated (kube-scheduler evicts for other resources, the cards held), refused (an eviction refused; the room released) or abandoned (the room gone before its evictions were sent).",
@@ -228,7 +230,7 @@ func (p *Preemptor) Start(ctx context.Context) {
 // also when no pod holding card memory has a lower priority (the victims
 // of the extender's own plans hold card memory; kube-scheduler's, for
 // other resources, need not). It reads only the cache.
-func (p *Preemptor) canPreempt(pod *cache.PodInfo, gpuVictims bool) string {
+func (p *Preemptor) canPreempt(pod *kubeinfo.PodInfo, gpuVictims bool) string {
 	switch {
 	case pod.Demand == nil || pod.ConstraintsErr != nil:
 		return "the pod asks no valid GPU memory"
@@ -256,7 +258,7 @@ func (p *Preemptor) canPreempt(pod *cache.PodInfo, gpuVictims bool) string {
 // nothing for a pod that cannot preempt (canPreempt) and for
 // kube-scheduler's trial of the pod's nominated node alone (a filter of all
 // nodes follows). It makes no API call and plans nothing itself.
-func (p *Preemptor) Unschedulable(ctx context.Context, pod *cache.PodInfo, spec *corev1.Pod, nodes []string) {
+func (p *Preemptor) Unschedulable(ctx context.Context, pod *kubeinfo.PodInfo, spec *corev1.Pod, nodes []string) {
 	if len(nodes) == 0 || len(nodes) == 1 && nodes[0] == spec.Status.NominatedNodeName {
 		return
 	}
@@ -346,7 +348,7 @@ func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
 // leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
-func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string, leaving map[string][]types.UID) (*cache.Plan, error) {
+func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*preempt.Plan, error) {
 	for try := 0; ; try++ {
 		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
 		if err != nil || plan == nil {
@@ -366,7 +368,7 @@ func (p *Preemptor) plan(ctx context.Context, pod *cache.PodInfo, nodes []string
 }
 
 // start queues plan's writes; a full queue releases the room.
-func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
+func (p *Preemptor) start(ctx context.Context, plan *preempt.Plan) {
 	logger := klog.FromContext(ctx)
 	select {
 	case p.queue <- plan:
@@ -397,7 +399,7 @@ func (p *Preemptor) start(ctx context.Context, plan *cache.Plan) {
 // those other victims of kube-scheduler's, none of its GPU ones. Without a
 // plan it returns no node, so kube-scheduler evicts nobody. Candidates are
 // few (kube-scheduler's dry run picks them), so it plans in the verb.
-func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
+func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
 	out := map[string]*extenderv1.MetaVictims{}
 	if why := p.canPreempt(pod, false); why != "" {
 		klog.FromContext(ctx).V(5).Info("Not preempting", "reason", why)
@@ -471,7 +473,7 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *cache.PodInfo, candidates 
 // eviction refused (a budget exhausted since the plan, an error) stops
 // it: the room is released and the nomination cleared, and the pods
 // already evicted stay gone.
-func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
+func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
 	nominated := false
 	abandon := func(sent int) {
@@ -501,7 +503,7 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 		nominated = true
 	}
 	victims := slices.Clone(plan.Victims)
-	slices.SortStableFunc(victims, func(a, b cache.PlannedVictim) int {
+	slices.SortStableFunc(victims, func(a, b preempt.PlannedVictim) int {
 		return -cmp.Compare(min(len(a.Budgets), 1), min(len(b.Budgets), 1))
 	})
 	for i, v := range victims {
@@ -530,13 +532,13 @@ func (p *Preemptor) execute(ctx context.Context, plan *cache.Plan) {
 
 // holds reports whether plan's pod still holds its reserved room on
 // plan.Node.
-func (p *Preemptor) holds(plan *cache.Plan) bool {
+func (p *Preemptor) holds(plan *preempt.Plan) bool {
 	node, ok := p.cfg.Cache.Reserved(plan.UID)
 	return ok && node == plan.Node
 }
 
 // clearNomination clears the nomination execute wrote for plan.
-func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *cache.Plan) {
+func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *preempt.Plan) {
 	if err := p.write(ctx, func(ctx context.Context) error {
 		return p.cfg.API.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, "")
 	}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
@@ -580,7 +582,7 @@ func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.
 		if args.Pod == nil {
 			return nil, errors.New("request has no pod")
 		}
-		pod := cache.NewPodInfo(args.Pod)
+		pod := kubeinfo.NewPodInfo(args.Pod)
 		candidates := map[string][]string{}
 		for n, mv := range args.NodeNameToMetaVictims {
 			for _, v := range mv.Pods {

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -158,7 +158,7 @@ func BenchmarkPlanUnschedulable(b *testing.B) {
 	objs, names := unschedulableCluster()
 	f := newFixture(b, objs...)
 	startPreemptor(b, f, noopPreemptAPI{})
-	pod := cache.NewPodInfo(util.MakePod("pending").GPUMem(17).Priority(1000).GPUModels("A10").Obj())
+	pod := kubeinfo.NewPodInfo(util.MakePod("pending").GPUMem(17).Priority(1000).GPUModels("A10").Obj())
 	b.ReportAllocs()
 	for b.Loop() {
 		plan, err := f.cache.PlanPreemption(context.Background(), pod, names, f.h.Preempt.victims.forPlan())

@@ -19,8 +19,9 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -173,11 +174,11 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 	b := util.MakePod("b").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
 	for _, tc := range []struct {
 		name string
-		gone func(f *fixture, plan *cache.Plan)
+		gone func(f *fixture, plan *preempt.Plan)
 	}{
-		{"released", func(f *fixture, plan *cache.Plan) { f.cache.Release(plan.UID) }},
-		{"taken by the pod's bind on another node", func(f *fixture, plan *cache.Plan) {
-			pod := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+		{"released", func(f *fixture, plan *preempt.Plan) { f.cache.Release(plan.UID) }},
+		{"taken by the pod's bind on another node", func(f *fixture, plan *preempt.Plan) {
+			pod := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
 			if _, err := f.cache.Assume(context.Background(), pod, "two"); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +186,7 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16).Obj(), util.MakeNode("two").Cards("Tesla-T4", 16).Obj(), a, b)
-			high := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
+			high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
 			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.h.Preempt))
 			if err != nil || plan == nil {
 				t.Fatalf("PlanPreemption = %v, %v", plan, err)

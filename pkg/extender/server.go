@@ -25,7 +25,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/certs"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/pkg/webhook"
@@ -295,13 +297,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	c, err := cache.New(cache.Config{Policy: cfg.Policy, AssumeTTL: cfg.AssumeTTL, OnIgnored: func(v cache.IgnoredView) {
+	c, err := cache.New(cache.Config{Policy: cfg.Policy, AssumeTTL: cfg.AssumeTTL, OnIgnored: func(v inspectapi.Ignored) {
 		logger.Info("Ignoring a pod's allocation annotation; charging the pod by its request", "pod", klog.KRef(v.Namespace, v.Name), "reason", v.Reason)
 	}})
 	if err != nil {
 		return err
 	}
-	feeder, err := cache.NewFeeder(ctx, c, client)
+	feeder, err := feed.New(ctx, c, client)
 	if err != nil {
 		return err
 	}

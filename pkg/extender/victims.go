@@ -17,7 +17,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/preempt"
 )
 
 // podVictims describes victims from the pod informer and a
@@ -49,20 +49,20 @@ func newPodVictims(pods PodCache, client kubernetes.Interface) (*podVictims, err
 // start starts the PodDisruptionBudget informer; it stops with ctx.
 func (v *podVictims) start(ctx context.Context) { v.factory.Start(ctx.Done()) }
 
-// forPlan returns the cache.Victims of one plan: each namespace's budgets
+// forPlan returns the preempt.Victims of one plan: each namespace's budgets
 // are listed, and their selectors converted, once for the whole plan.
 func (v *podVictims) forPlan() *planVictims {
 	return &planVictims{podVictims: v, budgets: map[string][]budget{}}
 }
 
-// planVictims implements cache.Victims for one plan.
+// planVictims implements preempt.Victims for one plan.
 type planVictims struct {
 	*podVictims
 	// budgets: namespace -> its PodDisruptionBudgets, selectors converted.
 	budgets map[string][]budget
 }
 
-var _ cache.Victims = (*planVictims)(nil)
+var _ preempt.Victims = (*planVictims)(nil)
 
 // budget is a PodDisruptionBudget with its selector converted.
 type budget struct {
@@ -76,12 +76,12 @@ type budget struct {
 // budget of the namespace whose selector matches the pod's labels, where
 // an empty selector ({}) matches every pod and a missing or invalid one
 // none.
-func (v *planVictims) Victim(namespace, name string, uid types.UID) (cache.Victim, bool) {
+func (v *planVictims) Victim(namespace, name string, uid types.UID) (preempt.Victim, bool) {
 	pod, ok := v.pods.Pod(namespace, name)
 	if !ok || pod.UID != uid {
-		return cache.Victim{}, false
+		return preempt.Victim{}, false
 	}
-	out := cache.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
+	out := preempt.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
 	if pod.Phase == corev1.PodPending || pod.Terminating {
 		return out, true
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // inspectPath is the extender's inspect route (pkg/extender).
@@ -31,11 +31,6 @@ type ExtenderSource struct {
 }
 
 var _ Source = ExtenderSource{}
-
-// inspectResult is the extender's answer (extender.InspectResult).
-type inspectResult struct {
-	Nodes []cache.NodeView `json:"nodes"`
-}
 
 // parseExtenderURL checks an --from-extender value and returns the inspect
 // URL for node ("" for all).
@@ -88,7 +83,7 @@ func (s ExtenderSource) Report(ctx context.Context, q Query) (*Report, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("the extender at %s answered %s: %s (is the URL a gpushare extender?)", target, resp.Status, snippet(body))
 	}
-	var res inspectResult
+	var res inspectapi.Result
 	if err := json.Unmarshal(body, &res); err != nil {
 		return nil, fmt.Errorf("decoding the extender's answer from %s: %w", target, err)
 	}

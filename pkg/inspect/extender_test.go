@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/feed"
 )
 
 // TestExtenderAgrees runs the real extender (informers, cache, inspect
@@ -27,7 +28,7 @@ func TestExtenderAgrees(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	feeder, err := cache.NewFeeder(ctx, c, client)
+	feeder, err := feed.New(ctx, c, client)
 	if err != nil {
 		t.Fatal(err)
 	}

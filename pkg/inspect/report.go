@@ -3,8 +3,8 @@ package inspect
 import (
 	"sort"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // Report is everything the plugin shows; -o json and -o yaml print it as is.
@@ -61,14 +61,7 @@ type Node struct {
 	// cards, or the pod is not bound (only the extender's bind writes it,
 	// together with the node). A bound one is charged by its request
 	// instead (on ALIYUN_COM_GPU_MEM_IDX's card, else unattributed).
-	Ignored []IgnoredAnnotation `json:"ignored,omitempty"`
-}
-
-// IgnoredAnnotation is a pod whose allocation annotation is ignored.
-type IgnoredAnnotation struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Reason    string `json:"reason"`
+	Ignored []inspectapi.Ignored `json:"ignored,omitempty"`
 }
 
 // Card is one GPU.
@@ -139,7 +132,7 @@ type Total struct {
 }
 
 // newNode converts the cache's view of a node; address may be empty.
-func newNode(v *cache.NodeView, address string) Node {
+func newNode(v *inspectapi.Node, address string) Node {
 	n := Node{
 		Name: v.Name, Address: address, Unit: v.Unit, Source: v.Source, InventoryError: v.InventoryError,
 		CordonError: v.CordonError, CordonedMissing: v.CordonedMissing, Allocated: v.Used, Total: v.Total, Cards: make([]Card, 0, len(v.Cards)), MissingUnits: v.MissingUnits,
@@ -151,16 +144,14 @@ func newNode(v *cache.NodeView, address string) Node {
 	if len(v.Unattributed) > 0 {
 		n.Unattributed = shares(v.Unattributed)
 	}
-	for _, ig := range v.Ignored {
-		n.Ignored = append(n.Ignored, IgnoredAnnotation{Namespace: ig.Namespace, Name: ig.Name, Reason: ig.Reason})
-	}
+	n.Ignored = append(n.Ignored, v.Ignored...)
 	return n
 }
 
-func shares(pods []cache.PodView) []PodShare {
+func shares(pods []inspectapi.Pod) []PodShare {
 	out := make([]PodShare, 0, len(pods))
 	for _, p := range pods {
-		out = append(out, PodShare{Namespace: p.Namespace, Name: p.Name, Units: p.Units, State: string(p.State)})
+		out = append(out, PodShare{Namespace: p.Namespace, Name: p.Name, Units: p.Units, State: p.State})
 	}
 	return out
 }
@@ -175,7 +166,7 @@ func (n *Node) interesting() bool {
 // newReport builds a report from the cache's views. With only == "" nodes
 // without GPU memory and nothing to explain are left out. address maps
 // node name -> address (may be nil).
-func newReport(source string, views []cache.NodeView, only string, address map[string]string, pending []PendingPod) *Report {
+func newReport(source string, views []inspectapi.Node, only string, address map[string]string, pending []PendingPod) *Report {
 	r := &Report{Source: source, Nodes: []Node{}, Pending: pending}
 	for i := range views {
 		n := newNode(&views[i], address[views[i].Name])

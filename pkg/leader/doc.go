@@ -47,7 +47,7 @@
 // becoming leader, before it serves, the replica lists every bound,
 // unfinished pod with a quorum read (resourceVersion "": served from etcd,
 // not from a watch cache) and applies each to its cache
-// (cache.Feeder.CatchUp): the list reflects every write committed before
+// (feed.Feeder.CatchUp): the list reflects every write committed before
 // it began, so every Binding of the old leader's. The cache keeps each
 // listed pod's resourceVersion as a floor: the lagging informer's older
 // events of that pod (still pending) are ignored until it catches up.

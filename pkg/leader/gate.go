@@ -27,7 +27,7 @@ const minBindTime = 500 * time.Millisecond
 const catchUpRetry = time.Second
 
 // CatchUpFunc reads the API's current bound pods into the cache
-// (cache.Feeder.CatchUp) and returns how many it read.
+// (feed.Feeder.CatchUp) and returns how many it read.
 type CatchUpFunc func(ctx context.Context) (pods int, err error)
 
 // Gate says whether this replica may place pods, and fences its Binding

@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/pkg/simulator/trace"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -235,7 +236,7 @@ func matchExtender(t *testing.T, seed uint64, policy string, gpuOnly bool, cpuSc
 			continue
 		}
 		ch := s.Choices(sp)
-		info := cache.NewPodInfo(pod)
+		info := kubeinfo.NewPodInfo(pod)
 		c.UpsertPod(pod) // the pending pod: the cache learns its shape
 		var candidates []string
 		for _, n := range names {

@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -133,4 +134,4 @@ func TestBindAnswerLost(t *testing.T) {
 // noInformer is an informer cache that has not delivered any pod yet.
 type noInformer struct{}
 
-func (noInformer) Pod(_, _ string) (*cache.PodInfo, bool) { return nil, false }
+func (noInformer) Pod(_, _ string) (*kubeinfo.PodInfo, bool) { return nil, false }

@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/extender"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
@@ -102,7 +103,7 @@ type replica struct {
 	transport *laggingTransport
 	client    kubernetes.Interface
 	cache     *cache.Cache
-	feeder    *cache.Feeder
+	feeder    *feed.Feeder
 	gate      *leader.Gate
 	binder    *extender.Binder
 	ctx       context.Context
@@ -129,7 +130,7 @@ func startReplica(t *testing.T, name, kubeconfig string, catchUp bool, renewDead
 	if r.cache, err = cache.New(cache.Config{Policy: allocator.NameBinpack}); err != nil {
 		t.Fatal(err)
 	}
-	if r.feeder, err = cache.NewFeeder(ctx, r.cache, r.client); err != nil {
+	if r.feeder, err = feed.New(ctx, r.cache, r.client); err != nil {
 		t.Fatal(err)
 	}
 	catchUpFn := r.feeder.CatchUp

@@ -23,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/handoff"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/kubelet/aliyunplugin"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -121,7 +122,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		for _, units := range []int64{4, 2} {
 			for {
 				w := util.MakePod(fmt.Sprintf("%s-%02d", prefix, n)).GPUMem(units)
-				alloc, err := c.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
+				alloc, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(w.Obj()), nodeName)
 				if err != nil {
 					break
 				}
@@ -156,7 +157,7 @@ func TestMigrateFromAliyun(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := util.MakePod("stale").GPUMem(4)
-	alloc, err := stale.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
+	alloc, err := stale.Assume(context.Background(), kubeinfo.NewPodInfo(w.Obj()), nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -45,7 +46,7 @@ func TestSidecarBeforeInitIsCharged(t *testing.T) {
 	var adms []admission
 	var pods []*corev1.Pod
 	for _, w := range []*util.PodWrapper{a, b} {
-		alloc, err := c.Assume(context.Background(), cache.NewPodInfo(w.Obj()), nodeName)
+		alloc, err := c.Assume(context.Background(), kubeinfo.NewPodInfo(w.Obj()), nodeName)
 		if err != nil {
 			t.Fatalf("placing %s: %v", w.Obj().Name, err)
 		}

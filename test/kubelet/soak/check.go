@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/handoff"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 )
 
@@ -147,7 +147,7 @@ type cardState struct {
 // inventory, and the pods holding it from the allocation annotations of
 // the bound, unfinished pods (terminating ones still hold their cards).
 // It returns one line per card that differs, naming both sides.
-func InspectDiff(views []cache.NodeView, nodes []corev1.Node, pods []corev1.Pod) []string {
+func InspectDiff(views []inspectapi.Node, nodes []corev1.Node, pods []corev1.Pod) []string {
 	ext := map[cardKey]cardState{}
 	for _, n := range views {
 		for _, c := range n.Cards {

@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/handoff"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/test/kubelet/nodeagent"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -110,17 +110,17 @@ func TestCheckKubelet(t *testing.T) {
 }
 
 func TestInspectDiff(t *testing.T) {
-	view := func(healthy0 bool, pods0 ...cache.PodView) []cache.NodeView {
+	view := func(healthy0 bool, pods0 ...inspectapi.Pod) []inspectapi.Node {
 		if pods0 == nil {
-			pods0 = []cache.PodView{}
+			pods0 = []inspectapi.Pod{}
 		}
-		return []cache.NodeView{{Name: "n1", Cards: []cache.CardView{
+		return []inspectapi.Node{{Name: "n1", Cards: []inspectapi.Card{
 			{Index: 0, Total: 16, Healthy: healthy0, Pods: pods0},
-			{Index: 1, Total: 16, Healthy: true, Pods: []cache.PodView{}},
+			{Index: 1, Total: 16, Healthy: true, Pods: []inspectapi.Pod{}},
 		}}}
 	}
-	share := func(name string, units int64) cache.PodView {
-		return cache.PodView{Namespace: "soak", Name: name, Units: units, State: "bound"}
+	share := func(name string, units int64) inspectapi.Pod {
+		return inspectapi.Pod{Namespace: "soak", Name: name, Units: units, State: "bound"}
 	}
 	failed := runningPod("f", 0, 8)
 	failed.Status.Phase = corev1.PodFailed
@@ -128,7 +128,7 @@ func TestInspectDiff(t *testing.T) {
 	terminating.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	tests := []struct {
 		name  string
-		views []cache.NodeView
+		views []inspectapi.Node
 		node  *corev1.Node
 		pods  []corev1.Pod
 		want  []string

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
 // inspectPath is the extender's inspect route (pkg/extender).
@@ -22,7 +22,7 @@ const inspectPath = "/gpushare-scheduler/inspect"
 const maxInspectBody = 16 << 20
 
 // readInspect reads the extender's GET /gpushare-scheduler/inspect.
-func readInspect(ctx context.Context, client *http.Client, baseURL string) ([]cache.NodeView, error) {
+func readInspect(ctx context.Context, client *http.Client, baseURL string) ([]inspectapi.Node, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+inspectPath, http.NoBody)
 	if err != nil {
 		return nil, fmt.Errorf("reading the extender's inspect: %w", err)
@@ -39,9 +39,7 @@ func readInspect(ctx context.Context, client *http.Client, baseURL string) ([]ca
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("reading the extender's inspect: HTTP %d", resp.StatusCode)
 	}
-	var res struct {
-		Nodes []cache.NodeView `json:"nodes"`
-	}
+	var res inspectapi.Result
 	if err := json.Unmarshal(body, &res); err != nil {
 		return nil, fmt.Errorf("decoding the extender's inspect: %w", err)
 	}

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/test/kubelet/cluster"
 )
 
@@ -410,7 +410,7 @@ func released(ctx context.Context, c *cluster.Cluster, cfg Config, vs *Violation
 	client := &http.Client{Timeout: checkTimeout}
 	var held []string
 	for {
-		var views []cache.NodeView
+		var views []inspectapi.Node
 		url, err := leaderURL(ctx, c)
 		if err == nil {
 			views, err = readInspect(ctx, client, url)

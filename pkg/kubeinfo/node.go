@@ -1,4 +1,4 @@
-package cache
+package kubeinfo
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +28,7 @@ type NodeInfo struct {
 	nodeReads
 }
 
-// nodeReads is all that Cache.SetNode reads of a node: two versions of a
+// nodeReads is all that cache.Cache.SetNode reads of a node: two versions of a
 // node that agree on it need no SetNode (it is comparable with ==).
 type nodeReads struct {
 	// inventory and cordoned are the node's gpushare.io/inventory and
@@ -43,6 +43,34 @@ type nodeReads struct {
 	// node reports its CPU.
 	milliCPU, memMiB int64
 	hostKnown        bool
+}
+
+// SameReads reports whether n and o agree on all that SetNode reads: an
+// update from one to the other needs no SetNode.
+func (n *NodeInfo) SameReads(o *NodeInfo) bool { return n.nodeReads == o.nodeReads }
+
+// SameAnnotations reports whether n and o carry the same
+// gpushare.io/devices and gpushare.io/cordoned-gpus values.
+func (n *NodeInfo) SameAnnotations(o *NodeInfo) bool {
+	return n.inventory == o.inventory && n.cordoned == o.cordoned
+}
+
+// Inventory returns the node's gpushare.io/devices annotation, ok false
+// when it carries none.
+func (n *NodeInfo) Inventory() (inv string, ok bool) { return n.inventory, n.hasInventory }
+
+// CordonedGPUs returns the node's gpushare.io/cordoned-gpus annotation, ok
+// false when it carries none.
+func (n *NodeInfo) CordonedGPUs() (uuids string, ok bool) { return n.cordoned, n.hasCordoned }
+
+// GPUs returns the node's allocatable (else capacity) aliyun.com/gpu-mem
+// (units) and aliyun.com/gpu-count, 0 when absent.
+func (n *NodeInfo) GPUs() (mem, count int64) { return n.gpuMem, n.gpuCount }
+
+// Host returns the node's allocatable CPU (millicores) and memory (MiB) as
+// NodeAllocatable returns them; known is false when it reports no CPU.
+func (n *NodeInfo) Host() (milliCPU, memMiB int64, known bool) {
+	return n.milliCPU, n.memMiB, n.hostKnown
 }
 
 // NewNodeInfo extracts a NodeInfo from a node.

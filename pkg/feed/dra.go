@@ -1,4 +1,4 @@
-package cache
+package feed
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/draview"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // sliceNodeIndex indexes the ResourceSlice informer's store by node name;
@@ -152,13 +153,13 @@ func (f *Feeder) claimChanged(obj any) {
 // driver on the node of its pool (a result without consumed capacity
 // holds the whole card); nil when the claim holds no device of the driver
 // or its results span several nodes.
-func (f *Feeder) claimInfo(claim *resourcev1.ResourceClaim) *PodInfo {
+func (f *Feeder) claimInfo(claim *resourcev1.ResourceClaim) *kubeinfo.PodInfo {
 	shares := draview.Shares(claim)
 	if len(shares) == 0 {
 		return nil
 	}
 	node := shares[0].Pool
-	info := &PodInfo{Name: claim.Name, Namespace: claim.Namespace, UID: claim.UID, ResourceVersion: claim.ResourceVersion,
+	info := &kubeinfo.PodInfo{Name: claim.Name, Namespace: claim.Namespace, UID: claim.UID, ResourceVersion: claim.ResourceVersion,
 		NodeName: node, Phase: corev1.PodRunning, LegacyIndex: -1, StartTime: claim.CreationTimestamp.Time}
 	alloc := &gpushare.Allocation{Node: node, Unit: f.draUnit}
 	var cards []allocator.Card

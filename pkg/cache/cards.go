@@ -7,14 +7,8 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
-)
-
-// Where a node's card list came from.
-const (
-	SourceInventory = "inventory" // the device plugin's gpushare.io/devices annotation
-	SourceCapacity  = "capacity"  // aliyun.com/gpu-mem ÷ aliyun.com/gpu-count
-	SourceDRA       = "dra"       // the gpushare DRA driver's ResourceSlice (Cache.SetDRANode)
-	SourceNone      = "none"      // the node reports no GPU memory
+	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // nodeCards returns the cards of node, Used zero. It prefers the inventory
@@ -22,9 +16,9 @@ const (
 // divides the node's allocatable (else capacity) aliyun.com/gpu-mem evenly
 // over aliyun.com/gpu-count cards, rounding down: 50 units on 3 cards gives
 // three cards of 16.
-func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
-	if node.hasInventory {
-		inv, err := gpushare.ParseInventory(node.inventory)
+func nodeCards(node *kubeinfo.NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
+	if annotation, ok := node.Inventory(); ok {
+		inv, err := gpushare.ParseInventory(annotation)
 		if err == nil {
 			// One allocation for the node's infos: a constrained fit reads
 			// them card after card.
@@ -34,29 +28,28 @@ func nodeCards(node *NodeInfo) (unit string, cards []allocator.Card, source stri
 				cards = append(cards, allocator.Card{Index: d.Index, Total: d.Memory, Healthy: d.Healthy, Info: &infos[i]})
 			}
 			slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
-			return inv.Unit, cards, SourceInventory, nil
+			return inv.Unit, cards, inspectapi.SourceInventory, nil
 		}
 		invErr = fmt.Errorf("node %s: ignoring annotation %s: %w", node.Name, gpushare.AnnotationInventory, err)
 	}
-	mem := node.gpuMem
+	mem, count := node.GPUs()
 	if mem <= 0 {
-		return gpushare.DefaultUnit, nil, SourceNone, invErr
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, invErr
 	}
-	count := node.gpuCount
 	if count <= 0 {
 		count = 1
 	}
 	if count > maxCardsPerNode {
-		return gpushare.DefaultUnit, nil, SourceNone, fmt.Errorf("node %s: %s is %d, more than %d; ignoring the node's GPUs", node.Name, gpushare.ResourceGPUCount, count, maxCardsPerNode)
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, fmt.Errorf("node %s: %s is %d, more than %d; ignoring the node's GPUs", node.Name, gpushare.ResourceGPUCount, count, maxCardsPerNode)
 	}
 	per := mem / count
 	if per <= 0 {
-		return gpushare.DefaultUnit, nil, SourceNone, invErr
+		return gpushare.DefaultUnit, nil, inspectapi.SourceNone, invErr
 	}
 	for i := range count {
 		cards = append(cards, allocator.Card{Index: int(i), Total: per, Healthy: true, Info: capacityInfo})
 	}
-	return gpushare.DefaultUnit, cards, SourceCapacity, invErr
+	return gpushare.DefaultUnit, cards, inspectapi.SourceCapacity, invErr
 }
 
 // capacityInfo is what is known of a card counted from capacity alone
@@ -68,11 +61,12 @@ var capacityInfo = &allocator.CardInfo{Isolation: gpushare.IsolationNone}
 // annotation names, and returns the UUIDs it names that no card has. An
 // invalid annotation marks every card (fail closed: an operator meant to
 // keep pods off some of them) and is returned as err.
-func cordonCards(node *NodeInfo, cards []allocator.Card) (missing []string, err error) {
-	if !node.hasCordoned {
+func cordonCards(node *kubeinfo.NodeInfo, cards []allocator.Card) (missing []string, err error) {
+	annotation, ok := node.CordonedGPUs()
+	if !ok {
 		return nil, nil
 	}
-	uuids, err := gpushare.ParseCordonedGPUs(node.cordoned)
+	uuids, err := gpushare.ParseCordonedGPUs(annotation)
 	if err != nil {
 		for i := range cards {
 			cards[i].Cordoned = true

@@ -1,4 +1,4 @@
-package cache
+package kubeinfo
 
 import (
 	"cmp"
@@ -34,7 +34,7 @@ type PodInfo struct {
 	Demand gpushare.Demand
 	// ClaimPod: the pod asks gpushare.io/dra-claim (gpushare.AsksDRAClaim):
 	// its GPU memory is a claim of the gpushare DRA driver, which the
-	// workload model learns from the claim (Cache.UpsertClaim), not as a
+	// workload model learns from the claim (cache.Cache.UpsertClaim), not as a
 	// pod asking no GPU memory.
 	ClaimPod bool
 	// DRA: Demand is the memory the pod's claim of the gpushare DRA driver
@@ -155,10 +155,10 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 	return info
 }
 
-// placeable returns an error, naming the pod, when no node may take it
+// Placeable returns an error, naming the pod, when no node may take it
 // whatever its cards: it asks no gpu-mem, or its card annotations are
 // invalid.
-func (p *PodInfo) placeable() error {
+func (p *PodInfo) Placeable() error {
 	switch {
 	case p.Demand == nil:
 		return fmt.Errorf("pod %s/%s asks no %s", p.Namespace, p.Name, gpushare.ResourceGPUMem)

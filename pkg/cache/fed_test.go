@@ -1,8 +1,9 @@
-package cache
+package cache_test
 
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -11,15 +12,24 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/draview"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/inspectapi"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
+
+// The feeder's tests that read what only the cache can see (its workload
+// model, the CPU and memory it counts on a node) run here, beside the
+// cache, through export_test.go; the others are in pkg/feed.
 
 // draSlice is a slice of the gpushare DRA driver for node, generation gen,
 // one 1 GiB-step device per card size (GiB) in the order given, named by
@@ -55,29 +65,42 @@ func draClaim(name, node string, idx int, gib int64) *resourcev1.ResourceClaim {
 	return cl
 }
 
-// cardsOf is node's cards as Inspect shows them: index -> "used/total".
-func cardsOf(t *testing.T, c *Cache, node string) (source string, cards map[int][2]int64) {
+// startFeeder starts a cache fed by informers on client and waits for sync.
+func startFeeder(t *testing.T, ctx context.Context, client *fake.Clientset) (*cache.Cache, *feed.Feeder) {
 	t.Helper()
-	views, ok := c.Inspect(node)
-	if !ok || len(views) != 1 {
-		return "", nil
+	c, err := cache.New(cache.Config{Policy: allocator.NameBinpack})
+	if err != nil {
+		t.Fatal(err)
 	}
-	cards = map[int][2]int64{}
-	for _, cv := range views[0].Cards {
-		cards[cv.Index] = [2]int64{cv.Used, cv.Total}
+	f, err := feed.New(ctx, c, client)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return views[0].Source, cards
+	f.Start(ctx)
+	if !f.WaitForSync(ctx) || !f.Synced() {
+		t.Fatal("informers did not sync")
+	}
+	return c, f
+}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }
 
 // startDRAFeeder returns a binpack cache fed by client's informers, DRA
 // included (GiB), once they have synced; they stop with ctx.
-func startDRAFeeder(ctx context.Context, t *testing.T, client *fake.Clientset) *Cache {
+func startDRAFeeder(ctx context.Context, t *testing.T, client *fake.Clientset) *cache.Cache {
 	t.Helper()
-	c, err := New(Config{Policy: "binpack"})
+	c, err := cache.New(cache.Config{Policy: "binpack"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFeeder(ctx, c, client)
+	f, err := feed.New(ctx, c, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,16 +140,16 @@ func TestFeederDRA(t *testing.T) {
 	)
 	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "dra-a's cards with claim a0", func() bool {
-		src, cards := cardsOf(t, c, "dra-a")
-		return src == SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
+		src, cards := cache.CardsOf(t, c, "dra-a")
+		return src == inspectapi.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {4, 16}, 1: {0, 16}})
 	})
-	if src, cards := cardsOf(t, c, "plugin"); src != SourceInventory || len(cards) != 1 {
+	if src, cards := cache.CardsOf(t, c, "plugin"); src != inspectapi.SourceInventory || len(cards) != 1 {
 		t.Errorf("the device plugin's node: source %s, cards %v", src, cards)
 	}
 
 	// A claim pod of 8 GiB fits both DRA nodes; binpack rates a node by
 	// its use once the pod is placed: dra-a 12 of 32 GiB, dra-b 8 of 16.
-	claimPod := &PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 8, Cards: 1}}, DRA: true}
+	claimPod := &kubeinfo.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 8, Cards: 1}}, DRA: true}
 	best, failed, err := c.FilterBest(ctx, claimPod, []string{"dra-a", "dra-b", "plugin"})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +160,7 @@ func TestFeederDRA(t *testing.T) {
 	if _, ok := failed["plugin"]; !ok {
 		t.Errorf("the device plugin's node is not failed for a claim pod: %v", failed)
 	}
-	gpuPod := &PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 8, Cards: 1}}}
+	gpuPod := &kubeinfo.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 8, Cards: 1}}}
 	if fit, _, err := c.Filter(ctx, gpuPod, []string{"dra-a", "dra-b", "plugin"}); err != nil || !cmp.Equal(fit, []string{"plugin"}) {
 		t.Errorf("a gpu-mem pod fits %v (%v), want only the device plugin's node", fit, err)
 	}
@@ -150,14 +173,12 @@ func TestFeederDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "claim a1 charged", func() bool {
-		_, cards := cardsOf(t, c, "dra-a")
+		_, cards := cache.CardsOf(t, c, "dra-a")
 		return cards[1] == [2]int64{16, 16}
 	})
 	// The workload model learnt a0 (no pod known: no CPU) and a1 with its
 	// pod's 2 cores, and not a1's pod as one asking no GPU memory.
-	c.mu.Lock()
-	cpuPerGiB := c.workload.CPUPerUnit()
-	c.mu.Unlock()
+	cpuPerGiB := cache.CPUPerUnit(c)
 	if want := 2000 / (4*0.999 + 16); !cmp.Equal(want, cpuPerGiB, cmpopts.EquateApprox(1e-9, 0)) {
 		t.Errorf("CPU per GiB learnt from the claims: %v, want %v", cpuPerGiB, want)
 	}
@@ -174,7 +195,7 @@ func TestFeederDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "claims released", func() bool {
-		_, cards := cardsOf(t, c, "dra-a")
+		_, cards := cache.CardsOf(t, c, "dra-a")
 		return cmp.Equal(cards, map[int][2]int64{0: {0, 16}, 1: {0, 16}})
 	})
 
@@ -185,8 +206,8 @@ func TestFeederDRA(t *testing.T) {
 		}
 	}
 	eventually(t, "dra-b without cards", func() bool {
-		src, cards := cardsOf(t, c, "dra-b")
-		return src == SourceNone && len(cards) == 0
+		src, cards := cache.CardsOf(t, c, "dra-b")
+		return src == inspectapi.SourceNone && len(cards) == 0
 	})
 }
 
@@ -206,7 +227,7 @@ func TestFeederDRAWholeCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the whole card charged 16 GiB once the slice comes", func() bool {
-		_, cards := cardsOf(t, c, "dra-w")
+		_, cards := cache.CardsOf(t, c, "dra-w")
 		return cmp.Equal(cards, map[int][2]int64{0: {16, 16}, 1: {4, 16}})
 	})
 	bigger := draSlice("dra-w", 1, []int{0, 1}, []int64{24, 16})
@@ -215,50 +236,9 @@ func TestFeederDRAWholeCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the whole card charged 24 GiB once the slice says so", func() bool {
-		_, cards := cardsOf(t, c, "dra-w")
+		_, cards := cache.CardsOf(t, c, "dra-w")
 		return cmp.Equal(cards, map[int][2]int64{0: {24, 24}, 1: {4, 16}})
 	})
-}
-
-// TestCPUPressureLearnsClaimPods: on a DRA node, a pod marked
-// gpushare.io/dra-claim is learnt through its claim, as a GPU pod with the
-// pod's CPU (the simulator's DRA replay learns it so), never as a pod
-// asking no GPU memory; an unmarked pod there is one.
-func TestCPUPressureLearnsClaimPods(t *testing.T) {
-	c := newCache(t, nil)
-	if err := c.SetDRANode("dra", gpushare.UnitGiB, []allocator.Card{{Index: 0, Total: 16, Healthy: true}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetNode(util.MakeNode("dra").Host("32", "128Gi").Obj()); err != nil {
-		t.Fatal(err)
-	}
-	marked := util.MakePod("train").Requests("2", "4Gi").Node("dra").Obj()
-	marked.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpushare.ResourceDRAClaim: resource.MustParse("1")}
-	const d = 0.999 // allocator's workloadDecay
-	for _, s := range []struct {
-		name string
-		do   func()
-		want float64 // millicores per GiB
-	}{
-		{"the marked pod bound: not a pod without GPU memory", func() { c.UpsertPod(marked) }, 0},
-		{"its claim: 2 cores for 4 GiB", func() {
-			c.UpsertClaim(&PodInfo{Name: "train-gpu", Namespace: "default", UID: "claim", NodeName: "dra", Phase: corev1.PodRunning, LegacyIndex: -1,
-				MilliCPU: 2000, MemoryMiB: 4096, Demand: gpushare.Demand{{Name: "d", Units: 4, Cards: 1}},
-				Allocation: &gpushare.Allocation{Node: "dra", Unit: "GiB", Containers: []gpushare.ContainerAllocation{{Name: "d", Devices: []gpushare.DeviceShare{{Index: 0, Units: 4}}}}}})
-		}, 500},
-		{"an unmarked pod there: one without GPU memory", func() { c.UpsertPod(util.MakePod("web").Requests("1", "1Gi").Node("dra").Obj()) }, (2000*d + 1000) / (4 * d)},
-	} {
-		s.do()
-		c.mu.Lock()
-		got := c.workload.CPUPerUnit()
-		c.mu.Unlock()
-		if diff := cmp.Diff(s.want, got, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
-			t.Fatalf("%s: CPUPerUnit (-want +got):\n%s", s.name, diff)
-		}
-	}
-	if _, cards := cardsOf(t, c, "dra"); cards[0] != [2]int64{4, 16} {
-		t.Errorf("the claim holds %v of the DRA card, want 4 of 16 GiB", cards[0])
-	}
 }
 
 // TestFeederDRAWinsOverAStaleInventory: a node that moved from the device
@@ -284,14 +264,14 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 	client := fake.NewClientset(moved, legacy, draSlice("moved", 1, []int{0, 1}, []int64{4, 16}))
 	c := startDRAFeeder(ctx, t, client)
 	eventually(t, "moved's cards from the driver's slice", func() bool {
-		src, cards := cardsOf(t, c, "moved")
-		return src == SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
+		src, cards := cache.CardsOf(t, c, "moved")
+		return src == inspectapi.SourceDRA && cmp.Equal(cards, map[int][2]int64{0: {0, 4}, 1: {0, 16}})
 	})
-	claimPod := &PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
+	claimPod := &kubeinfo.PodInfo{Name: "p", Namespace: "default", UID: "p", Demand: gpushare.Demand{{Name: "gpu", Units: 4, Cards: 1}}, DRA: true}
 	if fit, _, err := c.Filter(ctx, claimPod, []string{"moved"}); err != nil || !cmp.Equal(fit, []string{"moved"}) {
 		t.Errorf("a 4 GiB claim pod fits %v (%v), want moved", fit, err)
 	}
-	gpuPod := &PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 4, Cards: 1}}}
+	gpuPod := &kubeinfo.PodInfo{Name: "g", Namespace: "default", UID: "g", Demand: gpushare.Demand{{Name: "c0", Units: 4, Cards: 1}}}
 	if fit, _, err := c.Filter(ctx, gpuPod, []string{"moved"}); err != nil || len(fit) != 0 {
 		t.Errorf("a gpu-mem pod fits %v (%v), want none: the node serves DRA claims", fit, err)
 	}
@@ -303,7 +283,47 @@ func TestFeederDRAWinsOverAStaleInventory(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "moved back on its inventory", func() bool {
-		src, cards := cardsOf(t, c, "moved")
-		return src == SourceInventory && cmp.Equal(cards, map[int][2]int64{0: {12, 16}, 1: {0, 16}})
+		src, cards := cache.CardsOf(t, c, "moved")
+		return src == inspectapi.SourceInventory && cmp.Equal(cards, map[int][2]int64{0: {12, 16}, 1: {0, 16}})
 	})
+}
+
+// TestFeederPodRecreatedInWatchGap: a pod deleted and re-created under the
+// same name while the watch was down comes back from the relist as one
+// update from the old UID to the new, with no delete; the old pod's cards
+// and CPU must be released.
+func TestFeederPodRecreatedInWatchGap(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	allocOn := func(card int, units int64) *gpushare.Allocation {
+		return &gpushare.Allocation{Node: "n1", Unit: "GiB", Containers: []gpushare.ContainerAllocation{
+			{Name: "c0", Devices: []gpushare.DeviceShare{{Index: card, Units: units}}}}}
+	}
+	client := fake.NewClientset(
+		util.MakeNode("n1").Host("32", "64Gi").Cards("T4", 16, 16).Obj(),
+		util.MakePod("p").UID("uid-old").GPUMem(6).Requests("4", "1Gi").Allocation(allocOn(0, 6)).Node("n1").Obj(),
+	)
+	gap := util.NewWatchGap(client, "pods")
+	c, _ := startFeeder(t, ctx, client)
+	if diff := cmp.Diff([]int64{6, 0}, cache.Used(t, c, "n1")); diff != "" {
+		t.Fatalf("before (-want +got):\n%s", diff)
+	}
+	pods := client.CoreV1().Pods("default")
+	if err := pods.Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := util.MakePod("p").UID("uid-new").GPUMem(4).Requests("1", "1Gi").Allocation(allocOn(1, 4)).Node("n1").Obj()
+	if _, err := pods.Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !gap.Expire() {
+		t.Fatal("the informer opened no watch")
+	}
+	eventually(t, "the relist to replace the pod", func() bool {
+		return cmp.Equal([]int64{0, 4}, cache.Used(t, c, "n1"))
+	})
+	if diff := cmp.Diff([2]int64{1000, 1024}, cache.HostUsed(t, c, "n1")); diff != "" {
+		t.Errorf("CPU and memory held [millicores, MiB] (-want +got):\n%s", diff)
+	}
 }

@@ -1,4 +1,4 @@
-package cache
+package feed
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
 // expiryPeriod is how often assumed allocations are checked for expiry.
@@ -22,7 +25,7 @@ const expiryPeriod = 5 * time.Second
 
 // Feeder keeps a Cache in step with the API through shared informers.
 type Feeder struct {
-	cache   *Cache
+	cache   *cache.Cache
 	client  kubernetes.Interface
 	factory informers.SharedInformerFactory
 	// pods holds a *PodInfo per pod, keyed namespace/name; nodes a
@@ -41,11 +44,11 @@ type Feeder struct {
 	logger         klog.Logger
 }
 
-// NewFeeder registers node and pod informers that feed c. The pod
+// New registers node and pod informers that feed c. The pod
 // informer stores a *PodInfo per pod and the node informer a Node stripped
 // to what the extender reads, so 5,000 nodes and 40,000 pods fit in well
 // under 100 MiB.
-func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Feeder, error) {
+func New(ctx context.Context, c *cache.Cache, client kubernetes.Interface) (*Feeder, error) {
 	logger := klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
 	f := &Feeder{cache: c, client: client, factory: factory, logger: logger}
@@ -61,15 +64,15 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 			// re-created under the same name as one update from the old
 			// UID to the new, with no delete: the old pod's cards, CPU
 			// and memory must go with it.
-			if o, ok := old.(*PodInfo); ok {
-				if n, ok := obj.(*PodInfo); ok && o.UID != n.UID {
+			if o, ok := old.(*kubeinfo.PodInfo); ok {
+				if n, ok := obj.(*kubeinfo.PodInfo); ok && o.UID != n.UID {
 					c.DeletePod(o.UID)
 				}
 			}
 			f.upsertPod(obj)
 		},
 		DeleteFunc: func(obj any) {
-			if pod, ok := deleted(obj).(*PodInfo); ok {
+			if pod, ok := deleted(obj).(*kubeinfo.PodInfo); ok {
 				c.DeletePod(pod.UID)
 			}
 		},
@@ -89,7 +92,7 @@ func NewFeeder(ctx context.Context, c *Cache, client kubernetes.Interface) (*Fee
 		},
 		DeleteFunc: func(obj any) {
 			f.nodeCount.Add(-1)
-			if node, ok := deleted(obj).(*NodeInfo); ok {
+			if node, ok := deleted(obj).(*kubeinfo.NodeInfo); ok {
 				c.DeleteNode(node.Name)
 			}
 		},
@@ -119,29 +122,29 @@ func podIndexers() toolscache.Indexers {
 }
 
 func (f *Feeder) upsertPod(obj any) {
-	if pod, ok := obj.(*PodInfo); ok {
+	if pod, ok := obj.(*kubeinfo.PodInfo); ok {
 		f.cache.UpsertPodInfo(pod)
 	}
 }
 
 // setNode passes a node add or update on to the cache; old is nil for an
 // add. An update that leaves what the cache reads unchanged (a heartbeat,
-// a label or condition change: nodeReads unchanged) is dropped: SetNode
+// a label or condition change: NodeInfo.SameReads) is dropped: SetNode
 // would rebuild the node's cards and re-charge its pods under the cache's
 // lock for nothing.
 func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
-	node, ok := obj.(*NodeInfo)
+	node, ok := obj.(*kubeinfo.NodeInfo)
 	if !ok {
 		return
 	}
-	o, _ := old.(*NodeInfo)
-	if o != nil && o.nodeReads == node.nodeReads {
+	o, _ := old.(*kubeinfo.NodeInfo)
+	if o != nil && o.SameReads(node) {
 		return
 	}
 	if err := f.cache.SetNodeInfo(node); err != nil {
 		// Log once per change of an annotation, not on every capacity
 		// change. The error says what the cache does instead.
-		if o == nil || o.inventory != node.inventory || o.cordoned != node.cordoned {
+		if o == nil || !o.SameAnnotations(node) {
 			logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KObj(node))
 		}
 	}
@@ -183,23 +186,23 @@ func (f *Feeder) Synced() bool {
 
 // Pod returns the informer's PodInfo for namespace/name; ok is false when
 // the informer does not hold it (yet).
-func (f *Feeder) Pod(namespace, name string) (info *PodInfo, ok bool) {
+func (f *Feeder) Pod(namespace, name string) (info *kubeinfo.PodInfo, ok bool) {
 	obj, exists, err := f.pods.GetByKey(namespace + "/" + name)
 	if err != nil || !exists {
 		return nil, false
 	}
-	info, ok = obj.(*PodInfo)
+	info, ok = obj.(*kubeinfo.PodInfo)
 	return info, ok
 }
 
 // Node returns the informer's NodeInfo for node name; ok is false when the
 // informer does not hold it (yet).
-func (f *Feeder) Node(name string) (info *NodeInfo, ok bool) {
+func (f *Feeder) Node(name string) (info *kubeinfo.NodeInfo, ok bool) {
 	obj, exists, err := f.nodes.GetByKey(name)
 	if err != nil || !exists {
 		return nil, false
 	}
-	info, ok = obj.(*NodeInfo)
+	info, ok = obj.(*kubeinfo.NodeInfo)
 	return info, ok
 }
 
@@ -211,9 +214,9 @@ func (f *Feeder) NodeCount() int { return int(f.nodeCount.Load()) }
 func strip(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return NewPodInfo(o), nil
+		return kubeinfo.NewPodInfo(o), nil
 	case *corev1.Node:
-		return NewNodeInfo(o), nil
+		return kubeinfo.NewNodeInfo(o), nil
 	case *resourcev1.ResourceSlice:
 		o.ManagedFields = nil
 		return o, nil
@@ -222,36 +225,4 @@ func strip(obj any) (any, error) {
 		return o, nil
 	}
 	return obj, nil
-}
-
-// catchUpPageSize is how many pods one page of the catch-up's list holds.
-const catchUpPageSize = 500
-
-// CatchUp reads every pod bound to a node and not finished with a quorum
-// list (resourceVersion "": etcd's current state, not a watch cache) and
-// applies it to the cache (Cache.ApplyQuorum), page by page. When it
-// returns nil, every Binding the API server made before the list began is
-// charged, however far behind the informer is. See pkg/leader for who calls
-// it and why.
-func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
-	cu := f.cache.BeginCatchUp()
-	defer f.cache.EndCatchUp(cu)
-	opts := metav1.ListOptions{
-		FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
-		Limit:         catchUpPageSize,
-	}
-	for {
-		list, err := f.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return pods, fmt.Errorf("listing bound pods from the API (quorum read): %w", err)
-		}
-		for i := range list.Items {
-			f.cache.ApplyQuorum(cu, NewPodInfo(&list.Items[i]))
-		}
-		pods += len(list.Items)
-		if list.Continue == "" {
-			return pods, nil
-		}
-		opts.Continue = list.Continue
-	}
 }
