@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -558,55 +556,4 @@ func (p *Preemptor) write(ctx context.Context, call func(context.Context) error)
 	}
 	defer done()
 	return call(fenced)
-}
-
-// preempt serves kube-scheduler's preempt verb (ProcessPreemption). Its
-// answer has no error field: a failure is a non-200 answer, which
-// kube-scheduler, the extender being not ignorable, takes as a failed
-// preemption: nobody is evicted.
-func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "preempt")
-	defer cancel()
-	var args extenderv1.ExtenderPreemptionArgs
-	res, err := func() (*extenderv1.ExtenderPreemptionResult, error) {
-		if !h.ready() {
-			return nil, errNotReady
-		}
-		if err := decode(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		if args.Pod == nil {
-			return nil, errors.New("request has no pod")
-		}
-		pod := cache.NewPodInfo(args.Pod)
-		candidates := map[string][]string{}
-		for n, mv := range args.NodeNameToMetaVictims {
-			for _, v := range mv.Pods {
-				candidates[n] = append(candidates[n], v.UID)
-			}
-		}
-		for n, v := range args.NodeNameToVictims {
-			for _, vp := range v.Pods {
-				candidates[n] = append(candidates[n], string(vp.UID))
-			}
-		}
-		var out map[string]*extenderv1.MetaVictims
-		err := h.searching(ctx, pod, func() error {
-			if h.Preempt == nil {
-				out = map[string]*extenderv1.MetaVictims{}
-				return nil
-			}
-			out = h.Preempt.Preempt(ctx, pod, candidates)
-			return nil
-		})
-		return &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: out}, err
-	}()
-	h.observe(ctx, "preempt", start, err)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
 }
