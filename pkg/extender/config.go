@@ -78,7 +78,7 @@ type Config struct {
 	// AssumeTTL bounds how long cards stay held for a bind that never completed.
 	AssumeTTL time.Duration
 	// FilterAll: filter passes every node that fits, not only the
-	// best-scoring ones (see Handlers.FilterAll); --filter-best=false.
+	// best-scoring ones (see HandlersConfig.FilterAll); --filter-best=false.
 	FilterAll bool
 	// PercentageOfNodesToScore is kube-scheduler's (0 to 100, 0 its
 	// adaptive default): a preemption reads from it whether kube-scheduler

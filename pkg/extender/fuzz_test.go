@@ -165,8 +165,11 @@ func bindFixture(t *testing.T) (http.Handler, *cache.Cache) {
 	for _, p := range api {
 		c.UpsertPod(p)
 	}
-	b := NewBinder(c, api, noCache{}, nil)
-	return NewHandlers(klog.Background().V(1), c, b, func() bool { return true }).Router(), c
+	b, err := NewBinder(BinderConfig{Cache: c, API: api, Pods: noCache{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHandlers(t, klog.Background().V(1), HandlersConfig{Placer: c, Viewer: c, Binder: b, Ready: func() bool { return true }}).Router(), c
 }
 
 func FuzzBindBody(f *testing.F) {

@@ -196,7 +196,7 @@ func BenchmarkScrape(b *testing.B) {
 			c.UpsertPod(util.MakePod(fmt.Sprintf("p-%d-%d", i, j)).GPUMem(units).Allocation(a).Node(name).Obj())
 		}
 	}
-	h := NewHandlers(ktestingLogger(b), c, nil, func() bool { return true }).Router()
+	h := newHandlers(b, ktestingLogger(b), HandlersConfig{Placer: c, Viewer: c, Ready: func() bool { return true }}).Router()
 	for _, enc := range []string{"gzip", "identity"} {
 		b.Run("encoding="+enc, func(b *testing.B) {
 			b.ReportAllocs()

@@ -161,7 +161,7 @@ func BenchmarkPlanUnschedulable(b *testing.B) {
 	pod := cache.NewPodInfo(util.MakePod("pending").GPUMem(17).Priority(1000).GPUModels("A10").Obj())
 	b.ReportAllocs()
 	for b.Loop() {
-		plan, err := f.cache.PlanPreemption(context.Background(), pod, names, f.h.Preempt.victims.forPlan())
+		plan, err := f.cache.PlanPreemption(context.Background(), pod, names, f.preemptor.victims.forPlan())
 		if plan != nil || err != nil {
 			b.Fatalf("PlanPreemption = %v, %v; want no plan", plan, err)
 		}

@@ -61,8 +61,8 @@ func (n *spyNamespaceLister) List(sel labels.Selector) ([]*policyv1.PodDisruptio
 
 // spyOn replaces f's preemptor's budget lister with a spy.
 func spyOn(f *fixture, release chan struct{}) *spyLister {
-	s := &spyLister{PodDisruptionBudgetLister: f.h.Preempt.victims.pdbs, release: release}
-	f.h.Preempt.victims.pdbs = s
+	s := &spyLister{PodDisruptionBudgetLister: f.preemptor.victims.pdbs, release: release}
+	f.preemptor.victims.pdbs = s
 	return s
 }
 
@@ -186,7 +186,7 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16).Obj(), util.MakeNode("two").Cards("Tesla-T4", 16).Obj(), a, b)
 			high := cache.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
-			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.h.Preempt))
+			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.preemptor))
 			if err != nil || plan == nil {
 				t.Fatalf("PlanPreemption = %v, %v", plan, err)
 			}
@@ -194,7 +194,7 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.gone(f, plan)
-			f.h.Preempt.execute(context.Background(), plan)
+			f.preemptor.execute(context.Background(), plan)
 			if diff := cmp.Diff([]string(nil), api.recorded()); diff != "" {
 				t.Errorf("API writes (-want +got):\n%s", diff)
 			}
@@ -235,7 +235,7 @@ func TestNoPlanAgainWhileNothingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		b, err := f.h.Preempt.victims.pdbs.PodDisruptionBudgets("default").Get("new")
+		b, err := f.preemptor.victims.pdbs.PodDisruptionBudgets("default").Get("new")
 		return err == nil && b != nil, nil
 	})
 	filter(t, f, huge, names...)

@@ -67,12 +67,12 @@ func preemptFixture(t *testing.T, objs ...runtime.Object) (*fixture, *fakePreemp
 // being planned.
 func settle(tb testing.TB, f *fixture) {
 	tb.Helper()
-	if f.h.Preempt == nil {
+	if f.preemptor == nil {
 		return
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		idle := true
-		f.h.Preempt.planning.Range(func(any, any) bool { idle = false; return false })
+		f.preemptor.planning.Range(func(any, any) bool { idle = false; return false })
 		return idle, nil
 	}); err != nil {
 		tb.Fatal("the preemptor is still planning after a minute")
@@ -99,7 +99,8 @@ func startPreemptor(tb testing.TB, f *fixture, api PreemptAPI) {
 	}); err != nil {
 		tb.Fatal("the PodDisruptionBudget informer never synced")
 	}
-	f.h.Preempt = p
+	f.preemptor = p
+	f.configure(tb, func(c *HandlersConfig) { c.Preempt = p })
 }
 
 func eventuallyCalls(t *testing.T, api *fakePreemptAPI, want []string) {
@@ -261,7 +262,7 @@ func TestEvictionRefusedReleasesTheRoom(t *testing.T) {
 	}
 	// A victim already gone does not stop it.
 	api2 := &fakePreemptAPI{evictErr: map[string]error{"a": apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "a")}}
-	f.h.Preempt.cfg.API = api2
+	f.preemptor.cfg.API = api2
 	f.do(t, "POST", Prefix+"/filter", extenderArgs(t, high, "one"))
 	eventuallyCalls(t, api2, []string{"nominate high to one", "evict a", "evict b"})
 	if _, ok := f.cache.Reserved(high.UID); !ok {

@@ -78,20 +78,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	binder := NewBinder(c, ClientPodAPI{Client: client}, feeder, nil)
-	h := NewHandlers(logger, c, binder, feeder.Synced)
-	h.FilterAll = cfg.FilterAll
+	hcfg := HandlersConfig{Placer: c, Viewer: c, Ready: feeder.Synced, FilterAll: cfg.FilterAll}
+	bcfg := BinderConfig{Cache: c, API: ClientPodAPI{Client: client}, Pods: feeder}
 	if cfg.DRANodeChoice {
 		if err := feeder.EnableDRA(cmp.Or(cfg.WebhookDRAUnit, gpushare.UnitGiB)); err != nil {
 			return err
 		}
-		h.Claims = feeder
+		hcfg.Claims = feeder
 	}
 	var gate *leader.Gate
 	var fence Fencer
 	if cfg.LeaderElect || cfg.FollowSchedulerLease != "" {
 		gate = leader.NewGate(feeder.CatchUp, cfg.Election.RenewDeadline, cfg.LeaderElect, nil)
-		h.Leader, binder.Fence, fence = gate, gate, gate
+		hcfg.Leader, bcfg.Fence, fence = gate, gate, gate
 	}
 	var preemptor *Preemptor
 	if !cfg.NoPreemption {
@@ -102,7 +101,14 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		h.Preempt = preemptor
+		hcfg.Preempt = preemptor
+	}
+	if hcfg.Binder, err = NewBinder(bcfg); err != nil {
+		return err
+	}
+	h, err := NewHandlers(logger, hcfg)
+	if err != nil {
+		return err
 	}
 	pending := newPendingPods(client)
 	reg := h.Registerer()

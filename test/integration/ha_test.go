@@ -137,8 +137,9 @@ func startReplica(t *testing.T, name, kubeconfig string, catchUp bool, renewDead
 		catchUpFn = func(context.Context) (int, error) { return 0, nil }
 	}
 	r.gate = leader.NewGate(catchUpFn, renewDeadline, true, nil)
-	r.binder = extender.NewBinder(r.cache, extender.ClientPodAPI{Client: r.client}, r.feeder, nil)
-	r.binder.Fence = r.gate
+	if r.binder, err = extender.NewBinder(extender.BinderConfig{Cache: r.cache, API: extender.ClientPodAPI{Client: r.client}, Pods: r.feeder, Fence: r.gate}); err != nil {
+		t.Fatal(err)
+	}
 	r.feeder.Start(ctx)
 	if !r.feeder.WaitForSync(ctx) {
 		t.Fatalf("%s: informers did not sync", name)
