@@ -14,11 +14,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/certs/certstest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
@@ -83,7 +85,8 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if err := newPendingPods(fake.NewClientset()).register(reg); err != nil {
 		t.Fatal(err)
 	}
-	preemptor, err := NewPreemptor(ktestingLogger(t), PreemptorConfig{Cache: f.cache, API: ClientPreemptAPI{Client: f.client}, Pods: f.feeder, Nodes: f.feeder, Client: f.client})
+	budgets := informers.NewSharedInformerFactory(f.client, 0).Policy().V1().PodDisruptionBudgets()
+	preemptor, err := preemption.New(ktestingLogger(t), preemption.Config{Cache: f.cache, API: preemption.ClientAPI{Client: f.client}, Pods: f.feeder, Nodes: f.feeder, Budgets: budgets})
 	if err != nil {
 		t.Fatal(err)
 	}

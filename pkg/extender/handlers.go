@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -82,8 +83,9 @@ type Viewer interface {
 }
 
 var (
-	_ Placer = (*cache.Cache)(nil)
-	_ Viewer = (*cache.Cache)(nil)
+	_ Placer    = (*cache.Cache)(nil)
+	_ Viewer    = (*cache.Cache)(nil)
+	_ Preempter = (*preemption.Preemptor)(nil)
 )
 
 // Preempter starts preemptions for GPU pods that fit no node

@@ -29,6 +29,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -45,8 +46,10 @@ type fixture struct {
 	cfg     HandlersConfig // what h was built from
 	h       *Handlers
 	handler http.Handler // h.Router()
-	// preemptor is h's, when startPreemptor gave it one.
-	preemptor *Preemptor
+	// preemptor is h's, when startPreemptor gave it one, writing to
+	// preemptAPI.
+	preemptor  *preemption.Preemptor
+	preemptAPI preemption.API
 }
 
 func newFixture(t testing.TB, objs ...runtime.Object) *fixture {

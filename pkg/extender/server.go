@@ -23,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/leader"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
@@ -92,10 +93,11 @@ func Run(ctx context.Context, cfg Config) error {
 		gate = leader.NewGate(feeder.CatchUp, cfg.Election.RenewDeadline, cfg.LeaderElect, nil)
 		hcfg.Leader, bcfg.Fence, fence = gate, gate, gate
 	}
-	var preemptor *Preemptor
+	var preemptor *preemption.Preemptor
+	budgets := informers.NewSharedInformerFactory(client, 0)
 	if !cfg.NoPreemption {
-		preemptor, err = NewPreemptor(logger.WithName("preempt"), PreemptorConfig{
-			Cache: c, API: ClientPreemptAPI{Client: client}, Pods: feeder, Nodes: feeder, Client: client,
+		preemptor, err = preemption.New(logger.WithName("preempt"), preemption.Config{
+			Cache: c, API: preemption.ClientAPI{Client: client}, Pods: feeder, Nodes: feeder, Budgets: budgets.Policy().V1().PodDisruptionBudgets(),
 			TTL: cfg.AssumeTTL, Fence: fence, PercentageOfNodesToScore: cfg.PercentageOfNodesToScore,
 		})
 		if err != nil {
@@ -188,6 +190,7 @@ func Run(ctx context.Context, cfg Config) error {
 	feeder.Start(ctx)
 	pending.Start(ctx)
 	if preemptor != nil {
+		budgets.Start(ctx.Done())
 		preemptor.Start(ctx)
 	}
 	// synced ends when the informers have synced and the leadership (if
