@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/extenderwire"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/version"
@@ -28,13 +29,8 @@ import (
 // the scheduler configuration).
 const Prefix = "/gpushare-scheduler"
 
-// MaxBodyBytes caps a request body at what the largest request of a
-// scheduler with nodeCacheCapable: true needs for 5,000 nodes: 5,000 node
-// names of at most 253 characters (1.3 MB as JSON) and a pod of at most
-// 1.5 MiB (etcd's limit), under 3 MiB. Whole Nodes (nodeCacheCapable:
-// false) for thousands of nodes do not fit: the shipped configuration sets
-// nodeCacheCapable.
-const MaxBodyBytes = 4 << 20
+// MaxBodyBytes caps a request body (extenderwire.MaxBodyBytes).
+const MaxBodyBytes = extenderwire.MaxBodyBytes
 
 // DefaultMaxInFlight bounds the filter and prioritize requests served at
 // once, and, separately, the binds: kube-scheduler sends filter and
@@ -389,12 +385,12 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	ctx, cancel := h.verbContext(r, "filter")
 	defer cancel()
 	var args extenderv1.ExtenderArgs
-	defer releaseNames(&args) // after the answer is written
+	defer extenderwire.ReleaseNames(&args) // after the answer is written
 	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
 		if !h.cfg.Ready() {
 			return nil, errNotReady
 		}
-		if err := decodeArgs(w, r, &args); err != nil {
+		if err := extenderwire.DecodeArgs(w, r, &args); err != nil {
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
@@ -487,12 +483,12 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 	ctx, cancel := h.verbContext(r, "prioritize")
 	defer cancel()
 	var args extenderv1.ExtenderArgs
-	defer releaseNames(&args) // after the answer is written
+	defer extenderwire.ReleaseNames(&args) // after the answer is written
 	res, err := func() (extenderv1.HostPriorityList, error) {
 		if !h.cfg.Ready() {
 			return nil, errNotReady
 		}
-		if err := decodeArgs(w, r, &args); err != nil {
+		if err := extenderwire.DecodeArgs(w, r, &args); err != nil {
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
@@ -538,7 +534,7 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	var args extenderv1.ExtenderBindingArgs
 	err := errNotReady
 	if h.cfg.Ready() {
-		err = decode(w, r, &args)
+		err = extenderwire.Decode(w, r, &args)
 	}
 	if err == nil && h.cfg.Binder == nil {
 		err = errNoBinder
@@ -586,7 +582,7 @@ func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.
 		if !h.cfg.Ready() {
 			return nil, errNotReady
 		}
-		if err := decode(w, r, &args); err != nil {
+		if err := extenderwire.Decode(w, r, &args); err != nil {
 			return nil, err
 		}
 		ctx = withPod(ctx, args.Pod)
