@@ -32,7 +32,7 @@
 // Binder.bind). A retried bind of a
 // pod already bound to that node succeeds without holding anything twice.
 //
-// Serving (Run): the API on Config.Listen, over HTTPS with a certificate
+// Serving (Extender.Run): the API on Config.Listen, over HTTPS with a certificate
 // reloaded from disk when Config.TLSCertFile is set, and then taking only
 // client certificates of Config.ClientCAFile's CAs (pkg/certs); the probes
 // and metrics alone on a plain listener, Config.MetricsListen, which
