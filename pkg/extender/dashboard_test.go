@@ -82,7 +82,11 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	f := newFixture(t) // cards, so the card gauges are there
 	reg := f.h.Registerer()
-	if err := newPendingPods(fake.NewClientset()).register(reg); err != nil {
+	pending, err := newPendingPods(informers.NewSharedInformerFactory(fake.NewClientset(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pending.register(reg); err != nil {
 		t.Fatal(err)
 	}
 	budgets := informers.NewSharedInformerFactory(f.client, 0).Policy().V1().PodDisruptionBudgets()

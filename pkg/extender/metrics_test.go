@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -147,8 +148,12 @@ func TestPendingPods(t *testing.T) {
 		util.MakePod("cpu").Container("app").Obj(),
 		util.MakePod("bound").GPUMem(4).Node("n1").Obj(),
 	)
-	p := newPendingPods(client)
-	p.Start(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	p, err := newPendingPods(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
 	wait := func(want int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); p.Count() != want; time.Sleep(10 * time.Millisecond) {

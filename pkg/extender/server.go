@@ -57,7 +57,9 @@ type Extender struct {
 	client kubernetes.Interface
 	cache  *cache.Cache
 	feeder *cache.Feeder
-	// informers makes the preemptor's budgets and the webhook's quotas.
+	// informers makes the informers besides the feeder's: the pending
+	// pods (filtered and stripped, so no other pod informer may come from
+	// it), the preemptor's budgets and the webhook's quotas.
 	informers informers.SharedInformerFactory
 	pending   *pendingPods
 	// preemptor is nil with NoPreemption, gate for a single replica.
@@ -121,8 +123,9 @@ func (e *Extender) buildCache(ctx context.Context) error {
 			return err
 		}
 	}
-	e.cache, e.feeder, e.pending = c, feeder, newPendingPods(e.client)
-	return nil
+	e.cache, e.feeder = c, feeder
+	e.pending, err = newPendingPods(e.informers)
+	return err
 }
 
 // buildVerbs builds the leadership gate, the binder, the preemptor and the
@@ -249,7 +252,6 @@ func (e *Extender) Run(ctx context.Context) error {
 	e.tls.watch(ctx, e.cfg.CertCheckPeriod)
 
 	e.feeder.Start(ctx)
-	e.pending.Start(ctx)
 	e.informers.Start(ctx.Done())
 	if e.preemptor != nil {
 		e.preemptor.Start(ctx)
