@@ -335,6 +335,56 @@ func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, er
 	h.metrics.latency.WithLabelValues(verb, result).Observe(time.Since(start).Seconds())
 }
 
+// verbArgs are the requests of the verbs serveVerb serves.
+type verbArgs interface {
+	*extenderv1.ExtenderArgs | *extenderv1.ExtenderPreemptionArgs
+}
+
+// serveVerb serves one filter, prioritize or preempt request. Under the
+// verb's deadline (verbContext) it answers errNotReady until the cache is
+// rebuilt, decodes the body into args, names args' pod in the context's
+// logger and calls fn. It records the latency and logs fn's error once
+// (observe), then writes fn's result, or failure's status and body.
+func serveVerb[A verbArgs, Res any](h *Handlers, w http.ResponseWriter, r *http.Request, verb string, args A,
+	fn func(context.Context, A) (Res, error), failure func(error) (int, any)) {
+	start := time.Now()
+	ctx, cancel := h.verbContext(r, verb)
+	defer cancel()
+	res, err := func() (Res, error) {
+		var none Res
+		if !h.cfg.Ready() {
+			return none, errNotReady
+		}
+		pod, err := decodeVerb(w, r, args)
+		if err != nil {
+			return none, err
+		}
+		ctx = withPod(ctx, pod)
+		return fn(ctx, args)
+	}()
+	h.observe(ctx, verb, start, err)
+	if err != nil {
+		status, body := failure(err)
+		writeJSON(w, status, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decodeVerb decodes r's body into args and returns args' pod. Filter and
+// prioritize's node names go through extenderwire's own scanner.
+func decodeVerb(w http.ResponseWriter, r *http.Request, args any) (*corev1.Pod, error) {
+	switch a := args.(type) {
+	case *extenderv1.ExtenderArgs:
+		err := extenderwire.DecodeArgs(w, r, a)
+		return a.Pod, err
+	case *extenderv1.ExtenderPreemptionArgs:
+		err := extenderwire.Decode(w, r, a)
+		return a.Pod, err
+	}
+	return nil, fmt.Errorf("no decoder for %T", args)
+}
+
 // withPod returns ctx with its logger naming pod, if the request has one.
 func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
 	if pod == nil {
@@ -381,55 +431,45 @@ func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*cache.PodInfo, []strin
 }
 
 func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "filter")
-	defer cancel()
 	var args extenderv1.ExtenderArgs
 	defer extenderwire.ReleaseNames(&args) // after the answer is written
-	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
-		if !h.cfg.Ready() {
-			return nil, errNotReady
-		}
-		if err := extenderwire.DecodeArgs(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
-			return h.filterDRA(ctx, &args)
-		}
-		pod, names, err := podArgs(&args, false)
-		if err != nil {
-			return nil, err
-		}
-		var fit []string
-		var failed map[string]string
-		err = h.searching(ctx, pod, func() (err error) {
-			if h.cfg.FilterAll {
-				fit, failed, err = h.cfg.Placer.Filter(ctx, pod, names)
-			} else {
-				fit, failed, err = h.cfg.Placer.FilterBest(ctx, pod, names)
-			}
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if len(fit) == 0 && h.cfg.Preempt != nil && !undecided(failed) {
-			h.cfg.Preempt.Unschedulable(ctx, pod, args.Pod, names)
-		}
-		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
-		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
-			for node, reason := range failed {
-				logger.Info("Node rejected", "node", node, "reason", reason)
-			}
-		}
-		return filterResult(&args, fit, failed), nil
-	}()
-	h.observe(ctx, "filter", start, err)
-	if err != nil {
-		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	serveVerb(h, w, r, "filter", &args, h.filterPod, func(err error) (int, any) {
+		return http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	})
+}
+
+// filterPod answers filter for args, decoded, ctx's logger naming its pod.
+func (h *Handlers) filterPod(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
+		return h.filterDRA(ctx, args)
 	}
-	writeJSON(w, http.StatusOK, res)
+	pod, names, err := podArgs(args, false)
+	if err != nil {
+		return nil, err
+	}
+	var fit []string
+	var failed map[string]string
+	err = h.searching(ctx, pod, func() (err error) {
+		if h.cfg.FilterAll {
+			fit, failed, err = h.cfg.Placer.Filter(ctx, pod, names)
+		} else {
+			fit, failed, err = h.cfg.Placer.FilterBest(ctx, pod, names)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(fit) == 0 && h.cfg.Preempt != nil && !undecided(failed) {
+		h.cfg.Preempt.Unschedulable(ctx, pod, args.Pod, names)
+	}
+	klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
+	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
+		for node, reason := range failed {
+			logger.Info("Node rejected", "node", node, "reason", reason)
+		}
+	}
+	return filterResult(args, fit, failed), nil
 }
 
 // undecided reports whether the search of some node in failed stopped
@@ -479,53 +519,43 @@ func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string
 }
 
 func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "prioritize")
-	defer cancel()
 	var args extenderv1.ExtenderArgs
 	defer extenderwire.ReleaseNames(&args) // after the answer is written
-	res, err := func() (extenderv1.HostPriorityList, error) {
-		if !h.cfg.Ready() {
-			return nil, errNotReady
-		}
-		if err := extenderwire.DecodeArgs(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		pod, names, err := podArgs(&args, true)
-		if err != nil {
-			return nil, err
-		}
-		score := h.cfg.Placer.Score
-		if pod.Demand == nil {
-			// A pod that asks no gpu-mem: where its CPU and memory
-			// strand the least GPU memory.
-			score = h.cfg.Placer.ScoreCPU
-		}
-		var scores []int64
-		err = h.searching(ctx, pod, func() (err error) {
-			scores, err = score(ctx, pod, names)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		out := make(extenderv1.HostPriorityList, len(names))
-		for i, n := range names {
-			out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
-		}
-		klog.FromContext(ctx).V(5).Info("Scored", "scores", out)
-		return out, nil
-	}()
-	h.observe(ctx, "prioritize", start, err)
-	if err != nil {
+	serveVerb(h, w, r, "prioritize", &args, h.prioritizePod, func(err error) (int, any) {
 		// HostPriorityList has no error field: an error reply is the only
 		// way to say so, and the scheduler then ignores this extender's
 		// scores for the pod rather than failing it.
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
+		return http.StatusBadRequest, map[string]string{"error": err.Error()}
+	})
+}
+
+// prioritizePod answers prioritize for args, decoded, ctx's logger naming
+// its pod.
+func (h *Handlers) prioritizePod(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	pod, names, err := podArgs(args, true)
+	if err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, res)
+	score := h.cfg.Placer.Score
+	if pod.Demand == nil {
+		// A pod that asks no gpu-mem: where its CPU and memory
+		// strand the least GPU memory.
+		score = h.cfg.Placer.ScoreCPU
+	}
+	var scores []int64
+	err = h.searching(ctx, pod, func() (err error) {
+		scores, err = score(ctx, pod, names)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, n := range names {
+		out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
+	}
+	klog.FromContext(ctx).V(5).Info("Scored", "scores", out)
+	return out, nil
 }
 
 func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -574,48 +604,38 @@ func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter
 // kube-scheduler, the extender being not ignorable, takes as a failed
 // preemption: nobody is evicted.
 func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "preempt")
-	defer cancel()
 	var args extenderv1.ExtenderPreemptionArgs
-	res, err := func() (*extenderv1.ExtenderPreemptionResult, error) {
-		if !h.cfg.Ready() {
-			return nil, errNotReady
-		}
-		if err := extenderwire.Decode(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		if args.Pod == nil {
-			return nil, errors.New("request has no pod")
-		}
-		pod := cache.NewPodInfo(args.Pod)
-		candidates := map[string][]string{}
-		for n, mv := range args.NodeNameToMetaVictims {
-			for _, v := range mv.Pods {
-				candidates[n] = append(candidates[n], v.UID)
-			}
-		}
-		for n, v := range args.NodeNameToVictims {
-			for _, vp := range v.Pods {
-				candidates[n] = append(candidates[n], string(vp.UID))
-			}
-		}
-		var out map[string]*extenderv1.MetaVictims
-		err := h.searching(ctx, pod, func() error {
-			if h.cfg.Preempt == nil {
-				out = map[string]*extenderv1.MetaVictims{}
-				return nil
-			}
-			out = h.cfg.Preempt.Preempt(ctx, pod, candidates)
-			return nil
-		})
-		return &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: out}, err
-	}()
-	h.observe(ctx, "preempt", start, err)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
+	serveVerb(h, w, r, "preempt", &args, h.preemptPod, func(err error) (int, any) {
+		return http.StatusInternalServerError, map[string]string{"error": err.Error()}
+	})
+}
+
+// preemptPod answers preempt for args, decoded, ctx's logger naming its
+// pod.
+func (h *Handlers) preemptPod(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
+	if args.Pod == nil {
+		return nil, errors.New("request has no pod")
 	}
-	writeJSON(w, http.StatusOK, res)
+	pod := cache.NewPodInfo(args.Pod)
+	candidates := map[string][]string{}
+	for n, mv := range args.NodeNameToMetaVictims {
+		for _, v := range mv.Pods {
+			candidates[n] = append(candidates[n], v.UID)
+		}
+	}
+	for n, v := range args.NodeNameToVictims {
+		for _, vp := range v.Pods {
+			candidates[n] = append(candidates[n], string(vp.UID))
+		}
+	}
+	var out map[string]*extenderv1.MetaVictims
+	err := h.searching(ctx, pod, func() error {
+		if h.cfg.Preempt == nil {
+			out = map[string]*extenderv1.MetaVictims{}
+			return nil
+		}
+		out = h.cfg.Preempt.Preempt(ctx, pod, candidates)
+		return nil
+	})
+	return &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: out}, err
 }
