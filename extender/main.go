@@ -46,5 +46,10 @@ func run(cfg extender.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	memlimit.Apply(klog.Background(), os.DirFS("/"), os.Getenv, memlimit.DefaultFraction)
-	return extender.Run(klog.NewContext(ctx, klog.Background()), cfg)
+	ctx = klog.NewContext(ctx, klog.Background())
+	e, err := extender.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
 }

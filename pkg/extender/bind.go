@@ -76,23 +76,62 @@ type Fencer interface {
 	Fence(ctx context.Context) (fenced context.Context, done func(), err error)
 }
 
-// Binder chooses cards, records them on the pod and binds it.
-type Binder struct {
-	cache *cache.Cache
-	api   PodAPI
-	pods  PodCache
-	clock clock.PassiveClock
+// Assumer is what a bind asks of the allocation cache: choose and hold
+// cards, then confirm or release them.
+type Assumer interface {
+	// Assume chooses pod's cards on node and holds them.
+	Assume(ctx context.Context, pod *kubeinfo.PodInfo, node string) (*gpushare.Allocation, error)
+	// FinishBinding marks the held cards as bound.
+	FinishBinding(uid types.UID)
+	// Forget releases the cards a failed bind held.
+	Forget(uid types.UID)
+	// CardTotal returns the memory of card idx of node, in its units.
+	CardTotal(node string, idx int) (int64, bool)
+}
+
+var _ Assumer = (*cache.Cache)(nil)
+
+// BinderConfig builds a Binder.
+type BinderConfig struct {
+	// Cache chooses and holds the cards.
+	Cache Assumer
+	// API reads pods and creates their Bindings.
+	API PodAPI
+	// Pods reads pods from the informer before asking the API.
+	Pods PodCache
+	// Clock stamps the assume time; nil for the real clock.
+	Clock clock.PassiveClock
 	// Fence, when set (several replicas), fences every Binding write.
-	// Set before use.
 	Fence Fencer
 }
 
-// NewBinder returns a binder; clk may be nil for the real clock.
-func NewBinder(c *cache.Cache, api PodAPI, pods PodCache, clk clock.PassiveClock) *Binder {
-	if clk == nil {
-		clk = clock.RealClock{}
+// Validate reports what is missing.
+func (c *BinderConfig) Validate() error {
+	if c.Cache == nil || c.API == nil || c.Pods == nil {
+		return errors.New("binder: the cache, the API and the pod reader are all needed")
 	}
-	return &Binder{cache: c, api: api, pods: pods, clock: clk}
+	return nil
+}
+
+// Binder chooses cards, records them on the pod and binds it.
+type Binder struct {
+	cache Assumer
+	api   PodAPI
+	pods  PodCache
+	clock clock.PassiveClock
+	// fence, when set, fences every Binding write.
+	fence Fencer
+}
+
+// NewBinder returns the binder of cfg.
+func NewBinder(cfg BinderConfig) (*Binder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Binder{cache: cfg.Cache, api: cfg.API, pods: cfg.Pods, clock: cfg.Clock, fence: cfg.Fence}, nil
 }
 
 // Bind places the pod on node's cards, writes the annotations and creates
@@ -295,12 +334,12 @@ type notLeaderError struct{ err error }
 func (e *notLeaderError) Error() string { return e.err.Error() }
 func (e *notLeaderError) Unwrap() error { return e.err }
 
-// write sends one Binding, fenced to this replica's term when b.Fence is set.
+// write sends one Binding, fenced to this replica's term when b.fence is set.
 func (b *Binder) write(ctx context.Context, pod *kubeinfo.PodInfo, node string, ann map[string]string) error {
-	if b.Fence == nil {
+	if b.fence == nil {
 		return b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
 	}
-	fenced, done, err := b.Fence.Fence(ctx)
+	fenced, done, err := b.fence.Fence(ctx)
 	if err != nil {
 		return &notLeaderError{err: err}
 	}

@@ -101,6 +101,12 @@ func (noCache) Pod(_, _ string) (*kubeinfo.PodInfo, bool) { return nil, false }
 
 func newBinderFixture(t *testing.T, api *fakeAPI) (*Binder, *cache.Cache) {
 	t.Helper()
+	return newFencedBinder(t, api, nil)
+}
+
+// newFencedBinder is newBinderFixture over any api, with fence (nil: none).
+func newFencedBinder(t *testing.T, api PodAPI, fence Fencer) (*Binder, *cache.Cache) {
+	t.Helper()
 	c, err := cache.New(cache.Config{Policy: allocator.NameBinpack})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +114,11 @@ func newBinderFixture(t *testing.T, api *fakeAPI) (*Binder, *cache.Cache) {
 	if err := c.SetNode(util.MakeNode("n1").Cards("T4", 16).Obj()); err != nil {
 		t.Fatal(err)
 	}
-	return NewBinder(c, api, noCache{}, clocktesting.NewFakeClock(time.Unix(1, 0))), c
+	b, err := NewBinder(BinderConfig{Cache: c, API: api, Pods: noCache{}, Clock: clocktesting.NewFakeClock(time.Unix(1, 0)), Fence: fence})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, c
 }
 
 func TestBindIsOneWrite(t *testing.T) {

@@ -14,11 +14,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/certs/certstest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
@@ -80,10 +82,15 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	f := newFixture(t) // cards, so the card gauges are there
 	reg := f.h.Registerer()
-	if err := newPendingPods(fake.NewClientset()).register(reg); err != nil {
+	pending, err := newPendingPods(informers.NewSharedInformerFactory(fake.NewClientset(), 0))
+	if err != nil {
 		t.Fatal(err)
 	}
-	preemptor, err := NewPreemptor(ktestingLogger(t), PreemptorConfig{Cache: f.cache, API: ClientPreemptAPI{Client: f.client}, Pods: f.feeder, Nodes: f.feeder, Client: f.client})
+	if err := pending.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	budgets := informers.NewSharedInformerFactory(f.client, 0).Policy().V1().PodDisruptionBudgets()
+	preemptor, err := preemption.New(ktestingLogger(t), preemption.Config{Cache: f.cache, API: preemption.ClientAPI{Client: f.client}, Pods: f.feeder, Nodes: f.feeder, Budgets: budgets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@
 // request carrying whole Nodes (nodeCacheCapable: false) is answered with the
 // Nodes that pass, since such a scheduler reads only those.
 //
-// Filter decides the node (Handlers.FilterAll false, the default): of the
+// Filter decides the node (HandlersConfig.FilterAll false, the default): of the
 // nodes where the pod fits it passes only those prioritize would rate
 // highest, so kube-scheduler's own scores (which spread pods, e.g. the
 // default topology spreading and LeastAllocated) only break ties among them
@@ -32,7 +32,7 @@
 // Binder.bind). A retried bind of a
 // pod already bound to that node succeeds without holding anything twice.
 //
-// Serving (Run): the API on Config.Listen, over HTTPS with a certificate
+// Serving (Extender.Run): the API on Config.Listen, over HTTPS with a certificate
 // reloaded from disk when Config.TLSCertFile is set, and then taking only
 // client certificates of Config.ClientCAFile's CAs (pkg/certs); the probes
 // and metrics alone on a plain listener, Config.MetricsListen, which
@@ -42,9 +42,9 @@
 // (serveMetrics).
 //
 // Several replicas (Config.LeaderElect, Config.FollowSchedulerLease): a
-// leader.Gate decides. Handlers.Leader answers the verbs 503 with
+// leader.Gate decides. HandlersConfig.Leader answers the verbs 503 with
 // Retry-After on a replica that does not serve (and, for elected
-// replicas, /readyz too); Binder.Fence bounds each Binding write to the
+// replicas, /readyz too); BinderConfig.Fence bounds each Binding write to the
 // replica's term. Run starts the election only once the informers have
 // synced. See pkg/leader for the safety argument.
 package extender

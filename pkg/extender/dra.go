@@ -116,21 +116,21 @@ func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs)
 		return nil, err
 	}
 	all := filterResult(args, names, nil)
-	if h.Claims == nil {
+	if h.cfg.Claims == nil {
 		logger.V(2).Info("Passing every node for a pod that asks the extender's node choice of a DRA claim: off (--dra-node-choice)")
 		return all, nil
 	}
 	if pod.Demand != nil {
 		return nil, fmt.Errorf("pod %s/%s asks %s and %s; a pod gets its GPU memory from the device plugin or from a DRA claim, not both", args.Pod.Namespace, args.Pod.Name, gpushare.ResourceGPUMem, gpushare.ResourceDRAClaim)
 	}
-	if err := awaitClaim(ctx, args.Pod, pod, h.Claims); err != nil {
+	if err := awaitClaim(ctx, args.Pod, pod, h.cfg.Claims); err != nil {
 		logger.V(2).Info("Passing every node for a claim pod", "reason", err.Error())
 		return all, nil
 	}
 	var fit []string
 	var failed map[string]string
 	err = h.searching(ctx, pod, func() (err error) {
-		fit, failed, err = h.cache.FilterBest(ctx, pod, names)
+		fit, failed, err = h.cfg.Placer.FilterBest(ctx, pod, names)
 		return err
 	})
 	if err != nil {

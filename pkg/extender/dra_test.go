@@ -115,8 +115,7 @@ func TestFilterDRA(t *testing.T) {
 		{name: "gpu-mem too", claims: fakeClaims{"default/p-gpu": claimOf(8, 1)}, pod: both, wantError: "not both"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewHandlers(logger, c, nil, func() bool { return true })
-			h.Claims = tc.claims
+			h := newHandlers(t, logger, HandlersConfig{Placer: c, Viewer: c, Ready: func() bool { return true }, Claims: tc.claims})
 			body := extenderArgs(t, tc.pod, all...)
 			rec := httptest.NewRecorder()
 			h.Router().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, Prefix+"/filter", strings.NewReader(body)))

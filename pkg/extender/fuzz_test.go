@@ -165,8 +165,11 @@ func bindFixture(t *testing.T) (http.Handler, *cache.Cache) {
 	for _, p := range api {
 		c.UpsertPod(p)
 	}
-	b := NewBinder(c, api, noCache{}, nil)
-	return NewHandlers(klog.Background().V(1), c, b, func() bool { return true }).Router(), c
+	b, err := NewBinder(BinderConfig{Cache: c, API: api, Pods: noCache{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newHandlers(t, klog.Background().V(1), HandlersConfig{Placer: c, Viewer: c, Binder: b, Ready: func() bool { return true }}).Router(), c
 }
 
 func FuzzBindBody(f *testing.F) {
@@ -201,32 +204,4 @@ func FuzzBindBody(f *testing.F) {
 			}
 		}
 	})
-}
-
-// TestDecodeTakesOneValue: a body is one JSON value, white space around
-// it allowed; a second value or garbage after it is refused (the fuzzer
-// found prioritize answering 200 to `{"Pod":{}}0`).
-func TestDecodeTakesOneValue(t *testing.T) {
-	tests := []struct {
-		body    string
-		wantErr string
-	}{
-		{body: `{"Pod":{}}`},
-		{body: " {\"Pod\":{}}\n\t "},
-		{body: `{"Pod":{}}0`, wantErr: "decoding request: data after the JSON value"},
-		{body: `{"Pod":{}} {"Pod":{}}`, wantErr: "decoding request: data after the JSON value"},
-		{body: `{"Pod":{}}}`, wantErr: "decoding request: data after the JSON value"},
-		{body: `{"Pod":`, wantErr: "decoding request: unexpected EOF"},
-	}
-	for _, tc := range tests {
-		var args extenderv1.ExtenderArgs
-		err := decode(httptest.NewRecorder(), httptest.NewRequest("POST", "/", strings.NewReader(tc.body)), &args)
-		got := ""
-		if err != nil {
-			got = err.Error()
-		}
-		if got != tc.wantErr {
-			t.Errorf("decode(%q) error = %q, want %q", tc.body, got, tc.wantErr)
-		}
-	}
 }

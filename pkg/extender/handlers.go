@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,9 +19,11 @@ import (
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/extenderwire"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
@@ -28,13 +31,8 @@ import (
 // the scheduler configuration).
 const Prefix = "/gpushare-scheduler"
 
-// MaxBodyBytes caps a request body at what the largest request of a
-// scheduler with nodeCacheCapable: true needs for 5,000 nodes: 5,000 node
-// names of at most 253 characters (1.3 MB as JSON) and a pod of at most
-// 1.5 MiB (etcd's limit), under 3 MiB. Whole Nodes (nodeCacheCapable:
-// false) for thousands of nodes do not fit: the shipped configuration sets
-// nodeCacheCapable.
-const MaxBodyBytes = 4 << 20
+// MaxBodyBytes caps a request body (extenderwire.MaxBodyBytes).
+const MaxBodyBytes = extenderwire.MaxBodyBytes
 
 // DefaultMaxInFlight bounds the filter and prioritize requests served at
 // once, and, separately, the binds: kube-scheduler sends filter and
@@ -60,49 +58,42 @@ const DefaultVerbTimeout = 1500 * time.Millisecond
 // answered 503 with Retry-After.
 const slotWait = time.Second
 
-// Handlers serves the extender API.
-type Handlers struct {
-	// FilterAll: filter passes every node where the pod fits, and the
-	// scheduler adds prioritize's scores to its own. When false (the
-	// default), filter passes only the nodes prioritize would rate highest
-	// (Cache.FilterBest). Set before serving.
-	FilterAll bool
-	// MaxInFlight bounds the filter and prioritize requests served at
-	// once, and the binds, each kind apart; 0 means DefaultMaxInFlight.
-	// Set before Router.
-	MaxInFlight int
-	// VerbTimeout is the deadline of a filter or prioritize request; 0
-	// means DefaultVerbTimeout. Set before serving.
-	VerbTimeout time.Duration
-	// Leader, when set (several replicas, pkg/leader), decides whether
-	// this replica answers the verbs and reports ready; nil: a single
-	// replica always does. Set before serving.
-	Leader Leadership
-	// Preempt, when set, evicts lower-priority pods of one card for a pod
-	// that fits no node (preempt.go); nil: the preempt verb lets
-	// kube-scheduler evict nobody for a GPU pod. Set before serving.
-	Preempt *Preemptor
-	// Claims, when set (--dra-node-choice), lets filter rate the nodes of
-	// pods asking gpushare.io/dra-claim (filterDRA); nil: filter passes
-	// them every node. Set before serving.
-	Claims ClaimSource
+// Placer is what filter and prioritize ask of the allocation cache.
+type Placer interface {
+	// Filter returns the nodes where pod fits, and why the others fail.
+	Filter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (fit []string, failed map[string]string, err error)
+	// FilterBest returns the nodes that fit and score highest.
+	FilterBest(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (best []string, failed map[string]string, err error)
+	// Score rates each node 0 to 10 for pod's GPU memory.
+	Score(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) ([]int64, error)
+	// ScoreCPU rates each node for a pod that asks no GPU memory.
+	ScoreCPU(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) ([]int64, error)
+}
 
-	// verbSlots (filter and prioritize) and bindSlots (made by Router)
-	// and inspectSlots hold one token per request being served;
-	// inspectSlots bounds inspect and /metrics, both of which walk every
-	// node.
-	verbSlots, bindSlots, inspectSlots chan struct{}
-	// searchSlots (made by Router) bound the filter and prioritize
-	// requests whose pod's cards need a search (allocator.Searches) that
-	// run at once, to half the cores: however many such requests come,
-	// the pods that need none keep the other half.
-	searchSlots chan struct{}
+// Viewer is what inspect and /metrics read of the allocation cache.
+type Viewer interface {
+	// Inspect returns the view of node only ("": every node).
+	Inspect(only string) (views []inspectapi.Node, ok bool)
+	// DefaultPolicy is the scoring policy of pods that name none.
+	DefaultPolicy() string
+	// Counts returns the nodes and the pods holding GPU memory.
+	Counts() (nodes, pods int)
+}
 
-	cache   *cache.Cache
-	binder  *Binder
-	ready   func() bool
-	metrics *metrics
-	logger  klog.Logger
+var (
+	_ Placer    = (*cache.Cache)(nil)
+	_ Viewer    = (*cache.Cache)(nil)
+	_ Preempter = (*preemption.Preemptor)(nil)
+)
+
+// Preempter starts preemptions for GPU pods that fit no node
+// (preemption.Preemptor).
+type Preempter interface {
+	// Unschedulable is filter's call for a pod that fit none of nodes.
+	Unschedulable(ctx context.Context, pod *kubeinfo.PodInfo, spec *corev1.Pod, nodes []string)
+	// Preempt answers the preempt verb: candidates maps each node to the
+	// UIDs of kube-scheduler's victims there.
+	Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims
 }
 
 // Leadership says whether this replica may place pods (leader.Gate).
@@ -113,21 +104,92 @@ type Leadership interface {
 	Ready() bool
 }
 
-// NewHandlers returns the handlers; ready reports whether the cache has
-// been rebuilt from the informers' initial lists.
-func NewHandlers(logger klog.Logger, c *cache.Cache, b *Binder, ready func() bool) *Handlers {
-	return &Handlers{cache: c, binder: b, ready: ready, metrics: newMetrics(c), logger: logger,
-		inspectSlots: make(chan struct{}, maxInspectInFlight)}
+// HandlersConfig builds Handlers.
+type HandlersConfig struct {
+	// Placer rates the nodes (filter, prioritize); Viewer shows the cards
+	// (inspect, /metrics). Both are the allocation cache.
+	Placer Placer
+	Viewer Viewer
+	// Binder serves bind; nil only where no bind is served.
+	Binder *Binder
+	// Ready reports whether the cache has been rebuilt from the
+	// informers' initial lists.
+	Ready func() bool
+	// FilterAll: filter passes every node where the pod fits, and the
+	// scheduler adds prioritize's scores to its own. When false (the
+	// default), filter passes only the nodes prioritize would rate highest
+	// (Cache.FilterBest).
+	FilterAll bool
+	// MaxInFlight bounds the filter and prioritize requests served at
+	// once, and the binds, each kind apart; 0 means DefaultMaxInFlight.
+	MaxInFlight int
+	// VerbTimeout is the deadline of a filter or prioritize request; 0
+	// means DefaultVerbTimeout.
+	VerbTimeout time.Duration
+	// Leader, when set (several replicas, pkg/leader), decides whether
+	// this replica answers the verbs and reports ready; nil: a single
+	// replica always does.
+	Leader Leadership
+	// Preempt, when set, evicts lower-priority pods of one card for a pod
+	// that fits no node; nil: the preempt verb lets kube-scheduler evict
+	// nobody for a GPU pod.
+	Preempt Preempter
+	// Claims, when set (--dra-node-choice), lets filter rate the nodes of
+	// pods asking gpushare.io/dra-claim (filterDRA); nil: filter passes
+	// them every node.
+	Claims ClaimSource
+}
+
+// Validate reports what is missing or out of range.
+func (c *HandlersConfig) Validate() error {
+	var errs []error
+	if c.Placer == nil || c.Viewer == nil || c.Ready == nil {
+		errs = append(errs, errors.New("handlers: the placer, the viewer and the ready check are all needed"))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("max in flight %d: want 0 (for %d) or more", c.MaxInFlight, DefaultMaxInFlight))
+	}
+	if c.VerbTimeout < 0 {
+		errs = append(errs, fmt.Errorf("verb timeout %s: want a positive duration (or zero for %s)", c.VerbTimeout, DefaultVerbTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Handlers serves the extender API.
+type Handlers struct {
+	// cfg is the configuration, defaults filled in.
+	cfg HandlersConfig
+	// verbSlots (filter and prioritize), bindSlots and inspectSlots hold
+	// one token per request being served; inspectSlots bounds inspect and
+	// /metrics, both of which walk every node.
+	verbSlots, bindSlots, inspectSlots chan struct{}
+	// searchSlots bound the filter and prioritize requests whose pod's
+	// cards need a search (allocator.Searches) that run at once, to half
+	// the cores: however many such requests come, the pods that need none
+	// keep the other half.
+	searchSlots chan struct{}
+
+	metrics *metrics
+	logger  klog.Logger
+}
+
+// NewHandlers returns the handlers of cfg.
+func NewHandlers(logger klog.Logger, cfg HandlersConfig) (*Handlers, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.MaxInFlight = cmp.Or(cfg.MaxInFlight, DefaultMaxInFlight)
+	cfg.VerbTimeout = cmp.Or(cfg.VerbTimeout, DefaultVerbTimeout)
+	return &Handlers{cfg: cfg, metrics: newMetrics(cfg.Viewer), logger: logger,
+		verbSlots:    make(chan struct{}, cfg.MaxInFlight),
+		bindSlots:    make(chan struct{}, cfg.MaxInFlight),
+		inspectSlots: make(chan struct{}, maxInspectInFlight),
+		searchSlots:  make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
+	}, nil
 }
 
 // Router returns the routes.
 func (h *Handlers) Router() http.Handler {
-	if h.MaxInFlight <= 0 {
-		h.MaxInFlight = DefaultMaxInFlight
-	}
-	h.verbSlots = make(chan struct{}, h.MaxInFlight)
-	h.bindSlots = make(chan struct{}, h.MaxInFlight)
-	h.searchSlots = make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 	r := httprouter.New()
 	r.POST(Prefix+"/filter", h.leading(h.limit(h.verbSlots, "filter", h.filter)))
 	r.POST(Prefix+"/prioritize", h.leading(h.limit(h.verbSlots, "prioritize", h.prioritize)))
@@ -155,7 +217,7 @@ func (h *Handlers) probeRoutes(r *httprouter.Router) {
 		writeJSON(w, http.StatusOK, map[string]string{"version": version.Version})
 	})
 	r.GET("/metrics", h.limit(h.inspectSlots, "metrics", func(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-		h.metrics.serveMetrics(h.cache, w, r)
+		h.metrics.serveMetrics(h.cfg.Viewer, w, r)
 	}))
 }
 
@@ -196,7 +258,7 @@ func (h *Handlers) limit(slots chan struct{}, route string, next httprouter.Hand
 // Service routes to the leader (or its own scheduler has lost the lead).
 func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
-		if h.Leader != nil && !h.Leader.Serving() {
+		if h.cfg.Leader != nil && !h.cfg.Leader.Serving() {
 			w.Header().Set("Retry-After", "1")
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": errNotLeader.Error()})
 			return
@@ -232,26 +294,26 @@ func (h *Handlers) inFlight() int { return len(h.verbSlots) + len(h.bindSlots) }
 // ends at the request's deadline (VerbTimeout) or when kube-scheduler
 // gives up (the connection closes), and its logger names the verb.
 func (h *Handlers) verbContext(r *http.Request, verb string) (context.Context, context.CancelFunc) {
-	timeout := h.VerbTimeout
-	if timeout <= 0 {
-		timeout = DefaultVerbTimeout
-	}
+	timeout := h.cfg.VerbTimeout
 	ctx, cancel := context.WithTimeoutCause(r.Context(), timeout,
 		fmt.Errorf("the extender's %s deadline (%s) passed", verb, timeout))
 	return klog.NewContext(ctx, h.logger.WithValues("verb", verb)), cancel
 }
 
 func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.Params) {
-	if !h.ready() {
+	if !h.cfg.Ready() {
 		http.Error(w, "informer caches not synced", http.StatusServiceUnavailable)
 		return
 	}
-	if h.Leader != nil && !h.Leader.Ready() {
+	if h.cfg.Leader != nil && !h.cfg.Leader.Ready() {
 		http.Error(w, "not the leader", http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok"))
 }
+
+// errNoBinder answers bind on handlers built without a Binder.
+var errNoBinder = errors.New("gpushare extender serves no binds here")
 
 // errNotReady answers the verbs until the cache holds the informers'
 // initial lists: before that every card looks empty, and a filter would
@@ -273,6 +335,56 @@ func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, er
 		klog.FromContext(ctx).Error(err, "Extender request failed")
 	}
 	h.metrics.latency.WithLabelValues(verb, result).Observe(time.Since(start).Seconds())
+}
+
+// verbArgs are the requests of the verbs serveVerb serves.
+type verbArgs interface {
+	*extenderv1.ExtenderArgs | *extenderv1.ExtenderPreemptionArgs
+}
+
+// serveVerb serves one filter, prioritize or preempt request. Under the
+// verb's deadline (verbContext) it answers errNotReady until the cache is
+// rebuilt, decodes the body into args, names args' pod in the context's
+// logger and calls fn. It records the latency and logs fn's error once
+// (observe), then writes fn's result, or failure's status and body.
+func serveVerb[A verbArgs, Res any](h *Handlers, w http.ResponseWriter, r *http.Request, verb string, args A,
+	fn func(context.Context, A) (Res, error), failure func(error) (int, any)) {
+	start := time.Now()
+	ctx, cancel := h.verbContext(r, verb)
+	defer cancel()
+	res, err := func() (Res, error) {
+		var none Res
+		if !h.cfg.Ready() {
+			return none, errNotReady
+		}
+		pod, err := decodeVerb(w, r, args)
+		if err != nil {
+			return none, err
+		}
+		ctx = withPod(ctx, pod)
+		return fn(ctx, args)
+	}()
+	h.observe(ctx, verb, start, err)
+	if err != nil {
+		status, body := failure(err)
+		writeJSON(w, status, body)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// decodeVerb decodes r's body into args and returns args' pod. Filter and
+// prioritize's node names go through extenderwire's own scanner.
+func decodeVerb(w http.ResponseWriter, r *http.Request, args any) (*corev1.Pod, error) {
+	switch a := args.(type) {
+	case *extenderv1.ExtenderArgs:
+		err := extenderwire.DecodeArgs(w, r, a)
+		return a.Pod, err
+	case *extenderv1.ExtenderPreemptionArgs:
+		err := extenderwire.Decode(w, r, a)
+		return a.Pod, err
+	}
+	return nil, fmt.Errorf("no decoder for %T", args)
 }
 
 // withPod returns ctx with its logger naming pod, if the request has one.
@@ -321,55 +433,45 @@ func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*kubeinfo.PodInfo, []st
 }
 
 func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "filter")
-	defer cancel()
 	var args extenderv1.ExtenderArgs
-	defer releaseNames(&args) // after the answer is written
-	res, err := func() (*extenderv1.ExtenderFilterResult, error) {
-		if !h.ready() {
-			return nil, errNotReady
-		}
-		if err := decodeArgs(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
-			return h.filterDRA(ctx, &args)
-		}
-		pod, names, err := podArgs(&args, false)
-		if err != nil {
-			return nil, err
-		}
-		var fit []string
-		var failed map[string]string
-		err = h.searching(ctx, pod, func() (err error) {
-			if h.FilterAll {
-				fit, failed, err = h.cache.Filter(ctx, pod, names)
-			} else {
-				fit, failed, err = h.cache.FilterBest(ctx, pod, names)
-			}
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if len(fit) == 0 && h.Preempt != nil && !undecided(failed) {
-			h.Preempt.Unschedulable(ctx, pod, args.Pod, names)
-		}
-		klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
-		if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
-			for node, reason := range failed {
-				logger.Info("Node rejected", "node", node, "reason", reason)
-			}
-		}
-		return filterResult(&args, fit, failed), nil
-	}()
-	h.observe(ctx, "filter", start, err)
-	if err != nil {
-		res = &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	defer extenderwire.ReleaseNames(&args) // after the answer is written
+	serveVerb(h, w, r, "filter", &args, h.filterPod, func(err error) (int, any) {
+		return http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()}
+	})
+}
+
+// filterPod answers filter for args, decoded, ctx's logger naming its pod.
+func (h *Handlers) filterPod(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
+		return h.filterDRA(ctx, args)
 	}
-	writeJSON(w, http.StatusOK, res)
+	pod, names, err := podArgs(args, false)
+	if err != nil {
+		return nil, err
+	}
+	var fit []string
+	var failed map[string]string
+	err = h.searching(ctx, pod, func() (err error) {
+		if h.cfg.FilterAll {
+			fit, failed, err = h.cfg.Placer.Filter(ctx, pod, names)
+		} else {
+			fit, failed, err = h.cfg.Placer.FilterBest(ctx, pod, names)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(fit) == 0 && h.cfg.Preempt != nil && !undecided(failed) {
+		h.cfg.Preempt.Unschedulable(ctx, pod, args.Pod, names)
+	}
+	klog.FromContext(ctx).V(4).Info("Filtered", "fit", len(fit), "failed", len(failed))
+	if logger := klog.FromContext(ctx).V(5); logger.Enabled() {
+		for node, reason := range failed {
+			logger.Info("Node rejected", "node", node, "reason", reason)
+		}
+	}
+	return filterResult(args, fit, failed), nil
 }
 
 // undecided reports whether the search of some node in failed stopped
@@ -419,53 +521,43 @@ func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string
 }
 
 func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "prioritize")
-	defer cancel()
 	var args extenderv1.ExtenderArgs
-	defer releaseNames(&args) // after the answer is written
-	res, err := func() (extenderv1.HostPriorityList, error) {
-		if !h.ready() {
-			return nil, errNotReady
-		}
-		if err := decodeArgs(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		pod, names, err := podArgs(&args, true)
-		if err != nil {
-			return nil, err
-		}
-		score := h.cache.Score
-		if pod.Demand == nil {
-			// A pod that asks no gpu-mem: where its CPU and memory
-			// strand the least GPU memory.
-			score = h.cache.ScoreCPU
-		}
-		var scores []int64
-		err = h.searching(ctx, pod, func() (err error) {
-			scores, err = score(ctx, pod, names)
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		out := make(extenderv1.HostPriorityList, len(names))
-		for i, n := range names {
-			out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
-		}
-		klog.FromContext(ctx).V(5).Info("Scored", "scores", out)
-		return out, nil
-	}()
-	h.observe(ctx, "prioritize", start, err)
-	if err != nil {
+	defer extenderwire.ReleaseNames(&args) // after the answer is written
+	serveVerb(h, w, r, "prioritize", &args, h.prioritizePod, func(err error) (int, any) {
 		// HostPriorityList has no error field: an error reply is the only
 		// way to say so, and the scheduler then ignores this extender's
 		// scores for the pod rather than failing it.
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-		return
+		return http.StatusBadRequest, map[string]string{"error": err.Error()}
+	})
+}
+
+// prioritizePod answers prioritize for args, decoded, ctx's logger naming
+// its pod.
+func (h *Handlers) prioritizePod(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	pod, names, err := podArgs(args, true)
+	if err != nil {
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, res)
+	score := h.cfg.Placer.Score
+	if pod.Demand == nil {
+		// A pod that asks no gpu-mem: where its CPU and memory
+		// strand the least GPU memory.
+		score = h.cfg.Placer.ScoreCPU
+	}
+	var scores []int64
+	err = h.searching(ctx, pod, func() (err error) {
+		scores, err = score(ctx, pod, names)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, n := range names {
+		out[i] = extenderv1.HostPriority{Host: n, Score: scores[i]}
+	}
+	klog.FromContext(ctx).V(5).Info("Scored", "scores", out)
+	return out, nil
 }
 
 func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
@@ -473,12 +565,15 @@ func (h *Handlers) bind(w http.ResponseWriter, r *http.Request, _ httprouter.Par
 	ctx := klog.NewContext(r.Context(), h.logger.WithValues("verb", "bind"))
 	var args extenderv1.ExtenderBindingArgs
 	err := errNotReady
-	if h.ready() {
-		err = decode(w, r, &args)
+	if h.cfg.Ready() {
+		err = extenderwire.Decode(w, r, &args)
+	}
+	if err == nil && h.cfg.Binder == nil {
+		err = errNoBinder
 	}
 	if err == nil {
 		ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node))
-		err = h.binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)
+		err = h.cfg.Binder.Bind(ctx, args.PodNamespace, args.PodName, args.PodUID, args.Node)
 	}
 	h.observe(ctx, "bind", start, err)
 	h.metrics.binds.WithLabelValues(BindResultOf(err)).Inc()
@@ -494,10 +589,51 @@ type InspectResult = inspectapi.Result
 
 func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter.Params) {
 	node := ps.ByName("node")
-	views, ok := h.cache.Inspect(node)
+	views, ok := h.cfg.Viewer.Inspect(node)
 	if !ok {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf("node %q is not known to the extender", node)})
 		return
 	}
-	writeJSON(w, http.StatusOK, InspectResult{Nodes: views, DefaultPolicy: h.cache.DefaultPolicy()})
+	writeJSON(w, http.StatusOK, InspectResult{Nodes: views, DefaultPolicy: h.cfg.Viewer.DefaultPolicy()})
+}
+
+// preempt serves kube-scheduler's preempt verb (ProcessPreemption). Its
+// answer has no error field: a failure is a non-200 answer, which
+// kube-scheduler, the extender being not ignorable, takes as a failed
+// preemption: nobody is evicted.
+func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
+	var args extenderv1.ExtenderPreemptionArgs
+	serveVerb(h, w, r, "preempt", &args, h.preemptPod, func(err error) (int, any) {
+		return http.StatusInternalServerError, map[string]string{"error": err.Error()}
+	})
+}
+
+// preemptPod answers preempt for args, decoded, ctx's logger naming its
+// pod.
+func (h *Handlers) preemptPod(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
+	if args.Pod == nil {
+		return nil, errors.New("request has no pod")
+	}
+	pod := kubeinfo.NewPodInfo(args.Pod)
+	candidates := map[string][]string{}
+	for n, mv := range args.NodeNameToMetaVictims {
+		for _, v := range mv.Pods {
+			candidates[n] = append(candidates[n], v.UID)
+		}
+	}
+	for n, v := range args.NodeNameToVictims {
+		for _, vp := range v.Pods {
+			candidates[n] = append(candidates[n], string(vp.UID))
+		}
+	}
+	var out map[string]*extenderv1.MetaVictims
+	err := h.searching(ctx, pod, func() error {
+		if h.cfg.Preempt == nil {
+			out = map[string]*extenderv1.MetaVictims{}
+			return nil
+		}
+		out = h.cfg.Preempt.Preempt(ctx, pod, candidates)
+		return nil
+	})
+	return &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: out}, err
 }

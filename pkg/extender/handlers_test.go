@@ -30,6 +30,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -42,8 +43,14 @@ type fixture struct {
 	client  *fake.Clientset
 	cache   *cache.Cache
 	feeder  *feed.Feeder
+	logger  klog.Logger
+	cfg     HandlersConfig // what h was built from
 	h       *Handlers
 	handler http.Handler // h.Router()
+	// preemptor is h's, when startPreemptor gave it one, writing to
+	// preemptAPI.
+	preemptor  *preemption.Preemptor
+	preemptAPI preemption.API
 }
 
 func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
@@ -107,9 +114,32 @@ func newFixture(t testing.TB, objs ...runtime.Object) *fixture {
 		t.Fatal("not synced")
 	}
 	clk := clocktesting.NewFakeClock(time.Unix(1700000000, 0))
-	b := NewBinder(c, ClientPodAPI{Client: client}, feeder, clk)
-	h := NewHandlers(logger, c, b, feeder.Synced)
-	return &fixture{client: client, cache: c, feeder: feeder, h: h, handler: h.Router()}
+	b, err := NewBinder(BinderConfig{Cache: c, API: ClientPodAPI{Client: client}, Pods: feeder, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{client: client, cache: c, feeder: feeder, logger: logger,
+		cfg: HandlersConfig{Placer: c, Viewer: c, Binder: b, Ready: feeder.Synced}}
+	f.configure(t, func(*HandlersConfig) {})
+	return f
+}
+
+// configure rebuilds f's handlers from its configuration changed by change.
+func (f *fixture) configure(tb testing.TB, change func(*HandlersConfig)) {
+	tb.Helper()
+	change(&f.cfg)
+	f.h = newHandlers(tb, f.logger, f.cfg)
+	f.handler = f.h.Router()
+}
+
+// newHandlers is NewHandlers, failing tb on an error.
+func newHandlers(tb testing.TB, logger klog.Logger, cfg HandlersConfig) *Handlers {
+	tb.Helper()
+	h, err := NewHandlers(logger, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return h
 }
 
 // do sends body to path and returns the status and the indented response.
@@ -228,8 +258,7 @@ func TestWireGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			if tc.filterAll {
-				f.h.FilterAll = true
-				f.handler = f.h.Router()
+				f.configure(t, func(c *HandlersConfig) { c.FilterAll = true })
 			}
 			body := tc.body(t)
 			if *update && tc.method == "POST" {
@@ -347,7 +376,7 @@ func TestHealthAndReady(t *testing.T) {
 	}
 	// Not ready before sync: the verbs refuse rather than filter against
 	// empty cards.
-	h := NewHandlers(ktestingLogger(t), f.cache, nil, func() bool { return false }).Router()
+	h := newHandlers(t, ktestingLogger(t), HandlersConfig{Placer: f.cache, Viewer: f.cache, Ready: func() bool { return false }}).Router()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != http.StatusServiceUnavailable {
@@ -391,7 +420,7 @@ func TestLargestFilterRequestFits(t *testing.T) {
 	// Of size, not speed: under -race on a busy machine decoding and
 	// fitting this request can outlast the verb's 1.5 s deadline (seen
 	// once); TestSearchSlots tests the deadline.
-	f.h.VerbTimeout = time.Minute
+	f.configure(t, func(c *HandlersConfig) { c.VerbTimeout = time.Minute })
 	status, got := f.do(t, "POST", "/gpushare-scheduler/filter", body)
 	if status != 200 || strings.Contains(got, `"Error"`) && !strings.Contains(got, `"Error": ""`) {
 		t.Errorf("largest filter request = %d %.300s", status, got)
@@ -427,7 +456,7 @@ func TestInFlightBound(t *testing.T) {
 				pods = append(pods, util.MakePod(fmt.Sprintf("p%d", i)).GPUMem(1).Obj())
 			}
 			f := newFixture(t, pods...)
-			f.h.MaxInFlight = tc.maxInFlight
+			f.configure(t, func(c *HandlersConfig) { c.MaxInFlight = tc.maxInFlight })
 			release := make(chan struct{})
 			blockingBinds(f, release)
 			srv := httptest.NewServer(f.h.Router())
@@ -514,7 +543,7 @@ func TestOversizedBodyNotRead(t *testing.T) {
 // one card needs no slot and is answered at once.
 func TestSearchSlots(t *testing.T) {
 	f := newFixture(t)
-	f.h.VerbTimeout = 200 * time.Millisecond
+	f.configure(t, func(c *HandlersConfig) { c.VerbTimeout = 200 * time.Millisecond })
 	for range cap(f.h.searchSlots) {
 		f.h.searchSlots <- struct{}{}
 	}

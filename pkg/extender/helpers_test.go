@@ -3,8 +3,6 @@ package extender
 import (
 	"testing"
 
-	"github.com/gpushare/gpushare/pkg/preempt"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,6 +31,3 @@ func ktestingLogger(t testing.TB) klog.Logger {
 	logger, _ := ktesting.NewTestContext(t)
 	return logger
 }
-
-// victimsFor is what p hands PlanPreemption for one plan.
-func victimsFor(p *Preemptor) preempt.Victims { return p.victims.forPlan() }

@@ -53,7 +53,7 @@ func TestFollowerAnswers503(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			if tc.leader != nil {
-				f.h.Leader = tc.leader
+				f.configure(t, func(c *HandlersConfig) { c.Leader = tc.leader })
 			}
 			if status, _ := f.do(t, "GET", "/readyz", ""); status != tc.wantReady {
 				t.Errorf("/readyz = %d, want %d", status, tc.wantReady)
@@ -94,9 +94,8 @@ func TestBindFenced(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			pod := util.MakePod("p").GPUMem(4).Obj()
 			api := &fakeAPI{pod: pod, bindErrs: tc.bindErrs}
-			b, c := newBinderFixture(t, api)
 			tc.leader.deadline = time.Now().Add(time.Hour)
-			b.Fence = tc.leader
+			b, c := newFencedBinder(t, api, tc.leader)
 			err := b.Bind(ctx, "default", "p", pod.UID, "n1")
 			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("Bind() = %v, want %q", err, tc.wantErr)
@@ -116,11 +115,9 @@ func TestBindFenced(t *testing.T) {
 func TestBindGetsTheFencedDeadline(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	pod := util.MakePod("p").GPUMem(4).Obj()
-	b, _ := newBinderFixture(t, &fakeAPI{pod: pod})
 	want := time.Now().Add(3 * time.Second)
 	var got time.Time
-	b.api = deadlineAPI{PodAPI: b.api, got: &got}
-	b.Fence = &fakeLeader{fences: 1, deadline: want}
+	b, _ := newFencedBinder(t, deadlineAPI{PodAPI: &fakeAPI{pod: pod}, got: &got}, &fakeLeader{fences: 1, deadline: want})
 	if err := b.Bind(ctx, "default", "p", pod.UID, "n1"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
@@ -49,7 +48,7 @@ type metrics struct {
 	rebuild prometheus.Gauge
 }
 
-func newMetrics(c *cache.Cache) *metrics {
+func newMetrics(c Viewer) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -131,7 +130,7 @@ var cardFamilies = []struct {
 // per scrape on the development machine; written directly, a fraction of
 // that (see BenchmarkScrape and docs/reference/metrics.md). Compressed with gzip when
 // the client accepts it, as Prometheus does.
-func (m *metrics) serveMetrics(c *cache.Cache, w http.ResponseWriter, r *http.Request) {
+func (m *metrics) serveMetrics(c Viewer, w http.ResponseWriter, r *http.Request) {
 	fams, err := m.registry.Gather()
 	if err != nil {
 		http.Error(w, "gathering metrics: "+err.Error(), http.StatusInternalServerError)

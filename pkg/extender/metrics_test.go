@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -148,8 +149,12 @@ func TestPendingPods(t *testing.T) {
 		util.MakePod("cpu").Container("app").Obj(),
 		util.MakePod("bound").GPUMem(4).Node("n1").Obj(),
 	)
-	p := newPendingPods(client)
-	p.Start(ctx)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	p, err := newPendingPods(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
 	wait := func(want int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); p.Count() != want; time.Sleep(10 * time.Millisecond) {
@@ -197,7 +202,7 @@ func BenchmarkScrape(b *testing.B) {
 			c.UpsertPod(util.MakePod(fmt.Sprintf("p-%d-%d", i, j)).GPUMem(units).Allocation(a).Node(name).Obj())
 		}
 	}
-	h := NewHandlers(ktestingLogger(b), c, nil, func() bool { return true }).Router()
+	h := newHandlers(b, ktestingLogger(b), HandlersConfig{Placer: c, Viewer: c, Ready: func() bool { return true }}).Router()
 	for _, enc := range []string{"gzip", "identity"} {
 		b.Run("encoding="+enc, func(b *testing.B) {
 			b.ReportAllocs()

@@ -1,9 +1,9 @@
 package extender
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -23,7 +24,6 @@ import (
 // deleted), each stripped to what the count needs, so it holds the
 // pending pods alone, not the cluster's.
 type pendingPods struct {
-	factory informers.SharedInformerFactory
 	// store holds a *pendingPod per unscheduled pod, keyed namespace/name.
 	store toolscache.Store
 }
@@ -40,28 +40,37 @@ type pendingPod struct {
 	finished bool
 }
 
-func newPendingPods(client kubernetes.Interface) *pendingPods {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
-		}),
-		informers.WithTransform(func(obj any) (any, error) {
-			pod, ok := obj.(*corev1.Pod)
-			if !ok {
-				return obj, nil
-			}
-			return &pendingPod{
-				ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
-				nodeName:   pod.Spec.NodeName,
-				asksGPU:    asksGPUMem(pod),
-				finished:   pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
-			}, nil
-		}))
-	return &pendingPods{factory: factory, store: factory.Core().V1().Pods().Informer().GetStore()}
+// newPendingPods makes factory's pod informer the pending pods' own:
+// filtered and stripped, it serves nobody else. The factory's owner starts
+// it.
+func newPendingPods(factory informers.SharedInformerFactory) (*pendingPods, error) {
+	inf := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
+		return coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync,
+			toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc},
+			func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", "").String()
+			})
+	})
+	// After InformerFor, which sets the factory's own transform (none).
+	if err := inf.SetTransform(stripPending); err != nil {
+		return nil, fmt.Errorf("stripping the pending pods: %w", err)
+	}
+	return &pendingPods{store: inf.GetStore()}, nil
 }
 
-// Start starts the watch; it stops with ctx.
-func (p *pendingPods) Start(ctx context.Context) { p.factory.Start(ctx.Done()) }
+// stripPending is the pending pods informer's transform.
+func stripPending(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &pendingPod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		nodeName:   pod.Spec.NodeName,
+		asksGPU:    asksGPUMem(pod),
+		finished:   pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
+	}, nil
+}
 
 // register adds the gauge gpushare_extender_pending_pods, read at scrape
 // time.

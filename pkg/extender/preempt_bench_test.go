@@ -4,20 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
-	"github.com/gpushare/gpushare/pkg/gpushare"
-	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -26,35 +20,6 @@ type noopPreemptAPI struct{}
 
 func (noopPreemptAPI) Nominate(context.Context, string, string, types.UID, string) error { return nil }
 func (noopPreemptAPI) Evict(context.Context, string, string, types.UID) error            { return nil }
-
-// unschedulableCluster is the review's D2 cluster: 500 nodes of 8 × 16 GiB
-// A10 cards, each card holding a 9 GiB pod of priority 0 (4,000 pods,
-// labelled, in namespace batch) and 1,000 PodDisruptionBudgets in batch
-// that select none of them. It returns the objects and the node names.
-// The pods filtered ask for A10 cards: no node of the fixture's own fits
-// them.
-func unschedulableCluster() ([]apiruntime.Object, []string) {
-	var objs []apiruntime.Object
-	var names []string
-	for i := range 500 {
-		n := fmt.Sprintf("node-%03d", i)
-		names = append(names, n)
-		objs = append(objs, util.MakeNode(n).Cards("A10", 16, 16, 16, 16, 16, 16, 16, 16).Obj())
-		for c := range 8 {
-			a := &gpushare.Allocation{Node: n, Unit: gpushare.UnitGiB, Containers: []gpushare.ContainerAllocation{
-				{Name: "c0", Devices: []gpushare.DeviceShare{{Index: c, UUID: fmt.Sprintf("GPU-%s-%d", n, c), Units: 9}}}}}
-			objs = append(objs, util.MakePod(fmt.Sprintf("%s-%d", n, c)).Namespace("batch").GPUMem(9).Node(n).Allocation(a).Label("app", "batch").Obj())
-		}
-	}
-	for i := range 1000 {
-		objs = append(objs, &policyv1.PodDisruptionBudget{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "batch", Name: fmt.Sprintf("pdb-%04d", i)},
-			Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": fmt.Sprintf("nomatch-%d", i)}}},
-			Status:     policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1},
-		})
-	}
-	return objs, names
-}
 
 // unschedulableCases are the pods and preemptor settings the D2
 // benchmarks filter: no preemptor; a pod of priority 0, which can evict
@@ -74,12 +39,12 @@ var unschedulableCases = []struct {
 
 // BenchmarkFilterUnschedulable is the filter verb (decode, fit, answer,
 // and whatever a preemption adds to it) for a GPU pod that fits none of
-// the 500 nodes of unschedulableCluster, without the network, once the
+// the 500 nodes of util.PreemptionCluster, without the network, once the
 // first filter's plan (off the reply) is done: what kube-scheduler waits
 // for in each of the pod's retries. The plan itself:
-// BenchmarkPlanUnschedulable.
+// BenchmarkPlanUnschedulable (pkg/preemption).
 func BenchmarkFilterUnschedulable(b *testing.B) {
-	objs, names := unschedulableCluster()
+	objs, names := util.PreemptionCluster()
 	for _, tc := range unschedulableCases {
 		b.Run(tc.name, func(b *testing.B) {
 			f := newFixture(b, objs...)
@@ -107,7 +72,7 @@ func BenchmarkFilterUnschedulable(b *testing.B) {
 // HTTP on loopback, one request at a time as kube-scheduler sends them,
 // reporting the answer's p50 and p99 (milliseconds) besides the mean.
 func BenchmarkFilterUnschedulableHTTP(b *testing.B) {
-	objs, names := unschedulableCluster()
+	objs, names := util.PreemptionCluster()
 	for _, tc := range unschedulableCases {
 		b.Run(tc.name, func(b *testing.B) {
 			f := newFixture(b, objs...)
@@ -148,22 +113,5 @@ func checkNoFit(b *testing.B, body []byte) {
 	var res extenderv1.ExtenderFilterResult
 	if err := json.Unmarshal(body, &res); err != nil || res.Error != "" || res.NodeNames == nil || len(*res.NodeNames) != 0 {
 		b.Fatalf("filter answered %s (decode error %v), want no node", body, err)
-	}
-}
-
-// BenchmarkPlanUnschedulable is one plan (off filter's reply) for the pod
-// of priority 1000 of unschedulableCases over unschedulableCluster: it
-// asks about every pod of the 500 nodes and finds nothing.
-func BenchmarkPlanUnschedulable(b *testing.B) {
-	objs, names := unschedulableCluster()
-	f := newFixture(b, objs...)
-	startPreemptor(b, f, noopPreemptAPI{})
-	pod := kubeinfo.NewPodInfo(util.MakePod("pending").GPUMem(17).Priority(1000).GPUModels("A10").Obj())
-	b.ReportAllocs()
-	for b.Loop() {
-		plan, err := f.cache.PlanPreemption(context.Background(), pod, names, f.h.Preempt.victims.forPlan())
-		if plan != nil || err != nil {
-			b.Fatalf("PlanPreemption = %v, %v; want no plan", plan, err)
-		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,8 +19,6 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
-	"github.com/gpushare/gpushare/pkg/kubeinfo"
-	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -60,10 +57,15 @@ func (n *spyNamespaceLister) List(sel labels.Selector) ([]*policyv1.PodDisruptio
 	return n.PodDisruptionBudgetNamespaceLister.List(sel)
 }
 
-// spyOn replaces f's preemptor's budget lister with a spy.
-func spyOn(f *fixture, release chan struct{}) *spyLister {
-	s := &spyLister{PodDisruptionBudgetLister: f.h.Preempt.victims.pdbs, release: release}
-	f.h.Preempt.victims.pdbs = s
+// spyOn replaces f's preemptor with one writing to the same API whose
+// budget lister is a spy.
+func spyOn(tb testing.TB, f *fixture, release chan struct{}) *spyLister {
+	tb.Helper()
+	s := &spyLister{release: release}
+	startPreemptorWith(tb, f, f.preemptAPI, func(l policylisters.PodDisruptionBudgetLister) policylisters.PodDisruptionBudgetLister {
+		s.PodDisruptionBudgetLister = l
+		return s
+	})
 	return s
 }
 
@@ -97,7 +99,7 @@ func TestFilterAnswersBeforeThePlan(t *testing.T) {
 	objs, names := fullNodes("full", 3, 0)
 	f, api := preemptFixture(t, objs...)
 	release := make(chan struct{})
-	spy := spyOn(f, release)
+	spy := spyOn(t, f, release)
 	high := util.MakePod("high").GPUMem(14).Priority(1000).Obj()
 	body := extenderArgs(t, high, names...)
 	answered := make(chan string, 1)
@@ -136,7 +138,7 @@ func TestNoPlanForAPodThatCannotPreempt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, names := fullNodes("full", 3, 5)
 			f, api := preemptFixture(t, objs...)
-			spy := spyOn(f, nil)
+			spy := spyOn(t, f, nil)
 			filter(t, f, tc.pod, names...)
 			time.Sleep(50 * time.Millisecond)
 			if n := spy.listed(); n != 0 {
@@ -154,7 +156,7 @@ func TestNoPlanForAPodThatCannotPreempt(t *testing.T) {
 func TestBudgetsListedOncePerPlan(t *testing.T) {
 	objs, names := fullNodes("full", 6, 0)
 	f, api := preemptFixture(t, objs...)
-	spy := spyOn(f, nil)
+	spy := spyOn(t, f, nil)
 	// 17 GiB fits no card: the plan looks at every pod and finds nothing.
 	filter(t, f, util.MakePod("huge").GPUMem(17).Priority(1000).Obj(), names...)
 	time.Sleep(100 * time.Millisecond)
@@ -163,43 +165,6 @@ func TestBudgetsListedOncePerPlan(t *testing.T) {
 	}
 	if got := api.recorded(); len(got) != 0 {
 		t.Errorf("API writes: %v", got)
-	}
-}
-
-// TestEvictionsStopWhenTheRoomIsGone (review D8): the workers send no
-// nomination or eviction for room the pod no longer holds on the plan's
-// node (released, expired, or taken by its bind).
-func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
-	a := util.MakePod("a").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
-	b := util.MakePod("b").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
-	for _, tc := range []struct {
-		name string
-		gone func(f *fixture, plan *preempt.Plan)
-	}{
-		{"released", func(f *fixture, plan *preempt.Plan) { f.cache.Release(plan.UID) }},
-		{"taken by the pod's bind on another node", func(f *fixture, plan *preempt.Plan) {
-			pod := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
-			if _, err := f.cache.Assume(context.Background(), pod, "two"); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, api := preemptFixture(t, util.MakeNode("one").Cards("Tesla-T4", 16).Obj(), util.MakeNode("two").Cards("Tesla-T4", 16).Obj(), a, b)
-			high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
-			plan, err := f.cache.PlanPreemption(context.Background(), high, []string{"one"}, victimsFor(f.h.Preempt))
-			if err != nil || plan == nil {
-				t.Fatalf("PlanPreemption = %v, %v", plan, err)
-			}
-			if err := f.cache.Reserve(plan, time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			tc.gone(f, plan)
-			f.h.Preempt.execute(context.Background(), plan)
-			if diff := cmp.Diff([]string(nil), api.recorded()); diff != "" {
-				t.Errorf("API writes (-want +got):\n%s", diff)
-			}
-		})
 	}
 }
 
@@ -214,7 +179,7 @@ func oneCardOf(node string, index int, units int64) *gpushare.Allocation {
 func TestNoPlanAgainWhileNothingChanged(t *testing.T) {
 	objs, names := fullNodes("full", 3, 0)
 	f, api := preemptFixture(t, objs...)
-	spy := spyOn(f, nil)
+	spy := spyOn(t, f, nil)
 	huge := util.MakePod("huge").GPUMem(17).Priority(1000).Obj() // fits no card
 	settled := func(want int) {
 		t.Helper()
@@ -236,7 +201,7 @@ func TestNoPlanAgainWhileNothingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		b, err := f.h.Preempt.victims.pdbs.PodDisruptionBudgets("default").Get("new")
+		b, err := spy.PodDisruptionBudgets("default").Get("new")
 		return err == nil && b != nil, nil
 	})
 	filter(t, f, huge, names...)

@@ -16,11 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -67,13 +71,11 @@ func preemptFixture(t *testing.T, objs ...runtime.Object) (*fixture, *fakePreemp
 // being planned.
 func settle(tb testing.TB, f *fixture) {
 	tb.Helper()
-	if f.h.Preempt == nil {
+	if f.preemptor == nil {
 		return
 	}
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		idle := true
-		f.h.Preempt.planning.Range(func(any, any) bool { idle = false; return false })
-		return idle, nil
+		return f.preemptor.Idle(), nil
 	}); err != nil {
 		tb.Fatal("the preemptor is still planning after a minute")
 	}
@@ -81,7 +83,14 @@ func settle(tb testing.TB, f *fixture) {
 
 // startPreemptor gives f's handlers a started Preemptor writing to api,
 // once its PodDisruptionBudget informer has synced.
-func startPreemptor(tb testing.TB, f *fixture, api PreemptAPI) {
+func startPreemptor(tb testing.TB, f *fixture, api preemption.API) {
+	tb.Helper()
+	startPreemptorWith(tb, f, api, nil)
+}
+
+// startPreemptorWith is startPreemptor whose preemptor reads the budgets
+// through wrap's lister (nil: the informer's).
+func startPreemptorWith(tb testing.TB, f *fixture, api preemption.API, wrap func(policylisters.PodDisruptionBudgetLister) policylisters.PodDisruptionBudgetLister) {
 	tb.Helper()
 	logger := klog.Logger{} // a benchmark's *testing.B may not log
 	if t, ok := tb.(*testing.T); ok {
@@ -89,18 +98,33 @@ func startPreemptor(tb testing.TB, f *fixture, api PreemptAPI) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	p, err := NewPreemptor(logger, PreemptorConfig{Cache: f.cache, API: api, Pods: f.feeder, Nodes: f.feeder, Client: f.client})
+	factory := informers.NewSharedInformerFactory(f.client, 0)
+	budgets := factory.Policy().V1().PodDisruptionBudgets()
+	if wrap != nil {
+		budgets = wrappedBudgets{PodDisruptionBudgetInformer: budgets, lister: wrap(budgets.Lister())}
+	}
+	p, err := preemption.New(logger, preemption.Config{Cache: f.cache, API: api, Pods: f.feeder, Nodes: f.feeder, Budgets: budgets})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	factory.Start(ctx.Done())
 	p.Start(ctx)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return p.victims.synced(), nil
+		return p.Synced(), nil
 	}); err != nil {
 		tb.Fatal("the PodDisruptionBudget informer never synced")
 	}
-	f.h.Preempt = p
+	f.preemptor, f.preemptAPI = p, api
+	f.configure(tb, func(c *HandlersConfig) { c.Preempt = p })
 }
+
+// wrappedBudgets is a PodDisruptionBudget informer with another lister.
+type wrappedBudgets struct {
+	policyinformers.PodDisruptionBudgetInformer
+	lister policylisters.PodDisruptionBudgetLister
+}
+
+func (w wrappedBudgets) Lister() policylisters.PodDisruptionBudgetLister { return w.lister }
 
 func eventuallyCalls(t *testing.T, api *fakePreemptAPI, want []string) {
 	t.Helper()
@@ -261,7 +285,7 @@ func TestEvictionRefusedReleasesTheRoom(t *testing.T) {
 	}
 	// A victim already gone does not stop it.
 	api2 := &fakePreemptAPI{evictErr: map[string]error{"a": apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "a")}}
-	f.h.Preempt.cfg.API = api2
+	startPreemptor(t, f, api2)
 	f.do(t, "POST", Prefix+"/filter", extenderArgs(t, high, "one"))
 	eventuallyCalls(t, api2, []string{"nominate high to one", "evict a", "evict b"})
 	if _, ok := f.cache.Reserved(high.UID); !ok {

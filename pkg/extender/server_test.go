@@ -13,11 +13,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpushare/gpushare/pkg/allocator"
+	"github.com/gpushare/gpushare/pkg/leader"
 	"github.com/gpushare/gpushare/test/util"
 )
+
+// run builds the extender of cfg and serves it, as the command does.
+func run(ctx context.Context, cfg Config) error {
+	e, err := New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
+}
 
 // TestServerCutsOffStalledClients: a client that sends a request's headers
 // and then stalls in its body, or holds an idle connection, is cut off at
@@ -35,7 +46,7 @@ func TestServerCutsOffStalledClients(t *testing.T) {
 	addr := util.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Kubeconfig: kc, Listen: addr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
+		done <- run(ctx, Config{Kubeconfig: kc, Listen: addr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
 			Timeouts: Timeouts{ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond, Write: time.Second, Idle: 300 * time.Millisecond}})
 	}()
 	defer func() {
@@ -87,6 +98,46 @@ func TestServerCutsOffStalledClients(t *testing.T) {
 				return // closed by the server
 			}
 		})
+	}
+}
+
+// TestNewBuildsWithoutServing: New refuses an invalid configuration and
+// builds a valid one without listening or calling the API; its handlers
+// answer before Run.
+func TestNewBuildsWithoutServing(t *testing.T) {
+	// New turns on client-go's streaming lists for the whole process unless
+	// this is set; the fake clientsets of later tests cannot serve them.
+	t.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	_, ctx := ktesting.NewTestContext(t)
+	if _, err := New(ctx, Config{Listen: DefaultListen, Policy: allocator.NameBinpack}); err == nil || !strings.Contains(err.Error(), "--kube-api-qps") {
+		t.Errorf("New(no QPS) = %v, want the flags' error", err)
+	}
+	addr, metricsAddr := util.FreeAddr(t), util.FreeAddr(t)
+	e, err := New(ctx, Config{Kubeconfig: nowhereKubeconfig(t), Listen: addr, MetricsListen: metricsAddr, Policy: allocator.NameBinpack, QPS: 1, Burst: 1, LeaderElect: true,
+		Election: leader.ElectConfig{Namespace: "kube-system", Name: "l", Identity: "me", LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.Dial("tcp", addr); err == nil {
+		conn.Close()
+		t.Errorf("New listens on %s", addr)
+	}
+	var names []string
+	for _, ep := range e.endpoints {
+		names = append(names, ep.name)
+	}
+	if diff := cmp.Diff([]string{"extender", "metrics"}, names); diff != "" {
+		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		rec := httptest.NewRecorder()
+		e.endpoints[0].handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s before Run = %d, want %d", path, rec.Code, want)
+		}
+	}
+	if e.gate == nil || e.preemptor == nil {
+		t.Errorf("gate %v, preemptor %v: want both", e.gate, e.preemptor)
 	}
 }
 

@@ -143,7 +143,7 @@ func TestRunServesTLS(t *testing.T) {
 	api, metricsAddr, webhookAddr := util.FreeAddr(t), util.FreeAddr(t), util.FreeAddr(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, Config{Kubeconfig: nowhereKubeconfig(t), Listen: api, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
+		done <- run(ctx, Config{Kubeconfig: nowhereKubeconfig(t), Listen: api, Policy: allocator.NameBinpack, QPS: 1, Burst: 1,
 			TLSCertFile: filepath.Join(tlsDir, certstest.CertFile), TLSKeyFile: filepath.Join(tlsDir, certstest.KeyFile),
 			ClientCAFile: filepath.Join(tlsDir, certstest.CAFile), MetricsListen: metricsAddr,
 			WebhookListen: webhookAddr, WebhookTLSCertFile: filepath.Join(webhookDir, certstest.CertFile), WebhookTLSKeyFile: filepath.Join(webhookDir, certstest.KeyFile),

@@ -36,7 +36,11 @@ func TestExtenderAgrees(t *testing.T) {
 	if !feeder.WaitForSync(ctx) {
 		t.Fatal("informers did not sync")
 	}
-	srv := httptest.NewServer(extender.NewHandlers(logger, c, nil, feeder.Synced).Router())
+	h, err := extender.NewHandlers(logger, extender.HandlersConfig{Placer: c, Viewer: c, Ready: feeder.Synced})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h.Router())
 	defer srv.Close()
 
 	tests := []struct {

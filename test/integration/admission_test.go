@@ -23,6 +23,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/extender"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/nodeagent"
+	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/test/integration/framework"
 	"github.com/gpushare/gpushare/test/util"
 )
@@ -557,7 +558,7 @@ func TestAnnotationsPolicy(t *testing.T) {
 
 // TestExtenderPodStatusPolicy applies the extender's RBAC and its pod
 // status policy to a real kube-apiserver: the extender's own nomination
-// and its clearing (ClientPreemptAPI.Nominate, as preemption writes them)
+// and its clearing (preemption.ClientAPI.Nominate, as preemption writes them)
 // pass; a status write of any other field by its account, which RBAC
 // allows on every pod, is refused naming the field; other users are not
 // in scope.
@@ -574,7 +575,7 @@ func TestExtenderPodStatusPolicy(t *testing.T) {
 	}
 	createPods(t, admin, newPod("pending", "").Obj())
 	ext := tokenClient(t, cp, extenderAccount)
-	api := extender.ClientPreemptAPI{Client: ext}
+	api := preemption.ClientAPI{Client: ext}
 	waitEnforced(t, extenderStatusPolicy, patchPod(ext, "pending", `{"status":{"phase":"Failed"}}`, "status"))
 	pending, err := admin.CoreV1().Pods("default").Get(ctx, "pending", metav1.GetOptions{})
 	if err != nil {

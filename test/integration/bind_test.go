@@ -96,7 +96,10 @@ func TestBindAnswerLost(t *testing.T) {
 			cfg := cp.RESTConfig(framework.AdminUser)
 			lossy := &lossyTransport{}
 			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { lossy.next = rt; return lossy }
-			b := extender.NewBinder(c, extender.ClientPodAPI{Client: kubernetes.NewForConfigOrDie(cfg)}, noInformer{}, nil)
+			b, err := extender.NewBinder(extender.BinderConfig{Cache: c, API: extender.ClientPodAPI{Client: kubernetes.NewForConfigOrDie(cfg)}, Pods: noInformer{}})
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			uid := func(name string) string {
 				p, err := admin.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})

@@ -58,6 +58,16 @@ func startCluster(t *testing.T) *cluster {
 	return c
 }
 
+// runExtenderConfig builds the extender of cfg and serves it until ctx
+// ends, as the command does.
+func runExtenderConfig(ctx context.Context, cfg extender.Config) error {
+	e, err := extender.New(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx)
+}
+
 // startExtender runs the extender in this process until c.stop, and waits
 // until it is ready.
 func (c *cluster) startExtender(t *testing.T) {
@@ -65,7 +75,7 @@ func (c *cluster) startExtender(t *testing.T) {
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName("extender")))
 	done := make(chan error, 1)
 	go func() {
-		done <- extender.Run(ctx, extender.Config{Kubeconfig: c.kubeconfig, Listen: c.listen, Policy: allocator.DefaultPolicy, QPS: 200, Burst: 400})
+		done <- runExtenderConfig(ctx, extender.Config{Kubeconfig: c.kubeconfig, Listen: c.listen, Policy: allocator.DefaultPolicy, QPS: 200, Burst: 400})
 	}()
 	var once sync.Once
 	c.stop = func() {

@@ -96,7 +96,7 @@ func (b *laggingBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-// replica is one extender replica's deciding parts, as extender.Run wires
+// replica is one extender replica's deciding parts, as extender.New wires
 // them: informers feeding a cache, a binder whose Bindings the gate fences.
 type replica struct {
 	name      string
@@ -138,8 +138,9 @@ func startReplica(t *testing.T, name, kubeconfig string, catchUp bool, renewDead
 		catchUpFn = func(context.Context) (int, error) { return 0, nil }
 	}
 	r.gate = leader.NewGate(catchUpFn, renewDeadline, true, nil)
-	r.binder = extender.NewBinder(r.cache, extender.ClientPodAPI{Client: r.client}, r.feeder, nil)
-	r.binder.Fence = r.gate
+	if r.binder, err = extender.NewBinder(extender.BinderConfig{Cache: r.cache, API: extender.ClientPodAPI{Client: r.client}, Pods: r.feeder, Fence: r.gate}); err != nil {
+		t.Fatal(err)
+	}
 	r.feeder.Start(ctx)
 	if !r.feeder.WaitForSync(ctx) {
 		t.Fatalf("%s: informers did not sync", name)
@@ -350,7 +351,7 @@ func TestSidecarFollowsSchedulerLease(t *testing.T) {
 }
 
 // TestElectedReplicasOneReady: two extenders run as the binary runs them
-// (extender.Run with --leader-elect): exactly one reports ready and
+// (extender.New and Run with --leader-elect): exactly one reports ready and
 // answers filter; when it stops, the other takes over.
 func TestElectedReplicasOneReady(t *testing.T) {
 	_, kc := haCluster(t)
@@ -364,7 +365,7 @@ func TestElectedReplicasOneReady(t *testing.T) {
 		ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName(identity)))
 		e.stop = cancel
 		go func() {
-			e.done <- extender.Run(ctx, extender.Config{Kubeconfig: kc, Listen: e.listen, Policy: allocator.DefaultPolicy, QPS: 100, Burst: 200,
+			e.done <- runExtenderConfig(ctx, extender.Config{Kubeconfig: kc, Listen: e.listen, Policy: allocator.DefaultPolicy, QPS: 100, Burst: 200,
 				LeaderElect: true, Election: leader.ElectConfig{Namespace: "kube-system", Name: "gpushare-scheduler-extender", Identity: identity,
 					LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 250 * time.Millisecond}})
 		}()

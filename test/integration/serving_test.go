@@ -53,7 +53,7 @@ func runExtenderUntil(t *testing.T, cfg extender.Config, path string) *servingEx
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger.WithName("extender")))
 	done := make(chan error, 1)
-	go func() { done <- extender.Run(ctx, cfg) }()
+	go func() { done <- runExtenderConfig(ctx, cfg) }()
 	var once sync.Once
 	e := &servingExtender{logs: logger.GetSink().(ktesting.Underlier).GetBuffer(), stop: func() {
 		once.Do(func() {

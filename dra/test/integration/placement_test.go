@@ -237,7 +237,13 @@ func runExtender(t *testing.T, cfg extender.Config) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), klog.Background().WithName("extender")))
 	done := make(chan error, 1)
-	go func() { done <- extender.Run(ctx, cfg) }()
+	go func() {
+		e, err := extender.New(ctx, cfg)
+		if err == nil {
+			err = e.Run(ctx)
+		}
+		done <- err
+	}()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -1,4 +1,4 @@
-package extender
+package preemption
 
 import (
 	corev1 "k8s.io/api/core/v1"

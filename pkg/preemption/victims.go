@@ -1,4 +1,4 @@
-package extender
+package preemption
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/client-go/kubernetes"
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -23,18 +23,15 @@ import (
 // podVictims describes victims from the pod informer and a
 // PodDisruptionBudget informer of its own.
 type podVictims struct {
-	pods    PodCache
-	pdbs    policylisters.PodDisruptionBudgetLister
-	synced  func() bool
-	factory informers.SharedInformerFactory
+	pods   PodReader
+	pdbs   policylisters.PodDisruptionBudgetLister
+	synced func() bool
 	// generation counts the budgets' changes (generation()).
 	generation atomic.Uint64
 }
 
-func newPodVictims(pods PodCache, client kubernetes.Interface) (*podVictims, error) {
-	factory := informers.NewSharedInformerFactory(client, 0)
-	pdbs := factory.Policy().V1().PodDisruptionBudgets()
-	v := &podVictims{pods: pods, pdbs: pdbs.Lister(), factory: factory}
+func newPodVictims(pods PodReader, pdbs policyinformers.PodDisruptionBudgetInformer) (*podVictims, error) {
+	v := &podVictims{pods: pods, pdbs: pdbs.Lister()}
 	changed := func(any) { v.generation.Add(1) }
 	reg, err := pdbs.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed,
@@ -45,9 +42,6 @@ func newPodVictims(pods PodCache, client kubernetes.Interface) (*podVictims, err
 	v.synced = reg.HasSynced
 	return v, nil
 }
-
-// start starts the PodDisruptionBudget informer; it stops with ctx.
-func (v *podVictims) start(ctx context.Context) { v.factory.Start(ctx.Done()) }
 
 // forPlan returns the preempt.Victims of one plan: each namespace's budgets
 // are listed, and their selectors converted, once for the whole plan.
@@ -127,16 +121,16 @@ func (v *podVictims) Allowed(budget string) int32 {
 	return b.Status.DisruptionsAllowed
 }
 
-// ClientPreemptAPI implements PreemptAPI with a clientset.
-type ClientPreemptAPI struct {
+// ClientAPI implements API with a clientset.
+type ClientAPI struct {
 	Client kubernetes.Interface
 }
 
-var _ PreemptAPI = ClientPreemptAPI{}
+var _ API = ClientAPI{}
 
 // Nominate sends a merge patch of the status subresource that also sets
 // metadata.uid, so it cannot land on a successor of the same name.
-func (a ClientPreemptAPI) Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error {
+func (a ClientAPI) Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error {
 	var nominated any = node
 	if node == "" {
 		nominated = nil
@@ -149,7 +143,7 @@ func (a ClientPreemptAPI) Nominate(ctx context.Context, namespace, name string, 
 	return err
 }
 
-func (a ClientPreemptAPI) Evict(ctx context.Context, namespace, name string, uid types.UID) error {
+func (a ClientAPI) Evict(ctx context.Context, namespace, name string, uid types.UID) error {
 	return a.Client.CoreV1().Pods(namespace).EvictV1(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: namespace, Name: name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},

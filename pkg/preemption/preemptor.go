@@ -1,33 +1,32 @@
-package extender
+package preemption
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/julienschmidt/httprouter"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/pkg/cache"
+	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 	"github.com/gpushare/gpushare/pkg/preempt"
 	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
-// PreemptAPI is what a preemption writes to the API.
-type PreemptAPI interface {
+// API is what a preemption writes to the API.
+type API interface {
 	// Nominate sets status.nominatedNodeName of pod namespace/name to node
 	// ("" clears it), provided the pod still has UID uid.
 	Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error
@@ -41,20 +40,19 @@ type PreemptAPI interface {
 // Preemption results, the values of gpushare_extender_preemptions_total's
 // label result.
 const (
-	// PreemptEvicting: room reserved on one node's card; its victims are
-	// being evicted (none when pods already leaving free enough).
-	PreemptEvicting = "evicting"
-	// PreemptDelegated: the pod's cards fit a node kube-scheduler found
-	// for other resources; kube-scheduler evicts its own victims there,
-	// the cards held meanwhile.
-	PreemptDelegated = "delegated"
-	// PreemptRefused: an eviction was refused (a PodDisruptionBudget, or
-	// an error); the room was released.
-	PreemptRefused = "refused"
-	// PreemptAbandoned: the room was gone (expired, released, or taken by
-	// the pod's bind) before its evictions were all sent; the rest were
-	// not.
-	PreemptAbandoned = "abandoned"
+	// Evicting: room reserved on one node's card; its victims are being
+	// evicted (none when pods already leaving free enough).
+	Evicting = "evicting"
+	// Delegated: the pod's cards fit a node kube-scheduler found for
+	// other resources; kube-scheduler evicts its own victims there, the
+	// cards held meanwhile.
+	Delegated = "delegated"
+	// Refused: an eviction was refused (a PodDisruptionBudget, or an
+	// error); the room was released.
+	Refused = "refused"
+	// Abandoned: the room was gone (expired, released, or taken by the
+	// pod's bind) before its evictions were all sent; the rest were not.
+	Abandoned = "abandoned"
 )
 
 // preemptTimeout bounds each API call of a preemption, and planTimeout
@@ -74,17 +72,56 @@ const (
 	maxFruitless   = 4096
 )
 
-// PreemptorConfig builds a Preemptor.
-type PreemptorConfig struct {
+// Reserver is what a preemption asks of the allocation cache: plan on its
+// cards and reserve the room for the pod.
+type Reserver interface {
+	// PlanPreemptionAfter plans the evictions that make room for pod on one
+	// of nodes, leaving's pods going anyway; nil when nothing does.
+	PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs preempt.Victims) (*preempt.Plan, error)
+	// HoldNow returns a plan without victims when pod's cards fit node as
+	// they are, nil otherwise.
+	HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *preempt.Plan
+	// FitsOutside returns a usable node not in nodes where pod fits.
+	FitsOutside(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, usable func(node string) bool) (string, bool)
+	// Reserve holds plan's room for its pod; Release gives it back.
+	Reserve(plan *preempt.Plan, ttl time.Duration) error
+	Release(uid types.UID)
+	// Reserved returns the node where pod uid holds reserved room.
+	Reserved(uid types.UID) (node string, ok bool)
+	// LowestPriority is the lowest priority of the pods holding card memory.
+	LowestPriority() (int32, bool)
+	// Generation counts the cache's changes.
+	Generation() uint64
+}
+
+// PodReader reads pods from an informer (feed.Feeder).
+type PodReader interface {
+	Pod(namespace, name string) (*kubeinfo.PodInfo, bool)
+}
+
+// Fencer bounds each write to this replica's term as leader
+// (leader.Gate.Fence); done is called when the write has returned.
+type Fencer interface {
+	Fence(ctx context.Context) (fenced context.Context, done func(), err error)
+}
+
+var (
+	_ Reserver  = (*cache.Cache)(nil)
+	_ PodReader = (*feed.Feeder)(nil)
+)
+
+// Config builds a Preemptor.
+type Config struct {
 	// Cache holds the cards and the room preemptions reserve.
-	Cache *cache.Cache
+	Cache Reserver
 	// API makes the nominations and evictions.
-	API PreemptAPI
+	API API
 	// Pods reads the victims; Nodes the nodes kube-scheduler did not send.
-	Pods  PodCache
+	Pods  PodReader
 	Nodes NodeReader
-	// Client feeds the PodDisruptionBudget informer.
-	Client kubernetes.Interface
+	// Budgets is the PodDisruptionBudget informer; its factory's owner
+	// starts it.
+	Budgets policyinformers.PodDisruptionBudgetInformer
 	// TTL is how long reserved room waits for its pod beyond the victims'
 	// grace period (cache.Reserve); cache.DefaultAssumeTTL when zero.
 	TTL time.Duration
@@ -97,10 +134,10 @@ type PreemptorConfig struct {
 }
 
 // Validate reports what is missing or out of range.
-func (c *PreemptorConfig) Validate() error {
+func (c *Config) Validate() error {
 	var errs []error
-	if c.Cache == nil || c.API == nil || c.Pods == nil || c.Nodes == nil || c.Client == nil {
-		errs = append(errs, errors.New("preemptor: the cache, API, pod and node readers and client are all needed"))
+	if c.Cache == nil || c.API == nil || c.Pods == nil || c.Nodes == nil || c.Budgets == nil {
+		errs = append(errs, errors.New("preemptor: the cache, API, pod and node readers and budgets are all needed"))
 	}
 	if p := c.PercentageOfNodesToScore; p < 0 || p > 100 {
 		errs = append(errs, fmt.Errorf("percentage of nodes to score %d: want 0 (adaptive) to 100", p))
@@ -123,7 +160,7 @@ func (c *PreemptorConfig) Validate() error {
 //	verb ──(can it preempt? cheap checks)──► plans ──► planner ──Reserve──► queue ──► workers
 //	                                                                              nominate, evict
 type Preemptor struct {
-	cfg     PreemptorConfig
+	cfg     Config
 	victims *podVictims
 
 	// plans holds the pods waiting for the planner; planning: pod UID ->
@@ -155,13 +192,13 @@ type planRequest struct {
 	outside *nodeFilter
 }
 
-// NewPreemptor returns a preemptor; Start runs it.
-func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
+// New returns a preemptor; Start runs it.
+func New(logger klog.Logger, cfg Config) (*Preemptor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.TTL = cmp.Or(cfg.TTL, cache.DefaultAssumeTTL)
-	victims, err := newPodVictims(cfg.Pods, cfg.Client)
+	victims, err := newPodVictims(cfg.Pods, cfg.Budgets)
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +220,7 @@ func NewPreemptor(logger klog.Logger, cfg PreemptorConfig) (*Preemptor, error) {
 
 // Register adds the preemption metrics to reg.
 func (p *Preemptor) Register(reg prometheus.Registerer) error {
-	for _, r := range []string{PreemptEvicting, PreemptDelegated, PreemptRefused, PreemptAbandoned} {
+	for _, r := range []string{Evicting, Delegated, Refused, Abandoned} {
 		p.results.WithLabelValues(r)
 	}
 	for _, c := range []prometheus.Collector{p.results, p.victimsEvicted} {
@@ -194,11 +231,9 @@ func (p *Preemptor) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Start starts the PodDisruptionBudget informer, the planner and the
-// workers; all stop with ctx. Until the informer has synced no preemption
-// is planned.
+// Start starts the planner and the workers; both stop with ctx. Until the
+// budgets' informer has synced no preemption is planned.
 func (p *Preemptor) Start(ctx context.Context) {
-	p.victims.start(ctx)
 	go func() {
 		for {
 			select {
@@ -222,6 +257,17 @@ func (p *Preemptor) Start(ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// Synced reports whether the budgets' informer has synced: until then no
+// preemption is planned.
+func (p *Preemptor) Synced() bool { return p.victims.synced() }
+
+// Idle reports whether no pod waits for the planner or is being planned.
+func (p *Preemptor) Idle() bool {
+	idle := true
+	p.planning.Range(func(any, any) bool { idle = false; return false })
+	return idle
 }
 
 // canPreempt says why pod may not evict anyone now ("" when it may): it
@@ -372,7 +418,7 @@ func (p *Preemptor) start(ctx context.Context, plan *preempt.Plan) {
 	logger := klog.FromContext(ctx)
 	select {
 	case p.queue <- plan:
-		p.results.WithLabelValues(PreemptEvicting).Inc()
+		p.results.WithLabelValues(Evicting).Inc()
 		victims := make([]string, len(plan.Victims))
 		for i, v := range plan.Victims {
 			victims[i] = v.Namespace + "/" + v.Name
@@ -432,7 +478,7 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidat
 			mv.Pods[i] = &extenderv1.MetaPod{UID: uid}
 		}
 		out[n] = mv
-		p.results.WithLabelValues(PreemptDelegated).Inc()
+		p.results.WithLabelValues(Delegated).Inc()
 		logger.V(2).Info("Preemption left to kube-scheduler: the pod's cards fit, it lacks other resources", "node", n, "victims", len(mv.Pods))
 		return out
 	}
@@ -477,7 +523,7 @@ func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
 	nominated := false
 	abandon := func(sent int) {
-		p.results.WithLabelValues(PreemptAbandoned).Inc()
+		p.results.WithLabelValues(Abandoned).Inc()
 		logger.V(2).Info("Preemption abandoned: the pod no longer holds the room", "evicted", sent, "notEvicted", len(plan.Victims)-sent)
 		if nominated {
 			p.clearNomination(ctx, logger, plan)
@@ -521,7 +567,7 @@ func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 			logger.V(4).Info("Victim already gone", "victim", klog.KRef(v.Namespace, v.Name))
 		default:
 			p.cfg.Cache.Release(plan.UID)
-			p.results.WithLabelValues(PreemptRefused).Inc()
+			p.results.WithLabelValues(Refused).Inc()
 			logger.Error(err, "Eviction refused; preemption abandoned and its room released", "victim", klog.KRef(v.Namespace, v.Name),
 				"budgets", v.Budgets)
 			p.clearNomination(ctx, logger, plan)
@@ -556,59 +602,8 @@ func (p *Preemptor) write(ctx context.Context, call func(context.Context) error)
 	}
 	fenced, done, err := p.cfg.Fence.Fence(ctx)
 	if err != nil {
-		return &notLeaderError{err: err}
+		return err
 	}
 	defer done()
 	return call(fenced)
-}
-
-// preempt serves kube-scheduler's preempt verb (ProcessPreemption). Its
-// answer has no error field: a failure is a non-200 answer, which
-// kube-scheduler, the extender being not ignorable, takes as a failed
-// preemption: nobody is evicted.
-func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
-	start := time.Now()
-	ctx, cancel := h.verbContext(r, "preempt")
-	defer cancel()
-	var args extenderv1.ExtenderPreemptionArgs
-	res, err := func() (*extenderv1.ExtenderPreemptionResult, error) {
-		if !h.ready() {
-			return nil, errNotReady
-		}
-		if err := decode(w, r, &args); err != nil {
-			return nil, err
-		}
-		ctx = withPod(ctx, args.Pod)
-		if args.Pod == nil {
-			return nil, errors.New("request has no pod")
-		}
-		pod := kubeinfo.NewPodInfo(args.Pod)
-		candidates := map[string][]string{}
-		for n, mv := range args.NodeNameToMetaVictims {
-			for _, v := range mv.Pods {
-				candidates[n] = append(candidates[n], v.UID)
-			}
-		}
-		for n, v := range args.NodeNameToVictims {
-			for _, vp := range v.Pods {
-				candidates[n] = append(candidates[n], string(vp.UID))
-			}
-		}
-		var out map[string]*extenderv1.MetaVictims
-		err := h.searching(ctx, pod, func() error {
-			if h.Preempt == nil {
-				out = map[string]*extenderv1.MetaVictims{}
-				return nil
-			}
-			out = h.Preempt.Preempt(ctx, pod, candidates)
-			return nil
-		})
-		return &extenderv1.ExtenderPreemptionResult{NodeNameToMetaVictims: out}, err
-	}()
-	h.observe(ctx, "preempt", start, err)
-	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
 }

@@ -1,4 +1,4 @@
-package extender
+package extenderwire
 
 import (
 	"encoding/json"
@@ -126,7 +126,7 @@ func BenchmarkDecodeArgs(b *testing.B) {
 				if err := tc.f(body, &a); err != nil || a.NodeNames == nil || len(*a.NodeNames) != len(names) {
 					b.Fatalf("decoded %v, err %v", a.NodeNames != nil, err)
 				}
-				releaseNames(&a) // as the handlers do once they have answered
+				ReleaseNames(&a) // as the handlers do once they have answered
 			}
 		})
 	}
@@ -154,7 +154,7 @@ func decodeNames(t testing.TB, table *nameTable, body []byte) []string {
 		t.Fatal(err)
 	}
 	names := slices.Clone(*a.NodeNames)
-	releaseNames(&a)
+	ReleaseNames(&a)
 	return names
 }
 
@@ -225,7 +225,7 @@ func TestNameTableConcurrent(t *testing.T) {
 					errs <- fmt.Sprintf("worker %d round %d: got %v, want %v", w, round, *a.NodeNames, want)
 					return
 				}
-				releaseNames(&a)
+				ReleaseNames(&a)
 			}
 		}()
 	}

@@ -1,4 +1,4 @@
-package extender
+package extenderwire
 
 import (
 	"bytes"
@@ -12,6 +12,14 @@ import (
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
+
+// MaxBodyBytes caps a request body at what the largest request of a
+// scheduler with nodeCacheCapable: true needs for 5,000 nodes: 5,000 node
+// names of at most 253 characters (1.3 MB as JSON) and a pod of at most
+// 1.5 MiB (etcd's limit), under 3 MiB. Whole Nodes (nodeCacheCapable:
+// false) for thousands of nodes do not fit: the shipped configuration sets
+// nodeCacheCapable.
+const MaxBodyBytes = 4 << 20
 
 // bodyPool holds the buffers request bodies are read into: a filter with
 // 5,000 node names is a 60 KiB body, read every scheduling cycle.
@@ -46,10 +54,10 @@ func putBody(buf *bytes.Buffer) {
 	}
 }
 
-// decode reads a JSON body of at most MaxBodyBytes into v. The body must
+// Decode reads a JSON body of at most MaxBodyBytes into v. The body must
 // be one JSON value: anything after it but white space is refused (a
 // body with two objects, or garbage after one, is not a request).
-func decode(w http.ResponseWriter, r *http.Request, v any) error {
+func Decode(w http.ResponseWriter, r *http.Request, v any) error {
 	buf, err := readBody(w, r)
 	if err != nil {
 		return err
@@ -58,7 +66,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeBytes(buf.Bytes(), v)
 }
 
-// decodeBytes is decode for a body already read.
+// decodeBytes is Decode for a body already read.
 func decodeBytes(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(v); err != nil {
@@ -70,10 +78,10 @@ func decodeBytes(body []byte, v any) error {
 	return nil
 }
 
-// decodeArgs is decode for the arguments of filter and prioritize, whose
+// DecodeArgs is Decode for the arguments of filter and prioritize, whose
 // bulk is the list of node names (kube-scheduler sends every candidate's
 // name, each cycle): see decodeArgsBytes.
-func decodeArgs(w http.ResponseWriter, r *http.Request, args *extenderv1.ExtenderArgs) error {
+func DecodeArgs(w http.ResponseWriter, r *http.Request, args *extenderv1.ExtenderArgs) error {
 	buf, err := readBody(w, r)
 	if err != nil {
 		return err
@@ -240,7 +248,7 @@ func (p *argsScanner) plainString() ([]byte, bool) {
 
 // names reads null, or an array of plain strings (plainString) as node
 // names: nil for null, else the names, interned (nodeNames), in a slice
-// from namesPool that the caller hands back with releaseNames.
+// from namesPool that the caller hands back with ReleaseNames.
 func (p *argsScanner) names() (*[]string, bool) {
 	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
 		p.i += 4
@@ -301,9 +309,9 @@ func getNames(n int) *[]string {
 	return s
 }
 
-// releaseNames hands args.NodeNames back to namesPool once nothing reads
+// ReleaseNames hands args.NodeNames back to namesPool once nothing reads
 // them (the answer is written): the handler's last step.
-func releaseNames(args *extenderv1.ExtenderArgs) {
+func ReleaseNames(args *extenderv1.ExtenderArgs) {
 	s := args.NodeNames
 	args.NodeNames = nil
 	if s == nil || cap(*s) > maxPooledNames {
