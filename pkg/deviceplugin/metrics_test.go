@@ -100,7 +100,7 @@ func (s stubPodAPI) PatchPodAnnotations(context.Context, string, string, types.U
 // health changes per card and direction, and NVML errors with the time of
 // the last one.
 func TestMetricsHooks(t *testing.T) {
-	cards := []Card{{Index: 0, UUID: "GPU-a", Model: "T4", Units: 16}, {Index: 1, UUID: "GPU-b", Model: "T4", Units: 16}}
+	cards := []Card{{Card: gpushare.Card{Index: 0, UUID: "GPU-a", Model: "T4"}, Units: 16}, {Card: gpushare.Card{Index: 1, UUID: "GPU-b", Model: "T4"}, Units: 16}}
 	m := NewMetrics(cards)
 	m.now = func() time.Time { return time.Unix(1700000000, 0) }
 	ctx := context.Background()

@@ -30,7 +30,7 @@ func CardsOf(node string, devs []gpu.Device, unit string) ([]Card, error) {
 		if u < 1 {
 			return nil, fmt.Errorf("GPU %d (%s) on node %s has %d MiB, less than one %s; use --memory-unit MiB", d.Index, d.UUID, node, d.MemoryMiB, unit)
 		}
-		cards = append(cards, Card{Index: d.Index, UUID: d.UUID, Model: d.Model, Units: u, MemoryMiB: d.MemoryMiB})
+		cards = append(cards, Card{Card: d.Card, Units: u})
 	}
 	return cards, nil
 }

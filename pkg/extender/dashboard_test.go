@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/certs"
 	"github.com/gpushare/gpushare/pkg/certs/certstest"
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/preemption"
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
@@ -116,7 +117,7 @@ func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	}
 	fams := scrapeHandler(t, f.handler)
 
-	m := deviceplugin.NewMetrics([]deviceplugin.Card{{Index: 0, UUID: "GPU-0", Model: "T4", Units: 16}})
+	m := deviceplugin.NewMetrics([]deviceplugin.Card{{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "T4"}, Units: 16}})
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	var p expfmt.TextParser

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpushare/gpushare/pkg/deviceplugin"
+	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
 // metricsDoc is the metrics reference.
@@ -42,7 +43,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	// A counter vector shows only once a child exists: make the MPS
 	// restart counter's.
-	m := deviceplugin.NewMetrics([]deviceplugin.Card{{Index: 0, UUID: "GPU-0", Model: "T4", Units: 16}})
+	m := deviceplugin.NewMetrics([]deviceplugin.Card{{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "T4"}, Units: 16}})
 	m.MPSRestarted("GPU-0")
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))

@@ -25,17 +25,10 @@ const DefaultGrace = 10 * time.Second
 
 // Card is one card as the plugin advertises it.
 type Card struct {
-	// Index is the card's NVML index.
-	Index int
-	// UUID is the card's NVML UUID.
-	UUID string
-	// Model is the product name.
-	Model string
+	gpushare.Card
 	// Units is the card's memory in the node's unit; the card has this many
 	// device IDs, UUID::0 .. UUID::Units-1.
 	Units int64
-	// MemoryMiB is the card's memory in MiB, as NVML reports it.
-	MemoryMiB int64
 	// Isolation is how the card enforces each container's share (set from
 	// --isolation at start; "" is none).
 	Isolation gpushare.Isolation

@@ -21,9 +21,9 @@ import (
 
 // testCards: two 16 GiB cards and an 80 GiB one.
 var testCards = []Card{
-	{Index: 0, UUID: "GPU-0", Model: "T4", Units: 16},
-	{Index: 1, UUID: "GPU-1", Model: "T4", Units: 16},
-	{Index: 2, UUID: "GPU-2", Model: "A100", Units: 80},
+	{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "T4"}, Units: 16},
+	{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "T4"}, Units: 16},
+	{Card: gpushare.Card{Index: 2, UUID: "GPU-2", Model: "A100"}, Units: 80},
 }
 
 // fakeKubelet is a PodResources whose answer the test sets.

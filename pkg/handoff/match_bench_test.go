@@ -14,10 +14,10 @@ import (
 
 // mibCards: four 16 GiB cards advertised in MiB, 65,536 device IDs.
 var mibCards = []Card{
-	{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "T4", Units: 16384},
-	{Index: 1, UUID: "GPU-11111111-1111-1111-1111-111111111111", Model: "T4", Units: 16384},
-	{Index: 2, UUID: "GPU-22222222-2222-2222-2222-222222222222", Model: "T4", Units: 16384},
-	{Index: 3, UUID: "GPU-33333333-3333-3333-3333-333333333333", Model: "T4", Units: 16384},
+	{Card: gpushare.Card{Index: 0, UUID: "GPU-00000000-0000-0000-0000-000000000000", Model: "T4"}, Units: 16384},
+	{Card: gpushare.Card{Index: 1, UUID: "GPU-11111111-1111-1111-1111-111111111111", Model: "T4"}, Units: 16384},
+	{Card: gpushare.Card{Index: 2, UUID: "GPU-22222222-2222-2222-2222-222222222222", Model: "T4"}, Units: 16384},
+	{Card: gpushare.Card{Index: 3, UUID: "GPU-33333333-3333-3333-3333-333333333333", Model: "T4"}, Units: 16384},
 }
 
 // mibPod adds a bound pod to h whose every gpu-mem container sits on card

@@ -20,8 +20,8 @@ import (
 
 // labelCards: two Tesla T4 cards (15360 MiB) in driver mode.
 var labelCards = []handoff.Card{
-	{Index: 0, UUID: "GPU-0", Model: "Tesla T4", Units: 15, MemoryMiB: 15360, Isolation: gpushare.IsolationDriver},
-	{Index: 1, UUID: "GPU-1", Model: "Tesla T4", Units: 15, MemoryMiB: 15360, Isolation: gpushare.IsolationDriver},
+	{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "Tesla T4", MemoryMiB: 15360}, Units: 15, Isolation: gpushare.IsolationDriver},
+	{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "Tesla T4", MemoryMiB: 15360}, Units: 15, Isolation: gpushare.IsolationDriver},
 }
 
 func TestNodeLabels(t *testing.T) {
@@ -47,8 +47,8 @@ func TestNodeLabels(t *testing.T) {
 	}, {
 		name: "a failed card, no driver, mixed isolation",
 		cards: []handoff.Card{
-			{Index: 0, UUID: "GPU-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920, Isolation: gpushare.IsolationMPS},
-			{Index: 1, UUID: "GPU-1", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920},
+			{Card: gpushare.Card{Index: 0, UUID: "GPU-0", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920}, Isolation: gpushare.IsolationMPS},
+			{Card: gpushare.Card{Index: 1, UUID: "GPU-1", Model: "NVIDIA A100-SXM4-80GB", MemoryMiB: 81920}},
 		},
 		unhealthy: map[string]bool{"GPU-1": true},
 		own: map[string]string{
