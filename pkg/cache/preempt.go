@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
-	"github.com/gpushare/gpushare/pkg/preempt"
+	"github.com/gpushare/gpushare/pkg/preemption/planner"
 )
 
 // StateReserved: room a preemption keeps on one node's cards for a pending
@@ -85,7 +85,7 @@ func (c *Cache) creditLocked(uid types.UID) *view.Credit {
 // fits the node's cards as they are (with Reserve, it keeps that room
 // while kube-scheduler evicts pods for the pod's other resources), nil
 // otherwise.
-func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *preempt.Plan {
+func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *planner.Plan {
 	if pod.Placeable() != nil {
 		return nil
 	}
@@ -97,7 +97,7 @@ func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string)
 	if view.FitReason(&cp.Node.Node, cp.source, cp.invErr, pod, allocator.Binpack{}, &pl, allocator.NewBudget(ctx, allocator.DefaultRequestSteps)) != "" {
 		return nil
 	}
-	return preempt.Hold(&cp.Node, pod, &pl)
+	return planner.Hold(&cp.Node, pod, &pl)
 }
 
 // MaxVictimWait bounds how long reserved room waits, beyond its deadline,
@@ -113,7 +113,7 @@ const MaxVictimWait = time.Hour
 // must not take it by card while the pods leaving for it are still there. It fails with
 // ErrPlanStale when the node changed since the plan was made (plan again),
 // and with ErrPodPlaced when the pod already holds room.
-func (c *Cache) Reserve(plan *preempt.Plan, ttl time.Duration) error {
+func (c *Cache) Reserve(plan *planner.Plan, ttl time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ps, ok := c.pods[plan.UID]; ok {
@@ -155,7 +155,7 @@ func (c *Cache) Release(uid types.UID) {
 // nodeCopy is what a preemption reads of one node, copied under the lock:
 // the planner's copy, and where the node's cards come from.
 type nodeCopy struct {
-	preempt.Node
+	planner.Node
 	source, invErr string
 }
 
@@ -179,7 +179,7 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 	if ns == nil {
 		return nil, false
 	}
-	cp = &nodeCopy{Node: preempt.Node{Node: ns.node, Gen: ns.gen, HostKnown: ns.hostKnown,
+	cp = &nodeCopy{Node: planner.Node{Node: ns.node, Gen: ns.gen, HostKnown: ns.hostKnown,
 		FreeMilliCPU: ns.allocMilliCPU - ns.reqMilliCPU, FreeMemMiB: ns.allocMemMiB - ns.reqMemMiB}, source: ns.source, invErr: ns.invErr}
 	for _, uid := range leaving {
 		if _, gpu := ns.pods[uid]; gpu {
@@ -194,7 +194,7 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 	if users := ns.mpsUsers(c.pods); users != nil {
 		cp.Node.Node = *view.WithForeignMPS(&cp.Node.Node, users, user)
 	}
-	cp.Pods = make([]preempt.Pod, 0, len(ns.pods))
+	cp.Pods = make([]planner.Pod, 0, len(ns.pods))
 	for uid := range ns.pods {
 		ps := c.pods[uid]
 		if ps.state == StateReserved {
@@ -207,11 +207,11 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 			continue
 		}
 		h := c.hosts[uid]
-		cp.Pods = append(cp.Pods, preempt.Pod{UID: uid, Namespace: ps.namespace, Name: ps.name, Settled: ps.state == StateBound && ps.confirmed,
+		cp.Pods = append(cp.Pods, planner.Pod{UID: uid, Namespace: ps.namespace, Name: ps.name, Settled: ps.state == StateBound && ps.confirmed,
 			Terminating: ps.terminating, Priority: ps.priority, PerCard: ps.perCard, Unattributed: ps.unattributed, MilliCPU: h.milliCPU, MemoryMiB: h.memMiB})
 	}
 	// Map order: sort for plans that do not depend on it.
-	slices.SortFunc(cp.Pods, func(a, b preempt.Pod) int { return cmp.Compare(a.UID, b.UID) })
+	slices.SortFunc(cp.Pods, func(a, b planner.Pod) int { return cmp.Compare(a.UID, b.UID) })
 	return cp, true
 }
 
@@ -240,7 +240,7 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 //
 // It returns an error, naming the pod, when pod may not preempt (asks no
 // gpu-mem, invalid card annotations) or ctx ends.
-func (c *Cache) PlanPreemption(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, vs preempt.Victims) (*preempt.Plan, error) {
+func (c *Cache) PlanPreemption(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, vs planner.Victims) (*planner.Plan, error) {
 	return c.PlanPreemptionAfter(ctx, pod, nodes, nil, vs)
 }
 
@@ -250,13 +250,13 @@ func (c *Cache) PlanPreemption(ctx context.Context, pod *kubeinfo.PodInfo, nodes
 // memory count as gone (their CPU and memory free) and the plan awaits
 // them (Plan.Awaited); those that do are the plan's to choose or keep,
 // by card, as any other.
-func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs preempt.Victims) (*preempt.Plan, error) {
+func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs planner.Victims) (*planner.Plan, error) {
 	if err := pod.Placeable(); err != nil {
 		return nil, err
 	}
 	b := allocator.NewBudget(ctx, allocator.DefaultRequestSteps)
-	var best *preempt.Plan
-	var bestKey preempt.Key
+	var best *planner.Plan
+	var bestKey planner.Key
 	for i, name := range nodes {
 		// A plan copies each node and may ask about each of its pods:
 		// look at ctx before every node.
@@ -267,7 +267,7 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 		if !ok {
 			continue
 		}
-		p, key, _ := preempt.Best(&cp.Node, pod, vs, cp.fit(pod, b))
+		p, key, _ := planner.Best(&cp.Node, pod, vs, cp.fit(pod, b))
 		if p != nil && (best == nil || key.Less(bestKey)) {
 			best, bestKey = p, key
 			if len(p.Victims) == 0 {

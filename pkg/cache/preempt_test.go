@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
-	"github.com/gpushare/gpushare/pkg/preempt"
+	"github.com/gpushare/gpushare/pkg/preemption/planner"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -32,12 +32,12 @@ type fakeBudget struct {
 	allowed int32
 }
 
-func (f *fakeVictims) Victim(_, _ string, uid types.UID) (preempt.Victim, bool) {
+func (f *fakeVictims) Victim(_, _ string, uid types.UID) (planner.Victim, bool) {
 	p, ok := f.pods[uid]
 	if !ok {
-		return preempt.Victim{}, false
+		return planner.Victim{}, false
 	}
-	v := preempt.Victim{Priority: p.Priority, StartTime: p.StartTime, Terminating: p.Terminating, GraceSeconds: p.GraceSeconds}
+	v := planner.Victim{Priority: p.Priority, StartTime: p.StartTime, Terminating: p.Terminating, GraceSeconds: p.GraceSeconds}
 	for name, b := range f.budgets {
 		if p.Labels.Get("app") == b.app {
 			v.Budgets = append(v.Budgets, name)
@@ -82,7 +82,7 @@ type planSummary struct {
 	Units   map[int]int64
 }
 
-func summary(p *preempt.Plan) *planSummary {
+func summary(p *planner.Plan) *planSummary {
 	if p == nil {
 		return nil
 	}
@@ -223,7 +223,7 @@ func terminating(p *corev1.Pod) *corev1.Pod {
 func TestReservationLifecycle(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	setup := func(t *testing.T) (*Cache, *kubeinfo.PodInfo, *preempt.Plan) {
+	setup := func(t *testing.T) (*Cache, *kubeinfo.PodInfo, *planner.Plan) {
 		t.Helper()
 		c, vs := preemptCluster(t, clk, []*corev1.Node{util.MakeNode("n1").Cards("T4", 16, 16).Obj(), util.MakeNode("n2").Cards("T4", 16).Obj()},
 			[]*corev1.Pod{low("a", "n1", 0, 9, 0, 1), low("b", "n1", 1, 9, 0, 2), low("c", "n2", 0, 12, 0, 3)})
@@ -448,7 +448,7 @@ type cancellingVictims struct {
 	cancel context.CancelFunc
 }
 
-func (c cancellingVictims) Victim(ns, name string, uid types.UID) (preempt.Victim, bool) {
+func (c cancellingVictims) Victim(ns, name string, uid types.UID) (planner.Victim, bool) {
 	c.cancel()
 	return c.fakeVictims.Victim(ns, name, uid)
 }
@@ -496,7 +496,7 @@ func TestLowestPriority(t *testing.T) {
 	c.UpsertPodInfo(b)
 	check("two bound pods", 5, true)
 	high := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(8).Priority(1000).Obj())
-	if err := c.Reserve(&preempt.Plan{Namespace: "default", Name: "high", UID: high.UID, Node: "n1", Units: map[int]int64{0: 8}, Gen: c.nodes["n1"].gen}, time.Minute); err != nil {
+	if err := c.Reserve(&planner.Plan{Namespace: "default", Name: "high", UID: high.UID, Node: "n1", Units: map[int]int64{0: 8}, Gen: c.nodes["n1"].gen}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	check("a reservation of priority 1000 counts for nothing", 5, true)

@@ -21,7 +21,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache"
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
-	"github.com/gpushare/gpushare/pkg/preempt"
+	"github.com/gpushare/gpushare/pkg/preemption/planner"
 	"github.com/gpushare/gpushare/pkg/sampling"
 )
 
@@ -77,14 +77,14 @@ const (
 type Reserver interface {
 	// PlanPreemptionAfter plans the evictions that make room for pod on one
 	// of nodes, leaving's pods going anyway; nil when nothing does.
-	PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs preempt.Victims) (*preempt.Plan, error)
+	PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs planner.Victims) (*planner.Plan, error)
 	// HoldNow returns a plan without victims when pod's cards fit node as
 	// they are, nil otherwise.
-	HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *preempt.Plan
+	HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *planner.Plan
 	// FitsOutside returns a usable node not in nodes where pod fits.
 	FitsOutside(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, usable func(node string) bool) (string, bool)
 	// Reserve holds plan's room for its pod; Release gives it back.
-	Reserve(plan *preempt.Plan, ttl time.Duration) error
+	Reserve(plan *planner.Plan, ttl time.Duration) error
 	Release(uid types.UID)
 	// Reserved returns the node where pod uid holds reserved room.
 	Reserved(uid types.UID) (node string, ok bool)
@@ -168,7 +168,7 @@ type Preemptor struct {
 	plans    chan *planRequest
 	planning sync.Map
 	// queue holds the reserved plans waiting for a worker.
-	queue chan *preempt.Plan
+	queue chan *planner.Plan
 	// fruitless: pod UID -> the stamp when its last plan found nothing; it
 	// is not planned again until the cache or the budgets change (a plan
 	// of the same inputs finds the same nothing). fruitlessSize counts the
@@ -206,7 +206,7 @@ func New(logger klog.Logger, cfg Config) (*Preemptor, error) {
 		cfg: cfg, logger: logger,
 		victims: victims,
 		plans:   make(chan *planRequest, planQueue),
-		queue:   make(chan *preempt.Plan, preemptQueue),
+		queue:   make(chan *planner.Plan, preemptQueue),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "gpushare", Subsystem: "extender", Name: "preemptions_total",
 			Help: "Preemptions for pending GPU pods, by result: evicting (room reserved on one card, its lower-priority pods evicted), delegated (kube-scheduler evicts for other resources, the cards held), refused (an eviction refused; the room released) or abandoned (the room gone before its evictions were sent).",
@@ -394,7 +394,7 @@ func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
 // leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
 // once if a node changed before the room could be reserved; nil when there
 // is none.
-func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*preempt.Plan, error) {
+func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*planner.Plan, error) {
 	for try := 0; ; try++ {
 		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
 		if err != nil || plan == nil {
@@ -414,7 +414,7 @@ func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []str
 }
 
 // start queues plan's writes; a full queue releases the room.
-func (p *Preemptor) start(ctx context.Context, plan *preempt.Plan) {
+func (p *Preemptor) start(ctx context.Context, plan *planner.Plan) {
 	logger := klog.FromContext(ctx)
 	select {
 	case p.queue <- plan:
@@ -519,7 +519,7 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidat
 // eviction refused (a budget exhausted since the plan, an error) stops
 // it: the room is released and the nomination cleared, and the pods
 // already evicted stay gone.
-func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
+func (p *Preemptor) execute(ctx context.Context, plan *planner.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
 	nominated := false
 	abandon := func(sent int) {
@@ -549,7 +549,7 @@ func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 		nominated = true
 	}
 	victims := slices.Clone(plan.Victims)
-	slices.SortStableFunc(victims, func(a, b preempt.PlannedVictim) int {
+	slices.SortStableFunc(victims, func(a, b planner.PlannedVictim) int {
 		return -cmp.Compare(min(len(a.Budgets), 1), min(len(b.Budgets), 1))
 	})
 	for i, v := range victims {
@@ -578,13 +578,13 @@ func (p *Preemptor) execute(ctx context.Context, plan *preempt.Plan) {
 
 // holds reports whether plan's pod still holds its reserved room on
 // plan.Node.
-func (p *Preemptor) holds(plan *preempt.Plan) bool {
+func (p *Preemptor) holds(plan *planner.Plan) bool {
 	node, ok := p.cfg.Cache.Reserved(plan.UID)
 	return ok && node == plan.Node
 }
 
 // clearNomination clears the nomination execute wrote for plan.
-func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *preempt.Plan) {
+func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, plan *planner.Plan) {
 	if err := p.write(ctx, func(ctx context.Context) error {
 		return p.cfg.API.Nominate(ctx, plan.Namespace, plan.Name, plan.UID, "")
 	}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {

@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/feed"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
-	"github.com/gpushare/gpushare/pkg/preempt"
+	"github.com/gpushare/gpushare/pkg/preemption/planner"
 	"github.com/gpushare/gpushare/test/util"
 )
 
@@ -92,7 +92,7 @@ func preemptFixture(tb testing.TB, objs ...runtime.Object) (*fixture, *writes) {
 }
 
 // victimsFor is what p hands PlanPreemption for one plan.
-func victimsFor(p *Preemptor) preempt.Victims { return p.victims.forPlan() }
+func victimsFor(p *Preemptor) planner.Victims { return p.victims.forPlan() }
 
 // oneCard is an allocation of units on card 0 of node.
 func oneCard(node string, units int64) *gpushare.Allocation {
@@ -108,10 +108,10 @@ func TestEvictionsStopWhenTheRoomIsGone(t *testing.T) {
 	b := util.MakePod("b").GPUMem(8).Node("one").Allocation(oneCard("one", 8)).Obj()
 	for _, tc := range []struct {
 		name string
-		gone func(f *fixture, plan *preempt.Plan)
+		gone func(f *fixture, plan *planner.Plan)
 	}{
-		{"released", func(f *fixture, plan *preempt.Plan) { f.cache.Release(plan.UID) }},
-		{"taken by the pod's bind on another node", func(f *fixture, plan *preempt.Plan) {
+		{"released", func(f *fixture, plan *planner.Plan) { f.cache.Release(plan.UID) }},
+		{"taken by the pod's bind on another node", func(f *fixture, plan *planner.Plan) {
 			pod := kubeinfo.NewPodInfo(util.MakePod("high").GPUMem(16).Priority(1000).Obj())
 			if _, err := f.cache.Assume(context.Background(), pod, "two"); err != nil {
 				t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	policylisters "k8s.io/client-go/listers/policy/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/gpushare/gpushare/pkg/preempt"
+	"github.com/gpushare/gpushare/pkg/preemption/planner"
 )
 
 // podVictims describes victims from the pod informer and a
@@ -43,20 +43,20 @@ func newPodVictims(pods PodReader, pdbs policyinformers.PodDisruptionBudgetInfor
 	return v, nil
 }
 
-// forPlan returns the preempt.Victims of one plan: each namespace's budgets
+// forPlan returns the planner.Victims of one plan: each namespace's budgets
 // are listed, and their selectors converted, once for the whole plan.
 func (v *podVictims) forPlan() *planVictims {
 	return &planVictims{podVictims: v, budgets: map[string][]budget{}}
 }
 
-// planVictims implements preempt.Victims for one plan.
+// planVictims implements planner.Victims for one plan.
 type planVictims struct {
 	*podVictims
 	// budgets: namespace -> its PodDisruptionBudgets, selectors converted.
 	budgets map[string][]budget
 }
 
-var _ preempt.Victims = (*planVictims)(nil)
+var _ planner.Victims = (*planVictims)(nil)
 
 // budget is a PodDisruptionBudget with its selector converted.
 type budget struct {
@@ -70,12 +70,12 @@ type budget struct {
 // budget of the namespace whose selector matches the pod's labels, where
 // an empty selector ({}) matches every pod and a missing or invalid one
 // none.
-func (v *planVictims) Victim(namespace, name string, uid types.UID) (preempt.Victim, bool) {
+func (v *planVictims) Victim(namespace, name string, uid types.UID) (planner.Victim, bool) {
 	pod, ok := v.pods.Pod(namespace, name)
 	if !ok || pod.UID != uid {
-		return preempt.Victim{}, false
+		return planner.Victim{}, false
 	}
-	out := preempt.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
+	out := planner.Victim{Priority: pod.Priority, StartTime: pod.StartTime, Terminating: pod.Terminating, GraceSeconds: pod.GraceSeconds}
 	if pod.Phase == corev1.PodPending || pod.Terminating {
 		return out, true
 	}

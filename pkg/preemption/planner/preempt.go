@@ -1,4 +1,4 @@
-package preempt
+package planner
 
 import (
 	"cmp"

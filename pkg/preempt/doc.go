@@ -1,3 +1,0 @@
-// Package preempt chooses, on a copy of one node, the lower-priority pods
-// whose eviction lets a pending pod fit on its cards.
-package preempt
