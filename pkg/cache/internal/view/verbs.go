@@ -194,7 +194,7 @@ func (v *View) ScoreCPU(ctx context.Context, pod *kubeinfo.PodInfo, nodes []stri
 // (allocator.Policy.NodeScore or NodeScoreHost), or why not. Its slices
 // come from evalPool and go back with release. So a verb over thousands of
 // nodes allocates none of them, and makes the collector run less
-// (measured: docs/benchmarks.md, "Scale").
+// (measured: docs/benchmarks.md#scale-issue-26).
 type evaluation struct {
 	raw     []float64
 	fits    []bool
