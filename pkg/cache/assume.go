@@ -14,22 +14,24 @@ import (
 )
 
 // Assume chooses cards for pod's Demand on node with the pod's policy (the
-// default when it names none) and holds them, and the pod's CPU and memory,
+// default when it names none). It holds them, and the pod's CPU and memory,
 // as assumed until FinishBinding, Forget or the deadline. It is idempotent:
 // for a pod that already holds an allocation on node it returns that
-// allocation and holds nothing more. It returns ErrBoundElsewhere for a pod
-// bound to another node, ErrBindInFlight for a pod whose bind to another
-// node has not ended (or ended with an unknown outcome), ErrPodGone for a
-// pod whose delete the informer has delivered, ErrUnknownNode for a node
-// the extender has not seen, or an *allocator.FitError (one with filter's
-// reason for a node without GPUs).
+// allocation and holds nothing more. Its errors:
+//   - ErrBoundElsewhere: the pod is bound to another node;
+//   - ErrBindInFlight: the pod's bind to another node has not ended, or
+//     ended with an unknown outcome;
+//   - ErrPodGone: the informer has delivered the pod's delete;
+//   - ErrUnknownNode: the extender has not seen node;
+//   - *allocator.FitError: the pod does not fit, with filter's reason for a
+//     node without GPUs.
 //
-// The search runs on the node's published copy without the lock, spending
-// a request budget that ends with ctx; the choice is then held only if the
-// node has not changed meanwhile (else it is made again, at most
-// optimisticTries times, then under the lock, still within the budget).
-// So a bind's search never holds the lock that informer events and other
-// binds take.
+// The search runs on the node's published copy without the lock, within a
+// request budget that ends with ctx. The choice is held only if the node
+// has not changed meanwhile. Otherwise the search runs again, at most
+// optimisticTries times, then under the lock, within the same budget. So a
+// bind's search never holds the lock that informer events and other binds
+// take.
 func (c *Cache) Assume(ctx context.Context, pod *kubeinfo.PodInfo, node string) (*gpushare.Allocation, error) {
 	if err := pod.Placeable(); err != nil {
 		return nil, err
@@ -51,21 +53,21 @@ func (c *Cache) Assume(ctx context.Context, pod *kubeinfo.PodInfo, node string) 
 
 // attempt is what a try of Assume reads under c.mu before it searches.
 type attempt struct {
-	// ns is the node's state, read only under c.mu; gen its generation
+	// ns is the node's state, read only under c.mu; gen is its generation
 	// when the try began.
 	ns  *nodeState
 	gen uint64
-	// p is the pod's policy; cr the room reserved for the pod (preempt.go),
-	// free to it.
+	// p is the pod's policy. cr is the room reserved for the pod (preempt.go),
+	// which is free to it.
 	p  allocator.Policy
 	cr *view.Credit
-	// snap is the node's published copy as the pod sees it, made at gen
-	// (optimistic tries only).
+	// snap is the node's published copy as the pod sees it, made at gen. Only
+	// optimistic tries set it.
 	snap *view.Snap
 }
 
-// begin begins a try of Assume; done and err are assumable's, or the
-// error of the pod's policy. The caller holds c.mu.
+// begin begins a try of Assume. done and err are assumable's, or the error
+// of the pod's policy. The caller holds c.mu.
 func (c *Cache) begin(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
 	if t.ns, done, err = c.assumable(pod, node); done != nil || err != nil {
 		return attempt{}, done, err
@@ -77,7 +79,7 @@ func (c *Cache) begin(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpus
 	return t, nil, nil
 }
 
-// beginOptimistic begins one of Assume's optimistic tries: under c.mu it
+// beginOptimistic begins one of Assume's optimistic tries. Under c.mu it
 // reads the node's published copy, which the search then reads without it.
 func (c *Cache) beginOptimistic(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpushare.Allocation, err error) {
 	c.mu.Lock()
@@ -89,10 +91,10 @@ func (c *Cache) beginOptimistic(pod *kubeinfo.PodInfo, node string) (t attempt, 
 	return t, nil, nil
 }
 
-// holdIfUnchanged ends an optimistic try of Assume under c.mu: it holds
-// pl, found on the copy of generation gen (reason non-empty: the pod does
-// not fit there), if node is still at gen; again is true when it is not,
-// and the search must be made again.
+// holdIfUnchanged ends an optimistic try of Assume under c.mu. If node is
+// still at gen, it holds pl, found on the copy of that generation; a
+// non-empty reason says the pod does not fit there. again is true when the
+// node moved on, and the search must run again.
 func (c *Cache) holdIfUnchanged(pod *kubeinfo.PodInfo, node string, gen uint64, pl *allocator.Placement, reason string) (alloc *gpushare.Allocation, again bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,8 +103,8 @@ func (c *Cache) holdIfUnchanged(pod *kubeinfo.PodInfo, node string, gen uint64, 
 	case done != nil || err != nil:
 		return done, false, err
 	case ns.gen != gen:
-		// The node changed under the search (so did the pod's room
-		// reserved there, if any: Reserve and its release touch it).
+		// The node changed under the search. So did the pod's reserved room
+		// there, if any: Reserve and its release touch the node.
 		return nil, true, nil
 	}
 	alloc, err = c.hold(pod, ns, pl, reason)
@@ -123,14 +125,13 @@ func (c *Cache) assumeLocked(pod *kubeinfo.PodInfo, node string, pl *allocator.P
 }
 
 // optimisticTries is how many times Assume searches a node's published
-// copy before it searches under the lock: a node changes between two of
-// its tries only when an informer event or another bind hits that very
-// node in the meantime.
+// copy before it searches under the lock. A node changes between two tries
+// only when an informer event or another bind hits that very node.
 const optimisticTries = 3
 
-// assumable returns node's state if pod may be placed there now; done is
-// the allocation the pod already holds there (Assume is idempotent), err
-// why it may not. The caller holds c.mu.
+// assumable returns node's state if pod may be placed there now. done is
+// the allocation the pod already holds there (Assume is idempotent), and
+// err says why it may not. The caller holds c.mu.
 func (c *Cache) assumable(pod *kubeinfo.PodInfo, node string) (ns *nodeState, done *gpushare.Allocation, err error) {
 	if _, ok := c.gone[c.observedKey(pod.GetUID())]; ok {
 		return nil, nil, fmt.Errorf("pod %s/%s (UID %s): %w", pod.GetNamespace(), pod.GetName(), pod.GetUID(), ErrPodGone)
@@ -142,9 +143,9 @@ func (c *Cache) assumable(pod *kubeinfo.PodInfo, node string) (ns *nodeState, do
 		case ps.state == StateBound:
 			return nil, nil, fmt.Errorf("pod %s/%s is on node %s, not %s: %w", pod.GetNamespace(), pod.GetName(), ps.node, node, ErrBoundElsewhere)
 		default:
-			// Our own assumption for another node: its Binding may still
-			// be made (the scheduler gave up waiting, or its answer was
-			// lost). Releasing it now could hand its cards out twice.
+			// Our own assumption for another node. Its Binding may still be
+			// made: the scheduler gave up waiting, or its answer was lost.
+			// Releasing it now could hand its cards out twice.
 			return nil, nil, fmt.Errorf("pod %s/%s: a bind to node %s has not ended or its outcome is unknown; its cards stay held until the API shows the pod or %s passes: %w",
 				pod.GetNamespace(), pod.GetName(), ps.node, ps.deadline.Sub(c.clock.Now()).Round(time.Second), ErrBindInFlight)
 		}
@@ -159,10 +160,10 @@ func (c *Cache) assumable(pod *kubeinfo.PodInfo, node string) (ns *nodeState, do
 	return ns, nil, nil
 }
 
-// hold records pl, placed on ns's cards as they are now (less the room
-// reserved for the pod, which it takes in its place), as pod's assumed
-// allocation, with its CPU and memory, and publishes the change; reason
-// non-empty says the pod does not fit instead. The caller holds c.mu.
+// hold records pl as pod's assumed allocation, with its CPU and memory,
+// and publishes the change. pl was placed on ns's cards as they are now,
+// less the pod's reserved room, which the allocation replaces. A non-empty
+// reason says the pod does not fit instead. The caller holds c.mu.
 func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placement, reason string) (*gpushare.Allocation, error) {
 	if reason != "" {
 		return nil, &allocator.FitError{Node: ns.node.Name, Reason: reason}
@@ -183,9 +184,9 @@ func (c *Cache) hold(pod *kubeinfo.PodInfo, ns *nodeState, pl *allocator.Placeme
 	return alloc, nil
 }
 
-// FinishBinding marks uid's assumed allocation bound (its Binding was
-// made). Until the informer shows the pod bound it keeps a deadline: a pod
-// the informer never delivers is released then.
+// FinishBinding marks uid's assumed allocation bound: its Binding was
+// made. It keeps a deadline until the informer shows the pod bound, so a
+// pod the informer never delivers is released then.
 func (c *Cache) FinishBinding(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -217,18 +218,18 @@ func (c *Cache) Forget(uid types.UID) {
 // Expired names a released allocation.
 type Expired struct {
 	Namespace, Name, Node string
-	// Bound: its Binding was made but the informer never showed the pod
-	// (it was deleted before the watch delivered it); otherwise the bind
-	// never completed.
+	// Bound: its Binding was made, but the informer never showed the pod; it
+	// was deleted before the watch delivered it. Otherwise the bind never
+	// completed.
 	Bound bool
-	// Reserved: room a preemption kept for the pod, which was not bound
-	// in time (Reserve).
+	// Reserved: room a preemption kept for the pod (Reserve), which was not
+	// bound in time.
 	Reserved bool
 }
 
-// Expire releases assumed allocations and reserved room whose deadline has
-// passed, and bound allocations the informer has not confirmed by theirs,
-// and returns them. It also forgets the deletes older than AssumeTTL.
+// Expire releases, and returns, the assumed allocations and reserved room
+// past their deadline, and the bound allocations the informer has not
+// confirmed by theirs. It also forgets the deletes older than AssumeTTL.
 func (c *Cache) Expire() []Expired {
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -255,9 +256,9 @@ func (c *Cache) Expire() []Expired {
 }
 
 // awaiting reports whether reservation ps, past its deadline at now, still
-// waits for one of its victims, a pod that holds a node still, and may
-// wait on (its limit not reached); its deadline then moves a TTL on, never
-// past the limit. The caller holds c.mu.
+// waits for a victim. A victim is awaited while it holds its node and the
+// limit is not reached. The deadline then moves a TTL on, never past the
+// limit. The caller holds c.mu.
 func (c *Cache) awaiting(ps *podState, now time.Time) bool {
 	if ps.rare == nil || !now.Before(ps.rare.limit) {
 		return false

@@ -21,10 +21,10 @@ import (
 type State string
 
 const (
-	// StateAssumed: cards chosen by bind (or found in an annotation of a
-	// pod not yet bound); expires at its deadline unless bound.
+	// StateAssumed: bind chose the cards and the pod is not bound yet. The
+	// allocation expires at its deadline unless bound.
 	StateAssumed State = "assumed"
-	// StateBound: the pod is bound to the node (or its Binding was made).
+	// StateBound: the pod is bound to the node, or its Binding was made.
 	StateBound State = "bound"
 )
 
@@ -37,8 +37,8 @@ var (
 )
 
 // DefaultAssumeTTL is how long an assumed allocation survives without its
-// Binding: longer than a bind's API round trips, short enough that memory
-// held for a crashed bind comes back quickly.
+// Binding. It is longer than a bind's API round trips, and short enough
+// that memory held for a crashed bind comes back quickly.
 const DefaultAssumeTTL = 2 * time.Minute
 
 // Config builds a Cache.
@@ -49,9 +49,9 @@ type Config struct {
 	AssumeTTL time.Duration
 	// Clock, default the real clock.
 	Clock clock.PassiveClock
-	// OnIgnored, when set, is called (without the cache's lock) each time a
-	// pod's allocation annotation starts being ignored or is ignored for
-	// another reason: the extender logs it.
+	// OnIgnored, when set, is called each time a pod's allocation annotation
+	// starts being ignored, or is ignored for another reason. It runs without
+	// the cache's lock; the extender logs it.
 	OnIgnored func(inspectapi.Ignored)
 }
 
@@ -61,68 +61,63 @@ type Cache struct {
 	mu sync.Mutex
 	// nodes: node name -> its cards and the pods on them.
 	nodes map[string]*nodeState
-	// draNodes: node name -> the cards the gpushare DRA driver publishes
-	// for it (SetDRANode), which the node takes unless the device plugin
-	// serves it.
+	// draNodes: node name -> the cards the gpushare DRA driver publishes for
+	// it (SetDRANode). The node takes them unless the device plugin serves it.
 	draNodes map[string]*draNode
 	// pods: pod UID -> what it holds. A pod may name a node not (yet) in nodes.
 	pods map[types.UID]*podState
-	// workload learns typical requests from every gpu-mem pod placed
-	// (assumed by our bind or seen bound), once each; pending pods teach
-	// it nothing.
+	// workload learns typical requests from every gpu-mem pod placed, once
+	// each: assumed by our bind or seen bound. Pending pods teach it nothing.
 	workload *allocator.Workload
 	// observed: the pods already fed to workload, by observedKey; entries
-	// leave on delete. A 64-bit hash of the UID rather than the UID: 8
-	// bytes a pod, not a 16-byte string header, and the set is never
-	// listed. Two pods of a cluster share a key with odds of about
-	// pods²/2⁶⁵ (4·10⁻¹⁰ at 120,000 pods), which would leave one pod out
-	// of the workload's statistics, nothing more.
+	// leave on delete. The key is a 64-bit hash of the UID, 8 bytes a pod
+	// rather than a 16-byte string header; the set is never listed. Two pods
+	// share a key with odds of about pods²/2⁶⁵ (4·10⁻¹⁰ at 120,000 pods). That
+	// would only leave one pod out of the workload's statistics.
 	observed map[uint64]struct{}
 	// observedSeed seeds observedKey; immutable.
 	observedSeed maphash.Seed
 	// gone: observedKey(pod UID) -> when the informer delivered the pod's
-	// delete, kept assumeTTL (Expire prunes): a bind that read the pod
-	// just before the delete must not hold cards for it after, which no
-	// later event would release (assumable refuses it, ErrPodGone).
+	// delete, kept for assumeTTL (Expire prunes). A bind that read the pod just
+	// before the delete must not hold cards for it after: no later event would
+	// release them (ErrPodGone).
 	gone map[uint64]time.Time
-	// hosts: pod UID -> the node whose CPU and memory the pod holds: every
-	// pod bound to a node and not finished, GPU or not, and every assumed
+	// hosts: pod UID -> the node whose CPU and memory the pod holds. Entries
+	// are every bound, unfinished pod, GPU or not, and every assumed
 	// allocation. Each node's reqMilliCPU and reqMemMiB sum its entries.
 	hosts map[types.UID]hostUse
-	// holes summarises every node's cards for fragaware's waste model;
-	// each change of a node's cards takes the node out of it and puts it
-	// back (allocator.Holes.AddNode).
+	// holes summarises every node's cards for fragaware's waste model. Each
+	// change of a node's cards takes the node out and puts it back
+	// (allocator.Holes.AddNode).
 	holes *allocator.Holes
 	// maxMilliCPU and maxUnits: the largest allocatable CPU and healthy GPU
-	// capacity among the nodes (the bestfit and fgd host scores scale by
-	// them).
+	// capacity among the nodes, by which the bestfit and fgd host scores scale.
 	maxMilliCPU, maxUnits int64
 	// pendingIgnored: pod UID -> a pending pod carrying an allocation
-	// annotation, which holds nothing (only our own Assume holds cards for
-	// a pending pod); kept to show in Inspect. Entries leave when the pod
-	// is bound, loses the annotation, or is deleted.
+	// annotation, kept to show in Inspect. It holds nothing: only our own
+	// Assume holds cards for a pending pod. An entry leaves when the pod is
+	// bound, loses the annotation, or is deleted.
 	pendingIgnored map[types.UID]ignoredPod
-	// floor: pod UID -> the resourceVersion a catch-up applied
-	// (ApplyQuorum); informer events of the pod older than it are ignored.
-	// An entry leaves when the informer delivers that version or a newer
-	// one, or the pod's delete.
+	// floor: pod UID -> the resourceVersion a catch-up applied (ApplyQuorum).
+	// Informer events of the pod older than it are ignored. An entry leaves
+	// when the informer delivers that version or a newer one, or the delete.
 	floor map[types.UID]uint64
 	// catchUp is the current catch-up, nil when none runs (BeginCatchUp).
 	catchUp *CatchUp
 	// generation counts the publishes that changed something (a node, or
 	// the policy's inputs), read without the lock (Generation).
 	generation atomic.Uint64
-	// reservations counts the entries of pods in StateReserved (Reserve),
-	// read without the lock: while it is 0 no pod's fit needs its credit.
+	// reservations counts the StateReserved entries, read without the lock.
+	// While it is 0, no pod's fit needs its credit.
 	reservations atomic.Int64
-	// priorities: pod priority -> how many entries of that priority hold
-	// memory on cards (every entry but reservations). A pod can only
-	// preempt when one of a lower priority exists (LowestPriority).
+	// priorities: pod priority -> how many entries of that priority hold memory
+	// on cards (all but reservations). A pod can preempt only when a lower
+	// priority exists (LowestPriority).
 	priorities map[int32]int
-	// view is what the readers see without the lock: the published copy
-	// of every node seen (not placeholders), the policy's inputs, and our
-	// assumptions' nodes (view.View.Pin). Written under mu by publish,
-	// hold and remove; read without it (see view.Snap).
+	// view is what the readers see without the lock: the published copy of
+	// every node seen (not placeholders), the policy's inputs, and our
+	// assumptions' nodes (view.View.Pin). publish, hold and remove write it
+	// under mu (see view.Snap).
 	view *view.View
 	// dirty: the nodes changed since the last publish (touch);
 	// inputsDirty: holes, maxima or hosts changed; workloadDirty: the
@@ -137,28 +132,28 @@ type Cache struct {
 }
 
 type nodeState struct {
-	// seen: SetNode has this node. False for a placeholder: pods named the
-	// node before its own event came, or the node was deleted under them.
+	// seen: SetNode has this node. It is false for a placeholder: pods named
+	// the node before its own event came, or it was deleted under them.
 	seen bool
 	// node holds the cards; each card's Used is the sum over pods of
 	// podState.perCard for its index.
 	node   allocator.Node
 	source string // SourceInventory, SourceCapacity, SourceDRA or SourceNone
-	// info is what the node informer last gave SetNodeInfo (nil for a
-	// placeholder): SetDRANode applies the node again with it.
+	// info is what the node informer last gave SetNodeInfo, nil for a
+	// placeholder. SetDRANode applies the node again with it.
 	info *kubeinfo.NodeInfo
 	// invErr explains an ignored inventory annotation; empty when fine.
 	invErr string
-	// cordonErr explains an invalid gpushare.io/cordoned-gpus annotation
-	// (every card is then cordoned); cordonMissing lists the UUIDs a valid
-	// one names that no card has.
+	// cordonErr explains an invalid gpushare.io/cordoned-gpus annotation, which
+	// cordons every card. cordonMissing lists the UUIDs a valid one names that
+	// no card has.
 	cordonErr     string
 	cordonMissing []string
 	// pods: UIDs of the pods charged to this node.
 	pods map[types.UID]struct{}
-	// dirty: changed since the last publish (in Cache.dirty); gen counts
-	// the publishes of this node (view.Snap.Gen); slot is where they go,
-	// nil while readers know no copy of the node.
+	// dirty: changed since the last publish (listed in Cache.dirty). gen
+	// counts the publishes of this node (view.Snap.Gen). slot is where they
+	// go, nil while readers know no copy of the node.
 	dirty bool
 	gen   uint64
 	slot  *view.Slot
@@ -178,41 +173,39 @@ type nodeState struct {
 }
 
 // hostUse is the CPU (millicores) and memory (MiB) a pod holds on a node,
-// one per bound pod: 32 bytes, the node by its state rather than its name
-// (16). The state stays in Cache.nodes while a hostUse names it (DeleteNode
-// keeps a node with hostPods as a placeholder), so the pointer never goes
-// stale.
+// one per bound pod. It names the node by its state, 8 bytes rather than a
+// 16-byte name. DeleteNode keeps a node with hostPods as a placeholder, so
+// the pointer never goes stale.
 type hostUse struct {
 	ns               *nodeState
 	milliCPU, memMiB int64
-	// assumed: held for an assumed allocation (the pod is not bound yet);
+	// assumed: held for an assumed allocation (the pod is not bound yet), and
 	// released with it.
 	assumed bool
 }
 
+// podState is what one pod holds, one entry per pod: what few entries need
+// goes in rare.
 type podState struct {
 	namespace, name string
 	node            string
 	state           State
-	// ours: this extender chose alloc (Assume). Otherwise the entry is
-	// the informer's view of a bound pod, and resolve decides from claim,
-	// demand and legacyIndex what it is charged, again whenever its node's
-	// cards change.
+	// ours: this extender chose alloc (Assume). Otherwise the entry is the
+	// informer's view of a bound pod. resolve then decides what it is charged
+	// from claim, demand and legacyIndex, again whenever its node's cards
+	// change.
 	ours bool
-	// terminating: the pod has a deletionTimestamp (a preemption counts
-	// its memory as free).
+	// terminating: the pod has a deletionTimestamp; a preemption counts its
+	// memory as free.
 	terminating bool
-	// confirmed: the informer showed the pod bound to node. Our Binding may
-	// be made for a pod the informer never delivers (created, bound through
-	// the API fallback and deleted within one watch gap): such an entry
-	// keeps its deadline until confirmed, so it cannot be charged forever.
-	// (Beside ours, terminating, dra and legacyIndex: the five take 8
-	// bytes. The entry is 192 bytes, one per pod: keep what few entries
-	// need in rare.)
+	// confirmed: the informer showed the pod bound to node. Our Binding may be
+	// made for a pod the informer never delivers: created, bound through the
+	// API fallback and deleted within one watch gap. Such an entry keeps its
+	// deadline until confirmed, so it cannot be charged forever.
 	confirmed bool
-	// dra: the entry is a claim of the gpushare DRA driver (UpsertClaim).
-	// On a DRA node only those are charged: the driver's slice already
-	// leaves out what pods of the device plugin still hold there.
+	// dra: the entry is a claim of the gpushare DRA driver (UpsertClaim). On a
+	// DRA node only those are charged: the driver's slice already leaves out
+	// what device-plugin pods still hold there.
 	dra bool
 	// legacyIndex: see claim.
 	legacyIndex int32
@@ -220,38 +213,38 @@ type podState struct {
 	priority int32
 	// mpsUser is who the pod's MPS clients run as (PodInfo.MPSUser).
 	mpsUser gpushare.MPSUser
-	// alloc is the allocation charged: ours, or the pod's annotation once
-	// resolve accepted it (in the node's unit); nil for a pod charged by
-	// its Aliyun index or unattributed.
+	// alloc is the allocation charged, in the node's unit: ours, or the pod's
+	// annotation once resolve accepted it. It is nil for a pod charged by its
+	// Aliyun index or unattributed.
 	alloc *gpushare.Allocation
-	// claim is a bound pod's allocation annotation as parsed (nil when
-	// absent or unparsable, claimErr then says why it did not parse),
-	// demand its request, legacyIndex its ALIYUN_COM_GPU_MEM_IDX (-1 when
-	// absent). Unset for our own entries.
+	// claim is a bound pod's allocation annotation as parsed; nil when absent
+	// or unparsable (claimErr then says why). demand is the pod's request.
+	// legacyIndex is its ALIYUN_COM_GPU_MEM_IDX, -1 when absent. All three are
+	// unset for our own entries.
 	claim  *gpushare.Allocation
 	demand gpushare.Demand
 	// perCard: card index -> units held.
 	perCard allocator.CardUnits
 	// unattributed: units held on the node on unknown cards.
 	unattributed int64
-	// deadline: an assumed allocation is released when it passes, and so
-	// is a bound one the informer never confirmed (see confirmed).
+	// deadline: an assumed allocation is released when it passes. So is a
+	// bound one the informer never confirmed (see confirmed).
 	deadline time.Time
 	// rare holds what few entries have; nil when none of it is set.
 	rare *podRare
 }
 
-// podRare is the part of a podState that few pods have: 8 bytes a pod
-// (podState.rare) rather than 56.
+// podRare is the part of a podState that few pods have. It costs a pod 8
+// bytes (podState.rare) rather than 56.
 type podRare struct {
 	// claimErr says why the pod's allocation annotation did not parse.
 	claimErr string
-	// ignored says why claim is not charged ("" when it is, or there is
-	// none); the pod is then charged by its request, as if unannotated.
+	// ignored says why claim is not charged; "" when it is, or there is none.
+	// The pod is then charged by its request, as if unannotated.
 	ignored string
-	// victims: for a StateReserved entry (preempt.go), the UIDs of the
-	// pods evicted for it, which later preemptions count as gone; limit:
-	// the room waits for them no later than this.
+	// victims: for a StateReserved entry (preempt.go), the UIDs of the pods
+	// evicted for it, which later preemptions count as gone. limit: the room
+	// waits for them no later than this.
 	victims []types.UID
 	limit   time.Time
 }

@@ -12,10 +12,10 @@ import (
 )
 
 // nodeCards returns the cards of node, Used zero. It prefers the inventory
-// annotation; without one (or with an invalid one, returned as invErr) it
+// annotation. Without one, or with an invalid one (returned as invErr), it
 // divides the node's allocatable (else capacity) aliyun.com/gpu-mem evenly
-// over aliyun.com/gpu-count cards, rounding down: 50 units on 3 cards gives
-// three cards of 16.
+// over aliyun.com/gpu-count cards, rounding down. For example, 50 units on
+// 3 cards gives three cards of 16.
 func nodeCards(node *kubeinfo.NodeInfo) (unit string, cards []allocator.Card, source string, invErr error) {
 	if annotation, ok := node.Inventory(); ok {
 		inv, err := gpushare.ParseInventory(annotation)
@@ -52,15 +52,15 @@ func nodeCards(node *kubeinfo.NodeInfo) (unit string, cards []allocator.Card, so
 	return gpushare.DefaultUnit, cards, inspectapi.SourceCapacity, invErr
 }
 
-// capacityInfo is what is known of a card counted from capacity alone
-// (no inventory): its isolation, none. Shared by every such card; never
+// capacityInfo is what is known of a card counted from capacity alone, with
+// no inventory: its isolation, none. Every such card shares it; it is never
 // modified.
 var capacityInfo = &allocator.CardInfo{Isolation: gpushare.IsolationNone}
 
 // cordonCards marks the cards of node that its gpushare.io/cordoned-gpus
 // annotation names, and returns the UUIDs it names that no card has. An
-// invalid annotation marks every card (fail closed: an operator meant to
-// keep pods off some of them) and is returned as err.
+// invalid annotation marks every card and is returned as err. That fails
+// closed: an operator meant to keep pods off some of them.
 func cordonCards(node *kubeinfo.NodeInfo, cards []allocator.Card) (missing []string, err error) {
 	annotation, ok := node.CordonedGPUs()
 	if !ok {
@@ -87,6 +87,6 @@ func cordonCards(node *kubeinfo.NodeInfo, cards []allocator.Card) (missing []str
 	return missing, nil
 }
 
-// maxCardsPerNode bounds the cards the capacity fallback creates, so a
-// mistyped gpu-count cannot make the extender allocate without bound.
+// maxCardsPerNode bounds the cards the capacity fallback creates, so that
+// a mistyped gpu-count cannot make the extender allocate without bound.
 const maxCardsPerNode = 256

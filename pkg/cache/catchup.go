@@ -11,11 +11,11 @@ import (
 )
 
 // CatchUp is one catch-up (BeginCatchUp). While it is the cache's current
-// one it records the informer events applied meanwhile, so a quorum-listed
-// pod older than them is not applied over them. A catch-up that a newer one
-// replaced (a lease flap started another term's before it ended) applies
-// nothing more and its end changes nothing: the newer one lists every
-// bound pod again.
+// one, it records the informer events applied meanwhile, so a quorum-listed
+// pod older than them is not applied over them. Catch-ups may overlap: a
+// lease flap starts a new term's before the old one's list is applied. A
+// catch-up that a newer one replaced applies nothing more, and its end
+// changes nothing, as the newer one lists every bound pod again.
 type CatchUp struct {
 	// applied: pod UID -> resourceVersion of the last informer event
 	// applied during the catch-up; math.MaxUint64 for a delete.
@@ -23,8 +23,8 @@ type CatchUp struct {
 }
 
 // resourceVersion parses a pod's resourceVersion; ok is false when it is
-// not a decimal integer (etcd's revisions are; another storage's may not
-// be, and then no ordering is enforced).
+// not a decimal integer. etcd's revisions are, and compare as integers.
+// Another storage's may not be, and then no ordering is enforced.
 func resourceVersion(s string) (rv uint64, ok bool) {
 	rv, err := strconv.ParseUint(s, 10, 64)
 	return rv, err == nil
@@ -32,9 +32,9 @@ func resourceVersion(s string) (rv uint64, ok bool) {
 
 // BeginCatchUp starts a catch-up, replacing any still running: pods from a
 // quorum list of the API are about to be applied with ApplyQuorum. A new
-// leader runs one before it places pods, so Bindings the previous leader
-// made that this replica's lagging informer has not delivered yet are
-// charged (see pkg/leader).
+// leader runs one before it places pods. So the Bindings the previous
+// leader made, which this replica's lagging informer has not delivered
+// yet, are charged (see pkg/leader).
 func (c *Cache) BeginCatchUp() *CatchUp {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,12 +51,12 @@ func (c *Cache) EndCatchUp(cu *CatchUp) {
 	}
 }
 
-// ApplyQuorum applies a pod read by a quorum list of the API during the
-// catch-up cu, unless an informer event already applied a newer version of
-// it (or its delete) since cu began, or cu is no longer the current
-// catch-up. The pod's resourceVersion becomes its floor: informer events
-// older than it (a lagging watch delivering the pod as still pending) are
-// ignored until the informer reaches it.
+// ApplyQuorum applies a pod that a quorum list of the API read during
+// catch-up cu. It does nothing if an informer event applied a newer version
+// of the pod, or its delete, since cu began, or if cu is no longer the
+// current catch-up. The pod's resourceVersion becomes its floor. Older
+// informer events of it, a lagging watch delivering the pod as still
+// pending, are ignored until the informer reaches it.
 func (c *Cache) ApplyQuorum(cu *CatchUp, pod *kubeinfo.PodInfo) {
 	rv, ok := resourceVersion(pod.ResourceVersion)
 	c.report(c.locked(func() []inspectapi.Ignored {

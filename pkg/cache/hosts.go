@@ -9,9 +9,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// setHost records that uid holds milliCPU and memMiB on node (assumed:
-// for an assumed allocation), replacing what it held. The caller holds
-// c.mu.
+// setHost records that uid holds milliCPU and memMiB on node, replacing
+// what it held; assumed marks an assumed allocation. The caller holds c.mu.
 func (c *Cache) setHost(uid types.UID, node string, milliCPU, memMiB int64, assumed bool) {
 	ns := c.nodeState(node)
 	h := hostUse{ns: ns, milliCPU: milliCPU, memMiB: memMiB, assumed: assumed}
@@ -30,9 +29,9 @@ func (c *Cache) setHost(uid types.UID, node string, milliCPU, memMiB int64, assu
 	c.addHost(ns, 1)
 }
 
-// addHost adds (sign 1) or takes away (sign −1) ns's free CPU in the
-// holes' FreeMilliCPU, if ns has cards and reports its CPU: call it with −1
-// before changing its cards, CPU or requests and with 1 after. The caller
+// addHost adds (sign 1) or takes away (sign −1) ns's free CPU in the holes'
+// FreeMilliCPU, if ns has cards and reports its CPU. Call it with −1 before
+// changing the node's cards, CPU or requests, and with 1 after. The caller
 // holds c.mu.
 func (c *Cache) addHost(ns *nodeState, sign int) {
 	if ns.hostKnown && len(ns.node.Cards) > 0 {
@@ -41,8 +40,8 @@ func (c *Cache) addHost(ns *nodeState, sign int) {
 }
 
 // observeCPUOnly feeds the workload model, once per pod, the CPU of a pod
-// that asks no GPU memory and is bound to a node with cards: it shares
-// that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
+// that asks no GPU memory and is bound to a node with cards. Such a pod
+// shares that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
 // caller holds c.mu.
 func (c *Cache) observeCPUOnly(pod *kubeinfo.PodInfo) {
 	if pod.Demand != nil || pod.ClaimPod || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {
@@ -79,8 +78,8 @@ func (c *Cache) dropHost(uid types.UID) {
 	c.addHost(ns, 1)
 }
 
-// syncHost brings uid's hosts entry in line with pod and with its
-// allocation (c.pods). The caller holds c.mu.
+// syncHost brings the pod's hosts entry in line with pod and with its
+// allocation in c.pods. The caller holds c.mu.
 func (c *Cache) syncHost(pod *kubeinfo.PodInfo) {
 	switch {
 	case pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed:

@@ -7,8 +7,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
-// Inspect returns every node (or only the named one; ok is false if it is
-// unknown), sorted by name, cards by index, pods by namespace/name.
+// Inspect returns every node, or only the named one (ok is false if it is
+// unknown). Nodes are sorted by name, cards by index, pods by
+// namespace/name.
 func (c *Cache) Inspect(only string) (views []inspectapi.Node, ok bool) {
 	if views, ok = c.views(only); !ok {
 		return nil, false
@@ -27,8 +28,8 @@ func (c *Cache) Inspect(only string) (views []inspectapi.Node, ok bool) {
 	return views, true
 }
 
-// views copies every node (or only the named one; ok is false if it is
-// unknown) into views, unsorted.
+// views copies every node, or only the named one (ok is false if it is
+// unknown), into views, unsorted.
 func (c *Cache) views(only string) (views []inspectapi.Node, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -52,7 +53,7 @@ func (c *Cache) views(only string) (views []inspectapi.Node, ok bool) {
 	return views, true
 }
 
-// nodeView copies ns into a view, its pods unsorted; pending are the
+// nodeView copies ns into a view, its pods unsorted. pending are the
 // pending pods whose ignored annotation names the node. The caller holds
 // c.mu.
 func (c *Cache) nodeView(ns *nodeState, pending []inspectapi.Ignored) inspectapi.Node {

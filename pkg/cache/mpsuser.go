@@ -12,8 +12,8 @@ import (
 
 // mpsUsers returns who the MPS clients on each of ns's cards in mps mode
 // run as, nil when no such card has a client. A pod is a client of the
-// cards where one of its containers is alone (by its allocation, or its
-// Aliyun index); reserved room is none. The caller holds c.mu.
+// cards where one of its containers is alone, by its allocation or its
+// Aliyun index. Reserved room is no client. The caller holds c.mu.
 func (ns *nodeState) mpsUsers(pods map[types.UID]*podState) []view.CardUser {
 	if !slices.ContainsFunc(ns.node.Cards, func(c allocator.Card) bool { return c.Isolation() == gpushare.IsolationMPS }) {
 		return nil

@@ -14,10 +14,10 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// SetNode adds or updates a node. An error reports an inventory annotation
-// that was ignored (the node is still updated from its capacity) or an
-// invalid gpushare.io/cordoned-gpus annotation (every card is then
-// cordoned), or both.
+// SetNode adds or updates a node. Its error reports an ignored inventory
+// annotation, an invalid gpushare.io/cordoned-gpus annotation, or both. The
+// node is still updated, from its capacity in the first case, with every
+// card cordoned in the second.
 func (c *Cache) SetNode(node *corev1.Node) error { return c.SetNodeInfo(kubeinfo.NewNodeInfo(node)) }
 
 // SetNodeInfo is SetNode for what the node informer keeps of a node.
@@ -27,11 +27,11 @@ func (c *Cache) SetNodeInfo(node *kubeinfo.NodeInfo) error {
 	in.cpu, in.mem, in.hostKnown = node.Host()
 	c.report(c.locked(func() []inspectapi.Ignored {
 		if d := c.draNodes[node.Name]; d != nil && (in.source == inspectapi.SourceNone || gpuMem(node) <= 0) {
-			// The driver's slice wins over the device plugin's inventory and
-			// capacity unless the plugin serves the node: a node that moved to
-			// DRA keeps them (nothing removes them), but kubelet reports no
-			// allocatable aliyun.com/gpu-mem once the plugin is gone; one that
-			// moved back keeps the driver's slice for 30 s.
+			// The driver's slice wins over the device plugin's inventory
+			// and capacity unless the plugin serves the node. A node that
+			// moved to DRA keeps them, as nothing removes them, but kubelet
+			// reports no allocatable aliyun.com/gpu-mem once the plugin is
+			// gone. One that moved back keeps the driver's slice for 30 s.
 			in.unit, in.cards, in.source, in.invErr = d.unit, slices.Clone(d.cards), inspectapi.SourceDRA, nil
 		}
 		in.cordonMissing, in.cordonErr = cordonCards(node, in.cards)
@@ -51,22 +51,21 @@ func gpuMem(node *kubeinfo.NodeInfo) int64 {
 
 // draNode is what the gpushare DRA driver publishes for a node.
 type draNode struct {
-	// unit of the cards' Total (the node's request step).
+	// unit of the cards' Total: the node's request step.
 	unit string
-	// cards, ordered by Index, their Rank their place in the slice.
+	// cards, ordered by Index; each card's Rank is its place in the slice.
 	cards []allocator.Card
 }
 
 // SetDRANode records the cards the gpushare DRA driver publishes for node
-// (its ResourceSlice; unit is the node's, each card's Rank its place in
-// the slice), or forgets them when cards is empty. The node takes them,
-// with source SourceDRA, once the node informer has shown the node, in
-// place of any cards of the device plugin (gpushare.io/devices: a node
-// that moved to DRA keeps it) unless the plugin serves the node (its
-// allocatable aliyun.com/gpu-mem is not 0); its cordon annotation
-// applies to them. Pods whose claims hold memory there are
-// charged by UpsertClaim; pods of the device plugin still running there
-// are not, as the slice already leaves out what they hold.
+// in its ResourceSlice, or forgets them when cards is empty. unit is the
+// node's, and each card's Rank its place in the slice. Once the node
+// informer has shown the node, it takes these cards (source SourceDRA) in
+// place of the device plugin's, unless the plugin serves the node (see
+// SetNodeInfo). The node's cordon annotation applies to them. UpsertClaim
+// charges the pods whose claims hold memory there. The device plugin's pods
+// still running there are not charged: the slice already leaves out what
+// they hold.
 func (c *Cache) SetDRANode(node, unit string, cards []allocator.Card) error {
 	cards = slices.Clone(cards)
 	slices.SortFunc(cards, func(a, b allocator.Card) int { return cmp.Compare(a.Index, b.Index) })
@@ -97,11 +96,11 @@ func (c *Cache) setDRACards(node, unit string, cards []allocator.Card) *kubeinfo
 type nodeInput struct {
 	name, unit, source string
 	cards              []allocator.Card
-	// invErr: an ignored inventory annotation; cordonErr: an invalid
-	// cordon annotation; cordonMissing: UUIDs it names that no card has.
+	// invErr: an ignored inventory annotation. cordonErr: an invalid cordon
+	// annotation. cordonMissing: the UUIDs it names that no card has.
 	invErr, cordonErr error
 	cordonMissing     []string
-	// cpu (millicores) and mem (MiB) allocatable; hostKnown: the node
+	// cpu (millicores) and mem (MiB): allocatable. hostKnown: the node
 	// reports its CPU.
 	cpu, mem  int64
 	hostKnown bool
@@ -147,7 +146,7 @@ func (c *Cache) setNode(in *nodeInput) []inspectapi.Ignored {
 }
 
 // locked runs f under c.mu and returns what f returns: the annotations a
-// mutator made ignored, which the caller reports once c.mu is released.
+// mutator made ignored. The caller reports them once c.mu is released.
 func (c *Cache) locked(f func() []inspectapi.Ignored) []inspectapi.Ignored {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -165,9 +164,9 @@ func (c *Cache) report(newly []inspectapi.Ignored) {
 	}
 }
 
-// DeleteNode forgets a node's cards and CPU. Pods still on it stay known
-// (the node is kept as a placeholder without cards), so they are charged
-// again if the node comes back.
+// DeleteNode forgets a node's cards and CPU. Pods still on it stay known,
+// the node kept as a placeholder without cards, so they are charged again
+// if the node comes back.
 func (c *Cache) DeleteNode(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -194,9 +193,10 @@ func (c *Cache) DeleteNode(name string) {
 	c.updateMax(oldCPU, oldUnits, 0, 0)
 }
 
-// nodeState returns name's state, adding an empty placeholder (no cards,
-// source none) for a node not seen yet: pod events may come before the
-// node's, and SetNode charges the pods already recorded. The caller holds c.mu.
+// nodeState returns name's state. For a node not seen yet it adds an empty
+// placeholder (no cards, source none): pod events may come before the
+// node's, and SetNode charges the pods already recorded. The caller holds
+// c.mu.
 func (c *Cache) nodeState(name string) *nodeState {
 	ns, ok := c.nodes[name]
 	if !ok {
@@ -208,7 +208,7 @@ func (c *Cache) nodeState(name string) *nodeState {
 
 // updateMax keeps maxMilliCPU and maxUnits in step after one node's
 // allocatable CPU and GPU capacity went from oldCPU and oldUnits to cpu and
-// units: it scans every node only when the node held a maximum and shrank.
+// units. It scans every node only when the node held a maximum and shrank.
 // The caller holds c.mu.
 func (c *Cache) updateMax(oldCPU, oldUnits, cpu, units int64) {
 	if cpu < oldCPU && oldCPU == c.maxMilliCPU || units < oldUnits && oldUnits == c.maxUnits {
@@ -227,9 +227,9 @@ func (c *Cache) rescanMax() {
 	}
 }
 
-// gpuNode returns name's state if the node has cards and takes new pods;
-// otherwise nil and why not, with unknown true for a node the extender has
-// not seen (or only as a placeholder). The caller holds c.mu.
+// gpuNode returns name's state if the node has cards and takes new pods.
+// Otherwise it returns nil and why not; unknown is true for a node the
+// extender has not seen, or only as a placeholder. The caller holds c.mu.
 func (c *Cache) gpuNode(name string) (ns *nodeState, reason string, unknown bool) {
 	ns, ok := c.nodes[name]
 	switch {

@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// charge adds (sign 1) or removes (sign -1) what ps holds to the cards.
+// charge adds (sign 1) or removes (sign -1) what ps holds on the cards.
 func (ns *nodeState) charge(ps *podState, sign int64) {
 	for _, cu := range ps.perCard {
 		pos := ns.position(cu.Index)
@@ -42,9 +42,9 @@ func (ns *nodeState) position(idx int) int {
 	return -1
 }
 
-// add records ps under uid and charges its node, resolving first what an
-// entry that is not ours is charged. The caller holds c.mu and has removed
-// any previous entry for uid.
+// add records ps under uid and charges its node. For an entry that is not
+// ours it first resolves what the entry is charged. The caller holds c.mu
+// and has removed any previous entry for uid.
 func (c *Cache) add(uid types.UID, ps *podState) {
 	c.pods[uid] = ps
 	if ps.state != StateReserved {
@@ -61,8 +61,9 @@ func (c *Cache) add(uid types.UID, ps *podState) {
 	c.holes.AddNode(&ns.node, 1)
 }
 
-// remove drops uid's entry, if any, and uncharges its node, with the CPU
-// and memory held for it if it was only assumed. The caller holds c.mu.
+// remove drops uid's entry, if any, and uncharges its node. If the entry
+// was only assumed, it also drops the CPU and memory held for it. The
+// caller holds c.mu.
 func (c *Cache) remove(uid types.UID) {
 	ps, ok := c.pods[uid]
 	if !ok {
@@ -105,10 +106,10 @@ func (c *Cache) UpsertPodInfo(pod *kubeinfo.PodInfo) {
 	}))
 }
 
-// upsert applies pod's GPU memory and (with host: a pod, not a claim) its
-// host requests and publishes the change. It returns the pod's allocation
-// annotation when it newly becomes ignored, for the caller to report once
-// c.mu is released. The caller holds c.mu.
+// upsert applies pod's GPU memory and publishes the change. With host (a
+// pod, not a claim) it also applies the pod's host requests. It returns the
+// pod's allocation annotation when it newly becomes ignored; the caller
+// reports it once c.mu is released. The caller holds c.mu.
 func (c *Cache) upsert(pod *kubeinfo.PodInfo, host bool) []inspectapi.Ignored {
 	was := c.ignoredReason(pod.UID)
 	c.upsertGPU(pod)
@@ -133,17 +134,11 @@ func (c *Cache) ignoredReason(uid types.UID) string {
 	return c.pendingIgnored[uid].reason
 }
 
-// upsertGPU applies a pod event to the pod's allocation. The caller holds
-// c.mu.
-//
-// Only two kinds of allocation are charged: those this extender chose
-// (Assume), and those a bound pod's annotation carries that resolve finds
-// to fit the pod's request and the node's cards. Anyone who can create a
-// pod can write the annotation; our Binding writes it together with the
-// node, so a pending pod's annotation is never ours and holds nothing.
+// upsertGPU applies a pod event to the pod's allocation. The package doc
+// says which allocations are charged. The caller holds c.mu.
 func (c *Cache) upsertGPU(pod *kubeinfo.PodInfo) {
 	if pod.Demand == nil {
-		// No gpu-mem (or an invalid request, which no node admits).
+		// No gpu-mem, or an invalid request, which no node admits.
 		c.forgetPod(pod.UID)
 		return
 	}
@@ -156,9 +151,9 @@ func (c *Cache) upsertGPU(pod *kubeinfo.PodInfo) {
 	}
 	old := c.pods[pod.UID]
 	if pod.NodeName == "" {
-		// Pending: only our own Assume holds cards for it (a pending event
-		// without annotation predates its Binding; a failed Binding is
-		// released by Forget). An annotation here is someone else's.
+		// Pending: only our own Assume holds cards for it. A pending event
+		// without annotation predates its Binding, and Forget releases a
+		// failed Binding. An annotation here is someone else's.
 		if pod.Allocation != nil || pod.AllocationErr != "" {
 			node := ""
 			if pod.Allocation != nil {
@@ -190,13 +185,13 @@ func (c *Cache) upsertGPU(pod *kubeinfo.PodInfo) {
 		return
 	}
 	// Placed by us and changed since (the device plugin repaired it to the
-	// cards kubelet gave), or placed by someone else: re-charged as resolve
-	// says.
+	// cards kubelet gave), or placed by someone else: charge it again as
+	// resolve says.
 	c.remove(pod.UID)
 	c.add(pod.UID, ps)
 }
 
-// setTerminating records whether ps's pod terminates; a change touches its
+// setTerminating records whether ps's pod terminates. A change touches its
 // node, so that a preemption sees it (Generation moves on). The caller
 // holds c.mu.
 func (c *Cache) setTerminating(ps *podState, terminating bool) {
@@ -217,9 +212,9 @@ func (ps *podState) sameInputs(o *podState) bool {
 }
 
 // resolve decides what ps, the informer's view of a bound pod on ns, is
-// charged: its allocation annotation when accept takes it, else its request
-// on the card its Aliyun index names, else its request unattributed. The
-// caller holds the cache's lock.
+// charged. That is its allocation annotation when accept takes it, else its
+// request on the card its Aliyun index names, else its request
+// unattributed. The caller holds the cache's lock.
 func (ns *nodeState) resolve(ps *podState) {
 	ps.alloc, ps.perCard, ps.unattributed = nil, nil, 0
 	ps.setIgnored("")
@@ -243,8 +238,8 @@ func (ns *nodeState) resolve(ps *podState) {
 
 // accept returns ps's allocation annotation in the node's unit if it fits
 // the pod's request and the node's cards, else why not. Until the node's
-// own event arrives, its cards and unit are unknown and only the request is
-// checked; SetNode resolves again.
+// own event arrives, its cards and unit are unknown and only the request
+// is checked; SetNode resolves again.
 func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 	if err := ps.claimErr(); err != "" {
 		return nil, err
@@ -269,8 +264,7 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 		return a, ""
 	}
 	// A card index the node does not report is charged to its missing
-	// units, as for a node that lost a card under running pods: not to a
-	// card either way.
+	// units, as for a node that lost a card under running pods.
 	for _, c := range a.Containers {
 		for _, d := range c.Devices {
 			pos := ns.position(d.Index)
@@ -290,11 +284,11 @@ func (ns *nodeState) accept(ps *podState) (*gpushare.Allocation, string) {
 	return a, ""
 }
 
-// observePlaced feeds the workload model, once per pod, a pod that asks
-// GPU memory and was placed: bound to a node (the informer's view), or
-// assumed by our bind. Pending pods teach it nothing: anyone may create
-// pods that never schedule, and they must not steer the policy. The caller
-// holds c.mu.
+// observePlaced feeds the workload model, once per pod, a pod that asks GPU
+// memory and was placed: bound to a node (the informer's view), or assumed
+// by our bind. Pending pods teach it nothing. Anyone may create pods that
+// never schedule, and they must not steer the policy. The caller holds
+// c.mu.
 func (c *Cache) observePlaced(pod *kubeinfo.PodInfo) {
 	key := c.observedKey(pod.UID)
 	if _, seen := c.observed[key]; seen {
@@ -313,15 +307,19 @@ func (c *Cache) forgetPod(uid types.UID) {
 }
 
 // UpsertClaim charges what a ResourceClaim of the gpushare DRA driver
-// holds, as a bound pod keyed by the claim's UID: claim.NodeName is the
-// node of its allocation, Demand one container of the memory asked on one
-// card, Allocation the card and memory of the allocation (in any unit; it
-// is converted to the node's, and must fit its cards as any allocation
-// annotation must), MilliCPU and MemoryMiB its pod's requests (the workload
-// model learns the claim as a GPU pod; its pod, PodInfo.ClaimPod, asks no
-// gpu-mem and is charged only its CPU and memory). A claim whose allocation is gone (deallocated) is
-// forgotten with DeleteClaim. Claims are never preemption victims: the
-// extender evicts pods for GPU memory only on the device plugin's nodes.
+// holds, as a bound pod keyed by the claim's UID. The fields of claim:
+//   - NodeName: the node of the claim's allocation;
+//   - Demand: one container of the memory asked on one card;
+//   - Allocation: the card and memory allocated, in any unit. It is
+//     converted to the node's unit and must fit its cards, as any
+//     allocation annotation must;
+//   - MilliCPU and MemoryMiB: its pod's requests.
+//
+// The workload model learns the claim as a GPU pod. Its pod
+// (PodInfo.ClaimPod) asks no gpu-mem and is charged only its CPU and
+// memory. DeleteClaim forgets a claim whose allocation is gone
+// (deallocated). Claims are never preemption victims: the extender evicts
+// pods for GPU memory only on the device plugin's nodes.
 func (c *Cache) UpsertClaim(claim *kubeinfo.PodInfo) {
 	claim.Priority, claim.PreemptNever, claim.DRA = math.MaxInt32, true, true
 	c.report(c.locked(func() []inspectapi.Ignored { return c.upsert(claim, false) }))

@@ -19,10 +19,8 @@ import (
 )
 
 // StateReserved: room a preemption keeps on one node's cards for a pending
-// pod while the pods evicted for it terminate (Reserve). It is charged to
-// the cards like an allocation, for every pod but its own, whose filter and
-// bind see the room as free (the pod's credit); the pod's bind turns it
-// into the pod's assumed allocation, on that node or any other.
+// pod while the pods evicted for it terminate (Reserve). See the package
+// doc for its states and its credit.
 const StateReserved State = "reserved"
 
 // Errors Reserve returns, checked with errors.Is.
@@ -34,7 +32,7 @@ var (
 )
 
 // LowestPriority returns the lowest priority among the pods holding memory
-// on cards (reservations aside), and false when there is none: a pod of
+// on cards (reservations aside), and false when there is none. A pod of
 // that priority or below can evict nobody.
 func (c *Cache) LowestPriority() (int32, bool) {
 	c.mu.Lock()
@@ -60,8 +58,8 @@ func (c *Cache) Reserved(uid types.UID) (node string, ok bool) {
 	return "", false
 }
 
-// creditFor returns pod uid's reserved room, nil when it has none. It
-// takes the lock only while some reservation stands.
+// creditFor returns pod uid's reserved room, nil when it has none. It takes
+// the lock only while some reservation stands.
 func (c *Cache) creditFor(uid types.UID) *view.Credit {
 	if c.reservations.Load() == 0 {
 		return nil
@@ -82,9 +80,8 @@ func (c *Cache) creditLocked(uid types.UID) *view.Credit {
 }
 
 // HoldNow returns a plan without victims for pod on node when its demand
-// fits the node's cards as they are (with Reserve, it keeps that room
-// while kube-scheduler evicts pods for the pod's other resources), nil
-// otherwise.
+// fits the node's cards as they are, nil otherwise. With Reserve, it keeps
+// that room while kube-scheduler evicts pods for the pod's other resources.
 func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string) *planner.Plan {
 	if pod.Placeable() != nil {
 		return nil
@@ -101,18 +98,19 @@ func (c *Cache) HoldNow(ctx context.Context, pod *kubeinfo.PodInfo, node string)
 }
 
 // MaxVictimWait bounds how long reserved room waits, beyond its deadline,
-// for victims still on their node (a grace period longer than the one
-// known, kube-scheduler's own victims, a node that does not answer).
+// for victims still on their node. They may have a longer grace period than
+// the one known, be kube-scheduler's own victims, or be on a node that does
+// not answer.
 const MaxVictimWait = time.Hour
 
-// Reserve holds plan's room for its pod until the pod is bound (its bind
-// takes it), deleted, or ttl plus the victims' longest grace period has
-// passed, whichever comes first; Release gives it back. While a victim
-// (or a pod of Awaited) still holds its node at that deadline, the room
-// waits on, a TTL at a time, up to MaxVictimWait more: a lower-priority pod
-// must not take it by card while the pods leaving for it are still there. It fails with
-// ErrPlanStale when the node changed since the plan was made (plan again),
-// and with ErrPodPlaced when the pod already holds room.
+// Reserve holds plan's room for its pod until the first of: the pod is
+// bound (its bind takes the room), deleted, or ttl plus the victims'
+// longest grace period has passed. Release gives it back. While a victim,
+// or a pod of Awaited, still holds its node at that deadline, the room
+// waits on, a TTL at a time, up to MaxVictimWait more. A lower-priority pod
+// must not take it by card while the pods leaving for it are still there.
+// Reserve fails with ErrPlanStale when the node changed since the plan was
+// made (plan again), and with ErrPodPlaced when the pod already holds room.
 func (c *Cache) Reserve(plan *planner.Plan, ttl time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -141,8 +139,8 @@ func (c *Cache) Reserve(plan *planner.Plan, ttl time.Duration) error {
 	return nil
 }
 
-// Release gives back pod uid's reserved room, if it holds any (its
-// preemption failed).
+// Release gives back pod uid's reserved room, if it holds any: its
+// preemption failed.
 func (c *Cache) Release(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -159,8 +157,8 @@ type nodeCopy struct {
 	source, invErr string
 }
 
-// fit reports whether pod's demand fits n (cp's cards as a plan changes
-// them), placed into pl with binpack, spending b.
+// fit reports whether pod's demand fits n, cp's cards as a plan changes
+// them. It places the demand into pl with binpack, spending b.
 func (cp *nodeCopy) fit(pod *kubeinfo.PodInfo, b *allocator.Budget) func(n *allocator.Node, pl *allocator.Placement) bool {
 	return func(n *allocator.Node, pl *allocator.Placement) bool {
 		return view.FitReason(n, cp.source, cp.invErr, pod, allocator.Binpack{}, pl, b) == ""
@@ -168,10 +166,10 @@ func (cp *nodeCopy) fit(pod *kubeinfo.PodInfo, b *allocator.Budget) func(n *allo
 }
 
 // copyNode copies node name for a preemption of a pod whose MPS clients
-// run as user (the cards it may not join are ForeignMPS, whatever it would
-// evict there); ok is false for a node that takes no GPU pods. Of leaving,
-// the UIDs of pods to leave the node anyway, those that hold no card
-// memory there count as gone (awaited).
+// run as user. The cards the pod may not join are ForeignMPS, whatever it
+// would evict there. leaving names by UID pods that leave the node anyway;
+// those that hold no card memory there count as gone (awaited). ok is false
+// for a node that takes no GPU pods.
 func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser) (cp *nodeCopy, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -216,40 +214,41 @@ func (c *Cache) copyNode(name string, leaving []types.UID, user gpushare.MPSUser
 }
 
 // PlanPreemption looks, on nodes in order, for the pods of lower priority
-// than pod whose eviction lets pod fit, and returns the best such plan,
-// nil when there is none. On each node it tries each card: the eligible
-// pods holding memory there (see below) are all taken away, and if pod
-// then fits (cards, and CPU and memory when the node reports them), they
-// are given back one at a time, most important first (the highest
-// priority, then the longest running), each kept where pod still fits, as
-// kube-scheduler's preemption does with whole nodes; the ones that cannot
-// be kept are the card's victims. A pod whose demand spans cards and fits
-// no single card's plan is tried the same way over the node's pods at once.
-// Of all plans, the best evicts pods of the lowest highest priority, then
-// of the lowest priorities summed, then the fewest, then the youngest
-// (kube-scheduler's order of candidate nodes); the first in nodes' order
-// wins a tie.
+// than pod whose eviction lets pod fit. It returns the best such plan, nil
+// when there is none.
+//
+// On each node it tries each card. The eligible pods holding memory there
+// (see below) are all taken away. If pod then fits (cards, and CPU and
+// memory when the node reports them), they are given back one at a time,
+// most important first: the highest priority, then the longest running.
+// Each is kept where pod still fits, as kube-scheduler's preemption does
+// with whole nodes. The ones that cannot be kept are the card's victims. A
+// pod whose demand spans cards and fits no single card's plan is tried the
+// same way over all the node's pods at once. Of all plans, the best evicts
+// pods of the lowest highest priority, then of the lowest sum of
+// priorities, then the fewest, then the youngest (kube-scheduler's order of
+// candidate nodes). The first in nodes' order wins a tie.
 //
 // A pod may be evicted when it is bound and confirmed by the informer,
-// holds memory on known cards, has a lower priority than pod, is not
-// terminating, and every PodDisruptionBudget that covers it allows one more
-// disruption; the victims of one plan together exceed no budget. Pods
-// already terminating, and the victims of other reservations, count as
-// gone; reserved room (Reserve) counts as taken. A plan may so have no
-// victims at all: pod fits once pods already leaving have gone.
+// holds memory on known cards, has a lower priority than pod, and is not
+// terminating. Every PodDisruptionBudget that covers it must also allow one
+// more disruption, and the victims of one plan together exceed no budget.
+// Pods already terminating, and the victims of other reservations, count
+// as gone; reserved room (Reserve) counts as taken. So a plan may have no
+// victims at all: pod fits once the pods already leaving have gone.
 //
-// It returns an error, naming the pod, when pod may not preempt (asks no
-// gpu-mem, invalid card annotations) or ctx ends.
+// It returns an error, naming the pod, when pod may not preempt (it asks no
+// gpu-mem, or has invalid card annotations) or ctx ends.
 func (c *Cache) PlanPreemption(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, vs planner.Victims) (*planner.Plan, error) {
 	return c.PlanPreemptionAfter(ctx, pod, nodes, nil, vs)
 }
 
 // PlanPreemptionAfter is PlanPreemption where, on each node, the pods
-// leaving[node] names by UID go anyway: kube-scheduler's own victims there,
-// which it evicts for resources other than cards. Those that hold no card
-// memory count as gone (their CPU and memory free) and the plan awaits
-// them (Plan.Awaited); those that do are the plan's to choose or keep,
-// by card, as any other.
+// leaving[node] names by UID go anyway. They are kube-scheduler's own
+// victims there, evicted for resources other than cards. Those that hold no
+// card memory count as gone, their CPU and memory free, and the plan awaits
+// them (Plan.Awaited). Those that do are the plan's to choose or keep, by
+// card, as any other.
 func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs planner.Victims) (*planner.Plan, error) {
 	if err := pod.Placeable(); err != nil {
 		return nil, err
@@ -258,7 +257,7 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 	var best *planner.Plan
 	var bestKey planner.Key
 	for i, name := range nodes {
-		// A plan copies each node and may ask about each of its pods:
+		// A plan copies each node and may ask about each of its pods, so
 		// look at ctx before every node.
 		if err := view.Stopped(ctx, pod, i, len(nodes)); err != nil {
 			return nil, err
@@ -282,15 +281,16 @@ func (c *Cache) PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, 
 }
 
 // FitsOutside returns a node not among nodes where pod could run now, and
-// whether there is one (or may be: a search its budget or ctx ended, the
-// node then ""). Such a node has cards that fit the pod's demand as they
-// are, room for its CPU and memory (where the node reports them), and
-// passes usable, which stands for kube-scheduler's other filters (cordon,
-// taints, node selector and affinity); a nil usable passes every node.
+// whether there is one. It also returns true, with node "", when a search
+// ended with its budget or ctx and one may exist. Such a node has cards
+// that fit the pod's demand as they are and room for its CPU and memory
+// (where the node reports them). It also passes usable, which stands for
+// kube-scheduler's other filters (cordon, taints, node selector and
+// affinity); a nil usable passes every node. In a large cluster
 // kube-scheduler sends the extender only the first nodes that pass its own
-// filters in a large cluster (percentageOfNodesToScore): a pod that fits
-// none of those may fit one it did not send, and then nobody should be
-// evicted for it. It reads the published copies and takes no lock.
+// filters (percentageOfNodesToScore). A pod that fits none of those may fit
+// one it did not send, and then nobody should be evicted for it. It reads
+// the published copies and takes no lock.
 func (c *Cache) FitsOutside(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, usable func(node string) bool) (string, bool) {
 	return c.view.FitsOutside(ctx, pod, nodes, usable)
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 )
 
-// touch records that ns changed: publish copies it for the readers. The
-// caller holds c.mu.
+// touch records that ns changed, so that publish copies it for the
+// readers. The caller holds c.mu.
 func (c *Cache) touch(ns *nodeState) {
 	c.inputsDirty = true
 	if !ns.dirty {
@@ -17,8 +17,8 @@ func (c *Cache) touch(ns *nodeState) {
 }
 
 // publish hands the readers a copy of every node changed since the last
-// publish and, if they changed, of the policy's inputs. Every method that
-// changes the cache calls it before it releases c.mu, so a reader sees
+// publish, and of the policy's inputs if they changed. Every method that
+// changes the cache calls it before it releases c.mu. So a reader sees
 // every change that completed before it began. The caller holds c.mu.
 func (c *Cache) publish() {
 	if len(c.dirty) > 0 || c.inputsDirty || c.workloadDirty {
@@ -57,13 +57,12 @@ func (c *Cache) publish() {
 	c.inputsDirty, c.workloadDirty = false, false
 }
 
-// Generation counts the changes published so far: two equal readings mean
+// Generation counts the changes published so far. Two equal readings mean
 // no node, pod or policy input changed in between. It takes no lock.
 func (c *Cache) Generation() uint64 { return c.generation.Load() }
 
-// snap copies ns for the readers, its cards in the same allocation as the
-// rest when they are few (one place in memory to read). The caller holds
-// c.mu.
+// snap copies ns for the readers. When its cards are few, they share the
+// copy's allocation, one place in memory to read. The caller holds c.mu.
 func (ns *nodeState) snap(pods map[types.UID]*podState) *view.Snap {
 	s := &view.Snap{Node: ns.node, Source: ns.source, InvErr: ns.invErr, CordonErr: ns.cordonErr, HostKnown: ns.hostKnown,
 		FreeMilliCPU: ns.allocMilliCPU - ns.reqMilliCPU, FreeMemMiB: ns.allocMemMiB - ns.reqMemMiB, Gen: ns.gen, MPSUsers: ns.mpsUsers(pods)}

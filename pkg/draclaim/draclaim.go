@@ -17,15 +17,15 @@ import (
 const (
 	// ClaimName is the pod's resourceClaims entry the GPU container names.
 	ClaimName = "gpushare-gpu-mem"
-	// TemplatePrefix starts the name of every template Convert makes;
-	// the size follows, in Kubernetes quantity form, lower case:
+	// TemplatePrefix starts the name of every template Convert makes. The
+	// size follows, in Kubernetes quantity form, lower case:
 	// gpushare-gpu-mem-8gi, gpushare-gpu-mem-512mi.
 	TemplatePrefix = ClaimName + "-"
 	// RequestName is the template's one device request.
 	RequestName = "gpu"
-	// DeviceClassName is the DeviceClass of the gpushare DRA driver's
-	// cards (the dra module's devices.DeviceClassName; a test there
-	// checks they agree).
+	// DeviceClassName is the DeviceClass of the gpushare DRA driver's cards.
+	// It is the dra module's devices.DeviceClassName, and a test there checks
+	// they agree.
 	DeviceClassName = "gpu-mem.gpushare.io"
 	// MemoryCapacity is the consumable capacity of a card the template
 	// asks, in bytes.
@@ -56,8 +56,8 @@ type Conversion struct {
 	Patch    []PatchOp
 	// Bytes is the memory the claim asks.
 	Bytes int64
-	// Units is that memory in the pod's aliyun.com/gpu-mem units (the
-	// marker's quantity with nodeChoice).
+	// Units is that memory in the pod's aliyun.com/gpu-mem units, the marker's
+	// quantity with nodeChoice.
 	Units int64
 }
 
@@ -79,19 +79,19 @@ func ValidUnit(unit string) error {
 }
 
 // Convert returns the conversion of pod, whose aliyun.com/gpu-mem counts
-// units of unit (GiB or MiB, the DRA nodes' device plugins' --memory-unit
-// had they run one). It returns gpushare.ErrNoGPUMem for a pod that asks
-// none, an error wrapping ErrUnsupported for a shape it cannot keep, and
-// PodDemand's error for a malformed request.
+// units of unit: GiB or MiB, the --memory-unit the DRA nodes' device
+// plugins would have had. It returns gpushare.ErrNoGPUMem for a pod that
+// asks none, an error wrapping ErrUnsupported for a shape it cannot keep,
+// and PodDemand's error for a malformed request.
 //
 // With nodeChoice the container also gets the marker resource
 // gpushare.io/dra-claim (gpushare.ResourceDRAClaim) in its limits and
-// requests, which routes the pod through the extender's node choice in a
+// requests. It routes the pod through the extender's node choice in a
 // kube-scheduler configured for it (the extender's --dra-node-choice). Its
-// quantity is the memory in units of unit, so that a ResourceQuota on
+// quantity is the memory in units of unit. So a ResourceQuota on
 // requests.gpushare.io/dra-claim counts converted pods' GPU memory as one
-// on requests.aliyun.com/gpu-mem counts the device plugin's: a pod asking
-// aliyun.com/gpu-mem: 8 gets gpushare.io/dra-claim: 8.
+// on requests.aliyun.com/gpu-mem counts the device plugin's. For example, a
+// pod asking aliyun.com/gpu-mem: 8 gets gpushare.io/dra-claim: 8.
 func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error) {
 	size, err := unitBytes(unit)
 	if err != nil {
@@ -132,7 +132,7 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 	}
 	ctr := &list[index]
 	base := fmt.Sprintf("/spec/%s/%d/resources", field, index)
-	// gpu-mem goes, and gpu-count (here 1, or absent) with it: a pod still
+	// gpu-mem goes, and gpu-count (here 1, or absent) with it. A pod still
 	// asking gpu-count would be the device-plugin extender's to bind, which
 	// refuses a pod without gpu-mem.
 	var patch []PatchOp
@@ -146,7 +146,7 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 	}
 	if nodeChoice {
 		// The marker carries the memory, so that a ResourceQuota on
-		// requests.gpushare.io/dra-claim counts it; requests equal limits,
+		// requests.gpushare.io/dra-claim counts it. Requests equal limits,
 		// as for every extended resource.
 		marker, units := escape(string(gpushare.ResourceDRAClaim)), *resource.NewQuantity(c.Units, resource.DecimalSI)
 		for _, l := range []struct {
@@ -154,7 +154,7 @@ func Convert(pod *corev1.Pod, unit string, nodeChoice bool) (*Conversion, error)
 			list  corev1.ResourceList
 		}{{"limits", ctr.Resources.Limits}, {"requests", ctr.Resources.Requests}} {
 			if len(l.list) == 0 {
-				// (A remove leaves an emptied map in place.)
+				// A remove leaves an emptied map in place.
 				patch = append(patch, PatchOp{Op: "add", Path: base + "/" + l.field, Value: corev1.ResourceList{gpushare.ResourceDRAClaim: units}})
 			} else {
 				patch = append(patch, PatchOp{Op: "add", Path: base + "/" + l.field + "/" + marker, Value: units})
@@ -207,9 +207,9 @@ func Template(memory *resource.Quantity) *resourcev1.ResourceClaimTemplate {
 	}
 }
 
-// containerOf finds the container named name (names are unique across a
-// pod's init and app containers): its spec field, that list and its index,
-// or index -1.
+// containerOf finds the container named name: its spec field, that list
+// and its index, or index -1. Names are unique across a pod's init and app
+// containers.
 func containerOf(pod *corev1.Pod, name string) (field string, list []corev1.Container, index int) {
 	for _, l := range []struct {
 		field string

@@ -26,8 +26,8 @@ const (
 
 // Card is one device of the driver.
 type Card struct {
-	// Card is the card's index on its node, UUID and model; MemoryMiB is
-	// 0, as a slice publishes the capacity (Bytes), not the card's memory.
+	// Card is the card's index on its node, UUID and model. MemoryMiB is 0:
+	// a slice publishes the capacity (Bytes), not the card's memory.
 	gpushare.Card
 	// Isolation is the attribute isolation, gpushare.IsolationNone when
 	// absent.
@@ -84,10 +84,10 @@ func DeviceIndex(name string) (int, bool) {
 	return i, err == nil && i >= 0
 }
 
-// NodeCards returns the cards the driver publishes for node among slices
-// (any slices; others are skipped): those of the newest generation of the
-// node's pools, in the order kube-scheduler tries them (slices by name,
-// then devices in slice order).
+// NodeCards returns the cards the driver publishes for node among slices;
+// slices of other drivers or nodes are skipped. It takes those of the
+// newest generation of the node's pools, in the order kube-scheduler
+// tries them: slices by name, then devices in slice order.
 func NodeCards(node string, list []*resourcev1.ResourceSlice) []Card {
 	newest := map[string]int64{} // pool -> newest generation
 	var mine []*resourcev1.ResourceSlice
@@ -117,10 +117,10 @@ func NodeCards(node string, list []*resourcev1.ResourceSlice) []Card {
 
 // Share is what one allocation result of the driver holds.
 type Share struct {
-	// Pool and Device name the device (the pool is its node).
+	// Pool and Device name the device; the pool is its node.
 	Pool, Device string
-	// Bytes is the memory consumed; 0 when the result carries no consumed
-	// capacity (the whole card).
+	// Bytes is the memory consumed. It is 0 when the result carries no
+	// consumed capacity: the whole card.
 	Bytes int64
 }
 
@@ -145,10 +145,10 @@ func Shares(claim *resourcev1.ResourceClaim) []Share {
 }
 
 // RequestBytes returns the memory claim asks of one card of the driver's
-// DeviceClass (draclaim.DeviceClassName): its one request for exactly one
-// device of that class with capacity memory; ok is false for any other
-// shape (no such request, several of them, a count above one, none or
-// several devices of another allocation mode, no memory asked).
+// DeviceClass (draclaim.DeviceClassName). That is its one request for
+// exactly one device of that class with capacity memory. ok is false for
+// any other shape: no such request, several of them, a count above one,
+// another allocation mode, or no memory asked.
 func RequestBytes(spec *resourcev1.ResourceClaimSpec) (bytes int64, ok bool) {
 	found := false
 	for _, r := range spec.Devices.Requests {
@@ -176,8 +176,8 @@ func UnitBytes(unit string) int64 {
 	return 1 << 30
 }
 
-// Units is bytes in units of unit, rounded up (what a request of bytes
-// takes of a card counted in that unit).
+// Units is bytes in units of unit, rounded up: what a request of bytes
+// takes of a card counted in that unit.
 func Units(bytes int64, unit string) int64 {
 	size := UnitBytes(unit)
 	return (bytes + size - 1) / size

@@ -23,15 +23,16 @@ import (
 
 // PodAPI is the part of the Kubernetes API the binder uses.
 type PodAPI interface {
-	// GetPod reads a pod from the API server (not a cache).
+	// GetPod reads a pod from the API server, not a cache.
 	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
-	// Bind creates the pod's Binding to node, which sets spec.nodeName and
-	// merges annotations into the pod in one update, provided the pod
-	// still has UID uid and no node.
+	// Bind creates the pod's Binding to node, provided the pod still has UID
+	// uid and no node. It sets spec.nodeName and merges annotations into the
+	// pod in one update.
 	Bind(ctx context.Context, namespace, name string, uid types.UID, node string, annotations map[string]string) error
 }
 
-// PodCache reads pods from an informer cache; it may be stale or miss new pods.
+// PodCache reads pods from an informer cache, which may be stale or miss
+// new pods.
 type PodCache interface {
 	Pod(namespace, name string) (*kubeinfo.PodInfo, bool)
 }
@@ -40,13 +41,13 @@ type PodCache interface {
 const maxConflictRetries = 5
 
 // BindTimeout bounds one bind: reading the pod, its Bindings and re-reads.
-// It is the bind's own deadline, not kube-scheduler's request's: the
-// scheduler gives up waiting at its extender httpTimeout, and a bind cut
-// off there could be left between the API server's commit and the cache.
+// It is the bind's own deadline, not kube-scheduler's request's. The
+// scheduler gives up waiting at its extender httpTimeout. A bind cut off
+// there could be left between the API server's commit and the cache.
 const BindTimeout = 30 * time.Second
 
-// readBackTimeout bounds each read of the pod after an ambiguous answer,
-// and readBackAttempts how many are made before the outcome is given up as
+// readBackTimeout bounds each read of the pod after an ambiguous answer.
+// readBackAttempts is how many are made before the outcome is given up as
 // unknown.
 const (
 	readBackTimeout  = 5 * time.Second
@@ -57,21 +58,21 @@ const (
 type outcome int
 
 const (
-	// notBound: no Binding of ours exists (refused, or the pod is gone or
-	// bound elsewhere): the cards are released.
+	// notBound: no Binding of ours exists, so the cards are released. It was
+	// refused, or the pod is gone or bound elsewhere.
 	notBound outcome = iota
 	// bound: the pod is bound to the node.
 	bound
-	// unknown: a Binding may have been made and the pod could not be read
-	// back: the cards stay held until the informer shows the pod or the
+	// unknown: a Binding may have been made, and the pod could not be read
+	// back. The cards stay held until the informer shows the pod or the
 	// assumption expires.
 	unknown
 )
 
 // Fencer bounds each Binding write to this replica's term as leader
-// (leader.Gate.Fence): it refuses the write when the replica does not lead,
-// else returns a context that ends before another replica can take over;
-// done is called when the write has returned.
+// (leader.Gate.Fence). It refuses the write when the replica does not
+// lead. Otherwise it returns a context that ends before another replica
+// can take over. done is called when the write has returned.
 type Fencer interface {
 	Fence(ctx context.Context) (fenced context.Context, done func(), err error)
 }
@@ -101,7 +102,7 @@ type BinderConfig struct {
 	Pods PodCache
 	// Clock stamps the assume time; nil for the real clock.
 	Clock clock.PassiveClock
-	// Fence, when set (several replicas), fences every Binding write.
+	// Fence, when set, fences every Binding write; several replicas set it.
 	Fence Fencer
 }
 
@@ -136,17 +137,17 @@ func NewBinder(cfg BinderConfig) (*Binder, error) {
 
 // Bind places the pod on node's cards, writes the annotations and creates
 // the Binding. It is idempotent for a pod already bound to node. It runs
-// under its own deadline (BindTimeout), whatever ctx's, and logs with ctx's
-// logger, which the caller has given the pod and node keys (the bind
-// handler does).
+// under its own deadline (BindTimeout), whatever ctx's. It logs with ctx's
+// logger, which the caller has given the pod and node keys, as the bind
+// handler does.
 func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID, node string) error {
 	logger := klog.FromContext(ctx)
 	if namespace == "" || name == "" || node == "" {
 		return fmt.Errorf("bind request needs PodNamespace, PodName and Node; got %q, %q, %q", namespace, name, node)
 	}
-	// The search for cards ends with the request: once kube-scheduler has
-	// given up, nothing is held. The writes after it do not (see
-	// BindTimeout).
+	// The search for cards ends with the request: once kube-scheduler
+	// has given up, nothing is held. The writes after it do not end
+	// with it (see BindTimeout).
 	reqCtx := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), BindTimeout)
 	defer cancel()
@@ -157,7 +158,7 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	if pod.NodeName != "" {
 		if pod.NodeName == node {
 			// A retry after an outcome left unknown: the Binding was made.
-			// Our assumption, if any, is bound now (no-op otherwise).
+			// Our assumption, if any, is bound now; otherwise this is a no-op.
 			b.cache.FinishBinding(pod.UID)
 			logger.V(2).Info("Pod already bound to this node; nothing to do")
 			return nil
@@ -186,15 +187,15 @@ func (b *Binder) Bind(ctx context.Context, namespace, name string, uid types.UID
 	case notBound:
 		b.cache.Forget(pod.UID)
 	case unknown:
-		// Keep the assumption: releasing the cards of a Binding that may
+		// Keep the assumption. Releasing the cards of a Binding that may
 		// exist would let another pod take them.
 		err = withResult(BindUnknown, err)
 	}
 	return err
 }
 
-// resultError tags a bind's error with its result (BindConflict or
-// BindUnknown) without changing its message.
+// resultError tags a bind's error with its result, BindConflict or
+// BindUnknown, without changing its message.
 type resultError struct {
 	result string
 	err    error
@@ -205,8 +206,8 @@ func (e *resultError) Unwrap() error { return e.err }
 
 func withResult(result string, err error) error { return &resultError{result: result, err: err} }
 
-// BindResultOf returns the result (BindBound, BindConflict, BindError or
-// BindUnknown) of the error Binder.Bind returned.
+// BindResultOf returns the result of the error Binder.Bind returned:
+// BindBound, BindConflict, BindError or BindUnknown.
 func BindResultOf(err error) string {
 	var re *resultError
 	switch {
@@ -220,8 +221,8 @@ func BindResultOf(err error) string {
 	return BindError
 }
 
-// pod returns the pod from the informer cache, or from the API when the
-// cache misses it or holds an older pod of the same name.
+// pod returns the pod from the informer cache. It reads the API when the
+// cache misses the pod, or holds an older pod of the same name.
 func (b *Binder) pod(ctx context.Context, namespace, name string, uid types.UID) (*kubeinfo.PodInfo, error) {
 	if p, ok := b.pods.Pod(namespace, name); ok && (uid == "" || p.UID == uid) {
 		return p, nil
@@ -259,20 +260,26 @@ func (b *Binder) annotations(alloc *gpushare.Allocation) (map[string]string, err
 	}, nil
 }
 
-// bind creates the Binding that carries the allocation annotations, so
-// the API server sets the node and the annotations in one update: no
-// reader ever sees a pod annotated but unbound, and a bind costs one write.
+// bind creates the Binding that carries the allocation annotations. So
+// the API server sets the node and the annotations in one update. No
+// reader ever sees a pod annotated but unbound, and a bind costs one
+// write.
 //
-// A 4xx answer refuses the Binding. A conflict is answered by re-reading
-// the pod: already on node (a retry after a timeout that hid success) is
-// success; on another node, or re-created, is an error; otherwise it tries
-// again. A server error (5xx) was answered, so the request is over: the pod
-// is read back the same way, and shows the Binding if it was made. No
-// answer at all, or a timeout, leaves the request possibly still running
-// in the API server: the Binding may yet be made, so only a read back that
-// shows the pod bound (or gone, or bound elsewhere) settles it. When the
-// pod cannot be read, or every try ends with the pod still unbound while
-// such a request may be running, the outcome is unknown.
+// The answers it handles:
+//   - A 4xx answer refuses the Binding.
+//   - A conflict makes it re-read the pod. Already on node (a retry after
+//     a timeout that hid success) is success. On another node, or
+//     re-created, is an error. Otherwise it tries again.
+//   - A server error (5xx) was answered, so the request is over. The pod
+//     is read back the same way, and shows the Binding if it was made.
+//   - No answer at all, or a timeout, leaves the request possibly still
+//     running in the API server, so the Binding may yet be made. Only a
+//     read back that shows the pod bound, gone, or bound elsewhere settles
+//     it.
+//
+// The outcome is unknown when the pod cannot be read. It is also unknown
+// when every try ends with the pod still unbound while such a request may
+// be running.
 func (b *Binder) bind(ctx context.Context, pod *kubeinfo.PodInfo, node string, alloc *gpushare.Allocation) (outcome, error) {
 	ann, err := b.annotations(alloc)
 	if err != nil {
@@ -328,13 +335,14 @@ func (b *Binder) bind(ctx context.Context, pod *kubeinfo.PodInfo, node string, a
 	}
 }
 
-// notLeaderError is a Binding write the fence refused: none was sent.
+// notLeaderError is a Binding write the fence refused; none was sent.
 type notLeaderError struct{ err error }
 
 func (e *notLeaderError) Error() string { return e.err.Error() }
 func (e *notLeaderError) Unwrap() error { return e.err }
 
-// write sends one Binding, fenced to this replica's term when b.fence is set.
+// write sends one Binding. When b.fence is set, the write is fenced to
+// this replica's term.
 func (b *Binder) write(ctx context.Context, pod *kubeinfo.PodInfo, node string, ann map[string]string) error {
 	if b.fence == nil {
 		return b.api.Bind(ctx, pod.Namespace, pod.Name, pod.UID, node, ann)
@@ -348,9 +356,9 @@ func (b *Binder) write(ctx context.Context, pod *kubeinfo.PodInfo, node string, 
 }
 
 // unanswered reports whether err leaves the request possibly still running
-// in the API server: no answer at all (a connection lost, a client
-// deadline) or a timeout answer (408, 504, or a Timeout or ServerTimeout
-// reason), sent while the request may go on.
+// in the API server. That is no answer at all (a connection lost, a client
+// deadline), or a timeout answer sent while the request may go on: 408,
+// 504, or a Timeout or ServerTimeout reason.
 func unanswered(err error) bool {
 	var st apierrors.APIStatus
 	if !errors.As(err, &st) {
@@ -367,8 +375,8 @@ func serverError(err error) bool {
 	return errors.As(err, &st) && st.Status().Code >= http.StatusInternalServerError
 }
 
-// readBack reads the pod from the API, trying readBackAttempts times, each
-// bounded by readBackTimeout even if ctx's deadline has passed.
+// readBack reads the pod from the API, trying readBackAttempts times. Each
+// try is bounded by readBackTimeout, even if ctx's deadline has passed.
 func (b *Binder) readBack(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	var err error
 	for range readBackAttempts {

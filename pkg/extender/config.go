@@ -18,8 +18,8 @@ import (
 
 // DefaultListen is the default listen address: loopback, for a
 // kube-scheduler on the same host (a static pod, or the sidecar topology).
-// The verbs can bind any pending GPU pod and inspect shows every GPU pod,
-// so exposing them beyond the host is the operator's explicit choice.
+// The verbs can bind any pending GPU pod, and inspect shows every GPU pod.
+// So exposing them beyond the host is the operator's explicit choice.
 const DefaultListen = "127.0.0.1:39999"
 
 // Config is the extender's configuration, as set by its flags.
@@ -29,20 +29,21 @@ type Config struct {
 	// Listen is the listen address of the extender API, e.g.
 	// "127.0.0.1:39999".
 	Listen string
-	// TLSCertFile and TLSKeyFile, when set (both), serve Listen over HTTPS
+	// TLSCertFile and TLSKeyFile, when both are set, serve Listen over HTTPS
 	// with this certificate, reloaded when the files change.
 	TLSCertFile, TLSKeyFile string
-	// ClientCAFile, when set (with TLS), makes Listen require a client
-	// certificate signed by one of its CAs (kube-scheduler's); reloaded
-	// when it changes. Needs MetricsListen: kubelet's probes and Prometheus
+	// ClientCAFile, when set with TLS, makes Listen require a client
+	// certificate signed by one of its CAs (kube-scheduler's). It is reloaded
+	// when it changes. It needs MetricsListen: kubelet's probes and Prometheus
 	// present no client certificate.
 	ClientCAFile string
 	// MetricsListen, when set, serves /healthz, /readyz, /version and
 	// /metrics there too, over plain HTTP (see Handlers.ProbeRouter).
 	MetricsListen string
 	// Profiling serves Go's profiles (net/http/pprof) at /debug/pprof/ on
-	// MetricsListen: CPU, heap and goroutines of a running extender. Off by
-	// default; needs MetricsListen (never the extender API's listener).
+	// MetricsListen: CPU, heap and goroutines of a running extender. It is off
+	// by default. It needs MetricsListen, and is never on the extender API's
+	// listener.
 	Profiling bool
 	// WebhookListen, when set, serves the mutating webhook (pkg/webhook)
 	// there over HTTPS with WebhookTLSCertFile and WebhookTLSKeyFile,
@@ -51,67 +52,69 @@ type Config struct {
 	WebhookTLSCertFile, WebhookTLSKeyFile string
 	// SchedulerName is what the webhook sets spec.schedulerName to.
 	SchedulerName string
-	// WebhookDRANodeSelector, KEY=VALUE[,KEY=VALUE...] (the labels of the
-	// gpushare DRA driver's nodes), turns on the webhook's conversion of
-	// pods that select every one of them (spec.nodeSelector, or every term
-	// of their required node affinity) into claim pods (webhook.DRA);
-	// empty: off.
+	// WebhookDRANodeSelector, KEY=VALUE[,KEY=VALUE...], holds the labels of
+	// the gpushare DRA driver's nodes; empty turns the conversion off.
+	// Otherwise the webhook converts into claim pods (webhook.DRA) the pods
+	// that select every one of them: by spec.nodeSelector, or every term of
+	// their required node affinity.
 	WebhookDRANodeSelector string
-	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion:
-	// GiB or MiB; with DRANodeChoice, also the unit the DRA nodes' memory
-	// is counted in ("": GiB).
+	// WebhookDRAUnit is aliyun.com/gpu-mem's unit for that conversion: GiB
+	// or MiB, "" for GiB. With DRANodeChoice it is also the unit the DRA
+	// nodes' memory is counted in.
 	WebhookDRAUnit string
 	// DRANodeChoice: filter rates the nodes of pods asking the marker
-	// gpushare.io/dra-claim (claim pods of the gpushare DRA driver) from
-	// the driver's ResourceSlices and the allocated ResourceClaims, which
-	// the extender then watches; the webhook's conversion adds the marker.
+	// gpushare.io/dra-claim, the claim pods of the gpushare DRA driver. It
+	// rates them from the driver's ResourceSlices and the allocated
+	// ResourceClaims, which the extender then watches. The webhook's
+	// conversion adds the marker.
 	DRANodeChoice bool
 	// CertCheckPeriod is how often the TLS files are stat'ed besides the
-	// fsnotify events (certs.DefaultCheckPeriod when zero).
+	// fsnotify events; certs.DefaultCheckPeriod when zero.
 	CertCheckPeriod time.Duration
 	// Policy is the default scoring policy.
 	Policy string
-	// QPS and Burst of the API client: a bind makes one call (the Binding),
+	// QPS and Burst of the API client. A bind makes one call (the Binding),
 	// more on a conflict or an informer miss.
 	QPS   float32
 	Burst int
 	// AssumeTTL bounds how long cards stay held for a bind that never completed.
 	AssumeTTL time.Duration
 	// FilterAll: filter passes every node that fits, not only the
-	// best-scoring ones (see HandlersConfig.FilterAll); --filter-best=false.
+	// best-scoring ones (see HandlersConfig.FilterAll). Its flag is
+	// --filter-best=false.
 	FilterAll bool
-	// PercentageOfNodesToScore is kube-scheduler's (0 to 100, 0 its
-	// adaptive default): a preemption reads from it whether kube-scheduler
-	// may have stopped filtering before it found every node that fits.
+	// PercentageOfNodesToScore is kube-scheduler's, 0 to 100; 0 is its
+	// adaptive default. A preemption reads from it whether kube-scheduler may
+	// have stopped filtering before it found every node that fits.
 	PercentageOfNodesToScore int32
 	// NoPreemption: never evict pods for a pod of higher priority
-	// (--preemption=false); the preempt verb then lets kube-scheduler
-	// evict nobody for a GPU pod either.
+	// (--preemption=false). The preempt verb then lets kube-scheduler evict
+	// nobody for a GPU pod either.
 	NoPreemption bool
 	// Timeouts of the HTTP server; zero fields take DefaultTimeouts'.
 	Timeouts Timeouts
 
-	// LeaderElect: standalone replicas behind one Service elect a leader
-	// with the Lease Election names; only the leader is ready and answers
-	// the verbs (pkg/leader).
+	// LeaderElect: standalone replicas behind one Service elect a leader with
+	// the Lease Election names. Only the leader is ready and answers the verbs
+	// (pkg/leader).
 	LeaderElect bool
-	// FollowSchedulerLease, "namespace/name": a sidecar serves only while
-	// the kube-scheduler beside it (Election.Identity, its pod name) holds
-	// this Lease, after a catch-up (pkg/leader).
+	// FollowSchedulerLease, "namespace/name": a sidecar serves only while the
+	// kube-scheduler beside it holds this Lease, after a catch-up
+	// (pkg/leader). The scheduler is named by Election.Identity, its pod name.
 	FollowSchedulerLease string
-	// Election: the Lease, this replica's identity and the durations; with
+	// Election: the Lease, this replica's identity and the durations. With
 	// FollowSchedulerLease only Identity and RenewDeadline are read.
 	Election leader.ElectConfig
 }
 
 // Timeouts bound how long a client may take over a request and hold an
-// idle connection (net/http.Server's fields of the same names).
+// idle connection: net/http.Server's fields of the same names.
 type Timeouts struct {
 	ReadHeader, Read, Write, Idle time.Duration
 }
 
-// DefaultTimeouts: a whole request (4 MiB at most) is read within 30 s; an
-// answer is written within the bind's deadline and a margin; an idle
+// DefaultTimeouts: a whole request (4 MiB at most) is read within 30 s. An
+// answer is written within the bind's deadline and a margin. An idle
 // keep-alive connection is closed after two minutes.
 var DefaultTimeouts = Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: BindTimeout + 15*time.Second, Idle: 2 * time.Minute}
 
@@ -189,8 +192,8 @@ func (c *Config) Validate() error {
 }
 
 // draConversion is the webhook's DRA setting from WebhookDRANodeSelector
-// and WebhookDRAUnit, its templates made through client, the namespaces'
-// ResourceQuotas read from quotas.
+// and WebhookDRAUnit. Its templates are made through client, and the
+// namespaces' ResourceQuotas read from quotas.
 func (c *Config) draConversion(client kubernetes.Interface, quotas webhook.Quotas) (webhook.DRA, error) {
 	labels := map[string]string{}
 	for _, pair := range strings.Split(c.WebhookDRANodeSelector, ",") {
@@ -219,7 +222,8 @@ func (c *Config) followed() (namespace, name string, err error) {
 	return namespace, name, nil
 }
 
-// NewClient builds the extender's API client from a kubeconfig path ("" for in-cluster).
+// NewClient builds the extender's API client from a kubeconfig path, ""
+// for in-cluster.
 func NewClient(kubeconfig string, qps float32, burst int) (kubernetes.Interface, error) {
 	return kubeclient.New(kubeconfig, qps, burst, "gpushare-scheduler-extender")
 }

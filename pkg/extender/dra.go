@@ -29,13 +29,13 @@ type ClaimSource interface {
 
 var _ ClaimSource = (*feed.Feeder)(nil)
 
-// draDemand returns the demand of a claim pod: the memory its one claim
-// of the driver's DeviceClass asks (draview.RequestBytes), on one card, in
-// claims' unit, with info.DRA set. It returns an error when the pod's
-// claims are not all known yet (kube-controller-manager makes a pod's
-// claim from its template before kube-scheduler tries the pod, but the
-// informer may lag) or none of them, or more than one, asks memory of one
-// card of the driver.
+// draDemand returns the demand of a claim pod, with info.DRA set. That is
+// the memory its one claim of the driver's DeviceClass asks
+// (draview.RequestBytes), on one card, in claims' unit. It returns an error
+// when none of the pod's claims, or more than one, asks memory of one card
+// of the driver. It also does when the pod's claims are not all known yet.
+// kube-controller-manager makes a pod's claim from its template before
+// kube-scheduler tries the pod, but the informer may lag.
 func draDemand(pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var found []string
 	var bytes int64
@@ -79,17 +79,17 @@ var errClaimNotSeen = errors.New("not in the extender's informer yet")
 
 // claimWait bounds how long filter waits for a claim pod's claim to reach
 // the extender's informer. kube-scheduler tries the pod once its own
-// informer has the claim; the extender's follows within milliseconds,
-// and a pod filtered before then was placed without the extender's choice
-// (every node passed). kube-scheduler's cycle waits with the filter, so
-// the wait stays short; claimPoll is how often it looks.
+// informer has the claim, and the extender's follows within milliseconds.
+// A pod filtered before then was placed without the extender's choice:
+// every node passed. kube-scheduler's cycle waits with the filter, so the
+// wait stays short. claimPoll is how often it looks.
 const (
 	claimWait = 250 * time.Millisecond
 	claimPoll = 5 * time.Millisecond
 )
 
 // awaitClaim calls draDemand until the pod's claims are all in the
-// informer, claimWait has passed or ctx ends, and returns its last error.
+// informer, claimWait has passed, or ctx ends. It returns the last error.
 func awaitClaim(ctx context.Context, pod *corev1.Pod, info *kubeinfo.PodInfo, claims ClaimSource) error {
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, claimPoll, claimWait, true, func(context.Context) (bool, error) {
@@ -99,16 +99,17 @@ func awaitClaim(ctx context.Context, pod *corev1.Pod, info *kubeinfo.PodInfo, cl
 	return err
 }
 
-// filterDRA answers filter for a claim pod (gpushare.AsksDRAClaim): the nodes
-// fragaware (or the pod's policy) rates best for the card kube-scheduler's
-// first fit will give its claim there (cache.FilterBest with PodInfo.DRA).
-// kube-scheduler's DynamicResources plugin has already kept only the nodes
-// where the claim can be allocated, and allocates it itself: the
-// extender's answer only narrows the choice. Where it cannot rate (node
-// choice off, the claim not in the informer claimWait after the call, a
-// claim of another shape,
-// or no node fits in its view, which may lag behind the scheduler's), it
-// passes every node and says why in the log, never failing the pod.
+// filterDRA answers filter for a claim pod (gpushare.AsksDRAClaim). It
+// passes the nodes that fragaware, or the pod's policy, rates best for the
+// card kube-scheduler's first fit will give its claim there
+// (cache.FilterBest with PodInfo.DRA). kube-scheduler's DynamicResources
+// plugin has already kept only the nodes where the claim can be allocated,
+// and allocates it itself. So the extender's answer only narrows the
+// choice. Where it cannot rate, it passes every node, never failing the
+// pod, and says why in the log. It cannot rate when node choice is off,
+// the claim is not in the informer claimWait after the call, or the claim
+// has another shape. Nor can it when no node fits in its view, which may
+// lag behind the scheduler's.
 func (h *Handlers) filterDRA(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
 	logger := klog.FromContext(ctx)
 	pod, names, err := podArgs(args, true)

@@ -15,8 +15,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
-// ParseFlags reads the extender's command line (without the program name)
-// into a Config; usage and errors go to out. The command and the tests that
+// ParseFlags reads the extender's command line, without the program name,
+// into a Config. Usage and errors go to out. The command and the tests that
 // run the Helm chart's arguments share it, so both read the same flags.
 func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err error) {
 	fs := flag.NewFlagSet("gpushare-scheduler-extender", flag.ContinueOnError)
@@ -70,7 +70,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 }
 
 // defaultIdentity is this replica's identity in a Lease: $POD_NAME (the
-// downward API), else the host name, which is the pod name in a pod.
+// downward API), else the host name, which in a pod is the pod name.
 func defaultIdentity() string {
 	if name := os.Getenv("POD_NAME"); name != "" {
 		return name

@@ -27,17 +27,17 @@ import (
 	"github.com/gpushare/gpushare/pkg/version"
 )
 
-// Prefix is the path prefix of the extender verbs (the urlPrefix's path in
-// the scheduler configuration).
+// Prefix is the path prefix of the extender verbs: the urlPrefix's path in
+// the scheduler configuration.
 const Prefix = "/gpushare-scheduler"
 
 // MaxBodyBytes caps a request body (extenderwire.MaxBodyBytes).
 const MaxBodyBytes = extenderwire.MaxBodyBytes
 
 // DefaultMaxInFlight bounds the filter and prioritize requests served at
-// once, and, separately, the binds: kube-scheduler sends filter and
+// once, and separately the binds. kube-scheduler sends filter and
 // prioritize one pod at a time and binds in parallel, each bind a few API
-// round trips; more than this at once is a flood. Binds waiting on a slow
+// round trips. More than this at once is a flood. Binds waiting on a slow
 // API server hold their own slots, never those of filter and prioritize.
 // maxInspectInFlight bounds inspect requests and scrapes of /metrics,
 // which walk every node.
@@ -46,12 +46,12 @@ const (
 	maxInspectInFlight = 4
 )
 
-// DefaultVerbTimeout is the deadline of one filter or prioritize request:
-// past it the request stops and answers an error, before kube-scheduler
-// gives up (its httpTimeout, 2 s in the shipped configuration), and it
-// stops as soon as kube-scheduler gives up. Each request's searches also
-// share one step budget (allocator.DefaultRequestSteps), which usually
-// ends it far sooner.
+// DefaultVerbTimeout is the deadline of one filter or prioritize request.
+// Past it the request stops and answers an error, before kube-scheduler
+// gives up (its httpTimeout, 2 s in the shipped configuration). It also
+// stops as soon as kube-scheduler gives up. Each request's searches share
+// one step budget too (allocator.DefaultRequestSteps), which usually ends
+// it far sooner.
 const DefaultVerbTimeout = 1500 * time.Millisecond
 
 // slotWait is how long a request waits for a free slot before it is
@@ -72,7 +72,7 @@ type Placer interface {
 
 // Viewer is what inspect and /metrics read of the allocation cache.
 type Viewer interface {
-	// Inspect returns the view of node only ("": every node).
+	// Inspect returns the view of node only, or of every node for "".
 	Inspect(only string) (views []inspectapi.Node, ok bool)
 	// DefaultPolicy is the scoring policy of pods that name none.
 	DefaultPolicy() string
@@ -91,8 +91,8 @@ var (
 type Preempter interface {
 	// Unschedulable is filter's call for a pod that fit none of nodes.
 	Unschedulable(ctx context.Context, pod *kubeinfo.PodInfo, spec *corev1.Pod, nodes []string)
-	// Preempt answers the preempt verb: candidates maps each node to the
-	// UIDs of kube-scheduler's victims there.
+	// Preempt answers the preempt verb. candidates maps each node to the UIDs
+	// of kube-scheduler's victims there.
 	Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims
 }
 
@@ -106,7 +106,7 @@ type Leadership interface {
 
 // HandlersConfig builds Handlers.
 type HandlersConfig struct {
-	// Placer rates the nodes (filter, prioritize); Viewer shows the cards
+	// Placer rates the nodes (filter, prioritize), and Viewer shows the cards
 	// (inspect, /metrics). Both are the allocation cache.
 	Placer Placer
 	Viewer Viewer
@@ -116,27 +116,27 @@ type HandlersConfig struct {
 	// informers' initial lists.
 	Ready func() bool
 	// FilterAll: filter passes every node where the pod fits, and the
-	// scheduler adds prioritize's scores to its own. When false (the
-	// default), filter passes only the nodes prioritize would rate highest
+	// scheduler adds prioritize's scores to its own. When false, the default,
+	// filter passes only the nodes prioritize would rate highest
 	// (Cache.FilterBest).
 	FilterAll bool
-	// MaxInFlight bounds the filter and prioritize requests served at
-	// once, and the binds, each kind apart; 0 means DefaultMaxInFlight.
+	// MaxInFlight bounds the filter and prioritize requests served at once,
+	// and the binds, each kind apart. 0 means DefaultMaxInFlight.
 	MaxInFlight int
-	// VerbTimeout is the deadline of a filter or prioritize request; 0
-	// means DefaultVerbTimeout.
+	// VerbTimeout is the deadline of a filter or prioritize request. 0 means
+	// DefaultVerbTimeout.
 	VerbTimeout time.Duration
-	// Leader, when set (several replicas, pkg/leader), decides whether
-	// this replica answers the verbs and reports ready; nil: a single
+	// Leader, when set, decides whether this replica answers the verbs and
+	// reports ready; several replicas set it (pkg/leader). With nil, a single
 	// replica always does.
 	Leader Leadership
-	// Preempt, when set, evicts lower-priority pods of one card for a pod
-	// that fits no node; nil: the preempt verb lets kube-scheduler evict
-	// nobody for a GPU pod.
+	// Preempt, when set, evicts lower-priority pods of one card for a pod that
+	// fits no node. With nil, the preempt verb lets kube-scheduler evict nobody
+	// for a GPU pod.
 	Preempt Preempter
-	// Claims, when set (--dra-node-choice), lets filter rate the nodes of
-	// pods asking gpushare.io/dra-claim (filterDRA); nil: filter passes
-	// them every node.
+	// Claims, when set (--dra-node-choice), lets filter rate the nodes of pods
+	// asking gpushare.io/dra-claim (filterDRA). With nil, filter passes them
+	// every node.
 	Claims ClaimSource
 }
 
@@ -159,14 +159,14 @@ func (c *HandlersConfig) Validate() error {
 type Handlers struct {
 	// cfg is the configuration, defaults filled in.
 	cfg HandlersConfig
-	// verbSlots (filter and prioritize), bindSlots and inspectSlots hold
-	// one token per request being served; inspectSlots bounds inspect and
+	// verbSlots (filter and prioritize), bindSlots and inspectSlots hold one
+	// token per request being served. inspectSlots bounds inspect and
 	// /metrics, both of which walk every node.
 	verbSlots, bindSlots, inspectSlots chan struct{}
-	// searchSlots bound the filter and prioritize requests whose pod's
-	// cards need a search (allocator.Searches) that run at once, to half
-	// the cores: however many such requests come, the pods that need none
-	// keep the other half.
+	// searchSlots bounds, to half the cores, the filter and prioritize
+	// requests running at once whose pod's cards need a search
+	// (allocator.Searches). However many such requests come, the pods that
+	// need none keep the other half.
 	searchSlots chan struct{}
 
 	metrics *metrics
@@ -229,9 +229,9 @@ func (h *Handlers) Registerer() prometheus.Registerer { return h.metrics.registr
 // informers' initial lists.
 func (h *Handlers) CacheRebuilt(d time.Duration) { h.metrics.rebuild.Set(d.Seconds()) }
 
-// limit serves next while it holds a token of slots; when none frees up
-// within slotWait it answers 503 with Retry-After. kube-scheduler takes any
-// answer but 200 as a failed call and retries the pod later.
+// limit serves next while it holds a token of slots. When none frees up
+// within slotWait, it answers 503 with Retry-After. kube-scheduler takes
+// any answer but 200 as a failed call and retries the pod later.
 func (h *Handlers) limit(slots chan struct{}, route string, next httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		t := time.NewTimer(slotWait)
@@ -252,10 +252,10 @@ func (h *Handlers) limit(slots chan struct{}, route string, next httprouter.Hand
 	}
 }
 
-// leading answers 503 with Retry-After when this replica does not serve
-// (not the leader, or still catching up): kube-scheduler reports an
-// extender error and retries the pod with backoff, by which time the
-// Service routes to the leader (or its own scheduler has lost the lead).
+// leading answers 503 with Retry-After when this replica does not serve:
+// it is not the leader, or still catching up. kube-scheduler reports an
+// extender error and retries the pod with backoff. By then the Service
+// routes to the leader, or the sidecar's own scheduler has lost the lead.
 func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 	return func(w http.ResponseWriter, r *http.Request, ps httprouter.Params) {
 		if h.cfg.Leader != nil && !h.cfg.Leader.Serving() {
@@ -268,7 +268,7 @@ func (h *Handlers) leading(next httprouter.Handle) httprouter.Handle {
 }
 
 // searching runs fn holding a search slot when pod's cards need a search
-// (allocator.Searches), else at once; it fails, naming the pod, when ctx
+// (allocator.Searches), else at once. It fails, naming the pod, when ctx
 // ends first.
 func (h *Handlers) searching(ctx context.Context, pod *kubeinfo.PodInfo, fn func() error) error {
 	if pod.Demand == nil || !allocator.Searches(pod.Demand) {
@@ -290,9 +290,9 @@ var errNotLeader = errors.New("gpushare extender replica is not the leader (or i
 // prioritize, and binds.
 func (h *Handlers) inFlight() int { return len(h.verbSlots) + len(h.bindSlots) }
 
-// verbContext returns the context of a filter or prioritize request: it
-// ends at the request's deadline (VerbTimeout) or when kube-scheduler
-// gives up (the connection closes), and its logger names the verb.
+// verbContext returns the context of a filter or prioritize request. It
+// ends at the request's deadline (VerbTimeout), or when kube-scheduler
+// gives up and the connection closes. Its logger names the verb.
 func (h *Handlers) verbContext(r *http.Request, verb string) (context.Context, context.CancelFunc) {
 	timeout := h.cfg.VerbTimeout
 	ctx, cancel := context.WithTimeoutCause(r.Context(), timeout,
@@ -316,7 +316,7 @@ func (h *Handlers) readyz(w http.ResponseWriter, _ *http.Request, _ httprouter.P
 var errNoBinder = errors.New("gpushare extender serves no binds here")
 
 // errNotReady answers the verbs until the cache holds the informers'
-// initial lists: before that every card looks empty, and a filter would
+// initial lists. Before that every card looks empty, and a filter would
 // admit pods that do not fit.
 var errNotReady = errors.New("gpushare extender is starting: informer caches not synced yet; the scheduler will retry")
 
@@ -327,7 +327,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // observe records a verb's latency and logs its error once, with ctx's
-// logger, which already names the verb and, once decoded, the pod.
+// logger. That logger already names the verb and, once decoded, the pod.
 func (h *Handlers) observe(ctx context.Context, verb string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {
@@ -342,11 +342,11 @@ type verbArgs interface {
 	*extenderv1.ExtenderArgs | *extenderv1.ExtenderPreemptionArgs
 }
 
-// serveVerb serves one filter, prioritize or preempt request. Under the
-// verb's deadline (verbContext) it answers errNotReady until the cache is
-// rebuilt, decodes the body into args, names args' pod in the context's
-// logger and calls fn. It records the latency and logs fn's error once
-// (observe), then writes fn's result, or failure's status and body.
+// serveVerb serves one filter, prioritize or preempt request, under the
+// verb's deadline (verbContext). It answers errNotReady until the cache is
+// rebuilt. It decodes the body into args, names args' pod in the context's
+// logger, and calls fn. It records the latency and logs fn's error once
+// (observe). Then it writes fn's result, or failure's status and body.
 func serveVerb[A verbArgs, Res any](h *Handlers, w http.ResponseWriter, r *http.Request, verb string, args A,
 	fn func(context.Context, A) (Res, error), failure func(error) (int, any)) {
 	start := time.Now()
@@ -373,8 +373,8 @@ func serveVerb[A verbArgs, Res any](h *Handlers, w http.ResponseWriter, r *http.
 	writeJSON(w, http.StatusOK, res)
 }
 
-// decodeVerb decodes r's body into args and returns args' pod. Filter and
-// prioritize's node names go through extenderwire's own scanner.
+// decodeVerb decodes r's body into args and returns args' pod. Filter's
+// and prioritize's node names go through extenderwire's own scanner.
 func decodeVerb(w http.ResponseWriter, r *http.Request, args any) (*corev1.Pod, error) {
 	switch a := args.(type) {
 	case *extenderv1.ExtenderArgs:
@@ -395,11 +395,11 @@ func withPod(ctx context.Context, pod *corev1.Pod) context.Context {
 	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name)))
 }
 
-// podArgs validates the pod of a filter or prioritize request and returns
+// podArgs validates the pod of a filter or prioritize request. It returns
 // what the cache needs of it (demand, card constraints, policy, CPU and
-// memory) and the node names. A pod that asks no gpu-mem is an error unless
-// cpuOK (its Demand is then nil). Invalid card annotations are an error: the
-// pod fits no node until they are fixed.
+// memory) and the node names. A pod that asks no gpu-mem is an error
+// unless cpuOK; its Demand is then nil. Invalid card annotations are an
+// error: the pod fits no node until they are fixed.
 func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*kubeinfo.PodInfo, []string, error) {
 	if args.Pod == nil {
 		return nil, nil, errors.New("request has no pod")
@@ -414,8 +414,8 @@ func podArgs(args *extenderv1.ExtenderArgs, cpuOK bool) (*kubeinfo.PodInfo, []st
 	if info.ConstraintsErr != nil {
 		return nil, nil, fmt.Errorf("pod %s/%s: %w; it fits no node until the annotation is fixed", args.Pod.Namespace, args.Pod.Name, info.ConstraintsErr)
 	}
-	// The cache builds the policy; check only the name here, so the error
-	// names the pod and its annotation.
+	// The cache builds the policy. Check only the name here, so that the
+	// error names the pod and its annotation.
 	if info.Policy != "" && !slices.Contains(allocator.PolicyNames(), info.Policy) {
 		_, err := allocator.New(info.Policy, nil, nil) // say why
 		return nil, nil, fmt.Errorf("pod %s/%s annotation %s: %w", args.Pod.Namespace, args.Pod.Name, gpushare.AnnotationPolicy, err)
@@ -440,7 +440,8 @@ func (h *Handlers) filter(w http.ResponseWriter, r *http.Request, _ httprouter.P
 	})
 }
 
-// filterPod answers filter for args, decoded, ctx's logger naming its pod.
+// filterPod answers filter for args, decoded, with ctx's logger naming its
+// pod.
 func (h *Handlers) filterPod(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
 	if args.Pod != nil && gpushare.AsksDRAClaim(args.Pod) {
 		return h.filterDRA(ctx, args)
@@ -475,9 +476,9 @@ func (h *Handlers) filterPod(ctx context.Context, args *extenderv1.ExtenderArgs)
 }
 
 // undecided reports whether the search of some node in failed stopped
-// before it could tell whether the pod fits there (its request's budget
-// spent, allocator.Undecided): the pod may fit without evicting anyone, so
-// filter starts no preemption for it.
+// before it could tell whether the pod fits there: its request's budget
+// was spent (allocator.Undecided). The pod may then fit without evicting
+// anyone, so filter starts no preemption for it.
 func undecided(failed map[string]string) bool {
 	for _, reason := range failed {
 		if allocator.Undecided(reason) {
@@ -487,16 +488,17 @@ func undecided(failed map[string]string) bool {
 	return false
 }
 
-// filterResult answers in the form the request came in: a scheduler with
-// nodeCacheCapable: true sends NodeNames and reads NodeNames back; one
-// without sends whole Nodes and reads only Nodes back (it ignores NodeNames),
-// so the Nodes of the request that fit are returned, in the request's order.
+// filterResult answers in the form the request came in. A scheduler with
+// nodeCacheCapable: true sends NodeNames and reads NodeNames back. One
+// without sends whole Nodes and reads only Nodes back, ignoring NodeNames.
+// So the Nodes of the request that fit are returned, in the request's
+// order.
 //
 // The failed nodes' reasons travel only when no node fits. kube-scheduler
-// reads them only then (its FailedScheduling event, and which nodes a
-// preemption may help); when some node fits it decodes them into a status
-// per node and only counts them in a log line, in its one-pod-at-a-time
-// cycle. The extender logs them at V(5).
+// reads them only then: for its FailedScheduling event, and for which
+// nodes a preemption may help. When some node fits, it decodes them into a
+// status per node in its one-pod-at-a-time cycle, and only counts them in
+// a log line. The extender logs them at V(5).
 func filterResult(args *extenderv1.ExtenderArgs, fit []string, failed map[string]string) *extenderv1.ExtenderFilterResult {
 	if len(fit) > 0 {
 		failed = nil
@@ -524,15 +526,15 @@ func (h *Handlers) prioritize(w http.ResponseWriter, r *http.Request, _ httprout
 	var args extenderv1.ExtenderArgs
 	defer extenderwire.ReleaseNames(&args) // after the answer is written
 	serveVerb(h, w, r, "prioritize", &args, h.prioritizePod, func(err error) (int, any) {
-		// HostPriorityList has no error field: an error reply is the only
-		// way to say so, and the scheduler then ignores this extender's
+		// HostPriorityList has no error field, so an error reply is the
+		// only way to say so. The scheduler then ignores this extender's
 		// scores for the pod rather than failing it.
 		return http.StatusBadRequest, map[string]string{"error": err.Error()}
 	})
 }
 
-// prioritizePod answers prioritize for args, decoded, ctx's logger naming
-// its pod.
+// prioritizePod answers prioritize for args, decoded, with ctx's logger
+// naming its pod.
 func (h *Handlers) prioritizePod(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
 	pod, names, err := podArgs(args, true)
 	if err != nil {
@@ -540,8 +542,8 @@ func (h *Handlers) prioritizePod(ctx context.Context, args *extenderv1.ExtenderA
 	}
 	score := h.cfg.Placer.Score
 	if pod.Demand == nil {
-		// A pod that asks no gpu-mem: where its CPU and memory
-		// strand the least GPU memory.
+		// A pod that asks no gpu-mem: rate the nodes by where its CPU
+		// and memory strand the least GPU memory.
 		score = h.cfg.Placer.ScoreCPU
 	}
 	var scores []int64
@@ -598,9 +600,9 @@ func (h *Handlers) inspect(w http.ResponseWriter, _ *http.Request, ps httprouter
 }
 
 // preempt serves kube-scheduler's preempt verb (ProcessPreemption). Its
-// answer has no error field: a failure is a non-200 answer, which
-// kube-scheduler, the extender being not ignorable, takes as a failed
-// preemption: nobody is evicted.
+// answer has no error field, so a failure is a non-200 answer. As the
+// extender is not ignorable, kube-scheduler takes that as a failed
+// preemption, and nobody is evicted.
 func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.Params) {
 	var args extenderv1.ExtenderPreemptionArgs
 	serveVerb(h, w, r, "preempt", &args, h.preemptPod, func(err error) (int, any) {
@@ -608,8 +610,8 @@ func (h *Handlers) preempt(w http.ResponseWriter, r *http.Request, _ httprouter.
 	})
 }
 
-// preemptPod answers preempt for args, decoded, ctx's logger naming its
-// pod.
+// preemptPod answers preempt for args, decoded, with ctx's logger naming
+// its pod.
 func (h *Handlers) preemptPod(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
 	if args.Pod == nil {
 		return nil, errors.New("request has no pod")

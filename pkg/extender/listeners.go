@@ -14,8 +14,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// newServer returns an HTTP server of handler with the timeouts t (zero
-// fields from DefaultTimeouts), whose requests' contexts derive from ctx.
+// newServer returns an HTTP server of handler with the timeouts t, zero
+// fields taken from DefaultTimeouts. Its requests' contexts derive from
+// ctx.
 func newServer(ctx context.Context, handler http.Handler, t Timeouts) *http.Server {
 	def := DefaultTimeouts
 	return &http.Server{
@@ -38,8 +39,8 @@ type endpoint struct {
 	srv *http.Server
 }
 
-// listenAll opens every endpoint's listener, or none: on an error the ones
-// opened are closed.
+// listenAll opens every endpoint's listener, or none: on an error it
+// closes the ones opened.
 func listenAll(eps []*endpoint) error {
 	for i, ep := range eps {
 		ln, err := net.Listen("tcp", ep.addr)
@@ -57,9 +58,9 @@ func listenAll(eps []*endpoint) error {
 	return nil
 }
 
-// serverLog passes net/http's error log (failed TLS handshakes among it:
-// a client certificate refused, a client that does not trust ours) to a
-// structured logger.
+// serverLog passes net/http's error log to a structured logger. Among it
+// are failed TLS handshakes: a client certificate refused, or a client
+// that does not trust ours.
 type serverLog struct{ logger klog.Logger }
 
 func (s serverLog) Write(p []byte) (int, error) {

@@ -16,19 +16,20 @@ import (
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 )
 
-// Bind results, the values of gpushare_extender_binds_total's label result.
+// Bind results: the values of the label result of
+// gpushare_extender_binds_total.
 const (
-	// BindBound: the pod is bound to the node (also a retried bind of a
-	// pod already there).
+	// BindBound: the pod is bound to the node. A retried bind of a pod
+	// already there counts too.
 	BindBound = "bound"
-	// BindConflict: the pod was bound elsewhere, re-created or deleted,
-	// or still held by an earlier bind; or the Binding kept conflicting.
+	// BindConflict: the pod was bound elsewhere, re-created or deleted, or
+	// still held by an earlier bind; or the Binding kept conflicting.
 	BindConflict = "conflict"
 	// BindError: refused for any other reason (no fit, a bad request, the
-	// API refused the Binding); the cards were released.
+	// API refused the Binding). The cards were released.
 	BindError = "error"
-	// BindUnknown: a Binding may have been made and the pod could not be
-	// read back; the cards stay held.
+	// BindUnknown: a Binding may have been made, and the pod could not be
+	// read back. The cards stay held.
 	BindUnknown = "unknown"
 )
 
@@ -43,8 +44,8 @@ type metrics struct {
 	rejected *prometheus.CounterVec
 	// binds: result (Bind*) -> binds answered.
 	binds *prometheus.CounterVec
-	// rebuild: seconds from start until the informers' initial lists were
-	// in the cache; 0 until then.
+	// rebuild: seconds from start until the informers' initial lists were in
+	// the cache; 0 until then.
 	rebuild prometheus.Gauge
 }
 
@@ -104,9 +105,10 @@ func newMetrics(c Viewer) *metrics {
 	return m
 }
 
-// The card gauges: per card, its memory and what pods hold of it, in bytes
-// (the node's unit, GiB or MiB, times its size), labelled with the node,
-// the card's index, UUID and model and whether it is healthy.
+// The card gauges: per card, its memory and what pods hold of it, in
+// bytes (the node's unit, GiB or MiB, times its size). They are labelled
+// with the node, the card's index, UUID and model, and whether it is
+// healthy.
 const (
 	CardMemoryMetric    = "gpushare_card_memory_bytes"
 	CardAllocatedMetric = "gpushare_card_memory_allocated_bytes"
@@ -123,13 +125,13 @@ var cardFamilies = []struct {
 }
 
 // serveMetrics answers GET /metrics in the Prometheus text format: the
-// registry's metrics, then the card gauges, read from the cache at scrape
-// time (one Inspect, under the cache's lock only while it copies) and
-// written directly. At 5,000 nodes × 8 cards they are 80,000 series: as
-// client_golang const metrics they cost 0.4 to 0.9 s and 100 MB of garbage
-// per scrape on the development machine; written directly, a fraction of
-// that (see BenchmarkScrape and docs/reference/metrics.md). Compressed with gzip when
-// the client accepts it, as Prometheus does.
+// registry's metrics, then the card gauges. It reads the gauges from the
+// cache at scrape time, with one Inspect that holds the cache's lock only
+// while it copies. It writes them directly: at 5,000 nodes × 8 cards they
+// are 80,000 series, and client_golang const metrics cost many times more
+// a scrape (measured: docs/reference/metrics.md, "Scrape cost"). The
+// answer is compressed with gzip when the client accepts it, as
+// Prometheus does.
 func (m *metrics) serveMetrics(c Viewer, w http.ResponseWriter, r *http.Request) {
 	fams, err := m.registry.Gather()
 	if err != nil {
@@ -193,7 +195,7 @@ func writeCards(w *bufio.Writer, views []inspectapi.Node) {
 }
 
 // appendEscaped appends s escaped as the text format wants: backslash and
-// newline always, the double quote in label values.
+// newline always, and the double quote in label values.
 func appendEscaped(buf []byte, s string, label bool) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -222,7 +224,7 @@ func acceptsGzip(header string) bool {
 }
 
 // unitBytes is the size of one unit in bytes: 2^20 for MiB, else 2^30
-// (GiB, the default unit).
+// for GiB, the default unit.
 func unitBytes(unit string) float64 {
 	if unit == gpushare.UnitMiB {
 		return 1 << 20

@@ -19,9 +19,9 @@ import (
 )
 
 // pendingPods counts the pods that wait for a node and ask
-// aliyun.com/gpu-mem. It watches only pods without a node (the field
-// selector spec.nodeName=""; the API server reports a pod that gets one as
-// deleted), each stripped to what the count needs, so it holds the
+// aliyun.com/gpu-mem. It watches only pods without a node, with the field
+// selector spec.nodeName="". The API server reports a pod that gets a node
+// as deleted. Each pod is stripped to what the count needs, so it holds the
 // pending pods alone, not the cluster's.
 type pendingPods struct {
 	// store holds a *pendingPod per unscheduled pod, keyed namespace/name.
@@ -31,18 +31,18 @@ type pendingPods struct {
 // pendingPod is what pendingPods keeps of a pod.
 type pendingPod struct {
 	metav1.ObjectMeta
-	// nodeName is checked again: a client that ignores field selectors
-	// (a fake clientset) delivers bound pods too.
+	// nodeName is checked again: a client that ignores field selectors (a
+	// fake clientset) delivers bound pods too.
 	nodeName string
 	// asksGPU: a container or init container asks gpu-mem.
 	asksGPU bool
-	// finished: Succeeded or Failed (a pod can fail before it is scheduled).
+	// finished: Succeeded or Failed. A pod can fail before it is scheduled.
 	finished bool
 }
 
-// newPendingPods makes factory's pod informer the pending pods' own:
-// filtered and stripped, it serves nobody else. The factory's owner starts
-// it.
+// newPendingPods makes factory's pod informer the pending pods' own. It is
+// filtered and stripped, so it serves nobody else. The factory's owner
+// starts it.
 func newPendingPods(factory informers.SharedInformerFactory) (*pendingPods, error) {
 	inf := factory.InformerFor(&corev1.Pod{}, func(client kubernetes.Interface, resync time.Duration) toolscache.SharedIndexInformer {
 		return coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, resync,

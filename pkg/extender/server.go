@@ -29,11 +29,12 @@ import (
 	"github.com/gpushare/gpushare/pkg/webhook"
 )
 
-// watchListGates turns on client-go's WatchListClient: informers then
-// stream their initial lists object by object instead of decoding one
-// response holding every pod of the cluster. Measured with 5,000 nodes and
-// 40,000 pods, peak RSS falls from 521 to 166 MiB. client-go falls back to
-// a plain list on API servers without streaming lists.
+// watchListGates turns on client-go's WatchListClient. Informers then
+// stream their initial lists object by object, instead of decoding one
+// response holding every pod of the cluster, which lowers the peak RSS
+// (measured: docs/benchmarks.md#what-the-informers-objects-cost).
+// client-go falls back to a plain list on API servers without streaming
+// lists.
 type watchListGates struct{ clientfeatures.Gates }
 
 func (g watchListGates) Enabled(f clientfeatures.Feature) bool {
@@ -50,21 +51,22 @@ func enableStreamingLists() {
 
 // Extender is the scheduler extender a Config describes: the allocation
 // cache and the informers that feed it, the verbs' handlers and their
-// listeners, the leadership. New builds it; Run serves it.
+// listeners, and the leadership. New builds it; Run serves it.
 type Extender struct {
 	cfg    Config
 	logger klog.Logger
-	// start is when New began: the cache's rebuild is timed from it.
+	// start is when New began; the cache's rebuild is timed from it.
 	start  time.Time
 	client kubernetes.Interface
 	cache  *cache.Cache
 	feeder *feed.Feeder
-	// informers makes the informers besides the feeder's: the pending
-	// pods (filtered and stripped, so no other pod informer may come from
-	// it), the preemptor's budgets and the webhook's quotas.
+	// informers makes the informers besides the feeder's: the pending pods,
+	// the preemptor's budgets and the webhook's quotas. The pending pods'
+	// informer is filtered and stripped, so no other pod informer may come
+	// from it.
 	informers informers.SharedInformerFactory
 	pending   *pendingPods
-	// preemptor is nil with NoPreemption, gate for a single replica.
+	// preemptor is nil with NoPreemption, and gate for a single replica.
 	preemptor *preemption.Preemptor
 	gate      *leader.Gate
 	handlers  *Handlers
@@ -194,9 +196,10 @@ func (e *Extender) registerMetrics() error {
 	return nil
 }
 
-// buildEndpoints builds the listeners: the API on Config.Listen (HTTPS
-// with Config.TLSCertFile), and the probes and metrics on
-// Config.MetricsListen and the webhook on Config.WebhookListen when set.
+// buildEndpoints builds the listeners: the API on Config.Listen, HTTPS
+// with Config.TLSCertFile. When they are set, it also builds the probes
+// and metrics on Config.MetricsListen, and the webhook on
+// Config.WebhookListen.
 func (e *Extender) buildEndpoints() error {
 	cfg, files := e.cfg, e.tls
 	e.endpoints = []*endpoint{{name: "extender", addr: cfg.Listen, handler: e.handlers.Router()}}
@@ -216,7 +219,7 @@ func (e *Extender) buildEndpoints() error {
 	return nil
 }
 
-// webhook builds the mutating webhook, converting pods to claim pods when
+// webhook builds the mutating webhook. It converts pods to claim pods when
 // Config.WebhookDRANodeSelector says so.
 func (e *Extender) webhook() (http.Handler, error) {
 	wh, err := webhook.New(e.logger.WithName("webhook"), e.cfg.SchedulerName, e.handlers.Registerer())
@@ -237,9 +240,10 @@ func (e *Extender) webhook() (http.Handler, error) {
 	return mux, nil
 }
 
-// Run serves the extender until ctx ends; call it once. It listens at once
-// (so liveness probes pass), starts the informers and reports ready on
-// /readyz once they have synced; then it runs the leadership, if any.
+// Run serves the extender until ctx ends; call it once. It listens at
+// once, so that liveness probes pass, and starts the informers. It reports
+// ready on /readyz once they have synced. Then it runs the leadership, if
+// any.
 func (e *Extender) Run(ctx context.Context) error {
 	// Everything Run starts (informers, file watches) stops when it returns.
 	ctx, cancel := context.WithCancel(ctx)
@@ -258,9 +262,9 @@ func (e *Extender) Run(ctx context.Context) error {
 	if e.preemptor != nil {
 		e.preemptor.Start(ctx)
 	}
-	// synced ends when the informers have synced and the leadership (if
-	// any) has stopped: Run waits for it, so a stopping leader releases
-	// its Lease before the process exits.
+	// synced ends when the informers have synced and the leadership, if
+	// any, has stopped. Run waits for it, so that a stopping leader
+	// releases its Lease before the process exits.
 	synced := make(chan struct{})
 	go func() {
 		defer close(synced)
@@ -281,7 +285,7 @@ func (e *Extender) Run(ctx context.Context) error {
 	return runErr
 }
 
-// serve serves each endpoint's listener; a failure goes to errs.
+// serve serves each endpoint's listener. A failure goes to errs.
 func (e *Extender) serve(ctx context.Context, errs chan<- error) {
 	logger := klog.FromContext(ctx)
 	for _, ep := range e.endpoints {
@@ -297,17 +301,17 @@ func (e *Extender) serve(ctx context.Context, errs chan<- error) {
 	}
 }
 
-// lead waits for the informers' sync, then runs the leadership (if any)
-// until ctx ends; its failure goes to errs. Only a synced replica stands
+// lead waits for the informers' sync, then runs the leadership, if any,
+// until ctx ends. Its failure goes to errs. Only a synced replica stands
 // for leader.
 func (e *Extender) lead(ctx context.Context, errs chan<- error) {
 	if !e.feeder.WaitForSync(ctx) {
 		return
 	}
 	e.handlers.CacheRebuilt(time.Since(e.start))
-	// The initial lists (full objects, before stripping) are garbage now;
-	// an idle extender would hold that memory until the next periodic GC,
-	// so hand it back to the OS at once.
+	// The initial lists (full objects, before stripping) are garbage
+	// now. An idle extender would hold that memory until the next
+	// periodic GC, so hand it back to the OS at once.
 	debug.FreeOSMemory()
 	nodes, pods := e.cache.Counts()
 	klog.FromContext(ctx).Info("Informer caches synced; ready", "nodes", nodes, "pods", pods, "rebuild", time.Since(e.start))
@@ -316,7 +320,7 @@ func (e *Extender) lead(ctx context.Context, errs chan<- error) {
 	}
 }
 
-// shutdown stops the listeners, waiting up to 10 s for their requests; it
+// shutdown stops the listeners, waiting up to 10 s for their requests. It
 // returns the first failure.
 func (e *Extender) shutdown(ctx context.Context) error {
 	ctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -331,7 +335,7 @@ func (e *Extender) shutdown(ctx context.Context) error {
 }
 
 // runLeadership runs the election or follows the scheduler's Lease, as
-// Config says, until ctx ends; nothing for a single replica.
+// Config says, until ctx ends. It does nothing for a single replica.
 func (e *Extender) runLeadership(ctx context.Context) error {
 	cfg := e.cfg
 	switch {

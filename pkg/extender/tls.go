@@ -13,7 +13,8 @@ import (
 )
 
 // tlsFiles are the certificates the extender serves and the client CAs it
-// trusts, each reloaded when its files change; nil when not configured.
+// trusts, each reloaded when its files change. A field is nil when not
+// configured.
 type tlsFiles struct {
 	api       *certs.KeyPair
 	clientCAs *certs.CAPool
@@ -58,8 +59,8 @@ func (f *tlsFiles) watch(ctx context.Context, period time.Duration) {
 	}
 }
 
-// register adds, for each listener with a certificate, its expiry and the
-// reloads refused.
+// register adds, for each listener with a certificate, the metrics of its
+// expiry and of the reloads refused.
 func (f *tlsFiles) register(reg prometheus.Registerer) error {
 	add := func(listener, file string, kp *certs.KeyPair, failures func() int64) error {
 		labels := prometheus.Labels{"listener": listener, "file": file}

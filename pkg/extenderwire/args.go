@@ -14,11 +14,11 @@ import (
 )
 
 // MaxBodyBytes caps a request body at what the largest request of a
-// scheduler with nodeCacheCapable: true needs for 5,000 nodes: 5,000 node
-// names of at most 253 characters (1.3 MB as JSON) and a pod of at most
-// 1.5 MiB (etcd's limit), under 3 MiB. Whole Nodes (nodeCacheCapable:
-// false) for thousands of nodes do not fit: the shipped configuration sets
-// nodeCacheCapable.
+// scheduler with nodeCacheCapable: true needs for 5,000 nodes. That is
+// 5,000 node names of at most 253 characters (1.3 MB as JSON) and a pod of
+// at most 1.5 MiB (etcd's limit): under 3 MiB. Whole Nodes
+// (nodeCacheCapable: false) for thousands of nodes do not fit, so the
+// shipped configuration sets nodeCacheCapable.
 const MaxBodyBytes = 4 << 20
 
 // bodyPool holds the buffers request bodies are read into: a filter with
@@ -26,9 +26,9 @@ const MaxBodyBytes = 4 << 20
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // readBody reads r's body, at most MaxBodyBytes of it, into a buffer from
-// bodyPool; the caller puts the buffer back once nothing refers to its
+// bodyPool. The caller puts the buffer back once nothing refers to its
 // bytes. A body that declares a length over the cap is refused before a
-// byte of it is read: a flood of oversized requests then costs no reading.
+// byte of it is read, so a flood of oversized requests costs no reading.
 func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, error) {
 	if r.ContentLength > MaxBodyBytes {
 		return nil, fmt.Errorf("request body is over %d bytes", MaxBodyBytes)
@@ -46,8 +46,8 @@ func readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, error) {
 	return buf, nil
 }
 
-// putBody returns a buffer of readBody to bodyPool; one grown past
-// MaxBodyBytes is dropped (a request can make it that large only once).
+// putBody returns a buffer of readBody to bodyPool. One grown past
+// MaxBodyBytes is dropped: a request can make it that large only once.
 func putBody(buf *bytes.Buffer) {
 	if buf.Cap() <= MaxBodyBytes+bytes.MinRead {
 		bodyPool.Put(buf)
@@ -55,8 +55,8 @@ func putBody(buf *bytes.Buffer) {
 }
 
 // Decode reads a JSON body of at most MaxBodyBytes into v. The body must
-// be one JSON value: anything after it but white space is refused (a
-// body with two objects, or garbage after one, is not a request).
+// be one JSON value, and anything after it but white space is refused. A
+// body with two objects, or garbage after one, is not a request.
 func Decode(w http.ResponseWriter, r *http.Request, v any) error {
 	buf, err := readBody(w, r)
 	if err != nil {
@@ -79,8 +79,8 @@ func decodeBytes(body []byte, v any) error {
 }
 
 // DecodeArgs is Decode for the arguments of filter and prioritize, whose
-// bulk is the list of node names (kube-scheduler sends every candidate's
-// name, each cycle): see decodeArgsBytes.
+// bulk is the list of node names: kube-scheduler sends every candidate's
+// name, each cycle. See decodeArgsBytes.
 func DecodeArgs(w http.ResponseWriter, r *http.Request, args *extenderv1.ExtenderArgs) error {
 	buf, err := readBody(w, r)
 	if err != nil {
@@ -91,14 +91,14 @@ func DecodeArgs(w http.ResponseWriter, r *http.Request, args *extenderv1.Extende
 }
 
 // decodeArgsBytes decodes body into args as decodeBytes does, with the
-// same result for every body, valid or not. The common body, an object
-// whose keys and node names are plain printable ASCII, each key once, is
-// read by a scanner of its own: the names become substrings of one string
-// (two allocations for 5,000 names, where encoding/json makes one each
-// after two passes of its scanner over them), the pod and the nodes are
-// decoded by encoding/json. Any other body (escapes, other characters,
-// a key twice, invalid JSON) is decoded by decodeBytes from the start, so
-// its errors are encoding/json's.
+// same result for every body, valid or not. A scanner of its own reads the
+// common body: an object whose keys and node names are plain printable
+// ASCII, each key once. The names become substrings of one string: two
+// allocations for 5,000 names, where encoding/json makes one each after
+// two passes of its scanner over them. encoding/json decodes the pod and
+// the nodes. Any other body (escapes, other characters, a key twice,
+// invalid JSON) is decoded by decodeBytes from the start, so its errors
+// are encoding/json's.
 func decodeArgsBytes(body []byte, args *extenderv1.ExtenderArgs) error {
 	var fast extenderv1.ExtenderArgs
 	if fastArgs(body, &fast) {
@@ -109,8 +109,8 @@ func decodeArgsBytes(body []byte, args *extenderv1.ExtenderArgs) error {
 }
 
 // fastArgs decodes body into args if it is an object that argsScanner
-// reads (see decodeArgsBytes); it reports false, args then partly set,
-// when the body needs encoding/json.
+// reads (see decodeArgsBytes). It reports false when the body needs
+// encoding/json; args is then partly set.
 func fastArgs(body []byte, args *extenderv1.ExtenderArgs) bool {
 	p := argsScanner{b: body}
 	p.space()
@@ -172,9 +172,9 @@ func fastArgs(body []byte, args *extenderv1.ExtenderArgs) bool {
 	return p.i == len(p.b)
 }
 
-// argsKey returns the field of extenderv1.ExtenderArgs that key names
-// (ASCII, matched without case as encoding/json matches it): 0 Pod, 1
-// Nodes, 2 NodeNames, -1 none.
+// argsKey returns the field of extenderv1.ExtenderArgs that key names: 0
+// Pod, 1 Nodes, 2 NodeNames, -1 none. key is ASCII, matched without case
+// as encoding/json matches it.
 func argsKey(key []byte) int {
 	for i, name := range []string{"pod", "nodes", "nodenames"} {
 		if len(key) == len(name) && asciiEqualFold(key, name) {
@@ -227,8 +227,9 @@ func (p *argsScanner) eat(c byte) bool {
 }
 
 // plainString reads a string of printable ASCII characters other than '"'
-// and '\' (no escapes, nothing encoding/json would change) and returns its
-// contents; false for any other string, or none.
+// and '\', and returns its contents. Such a string has no escapes, nothing
+// encoding/json would change. It returns false for any other string, or
+// none.
 func (p *argsScanner) plainString() ([]byte, bool) {
 	if !p.eat('"') {
 		return nil, false
@@ -247,8 +248,9 @@ func (p *argsScanner) plainString() ([]byte, bool) {
 }
 
 // names reads null, or an array of plain strings (plainString) as node
-// names: nil for null, else the names, interned (nodeNames), in a slice
-// from namesPool that the caller hands back with ReleaseNames.
+// names. It returns nil for null. Otherwise it returns the names, interned
+// (nodeNames), in a slice from namesPool that the caller hands back with
+// ReleaseNames.
 func (p *argsScanner) names() (*[]string, bool) {
 	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
 		p.i += 4
@@ -291,7 +293,7 @@ func (p *argsScanner) names() (*[]string, bool) {
 	return names, true
 }
 
-// namesPool holds the slices filter and prioritize read node names into:
+// namesPool holds the slices filter and prioritize read node names into.
 // 5,000 names are an 80 KB slice, every scheduling cycle.
 var namesPool = sync.Pool{New: func() any { return new([]string) }}
 
@@ -310,7 +312,7 @@ func getNames(n int) *[]string {
 }
 
 // ReleaseNames hands args.NodeNames back to namesPool once nothing reads
-// them (the answer is written): the handler's last step.
+// them, that is once the answer is written: the handler's last step.
 func ReleaseNames(args *extenderv1.ExtenderArgs) {
 	s := args.NodeNames
 	args.NodeNames = nil
@@ -325,13 +327,13 @@ func ReleaseNames(args *extenderv1.ExtenderArgs) {
 // nodeNames interns the node names of filter and prioritize requests.
 var nodeNames = &nameTable{limit: 1 << 17}
 
-// nameTable interns node names: kube-scheduler sends the same few thousand
-// names every cycle, and a name read from a request body is looked up here
-// (a map lookup by the body's bytes allocates nothing) instead of copied.
+// nameTable interns node names. kube-scheduler sends the same few thousand
+// names every cycle. A name read from a request body is looked up here
+// instead of copied; a map lookup by the body's bytes allocates nothing.
 // Reads take no lock: the map is replaced, never changed. A request with
-// names not in it builds the next map (once per new node). Node names
-// churn (autoscaled nodes get new ones): once a new map would hold more
-// than limit names, it starts over with the request's own.
+// names not in it builds the next map, once per new node. Node names churn,
+// as autoscaled nodes get new ones. So once a new map would hold more than
+// limit names, it starts over with the request's own.
 type nameTable struct {
 	limit int
 	mu    sync.Mutex // serialises the writers

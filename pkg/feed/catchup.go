@@ -13,11 +13,11 @@ import (
 const catchUpPageSize = 500
 
 // CatchUp reads every pod bound to a node and not finished with a quorum
-// list (resourceVersion "": etcd's current state, not a watch cache) and
-// applies it to the cache (Cache.ApplyQuorum), page by page. When it
-// returns nil, every Binding the API server made before the list began is
-// charged, however far behind the informer is. See pkg/leader for who calls
-// it and why.
+// list, and applies it to the cache (Cache.ApplyQuorum), page by page. The
+// list's resourceVersion "" reads etcd's current state, not a watch cache.
+// When CatchUp returns nil, every Binding the API server made before the
+// list began is charged, however far behind the informer is. pkg/leader
+// says who calls it and why.
 func (f *Feeder) CatchUp(ctx context.Context) (pods int, err error) {
 	cu := f.cache.BeginCatchUp()
 	defer f.cache.EndCatchUp(cu)

@@ -16,22 +16,24 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// sliceNodeIndex indexes the ResourceSlice informer's store by node name;
-// claimWholeCardIndex the ResourceClaim informer's store by the nodes of
-// the claim's results that hold a whole card of the driver (no consumed
-// capacity: the claim is charged the card's size, which the slices give).
+// sliceNodeIndex indexes the ResourceSlice informer's store by node name.
+// claimWholeCardIndex indexes the ResourceClaim informer's store by the
+// nodes where the claim's results hold a whole card of the driver. Such a
+// result has no consumed capacity, and the claim is charged the card's
+// size, which the slices give.
 const (
 	sliceNodeIndex      = "node"
 	claimWholeCardIndex = "wholeCardNode"
 )
 
 // EnableDRA also feeds the cache what the gpushare DRA driver leaves in
-// the API, for the extender's node choice of claim pods: each node's cards
-// from the driver's ResourceSlices (Cache.SetDRANode) and what each
-// allocated ResourceClaim holds on them (Cache.UpsertClaim), both counted
-// in unit (GiB or MiB: a card's memory rounded down, a claim's rounded
-// up). Call it before Start. It needs list and watch on resourceslices and
-// resourceclaims (resource.k8s.io/v1, Kubernetes 1.34 or newer).
+// the API, for the extender's node choice of claim pods. That is each
+// node's cards from the driver's ResourceSlices (Cache.SetDRANode), and
+// what each allocated ResourceClaim holds on them (Cache.UpsertClaim). Both
+// are counted in unit, GiB or MiB: a card's memory rounded down, a claim's
+// rounded up. Call it before Start. It needs list and watch on
+// resourceslices and resourceclaims (resource.k8s.io/v1, Kubernetes 1.34 or
+// newer).
 func (f *Feeder) EnableDRA(unit string) error {
 	if unit != gpushare.UnitGiB && unit != gpushare.UnitMiB {
 		return fmt.Errorf("DRA memory unit %q: want %s or %s", unit, gpushare.UnitGiB, gpushare.UnitMiB)
@@ -89,7 +91,7 @@ func (f *Feeder) EnableDRA(unit string) error {
 }
 
 // sliceChanged applies the cards the driver now publishes for the node of
-// slice obj (a slice of another driver, or of no node, changes nothing).
+// slice obj. A slice of another driver, or of no node, changes nothing.
 func (f *Feeder) sliceChanged(obj any) {
 	s, ok := obj.(*resourcev1.ResourceSlice)
 	if !ok || s.Spec.Driver != draview.DriverName || s.Spec.NodeName == nil {
@@ -101,8 +103,8 @@ func (f *Feeder) sliceChanged(obj any) {
 		f.logger.Error(err, "Ignoring an invalid node annotation", "node", klog.KRef("", node))
 	}
 	// SetDRANode re-resolves the claims the cache holds on the node against
-	// its new cards; a claim of a whole card is charged the card's size,
-	// which only the slices say: charge it again.
+	// its new cards. A claim of a whole card is charged the card's size,
+	// which only the slices say, so charge it again.
 	objs, _ := f.claims.ByIndex(claimWholeCardIndex, node)
 	for _, obj := range objs {
 		f.claimChanged(obj)
@@ -110,7 +112,7 @@ func (f *Feeder) sliceChanged(obj any) {
 }
 
 // draCards returns node's cards from the slices in the informer's store,
-// in the feeder's unit, Rank their place in the slices.
+// in the feeder's unit, each card's Rank its place in the slices.
 func (f *Feeder) draCards(node string) []allocator.Card {
 	objs, _ := f.slices.ByIndex(sliceNodeIndex, node)
 	list := make([]*resourcev1.ResourceSlice, 0, len(objs))
@@ -149,10 +151,10 @@ func (f *Feeder) claimChanged(obj any) {
 }
 
 // claimInfo is what the cache charges for claim (UpsertClaim): a bound
-// "pod" named after the claim, one container per device result of the
-// driver on the node of its pool (a result without consumed capacity
-// holds the whole card); nil when the claim holds no device of the driver
-// or its results span several nodes.
+// "pod" named after the claim, on the node of its pool. It has one
+// container per device result of the driver; a result without consumed
+// capacity holds the whole card. It is nil when the claim holds no device
+// of the driver, or its results span several nodes.
 func (f *Feeder) claimInfo(claim *resourcev1.ResourceClaim) *kubeinfo.PodInfo {
 	shares := draview.Shares(claim)
 	if len(shares) == 0 {

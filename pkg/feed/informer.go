@@ -28,26 +28,25 @@ type Feeder struct {
 	cache   *cache.Cache
 	client  kubernetes.Interface
 	factory informers.SharedInformerFactory
-	// pods holds a *PodInfo per pod, keyed namespace/name; nodes a
-	// *NodeInfo per node, keyed by name, and nodeCount their number.
+	// pods holds a *PodInfo per pod, keyed namespace/name. nodes holds a
+	// *NodeInfo per node, keyed by name, and nodeCount is their number.
 	pods      toolscache.Indexer
 	nodes     toolscache.Store
 	nodeCount atomic.Int64
 	// synced reports whether the informers' initial lists have been
 	// delivered to the cache.
 	synced []toolscache.InformerSynced
-	// With EnableDRA: slices holds the ResourceSlices (indexed by node),
-	// claims the ResourceClaims (keyed namespace/name), draUnit the unit
-	// their memory is counted in. Nil and "" without.
+	// With EnableDRA: slices holds the ResourceSlices, indexed by node. claims
+	// holds the ResourceClaims, keyed namespace/name. draUnit is the unit their
+	// memory is counted in. Without EnableDRA they are nil and "".
 	slices, claims toolscache.Indexer
 	draUnit        string
 	logger         klog.Logger
 }
 
-// New registers node and pod informers that feed c. The pod
-// informer stores a *PodInfo per pod and the node informer a Node stripped
-// to what the extender reads, so 5,000 nodes and 40,000 pods fit in well
-// under 100 MiB.
+// New registers node and pod informers that feed c. They store a *PodInfo
+// per pod and a *NodeInfo per node, not the objects, which keeps the
+// extender's memory small (docs/benchmarks.md#memory).
 func New(ctx context.Context, c *cache.Cache, client kubernetes.Interface) (*Feeder, error) {
 	logger := klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(strip))
@@ -61,9 +60,9 @@ func New(ctx context.Context, c *cache.Cache, client kubernetes.Interface) (*Fee
 		AddFunc: func(obj any) { f.upsertPod(obj) },
 		UpdateFunc: func(old, obj any) {
 			// A relist after a watch gap delivers a pod deleted and
-			// re-created under the same name as one update from the old
-			// UID to the new, with no delete: the old pod's cards, CPU
-			// and memory must go with it.
+			// re-created under the same name as one update, from the old UID
+			// to the new, with no delete. The old pod's cards, CPU and
+			// memory must go with it.
 			if o, ok := old.(*kubeinfo.PodInfo); ok {
 				if n, ok := obj.(*kubeinfo.PodInfo); ok && o.UID != n.UID {
 					c.DeletePod(o.UID)
@@ -114,9 +113,9 @@ func deleted(obj any) any {
 }
 
 // podIndexers are the pod informer store's indexes. It has none: the
-// feeder looks pods up by key only, and the namespace index an informer
-// factory adds by default cost about 50 bytes a pod (6 MiB of live heap at
-// 120,000 pods, BenchmarkMemory).
+// feeder looks pods up by key only. The namespace index an informer
+// factory adds by default would cost memory for nothing (measured:
+// docs/benchmarks.md#what-the-informers-objects-cost).
 func podIndexers() toolscache.Indexers {
 	return toolscache.Indexers{}
 }
@@ -128,10 +127,10 @@ func (f *Feeder) upsertPod(obj any) {
 }
 
 // setNode passes a node add or update on to the cache; old is nil for an
-// add. An update that leaves what the cache reads unchanged (a heartbeat,
-// a label or condition change: NodeInfo.SameReads) is dropped: SetNode
-// would rebuild the node's cards and re-charge its pods under the cache's
-// lock for nothing.
+// add. It drops an update that leaves what the cache reads unchanged
+// (NodeInfo.SameReads), such as a heartbeat or a label or condition
+// change. SetNode would rebuild the node's cards and re-charge its pods
+// under the cache's lock for nothing.
 func (f *Feeder) setNode(logger klog.Logger, old, obj any) {
 	node, ok := obj.(*kubeinfo.NodeInfo)
 	if !ok {

@@ -17,11 +17,11 @@ type Node struct {
 	Source string `json:"source"`
 	// InventoryError explains an ignored inventory annotation.
 	InventoryError string `json:"inventoryError,omitempty"`
-	// CordonError explains an invalid gpushare.io/cordoned-gpus
-	// annotation: every card is then cordoned until it is fixed.
+	// CordonError explains an invalid gpushare.io/cordoned-gpus annotation.
+	// Every card is then cordoned until it is fixed.
 	CordonError string `json:"cordonError,omitempty"`
-	// CordonedMissing lists UUIDs the cordon annotation names that no
-	// card of the node has (a typo, or a card since removed).
+	// CordonedMissing lists UUIDs the cordon annotation names that no card of
+	// the node has: a typo, or a card since removed.
 	CordonedMissing []string `json:"cordonedMissing,omitempty"`
 	Total           int64    `json:"total"`
 	Used            int64    `json:"used"`
@@ -32,8 +32,8 @@ type Node struct {
 	// MissingUnits are held on card indexes the node no longer reports.
 	MissingUnits int64 `json:"missingUnits,omitempty"`
 	// Ignored lists pods whose allocation annotation the extender does not
-	// charge (it did not choose it and it does not fit the pod's request
-	// or the node's cards): bound pods on this node, charged by their
+	// charge: it did not choose it, and it does not fit the pod's request or
+	// the node's cards. They are bound pods on this node, charged by their
 	// request instead, and pending pods whose annotation names this node.
 	Ignored []Ignored `json:"ignored,omitempty"`
 }
@@ -62,15 +62,15 @@ type Card struct {
 	Used    int64  `json:"used"`
 	Healthy bool   `json:"healthy"`
 	// Cordoned: the operator keeps new pods off the card
-	// (gpushare.io/cordoned-gpus); pods on it keep what they hold.
+	// (gpushare.io/cordoned-gpus). Pods on it keep what they hold.
 	Cordoned bool `json:"cordoned,omitempty"`
 	// Isolation is how the card enforces each pod's share: driver, mps or
-	// none (advisory; also a node without an inventory).
+	// none. None is advisory; a node without an inventory shows it too.
 	Isolation gpushare.Isolation `json:"isolation"`
 	Pods      []Pod              `json:"pods"`
 }
 
-// Pod is one pod's share of a card (or of a node, when unattributed).
+// Pod is one pod's share of a card, or of a node when unattributed.
 type Pod struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`

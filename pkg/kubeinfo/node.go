@@ -9,44 +9,43 @@ import (
 )
 
 // NodeInfo is what the extender keeps of a node, read once when the node
-// arrives: the node informer stores NodeInfo instead of the Node (as the
-// pod informer stores PodInfo). A stripped Node still cost about 2.3 KiB:
-// the Node struct itself and two maps of quantities (35 MiB of live heap
-// at 15,000 nodes, a heap profile of the extender in TestExtenderRSS).
+// arrives. The node informer stores NodeInfo instead of the Node, as the
+// pod informer stores PodInfo: even a stripped Node costs kilobytes
+// (measured: docs/benchmarks.md#what-the-informers-objects-cost).
 type NodeInfo struct {
 	Name            string
 	UID             types.UID
 	ResourceVersion string
 	// Unschedulable, Taints and Labels are what kube-scheduler's own
-	// filters read of the node (spec.unschedulable, the taints of effect
-	// NoSchedule or NoExecute, the labels): a preemption checks them on
-	// the nodes kube-scheduler did not send it. The cache never reads
-	// them.
+	// filters read of the node: spec.unschedulable, the taints of effect
+	// NoSchedule or NoExecute, and the labels. A preemption checks them on
+	// the nodes kube-scheduler did not send it. The cache never reads them.
 	Unschedulable bool
 	Taints        []corev1.Taint
 	Labels        LabelSet
 	nodeReads
 }
 
-// nodeReads is all that cache.Cache.SetNode reads of a node: two versions of a
-// node that agree on it need no SetNode (it is comparable with ==).
+// nodeReads is all that cache.Cache.SetNode reads of a node. It is
+// comparable with ==, and two versions of a node that agree on it need no
+// SetNode.
 type nodeReads struct {
 	// inventory and cordoned are the node's gpushare.io/inventory and
-	// gpushare.io/cordoned-gpus annotations; hasInventory and hasCordoned
+	// gpushare.io/cordoned-gpus annotations. hasInventory and hasCordoned say
 	// whether it carries them.
 	inventory, cordoned       string
 	hasInventory, hasCordoned bool
 	// gpuMem and gpuCount are the node's allocatable (else capacity)
 	// aliyun.com/gpu-mem (units) and aliyun.com/gpu-count, 0 when absent.
 	gpuMem, gpuCount int64
-	// milliCPU and memMiB as NodeAllocatable returns them; hostKnown: the
+	// milliCPU and memMiB are as NodeAllocatable returns them. hostKnown: the
 	// node reports its CPU.
 	milliCPU, memMiB int64
 	hostKnown        bool
 }
 
-// SameReads reports whether n and o agree on all that SetNode reads: an
-// update from one to the other needs no SetNode.
+// SameReads reports whether n and o agree on all that SetNode reads, so
+// that an update from one to the other needs no SetNode.
 func (n *NodeInfo) SameReads(o *NodeInfo) bool { return n.nodeReads == o.nodeReads }
 
 // SameAnnotations reports whether n and o carry the same
@@ -94,8 +93,8 @@ func NewNodeInfo(node *corev1.Node) *NodeInfo {
 func (n *NodeInfo) GetName() string      { return n.Name }
 func (n *NodeInfo) GetNamespace() string { return "" }
 
-// GetObjectMeta makes the node's metadata for the informer's store (its
-// key, a deleted node's resourceVersion): a NodeInfo is a
+// GetObjectMeta makes the node's metadata for the informer's store: its
+// key, and a deleted node's resourceVersion. It makes a NodeInfo a
 // metav1.ObjectMetaAccessor, which meta.Accessor takes.
 func (n *NodeInfo) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion}

@@ -16,13 +16,13 @@ import (
 )
 
 // PodInfo is what the extender keeps of a pod, decoded once when the pod
-// arrives: the pod informer stores PodInfo instead of the Pod, which
-// keeps 40,000 pods in tens of MiB rather than hundreds. Of the pod's
-// metadata it holds only name, namespace, UID and resourceVersion, and the
-// labels of a pod that asks gpu-mem (a preemption matches them against
-// PodDisruptionBudgets), as a LabelSet: not a whole metav1.ObjectMeta,
-// which cost about 150 bytes a pod more (18 MiB of live heap at the RSS
-// target's 120,000 pods, BenchmarkMemory).
+// arrives. The pod informer stores PodInfo instead of the Pod, which keeps
+// its store small (measured:
+// docs/benchmarks.md#what-the-informers-objects-cost). Of the pod's
+// metadata it holds only name, namespace, UID and resourceVersion. It also
+// holds the labels of a pod that asks gpu-mem, which a preemption matches
+// against PodDisruptionBudgets, as a LabelSet. A whole metav1.ObjectMeta
+// would cost more a pod.
 type PodInfo struct {
 	Name, Namespace string
 	UID             types.UID
@@ -32,16 +32,16 @@ type PodInfo struct {
 	Phase           corev1.PodPhase
 	// Demand is nil for a pod that asks no gpu-mem or asks it invalidly.
 	Demand gpushare.Demand
-	// ClaimPod: the pod asks gpushare.io/dra-claim (gpushare.AsksDRAClaim):
-	// its GPU memory is a claim of the gpushare DRA driver, which the
-	// workload model learns from the claim (cache.Cache.UpsertClaim), not as a
-	// pod asking no GPU memory.
+	// ClaimPod: the pod asks gpushare.io/dra-claim (gpushare.AsksDRAClaim).
+	// Its GPU memory is a claim of the gpushare DRA driver. The workload model
+	// learns it from the claim (cache.Cache.UpsertClaim), not as a pod asking
+	// no GPU memory.
 	ClaimPod bool
 	// DRA: Demand is the memory the pod's claim of the gpushare DRA driver
-	// asks (the extender's filter sets it; NewPodInfo never does): the pod
-	// fits only the DRA driver's nodes, on the card kube-scheduler's first
-	// fit takes there (allocator.SliceOrder). Pods asking gpu-mem fit
-	// only the device plugin's nodes.
+	// asks. The extender's filter sets it; NewPodInfo never does. Such a pod
+	// fits only the DRA driver's nodes, on the card kube-scheduler's first fit
+	// takes there (allocator.SliceOrder). Pods asking gpu-mem fit only the
+	// device plugin's nodes.
 	DRA bool
 	// Allocation is the parsed gpushare.io/allocation, nil when absent or invalid.
 	Allocation *gpushare.Allocation
@@ -52,9 +52,9 @@ type PodInfo struct {
 	LegacyIndex int
 	// Policy is the gpushare.io/policy annotation.
 	Policy string
-	// Constraints are the cards the pod's gpushare.io/gpu-* annotations
-	// allow (gpushare.ParseCardConstraints), nil when it carries none;
-	// ConstraintsErr says why they are invalid (the pod then fits nowhere).
+	// Constraints are the cards the pod's gpushare.io/gpu-* annotations allow
+	// (gpushare.ParseCardConstraints), nil when it carries none.
+	// ConstraintsErr says why they are invalid; the pod then fits nowhere.
 	Constraints    *gpushare.CardConstraints
 	ConstraintsErr error
 	// MilliCPU and MemoryMiB are the pod's CPU (millicores) and memory
@@ -62,35 +62,35 @@ type PodInfo struct {
 	MilliCPU, MemoryMiB int64
 
 	// MPSUser is the Linux user the pod's MPS clients run as
-	// (gpushare.PodMPSUser): on a card in mps mode it may only join clients
-	// of the same user.
+	// (gpushare.PodMPSUser). On a card in mps mode it may only join clients of
+	// the same user.
 	MPSUser gpushare.MPSUser
 
-	// Priority is spec.priority (0 when unset); PreemptNever: its
+	// Priority is spec.priority, 0 when unset. PreemptNever: its
 	// preemptionPolicy is Never, so it evicts nobody.
 	Priority     int32
 	PreemptNever bool
 	// Terminating: the pod has a deletionTimestamp; its memory comes free
 	// when it is gone. GraceSeconds is its termination grace period
-	// (seconds), StartTime its status.startTime (its creation until it
-	// has one): a preemption prefers to evict the younger of two pods of
-	// one priority, as kube-scheduler does.
+	// (seconds). StartTime is its status.startTime, or its creation until it
+	// has one. A preemption prefers to evict the younger of two pods of one
+	// priority, as kube-scheduler does.
 	Terminating  bool
 	GraceSeconds int64
 	StartTime    time.Time
 }
 
-// GetName, GetNamespace and GetUID are the pod's (klog.KObj and the
-// extender read them).
+// GetName, GetNamespace and GetUID are the pod's; klog.KObj and the
+// extender read them.
 func (p *PodInfo) GetName() string      { return p.Name }
 func (p *PodInfo) GetNamespace() string { return p.Namespace }
 func (p *PodInfo) GetUID() types.UID    { return p.UID }
 
-// GetObjectMeta makes the pod's metadata for the informer's store (its
-// key, a deleted pod's resourceVersion): a PodInfo is a
+// GetObjectMeta makes the pod's metadata for the informer's store: its
+// key, and a deleted pod's resourceVersion. It makes a PodInfo a
 // metav1.ObjectMetaAccessor, which meta.Accessor takes. The informer calls
 // it for every key it computes, so it holds no labels (read Labels, a
-// LabelSet): one allocation, not a map besides.
+// LabelSet): one allocation, and no map besides.
 func (p *PodInfo) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion}
 }
@@ -135,13 +135,13 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		}
 	}
 	info.LegacyIndex = -1
-	// A 32-bit index: the cache keeps it in 32 bits (no node has 2³¹ cards).
+	// The cache keeps the index in 32 bits; no node has 2³¹ cards.
 	if idx, err := strconv.ParseInt(pod.Annotations[gpushare.AnnotationIndex], 10, 32); err == nil && idx >= 0 {
 		info.LegacyIndex = int(idx)
 	}
 	if a := info.Allocation; a != nil {
 		// Share the strings the pod already holds (the node's name, the
-		// unit's constant) instead of the decoder's copies: 24 bytes a pod.
+		// unit's constant) instead of keeping the decoder's copies.
 		if a.Node == info.NodeName {
 			a.Node = info.NodeName
 		}
@@ -168,10 +168,11 @@ func (p *PodInfo) Placeable() error {
 	return nil
 }
 
-// LabelSet is a pod's labels as key-value pairs sorted by key: a
-// labels.Labels that a PodDisruptionBudget's selector matches, in one
-// slice where the pod's decoded map of two labels took about 300 bytes
-// (a map's smallest table); nil for none.
+// LabelSet is a pod's labels as key-value pairs sorted by key, nil for
+// none. It is a labels.Labels that a PodDisruptionBudget's selector
+// matches. One slice costs less than the decoded map, whose smallest table
+// is hundreds of bytes (measured:
+// docs/benchmarks.md#what-the-informers-objects-cost).
 type LabelSet []Label
 
 // Label is one label of a LabelSet.

@@ -4,11 +4,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// PodRequests returns the CPU (millicores) and memory (MiB, rounded up) pod
-// requests as kube-scheduler's NodeResourcesFit counts them: the app
-// containers and restartable init containers (sidecars) together, or the
-// largest init container with the sidecars started before it if more, plus
-// the pod overhead.
+// PodRequests returns the CPU (millicores) and memory (MiB, rounded up)
+// that pod requests, as kube-scheduler's NodeResourcesFit counts them. That
+// is the larger of two sums, plus the pod overhead. One is the app
+// containers and restartable init containers (sidecars) together. The
+// other is the largest init container with the sidecars started before it.
 func PodRequests(pod *corev1.Pod) (milliCPU, memMiB int64) {
 	var cpu, mem, sideCPU, sideMem int64 // memory in bytes
 	for _, c := range pod.Spec.Containers {
@@ -32,9 +32,9 @@ func PodRequests(pod *corev1.Pod) (milliCPU, memMiB int64) {
 }
 
 // NodeAllocatable returns the node's allocatable CPU (millicores) and
-// memory (MiB, rounded down), each falling back to capacity when the node
-// reports no allocatable amount; known is false when it reports no CPU at
-// all (then the extender scores the node by its cards alone).
+// memory (MiB, rounded down). Each falls back to capacity when the node
+// reports no allocatable amount. known is false when it reports no CPU at
+// all; the extender then scores the node by its cards alone.
 func NodeAllocatable(node *corev1.Node) (milliCPU, memMiB int64, known bool) {
 	cpu, ok := node.Status.Allocatable[corev1.ResourceCPU]
 	if !ok {

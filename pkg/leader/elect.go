@@ -12,8 +12,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Defaults of the election, those of kube-scheduler and
-// kube-controller-manager.
+// Defaults of the election, the same as kube-scheduler's and
+// kube-controller-manager's.
 const (
 	DefaultLeaseDuration = 15 * time.Second
 	DefaultRenewDeadline = 10 * time.Second
@@ -26,9 +26,9 @@ type ElectConfig struct {
 	Namespace, Name string
 	// Identity of this replica (its pod name).
 	Identity string
-	// LeaseDuration, RenewDeadline and RetryPeriod as client-go's leader
-	// election; RenewDeadline < LeaseDuration, and the difference is the
-	// safety margin of the package doc.
+	// LeaseDuration, RenewDeadline and RetryPeriod are as in client-go's
+	// leader election. RenewDeadline < LeaseDuration, and the difference is
+	// the package doc's safety margin.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
@@ -44,7 +44,7 @@ func (c *ElectConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// fencedLock records each renewal of the Lease in the gate, and on release
+// fencedLock records each renewal of the Lease in the gate. On release it
 // ends the term and lets the in-flight Binding writes drain first.
 type fencedLock struct {
 	resourcelock.Interface
@@ -65,7 +65,7 @@ func (l *fencedLock) Create(ctx context.Context, r resourcelock.LeaderElectionRe
 func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
 	if r.HolderIdentity != l.Identity() {
 		// Release: stop binding, and give the writes already sent the
-		// margin before another replica may take over at once.
+		// margin, as another replica may take over at once.
 		l.gate.end(klog.FromContext(ctx))
 		l.gate.drain(ctx, l.grace)
 		return l.Interface.Update(ctx, r)
@@ -77,10 +77,11 @@ func (l *fencedLock) Update(ctx context.Context, r resourcelock.LeaderElectionRe
 	return nil
 }
 
-// Elect runs the election until ctx ends: as a candidate until it holds the
-// Lease, then as leader (g serving after its catch-up) until it loses it,
-// then as a candidate again. On ctx's end the Lease is released, after the
-// in-flight Binding writes have returned and the safety margin has passed.
+// Elect runs the election until ctx ends. It runs as a candidate until it
+// holds the Lease, then as leader until it loses it, then as a candidate
+// again. As leader, g serves after its catch-up. When ctx ends, the Lease
+// is released once the in-flight Binding writes have returned and the
+// safety margin has passed.
 func Elect(ctx context.Context, client kubernetes.Interface, cfg ElectConfig, g *Gate) error {
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -16,11 +16,11 @@ import (
 
 // FollowConfig names the scheduler's Lease a sidecar follows.
 type FollowConfig struct {
-	// Namespace and Name of kube-scheduler's Lease (kube-system and
-	// kube-scheduler, or its leaderElection.resourceName).
+	// Namespace and Name of kube-scheduler's Lease: kube-system and
+	// kube-scheduler, or its leaderElection.resourceName.
 	Namespace, Name string
-	// Identity is this pod's name: kube-scheduler's holder identity is the
-	// host name (the pod name) followed by "_" and a UUID.
+	// Identity is this pod's name. kube-scheduler's holder identity is the
+	// host name (the pod name), then "_" and a UUID.
 	Identity string
 }
 
@@ -37,9 +37,9 @@ type follower struct {
 	identity string
 	logger   klog.Logger
 	ctx      context.Context
-	// leading and transitions: whether the last record seen named us, and
-	// its leaseTransitions (a change while ours is a new term: the Lease
-	// was lost and taken back in between).
+	// leading: the last record seen named us. transitions: its
+	// leaseTransitions. A change while ours is a new term: the Lease was lost
+	// and taken back in between.
 	leading     bool
 	transitions int32
 }
@@ -69,9 +69,9 @@ func (f *follower) observe(l *coordinationv1.Lease) {
 	f.leading, f.transitions = ours, transitions
 }
 
-// Follow watches the scheduler's Lease until ctx ends and makes g serve
-// while its holder is this pod's scheduler (each new term after a
-// catch-up). Binding writes are fenced to the Lease's renewTime plus g's
+// Follow watches the scheduler's Lease until ctx ends. It makes g serve
+// while the holder is this pod's scheduler, each new term after a
+// catch-up. Binding writes are fenced to the Lease's renewTime plus g's
 // renew deadline: the scheduler and its sidecar share the host's clock.
 func Follow(ctx context.Context, client kubernetes.Interface, cfg FollowConfig, g *Gate) error {
 	if cfg.Namespace == "" || cfg.Name == "" || cfg.Identity == "" {

@@ -11,15 +11,15 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// ErrNotLeader is Fence's error on a replica that does not serve (not the
-// leader, or still catching up).
+// ErrNotLeader is Fence's error on a replica that does not serve: it is
+// not the leader, or still catching up.
 var ErrNotLeader = errors.New("this extender replica is not the leader")
 
 // ErrLeaseExpiring is Fence's error when the Lease was last renewed too
 // long ago for a Binding to end before the renew deadline.
 var ErrLeaseExpiring = errors.New("this extender replica's lease is about to expire")
 
-// minBindTime is the least time a Binding write is given: with less left
+// minBindTime is the least time a Binding write is given. With less left
 // before the fence, the write is refused rather than cut short.
 const minBindTime = 500 * time.Millisecond
 
@@ -36,23 +36,23 @@ type Gate struct {
 	catchUp CatchUpFunc
 	// renewDeadline: a Binding write must end by the last renewal plus this.
 	renewDeadline time.Duration
-	// readyWhenServing: /readyz follows Serving (standalone replicas
-	// behind a Service); otherwise Ready is always true (the sidecar).
+	// readyWhenServing: /readyz follows Serving, for standalone replicas
+	// behind a Service. Otherwise Ready is always true (the sidecar).
 	readyWhenServing bool
 	clock            clock.PassiveClock
 
 	mu sync.Mutex
-	// leading: the lease is ours (from its acquisition until the term ends).
+	// leading: the lease is ours, from its acquisition until the term ends.
 	leading bool
 	// caughtUp: the current term's catch-up has finished.
 	caughtUp bool
-	// renewed: when the lease was last renewed by us (our clock, taken
-	// before the renewal was sent), or its followed renewTime.
+	// renewed: when we last renewed the lease, by our clock before the
+	// renewal was sent; or the followed Lease's renewTime.
 	renewed time.Time
 	// term is cancelled when the term ends; endTerm cancels it.
 	term    context.Context
 	endTerm context.CancelFunc
-	// terms counts the terms begun (for tests and logs).
+	// terms counts the terms begun, for tests and logs.
 	terms int
 	// inFlight counts the fenced Binding writes running.
 	inFlight int
@@ -79,8 +79,8 @@ func (g *Gate) Serving() bool {
 }
 
 // Ready is what /readyz reports beside the informers' sync: Serving for
-// standalone replicas, true for a sidecar (its pod must stay ready whoever
-// leads).
+// standalone replicas, true for a sidecar. A sidecar's pod must stay ready
+// whoever leads.
 func (g *Gate) Ready() bool { return !g.readyWhenServing || g.Serving() }
 
 // Terms returns how many terms have begun.
@@ -90,10 +90,10 @@ func (g *Gate) Terms() int {
 	return g.terms
 }
 
-// Fence returns a context for one Binding write: refused with ErrNotLeader
-// or ErrLeaseExpiring, else ending at the last renewal plus the renew
-// deadline or when the term ends, whichever comes first. done must be
-// called when the write has returned.
+// Fence returns a context for one Binding write, or refuses it with
+// ErrNotLeader or ErrLeaseExpiring. The context ends at the last renewal
+// plus the renew deadline, or when the term ends, whichever comes first.
+// done must be called when the write has returned.
 func (g *Gate) Fence(ctx context.Context) (fenced context.Context, done func(), err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -126,7 +126,8 @@ func (g *Gate) renewal(t time.Time) {
 }
 
 // begin starts a term: the replica serves once the catch-up has run. It
-// returns at once; the catch-up retries until it succeeds or the term ends.
+// returns at once. The catch-up retries until it succeeds or the term
+// ends.
 func (g *Gate) begin(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	g.mu.Lock()
@@ -172,8 +173,9 @@ func (g *Gate) end(logger klog.Logger) {
 	g.endTerm()
 }
 
-// drain waits until the fenced writes have returned, then grace more (the
-// margin for a write the API server may still apply), or ctx ends.
+// drain waits until the fenced writes have returned, then grace more, or
+// until ctx ends. grace is the margin for a write the API server may still
+// apply.
 func (g *Gate) drain(ctx context.Context, grace time.Duration) {
 	for {
 		g.mu.Lock()

@@ -1,4 +1,4 @@
-// Package preemption evicts, for a pending GPU pod of higher priority, the
-// lower-priority pods of one card: it plans and reserves in the allocation
-// cache and writes the nomination and the evictions to the API.
+// Package preemption evicts the lower-priority pods of one card for a
+// pending GPU pod of higher priority: it plans and reserves in the
+// allocation cache and writes the nomination and the evictions to the API.
 package preemption

@@ -11,7 +11,7 @@ import (
 
 // NodeReader reads the cluster's nodes from an informer (feed.Feeder).
 type NodeReader interface {
-	// Node returns node name, ok false when the informer lacks it.
+	// Node returns node name; ok is false when the informer lacks it.
 	Node(name string) (*kubeinfo.NodeInfo, bool)
 	// NodeCount is the number of nodes, with or without GPUs.
 	NodeCount() int
@@ -19,13 +19,16 @@ type NodeReader interface {
 
 var _ NodeReader = (*feed.Feeder)(nil)
 
-// nodeFilter is what kube-scheduler's own filters ask of a node for one
-// pod beyond its resources: NodeUnschedulable (not cordoned, unless the pod
-// tolerates it), TaintToleration (no NoSchedule or NoExecute taint the pod
-// does not tolerate) and NodeAffinity (spec.nodeSelector and required node
-// affinity). A preemption checks them on the nodes kube-scheduler did not
-// send, where the pod's cards fit: a node that fails them is no reason to
-// evict nobody.
+// nodeFilter is what kube-scheduler's own filters ask of a node for one pod
+// beyond its resources:
+//   - NodeUnschedulable: not cordoned, unless the pod tolerates it;
+//   - TaintToleration: no NoSchedule or NoExecute taint the pod does not
+//     tolerate;
+//   - NodeAffinity: spec.nodeSelector and required node affinity.
+//
+// A preemption checks them on the nodes kube-scheduler did not send, where
+// the pod's cards fit. A node there that fails them is no reason to evict
+// nobody.
 type nodeFilter struct {
 	tolerations []corev1.Toleration
 	affinity    nodeaffinity.RequiredNodeAffinity
@@ -56,12 +59,12 @@ func (f *nodeFilter) usable(n *kubeinfo.NodeInfo) bool {
 }
 
 // tolerates reports whether one of the pod's tolerations tolerates taint,
-// as kube-scheduler matches them (k8s.io/api's Toleration.ToleratesTaint,
-// whose signature differs between the Kubernetes versions the extender
-// builds against): an empty effect matches every effect, an empty key
-// (with Exists) every key, Exists every value, Equal (or no operator) the
-// same value. The comparison operators Lt and Gt of an alpha feature
-// match nothing, as in a cluster without it.
+// as kube-scheduler matches them. k8s.io/api has Toleration.ToleratesTaint,
+// but its signature differs between the Kubernetes versions the extender
+// builds against. An empty effect matches every effect, and an empty key
+// (with Exists) every key. Exists matches every value, and Equal (or no
+// operator) the same value. The comparison operators Lt and Gt of an alpha
+// feature match nothing, as in a cluster without it.
 func (f *nodeFilter) tolerates(taint corev1.Taint) bool {
 	for _, t := range f.tolerations {
 		if t.Effect != "" && t.Effect != taint.Effect || t.Key != "" && t.Key != taint.Key {

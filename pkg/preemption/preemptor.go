@@ -27,31 +27,31 @@ import (
 
 // API is what a preemption writes to the API.
 type API interface {
-	// Nominate sets status.nominatedNodeName of pod namespace/name to node
-	// ("" clears it), provided the pod still has UID uid.
+	// Nominate sets status.nominatedNodeName of pod namespace/name to node,
+	// provided the pod still has UID uid. "" clears it.
 	Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error
 	// Evict asks the Eviction API (policy/v1) to evict pod namespace/name,
-	// provided it still has UID uid: the API server refuses (429) an
-	// eviction a PodDisruptionBudget forbids, and the pod is deleted with
-	// its own grace period.
+	// provided it still has UID uid. The API server refuses (429) an eviction
+	// a PodDisruptionBudget forbids. The pod is deleted with its own grace
+	// period.
 	Evict(ctx context.Context, namespace, name string, uid types.UID) error
 }
 
-// Preemption results, the values of gpushare_extender_preemptions_total's
-// label result.
+// Preemption results: the values of the label result of
+// gpushare_extender_preemptions_total.
 const (
-	// Evicting: room reserved on one node's card; its victims are being
-	// evicted (none when pods already leaving free enough).
+	// Evicting: room is reserved on one node's card, and its victims are being
+	// evicted. There are none when pods already leaving free enough.
 	Evicting = "evicting"
-	// Delegated: the pod's cards fit a node kube-scheduler found for
-	// other resources; kube-scheduler evicts its own victims there, the
-	// cards held meanwhile.
+	// Delegated: the pod's cards fit a node kube-scheduler found for other
+	// resources. kube-scheduler evicts its own victims there, and the cards
+	// are held meanwhile.
 	Delegated = "delegated"
-	// Refused: an eviction was refused (a PodDisruptionBudget, or an
-	// error); the room was released.
+	// Refused: an eviction was refused (a PodDisruptionBudget, or an error),
+	// and the room was released.
 	Refused = "refused"
-	// Abandoned: the room was gone (expired, released, or taken by the
-	// pod's bind) before its evictions were all sent; the rest were not.
+	// Abandoned: the room was gone (expired, released, or taken by the pod's
+	// bind) before its evictions were all sent. The rest were not sent.
 	Abandoned = "abandoned"
 )
 
@@ -62,9 +62,9 @@ const (
 	planTimeout    = 5 * time.Second
 )
 
-// preemptQueue is how many reserved preemptions may wait for a worker, and
-// preemptWorkers how many run at once; planQueue is how many pods may wait
-// for the one planner.
+// preemptQueue is how many reserved preemptions may wait for a worker.
+// preemptWorkers is how many run at once. planQueue is how many pods may
+// wait for the one planner.
 const (
 	preemptQueue   = 256
 	preemptWorkers = 4
@@ -72,11 +72,12 @@ const (
 	maxFruitless   = 4096
 )
 
-// Reserver is what a preemption asks of the allocation cache: plan on its
-// cards and reserve the room for the pod.
+// Reserver is what a preemption asks of the allocation cache: to plan on
+// its cards, and to reserve the room for the pod.
 type Reserver interface {
 	// PlanPreemptionAfter plans the evictions that make room for pod on one
-	// of nodes, leaving's pods going anyway; nil when nothing does.
+	// of nodes, with leaving's pods going anyway. It returns nil when nothing
+	// does.
 	PlanPreemptionAfter(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID, vs planner.Victims) (*planner.Plan, error)
 	// HoldNow returns a plan without victims when pod's cards fit node as
 	// they are, nil otherwise.
@@ -100,7 +101,7 @@ type PodReader interface {
 }
 
 // Fencer bounds each write to this replica's term as leader
-// (leader.Gate.Fence); done is called when the write has returned.
+// (leader.Gate.Fence). done is called when the write has returned.
 type Fencer interface {
 	Fence(ctx context.Context) (fenced context.Context, done func(), err error)
 }
@@ -116,20 +117,21 @@ type Config struct {
 	Cache Reserver
 	// API makes the nominations and evictions.
 	API API
-	// Pods reads the victims; Nodes the nodes kube-scheduler did not send.
+	// Pods reads the victims. Nodes reads the nodes kube-scheduler did not
+	// send.
 	Pods  PodReader
 	Nodes NodeReader
-	// Budgets is the PodDisruptionBudget informer; its factory's owner
-	// starts it.
+	// Budgets is the PodDisruptionBudget informer. Its factory's owner starts
+	// it.
 	Budgets policyinformers.PodDisruptionBudgetInformer
 	// TTL is how long reserved room waits for its pod beyond the victims'
-	// grace period (cache.Reserve); cache.DefaultAssumeTTL when zero.
+	// grace period (cache.Reserve). It is cache.DefaultAssumeTTL when zero.
 	TTL time.Duration
-	// Fence, when set (several replicas), fences every write.
+	// Fence, when set, fences every write; several replicas set it.
 	Fence Fencer
-	// PercentageOfNodesToScore is kube-scheduler's (0 to 100; 0 is its
-	// adaptive default): from it and the cluster's size the preemptor
-	// tells whether kube-scheduler may have stopped filtering early.
+	// PercentageOfNodesToScore is kube-scheduler's, 0 to 100; 0 is its
+	// adaptive default. From it and the cluster's size the preemptor tells
+	// whether kube-scheduler may have stopped filtering early.
 	PercentageOfNodesToScore int32
 }
 
@@ -148,14 +150,15 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Preemptor evicts, for a pending pod of higher priority, the lower-priority
-// pods of one card (docs/design/preemption.md). The filter verb calls
-// Unschedulable when a pod fits none of the nodes kube-scheduler sent, the
+// Preemptor evicts the lower-priority pods of one card for a pending pod of
+// higher priority (docs/design/preemption.md). The filter verb calls
+// Unschedulable when a pod fits none of the nodes kube-scheduler sent. The
 // preempt verb (ProcessPreemption) calls Preempt with kube-scheduler's own
 // candidates. Neither plans in the verb: they queue the pod for the
-// planner, which plans in the cache (cache.PlanPreemption), reserves the
-// room (cache.Reserve, no API call) and queues the writes for the workers:
-// the pod's status.nominatedNodeName, then one Eviction per victim.
+// planner. The planner plans in the cache (cache.PlanPreemption) and
+// reserves the room (cache.Reserve, no API call). It then queues the writes
+// for the workers: the pod's status.nominatedNodeName, then one Eviction
+// per victim.
 //
 //	verb ──(can it preempt? cheap checks)──► plans ──► planner ──Reserve──► queue ──► workers
 //	                                                                              nominate, evict
@@ -163,15 +166,15 @@ type Preemptor struct {
 	cfg     Config
 	victims *podVictims
 
-	// plans holds the pods waiting for the planner; planning: pod UID ->
-	// struct{}, each pod queued or being planned (one request per pod).
+	// plans holds the pods waiting for the planner. planning: pod UID ->
+	// struct{}, each pod queued or being planned, one request per pod.
 	plans    chan *planRequest
 	planning sync.Map
 	// queue holds the reserved plans waiting for a worker.
 	queue chan *planner.Plan
-	// fruitless: pod UID -> the stamp when its last plan found nothing; it
-	// is not planned again until the cache or the budgets change (a plan
-	// of the same inputs finds the same nothing). fruitlessSize counts the
+	// fruitless: pod UID -> the stamp when its last plan found nothing. The
+	// pod is not planned again until the cache or the budgets change: a plan
+	// of the same inputs finds the same nothing. fruitlessSize counts the
 	// entries; past maxFruitless they are all dropped.
 	fruitless     sync.Map
 	fruitlessSize atomic.Int64
@@ -184,11 +187,11 @@ type Preemptor struct {
 // planRequest is one pod for the planner.
 type planRequest struct {
 	pod *kubeinfo.PodInfo
-	// nodes to plan on (a copy, the verb's own slice being pooled).
+	// nodes to plan on: a copy, as the verb's own slice is pooled.
 	nodes []string
-	// outside, when set, is the pod's nodeFilter: kube-scheduler may have
-	// stopped filtering before it found the nodes where the pod fits, so
-	// nobody is evicted while one of the nodes it did not send fits.
+	// outside, when set, is the pod's nodeFilter. kube-scheduler may have
+	// stopped filtering before it found the nodes where the pod fits. Nobody
+	// is evicted while one of the nodes it did not send fits.
 	outside *nodeFilter
 }
 
@@ -231,8 +234,8 @@ func (p *Preemptor) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Start starts the planner and the workers; both stop with ctx. Until the
-// budgets' informer has synced no preemption is planned.
+// Start starts the planner and the workers; both stop with ctx. No
+// preemption is planned until the budgets' informer has synced.
 func (p *Preemptor) Start(ctx context.Context) {
 	go func() {
 		for {
@@ -259,7 +262,7 @@ func (p *Preemptor) Start(ctx context.Context) {
 	}
 }
 
-// Synced reports whether the budgets' informer has synced: until then no
+// Synced reports whether the budgets' informer has synced. Until then no
 // preemption is planned.
 func (p *Preemptor) Synced() bool { return p.victims.synced() }
 
@@ -270,12 +273,13 @@ func (p *Preemptor) Idle() bool {
 	return idle
 }
 
-// canPreempt says why pod may not evict anyone now ("" when it may): it
-// asks no gpu-mem or invalidly, its preemptionPolicy is Never, the budgets
-// are not known yet, or it holds reserved room already; with gpuVictims,
-// also when no pod holding card memory has a lower priority (the victims
-// of the extender's own plans hold card memory; kube-scheduler's, for
-// other resources, need not). It reads only the cache.
+// canPreempt says why pod may not evict anyone now, "" when it may. It may
+// not when it asks no gpu-mem or asks invalidly, its preemptionPolicy is
+// Never, the budgets are not known yet, or it holds reserved room already.
+// With gpuVictims it also may not when no pod holding card memory has a
+// lower priority. The victims of the extender's own plans hold card
+// memory; kube-scheduler's, for other resources, need not. It reads only
+// the cache.
 func (p *Preemptor) canPreempt(pod *kubeinfo.PodInfo, gpuVictims bool) string {
 	switch {
 	case pod.Demand == nil || pod.ConstraintsErr != nil:
@@ -297,13 +301,14 @@ func (p *Preemptor) canPreempt(pod *kubeinfo.PodInfo, gpuVictims bool) string {
 	return ""
 }
 
-// Unschedulable is called by filter when pod (spec, its PodInfo) fits
-// none of nodes, the nodes that passed kube-scheduler's own filters: it
-// queues the pod for the planner, which reserves room on the best card that
-// evicting lower-priority pods frees and queues the evictions. It does
-// nothing for a pod that cannot preempt (canPreempt) and for
-// kube-scheduler's trial of the pod's nominated node alone (a filter of all
-// nodes follows). It makes no API call and plans nothing itself.
+// Unschedulable is called by filter when pod (spec, its PodInfo) fits none
+// of nodes, the nodes that passed kube-scheduler's own filters. It queues
+// the pod for the planner. The planner reserves room on the best card that
+// evicting lower-priority pods frees, and queues the evictions.
+// Unschedulable does nothing for a pod that cannot preempt (canPreempt).
+// It also does nothing for kube-scheduler's trial of the pod's nominated
+// node alone, as a filter of all nodes follows. It makes no API call and
+// plans nothing itself.
 func (p *Preemptor) Unschedulable(ctx context.Context, pod *kubeinfo.PodInfo, spec *corev1.Pod, nodes []string) {
 	if len(nodes) == 0 || len(nodes) == 1 && nodes[0] == spec.Status.NominatedNodeName {
 		return
@@ -391,9 +396,9 @@ func (p *Preemptor) noPlan(uid types.UID, st planStamp) {
 }
 
 // plan plans and reserves a preemption for pod on nodes, where the pods
-// leaving[node] names go anyway (cache.PlanPreemptionAfter), planning again
-// once if a node changed before the room could be reserved; nil when there
-// is none.
+// leaving[node] names go anyway (cache.PlanPreemptionAfter). It plans
+// again once if a node changed before the room could be reserved. It
+// returns nil when there is no plan.
 func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string, leaving map[string][]types.UID) (*planner.Plan, error) {
 	for try := 0; ; try++ {
 		plan, err := p.cfg.Cache.PlanPreemptionAfter(ctx, pod, nodes, leaving, p.victims.forPlan())
@@ -413,7 +418,7 @@ func (p *Preemptor) plan(ctx context.Context, pod *kubeinfo.PodInfo, nodes []str
 	}
 }
 
-// start queues plan's writes; a full queue releases the room.
+// start queues plan's writes. A full queue releases the room.
 func (p *Preemptor) start(ctx context.Context, plan *planner.Plan) {
 	logger := klog.FromContext(ctx)
 	select {
@@ -430,21 +435,24 @@ func (p *Preemptor) start(ctx context.Context, plan *planner.Plan) {
 	}
 }
 
-// Preempt answers kube-scheduler's preempt verb for pod, whose candidates
-// map each node kube-scheduler would preempt on to the UIDs of its
-// victims there. kube-scheduler counts a node's GPU memory as one pool, so
-// its victims free memory on no card in particular: Preempt never lets it
-// evict GPU pods for GPU memory. Where pod's cards fit a candidate as they
-// are (kube-scheduler preempts there for CPU, memory or else), it returns
-// that one node with kube-scheduler's victims, reserving the cards
-// meanwhile. Otherwise it plans its own preemption on the candidates, in
-// which kube-scheduler's victims that hold no card memory go anyway (a
-// candidate failed kube-scheduler's filters for reasons they fix: CPU,
-// memory, anti-affinity): it evicts the plan's GPU victims itself, by
-// card and through the Eviction API, and returns the plan's node with
-// those other victims of kube-scheduler's, none of its GPU ones. Without a
-// plan it returns no node, so kube-scheduler evicts nobody. Candidates are
-// few (kube-scheduler's dry run picks them), so it plans in the verb.
+// Preempt answers kube-scheduler's preempt verb for pod. candidates maps
+// each node kube-scheduler would preempt on to the UIDs of its victims
+// there. kube-scheduler counts a node's GPU memory as one pool, so its
+// victims free memory on no card in particular. So Preempt never lets it
+// evict GPU pods for GPU memory:
+//   - Where pod's cards fit a candidate as they are, kube-scheduler
+//     preempts there for CPU, memory or else. Preempt returns that one node
+//     with kube-scheduler's victims, and reserves the cards meanwhile.
+//   - Otherwise it plans its own preemption on the candidates. There,
+//     kube-scheduler's victims that hold no card memory go anyway: a
+//     candidate failed kube-scheduler's filters for reasons they fix (CPU,
+//     memory, anti-affinity). Preempt evicts the plan's GPU victims itself,
+//     by card and through the Eviction API. It returns the plan's node with
+//     those other victims of kube-scheduler's, none of its GPU ones.
+//   - Without a plan it returns no node, so kube-scheduler evicts nobody.
+//
+// Candidates are few, as kube-scheduler's dry run picks them, so Preempt
+// plans in the verb.
 func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidates map[string][]string) map[string]*extenderv1.MetaVictims {
 	out := map[string]*extenderv1.MetaVictims{}
 	if why := p.canPreempt(pod, false); why != "" {
@@ -456,8 +464,8 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidat
 	for n := range candidates {
 		nodes = append(nodes, n)
 	}
-	// Fewest victims first, then by name: the choice does not depend on
-	// map order.
+	// Fewest victims first, then by name, so that the choice does not
+	// depend on map order.
 	slices.SortFunc(nodes, func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(candidates[a]), len(candidates[b])), cmp.Compare(a, b))
 	})
@@ -514,11 +522,11 @@ func (p *Preemptor) Preempt(ctx context.Context, pod *kubeinfo.PodInfo, candidat
 
 // execute makes plan's writes: the nomination, then the evictions, those
 // covered by a PodDisruptionBudget first. Before each it checks that the
-// pod still holds the room on plan.Node: once the room has expired, been
-// released or been taken by the pod's bind, nothing more is sent. An
-// eviction refused (a budget exhausted since the plan, an error) stops
-// it: the room is released and the nomination cleared, and the pods
-// already evicted stay gone.
+// pod still holds the room on plan.Node. Once the room has expired, been
+// released or been taken by the pod's bind, nothing more is sent. A refused
+// eviction (a budget exhausted since the plan, an error) stops it. The room
+// is then released and the nomination cleared; the pods already evicted
+// stay gone.
 func (p *Preemptor) execute(ctx context.Context, plan *planner.Plan) {
 	logger := p.logger.WithValues("pod", klog.KRef(plan.Namespace, plan.Name), "node", plan.Node)
 	nominated := false
@@ -592,8 +600,8 @@ func (p *Preemptor) clearNomination(ctx context.Context, logger klog.Logger, pla
 	}
 }
 
-// write runs one API call under preemptTimeout, fenced to this replica's
-// term when Fence is set.
+// write runs one API call under preemptTimeout. When Fence is set, the
+// call is fenced to this replica's term.
 func (p *Preemptor) write(ctx context.Context, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, preemptTimeout)
 	defer cancel()

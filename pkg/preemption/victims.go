@@ -43,7 +43,7 @@ func newPodVictims(pods PodReader, pdbs policyinformers.PodDisruptionBudgetInfor
 	return v, nil
 }
 
-// forPlan returns the planner.Victims of one plan: each namespace's budgets
+// forPlan returns the planner.Victims of one plan. Each namespace's budgets
 // are listed, and their selectors converted, once for the whole plan.
 func (v *podVictims) forPlan() *planVictims {
 	return &planVictims{podVictims: v, budgets: map[string][]budget{}}
@@ -65,11 +65,11 @@ type budget struct {
 }
 
 // Victim describes the pod. Its Budgets are those the Eviction API would
-// check (registry/core/pod/storage/eviction.go): none for a pod that is
-// not running yet (phase Pending, which it deletes at once); else every
-// budget of the namespace whose selector matches the pod's labels, where
-// an empty selector ({}) matches every pod and a missing or invalid one
-// none.
+// check (registry/core/pod/storage/eviction.go). A pod that is not running
+// yet (phase Pending) has none: the Eviction API deletes it at once.
+// Otherwise they are every budget of the namespace whose selector matches
+// the pod's labels. An empty selector ({}) matches every pod, and a missing
+// or invalid one none.
 func (v *planVictims) Victim(namespace, name string, uid types.UID) (planner.Victim, bool) {
 	pod, ok := v.pods.Pod(namespace, name)
 	if !ok || pod.UID != uid {
@@ -109,9 +109,9 @@ func (v *planVictims) namespace(ns string) []budget {
 	return bs
 }
 
-// Allowed returns the budget's status.disruptionsAllowed, 0 while the
-// disruption controller has not processed its spec (the Eviction API then
-// refuses too) or when it is unknown.
+// Allowed returns the budget's status.disruptionsAllowed. It is 0 when
+// unknown, and while the disruption controller has not processed its spec;
+// the Eviction API then refuses too.
 func (v *podVictims) Allowed(budget string) int32 {
 	ns, name, _ := strings.Cut(budget, "/")
 	b, err := v.pdbs.PodDisruptionBudgets(ns).Get(name)
@@ -129,7 +129,7 @@ type ClientAPI struct {
 var _ API = ClientAPI{}
 
 // Nominate sends a merge patch of the status subresource that also sets
-// metadata.uid, so it cannot land on a successor of the same name.
+// metadata.uid, so that it cannot land on a successor of the same name.
 func (a ClientAPI) Nominate(ctx context.Context, namespace, name string, uid types.UID, node string) error {
 	var nominated any = node
 	if node == "" {

@@ -1,11 +1,11 @@
 package sampling
 
-// kube-scheduler's bounds on sampling (pkg/scheduler/schedule_one.go,
-// minFeasibleNodesToFind and minFeasibleNodesPercentageToFind; the same in
-// v1.34 and v1.37).
+// kube-scheduler's bounds on sampling: minFeasibleNodesToFind and
+// minFeasibleNodesPercentageToFind in pkg/scheduler/schedule_one.go, the
+// same in v1.34 and v1.37.
 const (
-	// MinNodesToFind: kube-scheduler looks for at least this many nodes;
-	// below it, for every node.
+	// MinNodesToFind: kube-scheduler looks for at least this many nodes, and
+	// for every node below it.
 	MinNodesToFind      = 100
 	minAdaptivePercent  = 5
 	adaptiveBasePercent = 50
@@ -16,11 +16,11 @@ const (
 
 // NodesToFind returns how many nodes that pass its own filters
 // kube-scheduler looks for before it stops filtering and hands them to the
-// extender (numFeasibleNodesToFind): every node in clusters under 100
-// nodes; else percentage of the nodes, where percentage 0 (unset) is
-// adaptive, 50% less 1% per 125 nodes but at least 5%; and at least 100.
-// Example: 1,213 nodes, percentage 0: 50 − 1213/125 = 41%, so 497 nodes;
-// 5,000 nodes: 10%, 500; percentage 100: every node.
+// extender (numFeasibleNodesToFind). In clusters under 100 nodes that is
+// every node. Otherwise it is percentage of the nodes, and at least 100.
+// Percentage 0 (unset) is adaptive: 50% less 1% per 125 nodes, but at
+// least 5%. Examples: 1,213 nodes, percentage 0: 50 − 1213/125 = 41%, so
+// 497 nodes. 5,000 nodes: 10%, so 500. Percentage 100: every node.
 func NodesToFind(percentage int32, nodes int) int {
 	if nodes < MinNodesToFind {
 		return nodes
@@ -33,11 +33,11 @@ func NodesToFind(percentage int32, nodes int) int {
 }
 
 // MayHaveStopped reports whether kube-scheduler may have stopped filtering
-// early when it sent the extender sent nodes of a cluster of nodes: it
+// early when it sent the extender sent nodes of a cluster of nodes. It
 // sends fewer than NodesToFind only when no more passed its filters. Its
 // count of the cluster's nodes may differ from the caller's by a node or
-// two (informers lag each other), which moves NodesToFind by at most one
-// per two nodes: a count within that slack below it counts as stopped.
+// two, as informers lag each other. That moves NodesToFind by at most one
+// per two nodes, so a count within that slack below it counts as stopped.
 func MayHaveStopped(percentage int32, nodes, sent int) bool {
 	const slack = 2
 	return sent >= MinNodesToFind && sent+slack >= NodesToFind(percentage, nodes)

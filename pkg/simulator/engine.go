@@ -28,10 +28,10 @@ var Marks = []int{90, 100, 110, 120, 130}
 type CPUPods string
 
 const (
-	// CPUPodsPlace places them as the replayed configuration does (see
-	// Scheduler): by kube-scheduler's own scores and, when an extender
-	// entry prioritizes them, the extender's. The default: they take the
-	// CPU and memory of the GPU nodes, as in a real cluster.
+	// CPUPodsPlace, the default, places them as the replayed configuration
+	// does (see Scheduler): by kube-scheduler's own scores, and the
+	// extender's when an extender entry prioritizes them. They take the CPU
+	// and memory of the GPU nodes, as in a real cluster.
 	CPUPodsPlace CPUPods = "place"
 	// CPUPodsSkip leaves them out of the replay, so that the figures
 	// measure GPU placement alone.
@@ -44,35 +44,35 @@ type Options struct {
 	Policy string
 	// Seed drives the shuffle, the clones, the tie-breaks and Random.
 	Seed uint64
-	// Inflate is the arrival target as a share of GPU capacity
-	// (DefaultInflate when 0).
+	// Inflate is the arrival target as a share of GPU capacity;
+	// DefaultInflate when 0.
 	Inflate float64
 	// CPUPods: CPUPodsPlace when empty.
 	CPUPods CPUPods
 	// GPUOnly scores from GPU memory alone, as the extender does for nodes
-	// that report no CPU (an ablation: what weighing CPU is worth):
-	// policies that can also weigh CPU (allocator.HostScorer) are not
-	// given a Host, and the extender rates every node alike for CPU-only
-	// pods. CPU and memory must still fit.
+	// that report no CPU. It is an ablation: what weighing CPU is worth.
+	// Policies that can also weigh CPU (allocator.HostScorer) are not given a
+	// Host, and the extender rates every node alike for CPU-only pods. CPU and
+	// memory must still fit.
 	GPUOnly bool
 	// Record keeps every decision in Result.Decisions.
 	Record bool
 	// Scheduler is the kube-scheduler configuration the replay follows for
-	// the pods that ask GPU memory; nil for ShippedScheduler, what we
-	// ship. Topology says which kube-scheduler places the others
-	// (ForTopology); "" is TopologyExtender.
+	// the pods that ask GPU memory; nil for ShippedScheduler, what we ship.
+	// Topology says which kube-scheduler places the others (ForTopology); ""
+	// is TopologyExtender.
 	Scheduler *Scheduler
 	Topology  Topology
-	// IdleTaintMinCards is the device plugin's --idle-taint-min-cards: a
-	// node of at least that many cards, none holding GPU memory, carries
-	// gpushare.io/idle-gpus (PreferNoSchedule), which kube-scheduler's
-	// TaintToleration weighs (Scheduler.TaintWeight) for every pod; 0
-	// taints no node; nil is gpushare.DefaultIdleTaintMinCards, what the
-	// plugin does by default, or 0 in a DRA replay (the driver's nodes run
-	// no device plugin).
+	// IdleTaintMinCards is the device plugin's --idle-taint-min-cards. A node
+	// of at least that many cards, none holding GPU memory, carries
+	// gpushare.io/idle-gpus (PreferNoSchedule). kube-scheduler's
+	// TaintToleration weighs it (Scheduler.TaintWeight) for every pod. 0
+	// taints no node. nil is gpushare.DefaultIdleTaintMinCards, what the plugin
+	// does by default, or 0 in a DRA replay, as the driver's nodes run no
+	// device plugin.
 	IdleTaintMinCards *int
-	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's,
-	// 0 to 100 (0: kube-scheduler's adaptive default; see NodesToFind).
+	// PercentageOfNodesToScore, when not nil, replaces the Scheduler's: 0 to
+	// 100, where 0 is kube-scheduler's adaptive default (see NodesToFind).
 	PercentageOfNodesToScore *int32
 	// DRA, when not nil, replays the GPU pods as DRA claims (see DRA).
 	DRA *DRA
@@ -81,15 +81,16 @@ type Options struct {
 // Decision is where one pod went.
 type Decision struct {
 	Pod string
-	// Node is "" for a pod that fit nowhere (or a skipped CPU-only pod).
+	// Node is "" for a pod that fit nowhere, or a skipped CPU-only pod.
 	Node string
-	// Cards holds, per container of the pod's Demand, the card indexes, ascending.
+	// Cards holds, per container of the pod's Demand, the card indexes,
+	// ascending.
 	Cards [][]int
 	// Candidates is the number of nodes where the pod fit.
 	Candidates int
-	// Cycles is the number of scheduling cycles the pod took: more than 1
-	// when the extender found no card for it on a whole sample of nodes
-	// (see Result.Retried).
+	// Cycles is the number of scheduling cycles the pod took. It is more than
+	// 1 when the extender found no card for it on a whole sample of nodes (see
+	// Result.Retried).
 	Cycles int
 }
 
@@ -97,34 +98,33 @@ type Decision struct {
 type Result struct {
 	Policy string
 	Seed   uint64
-	// Pods submitted, clones included; Capacity in units.
+	// Pods submitted, clones included. Capacity in units.
 	Pods     int
 	Capacity int64
-	// AllocSum and AllocCount: index X = arrival rounding to X% of
-	// capacity; sum and count of the allocated share (percent) after each
-	// pod submitted at that arrival. They end at the last arrival reached.
-	// See AllocAt.
+	// AllocSum and AllocCount are indexed by X, an arrival that rounds to X%
+	// of capacity. They hold the sum and count of the allocated share
+	// (percent) after each pod submitted at that arrival, and end at the last
+	// arrival reached. See AllocAt.
 	AllocSum   []float64
 	AllocCount []int
 	// Failed counts the pods that fit nowhere, by kind.
 	Failed map[trace.Kind]int
-	// CPUPods is how the pods that ask no GPU memory were handled;
-	// CPUOnly counts them, Skipped those left out (CPUPodsSkip).
-	// Topology is the topology replayed.
+	// CPUPods is how the pods that ask no GPU memory were handled. CPUOnly
+	// counts them, and Skipped those left out (CPUPodsSkip). Topology is the
+	// topology replayed.
 	CPUPods          CPUPods
 	Topology         Topology
 	CPUOnly, Skipped int
 	// FragAt: mark of Marks -> fragmentation in percent of capacity once
 	// arrival first reaches it (see Fragmentation).
 	FragAt map[int]float64
-	// Percentage is the percentageOfNodesToScore replayed; NodesToFind
-	// how many of the Nodes kube-scheduler samples for it (all of them
-	// when 100).
+	// Percentage is the percentageOfNodesToScore replayed. NodesToFind is how
+	// many of the Nodes kube-scheduler samples for it, all of them at 100.
 	Percentage         int32
 	Nodes, NodesToFind int
-	// Retried counts the GPU pods that took more than one scheduling
-	// cycle because the extender rejected every node of a sample, and
-	// ExtraCycles the cycles beyond the first they took.
+	// Retried counts the GPU pods that took more than one scheduling cycle,
+	// because the extender rejected every node of a sample. ExtraCycles counts
+	// the cycles beyond the first they took.
 	Retried, ExtraCycles int
 	// Seconds of wall time the replay took.
 	Seconds float64
@@ -134,9 +134,9 @@ type Result struct {
 
 // AllocAt returns the mean allocated share of GPU capacity, in percent,
 // over the pods submitted while the arrived demand (failed pods included)
-// rounded to x% of capacity; if no pod was submitted at x% exactly (a large
-// pod jumped over it), the last share before it; NaN when arrival never
-// reached x%.
+// rounded to x% of capacity. If no pod was submitted at x% exactly, as a
+// large pod jumped over it, it returns the last share before it. It
+// returns NaN when arrival never reached x%.
 func (r *Result) AllocAt(x int) float64 {
 	if x < 0 || x >= len(r.AllocCount) {
 		return math.NaN()
@@ -164,7 +164,7 @@ type nodeState struct {
 	// alloc holds the cards with their Used units, as the extender's cache
 	// would hold them.
 	alloc allocator.Node
-	// cpuFree and memFree: millicores and MiB not yet requested.
+	// cpuFree and memFree: the millicores and MiB not yet requested.
 	cpuFree, memFree int64
 	// kube is the node as kube-scheduler's scores see it.
 	kube kubeUsage
@@ -180,21 +180,22 @@ type replay struct {
 	// cache does, from the GPU pods submitted so far.
 	work   *allocator.Workload
 	tieRNG *rand.Rand
-	// policy is fixed for all pods; nil for fragaware, rebuilt per pod.
+	// policy is fixed for all pods; nil for fragaware, which is rebuilt per
+	// pod.
 	policy allocator.Policy
 	// cur and best are reused placements.
 	cur, best *allocator.Placement
 	// maxCPU and maxGPU: the largest node's CPU (millicores) and GPU
 	// memory (units).
 	maxCPU, maxGPU int64
-	// capacity, arrived and placed GPU memory, in units.
+	// capacity, arrived and placed: GPU memory, in units.
 	capacity, arrived, placed int64
 	// holes summarises the cards for fragaware, as the extender's cache
 	// does.
 	holes *allocator.Holes
-	// sched samples the nodes as kube-scheduler does; scheduler is the
-	// configuration replayed. cpuSched and cpuScheduler are those that
-	// place the pods asking no GPU memory: the same, or the cluster's own
+	// sched samples the nodes as kube-scheduler does, and scheduler is the
+	// configuration replayed. cpuSched and cpuScheduler are those that place
+	// the pods asking no GPU memory: the same, or the cluster's own
 	// kube-scheduler's (Scheduler.CPU).
 	sched        sampler
 	scheduler    *Scheduler
@@ -202,12 +203,15 @@ type replay struct {
 	cpuScheduler *Scheduler
 	// idleMin is Options.IdleTaintMinCards (see idleTainted).
 	idleMin int
-	// fit, raw, passed and prio are what decide found in the last
-	// scheduling cycle: the nodes of the sample where the pod fits, the
-	// policy's score there (GPU pods), the nodes the extender's filter
-	// passes (GPU pods; for CPU-only pods all of fit) and their prioritize
-	// scores (nil when none). ties is reused by ties. All are reused by
-	// the next pod.
+	// fit, raw, passed and prio are what decide found in the last scheduling
+	// cycle:
+	//   - fit: the nodes of the sample where the pod fits;
+	//   - raw: the policy's score there (GPU pods);
+	//   - passed: the nodes the extender's filter passes (GPU pods; for
+	//     CPU-only pods all of fit);
+	//   - prio: their prioritize scores, nil when none.
+	//
+	// ties is reused by ties. The next pod reuses them all.
 	fit, passed, tied []int
 	raw               []float64
 	prio              []int64
@@ -311,7 +315,7 @@ func (opts *Options) complete() error {
 	if opts.IdleTaintMinCards == nil {
 		opts.IdleTaintMinCards = ptr.To(gpushare.DefaultIdleTaintMinCards)
 		if opts.DRA != nil {
-			// The DRA driver's nodes run no device plugin: nothing
+			// The DRA driver's nodes run no device plugin, so nothing
 			// taints them idle.
 			opts.IdleTaintMinCards = ptr.To(0)
 		}
@@ -325,8 +329,8 @@ func (opts *Options) complete() error {
 	return nil
 }
 
-// newReplay returns the state of a replay of tr before the first pod;
-// opts are checked and completed by Run (and NewStepper).
+// newReplay returns the state of a replay of tr before the first pod. Run,
+// and NewStepper, check and complete opts.
 func newReplay(tr *trace.Trace, opts Options) (*replay, error) {
 	sched := opts.Scheduler
 	if sched == nil {
@@ -379,9 +383,10 @@ func newReplay(tr *trace.Trace, opts Options) (*replay, error) {
 	return r, nil
 }
 
-// Arrivals returns the submission order of tr's pods for seed: indexes of
-// tr.Pods sorted by name and shuffled, then indexes drawn uniformly (clones)
-// until the GPU demand first passes inflate × capacity.
+// Arrivals returns the submission order of tr's pods for seed, as indexes
+// of tr.Pods. They are sorted by name and shuffled, then indexes drawn
+// uniformly (clones) follow, until the GPU demand first passes inflate ×
+// capacity.
 func Arrivals(tr *trace.Trace, seed uint64, inflate float64) ([]int, error) {
 	order := make([]int, len(tr.Pods))
 	var total int64
@@ -405,7 +410,7 @@ func Arrivals(tr *trace.Trace, seed uint64, inflate float64) ([]int, error) {
 }
 
 // submit places pod as kube-scheduler and the extender would, or fails it,
-// and returns the decision: decide finds the nodes kube-scheduler rates
+// and returns the decision. decide finds the nodes kube-scheduler rates
 // best, and one of them is drawn uniformly, as kube-scheduler's selectHost
 // does.
 func (r *replay) submit(pod *trace.Pod) Decision {
@@ -422,11 +427,11 @@ func (r *replay) submit(pod *trace.Pod) Decision {
 	return d
 }
 
-// observe counts pod's GPU memory as arrived and returns the policy that
-// rates nodes for it: for fragaware, built from the typical requests of
-// the pods placed so far, as the extender's cache learns them from the
-// pods it binds (or sees bound), never from pending ones (place learns
-// pod's own shape once it lands).
+// observe counts pod's GPU memory as arrived, and returns the policy that
+// rates nodes for it. For fragaware it is built from the typical requests
+// of the pods placed so far. The extender's cache learns them the same
+// way, from the pods it binds or sees bound, never from pending ones.
+// place learns pod's own shape once it lands.
 func (r *replay) observe(pod *trace.Pod) allocator.Policy {
 	if pod.Demand != nil {
 		r.arrived += pod.Units()
@@ -440,26 +445,26 @@ func (r *replay) observe(pod *trace.Pod) allocator.Policy {
 }
 
 // decide returns the nodes (indexes of r.nodes) that kube-scheduler, with
-// the extender, rates highest for pod, any of which it may take; none
-// when the pod fits nowhere. d says how many cycles it took and on how many
-// nodes the pod fit.
+// the extender, rates highest for pod; it may take any of them. It returns
+// none when the pod fits nowhere. d says how many cycles it took, and on
+// how many nodes the pod fit.
 //
 // A pod that asks GPU memory takes scheduling cycles, each on a sample of
-// the nodes (see sampler): those whose CPU, memory and total GPU memory fit,
-// as kube-scheduler's own filters see them. The extender's filter passes,
-// of those where the pod's cards fit, the ones its policy rates highest
-// (extenderFilter); kube-scheduler then rates those by its own scores and
-// the extender's prioritize (ties). When no card fits the pod on any node
-// of the sample, kube-scheduler finds the pod unschedulable and tries it
-// again later with the next sample; here it is tried again at once, before
-// the next pod arrives, until every node was examined. (kube-scheduler
-// waits at least 1 s, its initial backoff, while other pods may take the
-// room; the replay does not model time.)
+// the nodes (see sampler): those whose CPU, memory and total GPU memory
+// fit, as kube-scheduler's own filters see them. Of those where the pod's
+// cards fit, the extender's filter passes the ones its policy rates
+// highest (extenderFilter). kube-scheduler then rates those by its own
+// scores and the extender's prioritize (ties). When no card fits the pod
+// on any node of the sample, kube-scheduler finds the pod unschedulable.
+// It tries the pod again later with the next sample. Here it is tried
+// again at once, before the next pod arrives, until every node was
+// examined. kube-scheduler waits at least 1 s, its initial backoff, while
+// other pods may take the room; the replay does not model time.
 //
-// A pod that asks no GPU memory takes one cycle: kube-scheduler rates the
-// nodes of its sample (those where its CPU and memory fit) by its own
-// scores and, if an extender entry prioritizes such pods, the extender's
-// (prioritizeCPU).
+// A pod that asks no GPU memory takes one cycle. kube-scheduler rates the
+// nodes of its sample, those where its CPU and memory fit, by its own
+// scores. If an extender entry prioritizes such pods, the extender's
+// scores count too (prioritizeCPU).
 func (r *replay) decide(pod *trace.Pod, policy allocator.Policy) ([]int, Decision) {
 	var d Decision
 	if pod.Demand == nil {
@@ -493,11 +498,11 @@ func (r *replay) decide(pod *trace.Pod, policy allocator.Policy) ([]int, Decisio
 }
 
 // extenderFilter returns the nodes of sample (indexes of r.nodes) that the
-// extender's filter passes for pod: of those where its cards fit, the ones
-// policy rates highest (passBest, as Cache.FilterBest); with their
-// prioritize scores (Cache.Score: 0..10 among them). It sets r.fit and
-// d.Candidates to the nodes where the cards fit. The slices are reused by
-// the next call.
+// extender's filter passes for pod, with their prioritize scores
+// (Cache.Score: 0..10 among them). Of the nodes where its cards fit, those
+// are the ones policy rates highest (passBest, as Cache.FilterBest). It
+// sets r.fit and d.Candidates to the nodes where the cards fit. The next
+// call reuses the slices.
 func (r *replay) extenderFilter(pod *trace.Pod, policy allocator.Policy, sample []int, d *Decision) (passed []int, prio []int64) {
 	hs, hostAware := policy.(allocator.HostScorer)
 	hostAware = hostAware && !r.opts.GPUOnly
@@ -535,9 +540,9 @@ func (r *replay) extenderFilter(pod *trace.Pod, policy allocator.Policy, sample 
 }
 
 // passBest says which of the raw policy scores of the nodes where a pod
-// fits the extender's filter passes: those whose score NormalizeScores
-// maps to MaxScore (Cache.FilterBest), so within a twentieth of the range
-// of scores below the highest; the caller keeps the first
+// fits the extender's filter passes. They are those that NormalizeScores
+// maps to MaxScore (Cache.FilterBest): within a twentieth of the range of
+// scores below the highest. The caller keeps the first
 // allocator.MaxBestNodes of them, as FilterBest does.
 func passBest(raw []float64) []bool {
 	keep := make([]bool, len(raw))
@@ -548,10 +553,10 @@ func passBest(raw []float64) []bool {
 }
 
 // prioritizeCPU is the extender's prioritize answer for a pod that asks no
-// GPU memory on the nodes of sample (Cache.ScoreCPU): MaxScore where the
-// policy's CPUScorer rates the pod highest, 0 elsewhere; MaxScore
-// everywhere for a policy that is no CPUScorer (or with Options.GPUOnly).
-// The slice is reused by the next call.
+// GPU memory, on the nodes of sample (Cache.ScoreCPU). It is MaxScore
+// where the policy's CPUScorer rates the pod highest, and 0 elsewhere. It
+// is MaxScore everywhere for a policy that is no CPUScorer, or with
+// Options.GPUOnly. The next call reuses the slice.
 func (r *replay) prioritizeCPU(pod *trace.Pod, policy allocator.Policy, sample []int) []int64 {
 	cs, ok := policy.(allocator.CPUScorer)
 	r.raw = r.raw[:0]
@@ -570,21 +575,23 @@ func (r *replay) prioritizeCPU(pod *trace.Pod, policy allocator.Policy, sample [
 }
 
 // ties returns the nodes of candidates (indexes of r.nodes, at least one)
-// that kube-scheduler rates highest for pod: the only one, else those with
-// the highest total of its own scores (Scheduler, TaintToleration's for the
-// idle taint included) and, when prio is not nil, the extender's
-// prioritize scores (parallel to candidates) times weight (scaled to
-// kube-scheduler's 0..100). kube-scheduler takes one of them at random
-// (selectHost). The slice is reused by the next call.
+// that kube-scheduler rates highest for pod. With one candidate that is
+// the only one. Otherwise they are those with the highest total of its own
+// scores (Scheduler, TaintToleration's for the idle taint included) and
+// the extender's prioritize scores. prio holds those, parallel to
+// candidates, when not nil; they count times weight, scaled to
+// kube-scheduler's 0..100. kube-scheduler takes one of them at random
+// (selectHost). The next call reuses the slice.
 func (r *replay) ties(sched *Scheduler, pod *trace.Pod, candidates []int, prio []int64, weight int64) []int {
 	if len(candidates) == 1 {
 		return candidates
 	}
 	pu := usageOf(pod)
 	// TaintToleration: the count of taints the pod does not tolerate,
-	// normalised over the candidates and reversed, so 100 for a node
-	// without the idle taint and 0 for one with it, once some candidate
-	// has it (else 100 everywhere, which changes no choice).
+	// normalised over the candidates and reversed. That gives 100 for a
+	// node without the idle taint, and 0 for one with it, once some
+	// candidate has it. Otherwise it is 100 everywhere, which changes no
+	// choice.
 	tainted := false
 	if sched.TaintWeight > 0 {
 		for _, i := range candidates {
@@ -612,8 +619,8 @@ func (r *replay) ties(sched *Scheduler, pod *trace.Pod, candidates []int, prio [
 }
 
 // idleTainted reports whether node i carries the device plugin's
-// gpushare.io/idle-gpus taint now: enough cards, none holding GPU memory
-// (gpushare.WantsIdleTaint).
+// gpushare.io/idle-gpus taint now: it has enough cards, none holding GPU
+// memory (gpushare.WantsIdleTaint).
 func (r *replay) idleTainted(i int) bool {
 	n := &r.nodes[i].alloc
 	idle := true
@@ -629,9 +636,9 @@ func usageOf(pod *trace.Pod) podUsage {
 		nzCPU: max(pod.NonZeroMilliCPU, pod.MilliCPU), nzMem: max(pod.NonZeroMemoryMiB, pod.MemoryMiB)}
 }
 
-// place puts pod on node best, its cards where policy fits them (as the
-// extender's bind does; none for a pod that asks no GPU memory), and
-// records it in d.
+// place puts pod on node best and records it in d. Its cards go where
+// policy fits them, as the extender's bind does; a pod that asks no GPU
+// memory gets none.
 func (r *replay) place(pod *trace.Pod, policy allocator.Policy, best int, d *Decision) {
 	ns := &r.nodes[best]
 	counted := r.hostCounted(ns)
@@ -673,8 +680,9 @@ func (r *replay) place(pod *trace.Pod, policy allocator.Policy, best int, d *Dec
 }
 
 // hostCounted says whether ns's free CPU counts in the holes'
-// FreeMilliCPU: it has cards, and the extender would know its CPU (not
-// with Options.GPUOnly, which replays nodes that report none).
+// FreeMilliCPU. It does when ns has cards, and the extender would know its
+// CPU; with Options.GPUOnly, which replays nodes that report none, it does
+// not.
 func (r *replay) hostCounted(ns *nodeState) bool {
 	return len(ns.alloc.Cards) > 0 && !r.opts.GPUOnly
 }
@@ -687,13 +695,13 @@ func (ns *nodeState) take(pod *trace.Pod) {
 	ns.kube.add(&pu)
 }
 
-// admits is NodeResourcesFit for CPU and memory and NodeAffinity for the
+// admits is NodeResourcesFit for CPU and memory, and NodeAffinity for the
 // pod's nodeSelector. Which cards the pod may use (gpu_spec, card
 // annotations) is the extender's decision, made in choose as the
-// extender's filter makes it: kube-scheduler knows nothing of it, so a
-// node of other cards still counts in its sample; a model chosen by a
+// extender's filter makes it. kube-scheduler knows nothing of it, so a node
+// of other cards still counts in its sample. A model chosen by a
 // nodeSelector on the product label (Variant.GPUSpecAsLabel) is
-// kube-scheduler's, and such a node does not.
+// kube-scheduler's, and such a node does not count.
 func (ns *nodeState) admits(pod *trace.Pod) bool {
 	return ns.cpuFree >= pod.MilliCPU && ns.memFree >= pod.MemoryMiB && selects(pod.NodeSelector, ns.spec.Labels)
 }

@@ -14,28 +14,29 @@ import (
 )
 
 // Scheduler is what a replay follows of a kube-scheduler configuration
-// (KubeSchedulerConfiguration v1, kube-scheduler v1.34 to v1.37: ForKubernetes): how many nodes a
-// scheduling cycle samples, how kube-scheduler's own score plugins rank the
-// nodes, and which pods go through the gpushare extender.
+// (KubeSchedulerConfiguration v1, kube-scheduler v1.34 to v1.37:
+// ForKubernetes). That is how many nodes a scheduling cycle samples, how
+// kube-scheduler's own score plugins rank the nodes, and which pods go
+// through the gpushare extender.
 //
-// Of kube-scheduler's default score plugins only NodeResourcesFit,
-// NodeResourcesBalancedAllocation and TaintToleration (for the device
-// plugin's gpushare.io/idle-gpus taint) tell the nodes of a replay apart:
-// the others score every node alike when nodes have no images or volumes
-// and pods no affinities or spread constraints (NodeAffinity,
-// PodTopologySpread, InterPodAffinity, ImageLocality, VolumeBinding,
-// DynamicResources), so a replay leaves them out. A real cluster's images,
-// other taints and affinities make its choices differ from the replay's.
+// Of kube-scheduler's default score plugins, only three tell the nodes of
+// a replay apart: NodeResourcesFit, NodeResourcesBalancedAllocation, and
+// TaintToleration for the device plugin's gpushare.io/idle-gpus taint. The
+// others (NodeAffinity, PodTopologySpread, InterPodAffinity,
+// ImageLocality, VolumeBinding, DynamicResources) score every node alike
+// when nodes have no images or volumes and pods no affinities or spread
+// constraints. So a replay leaves them out. A real cluster's images, other
+// taints and affinities make its choices differ from the replay's.
 type Scheduler struct {
-	// PercentageOfNodesToScore of the profile that schedules the pods (0:
-	// adaptive; see NodesToFind).
+	// PercentageOfNodesToScore of the profile that schedules the pods; 0 is
+	// adaptive (see NodesToFind).
 	PercentageOfNodesToScore int32
-	// FitWeight is NodeResourcesFit's score weight, 0 when it does not
-	// score; Fit its scoring strategy.
+	// FitWeight is NodeResourcesFit's score weight, 0 when it does not score.
+	// Fit is its scoring strategy.
 	FitWeight int64
 	Fit       ScoringStrategy
-	// BalancedWeight is NodeResourcesBalancedAllocation's score weight, 0
-	// when it does not score; BalancedResources the resources it balances.
+	// BalancedWeight is NodeResourcesBalancedAllocation's score weight, 0 when
+	// it does not score. BalancedResources are the resources it balances.
 	BalancedWeight    int64
 	BalancedResources []string
 	// TaintWeight is TaintToleration's score weight, 0 when it does not
@@ -43,24 +44,24 @@ type Scheduler struct {
 	TaintWeight int64
 	// BalanceGain is NodeResourcesBalancedAllocation's score of kube-scheduler
 	// 1.36 and later (ForKubernetes): how much the pod improves the node's
-	// balance, 50 + (50 + after - before)/2, rather than the balance once
-	// the pod is there (1.34 and 1.35).
+	// balance, 50 + (50 + after - before)/2. 1.34 and 1.35 score the balance
+	// once the pod is there.
 	BalanceGain bool
-	// GPUPrioritizeWeight is the weight of the gpushare extender's
-	// prioritize scores (0..10, scaled by 10 to kube-scheduler's 0..100)
-	// for pods that ask GPU memory, 0 when no extender entry that gets
-	// them has a prioritizeVerb; CPUPrioritizeWeight likewise for pods
-	// that ask none (an entry without managedResources gets every pod).
+	// GPUPrioritizeWeight is the weight of the gpushare extender's prioritize
+	// scores for pods that ask GPU memory. The scores are 0..10, scaled by 10
+	// to kube-scheduler's 0..100. It is 0 when no extender entry that gets
+	// those pods has a prioritizeVerb. CPUPrioritizeWeight is the same for
+	// pods that ask none; an entry without managedResources gets every pod.
 	GPUPrioritizeWeight, CPUPrioritizeWeight int64
-	// CPU, when set, is another kube-scheduler that places the pods
-	// asking no GPU memory, with its own node sampling (the
-	// second-scheduler topology: the cluster's own scheduler); nil: this
+	// CPU, when set, is another kube-scheduler that places the pods asking no
+	// GPU memory, with its own node sampling. That is the second-scheduler
+	// topology, where the cluster's own scheduler places them. With nil, this
 	// one places them too.
 	CPU *Scheduler
 }
 
-// Topology is how the chart deploys gpushare, which decides which
-// kube-scheduler places which pods (values.yaml, topology).
+// Topology is how the chart deploys gpushare (values.yaml, topology). It
+// decides which kube-scheduler places which pods.
 type Topology string
 
 const (
@@ -68,10 +69,10 @@ const (
 	// config/kube-scheduler-config.yaml is (ShippedScheduler), places every
 	// pod.
 	TopologyExtender Topology = "extender"
-	// TopologySecondScheduler: the chart's own kube-scheduler, with the
-	// same extender entries, places the pods that ask GPU memory; the
-	// cluster's kube-scheduler, with its defaults (DefaultKubeScheduler),
-	// the others.
+	// TopologySecondScheduler: the chart's own kube-scheduler, with the same
+	// extender entries, places the pods that ask GPU memory. The cluster's
+	// kube-scheduler places the others, with its defaults
+	// (DefaultKubeScheduler).
 	TopologySecondScheduler Topology = "second-scheduler"
 )
 
@@ -79,8 +80,8 @@ const (
 var Topologies = []Topology{TopologyExtender, TopologySecondScheduler}
 
 // DefaultKubeScheduler is kube-scheduler v1.34 with its default
-// configuration and no extender: what places the pods that ask no GPU
-// memory in the second-scheduler topology.
+// configuration and no extender. It places the pods that ask no GPU memory
+// in the second-scheduler topology.
 var DefaultKubeScheduler = Scheduler{
 	Fit:               ScoringStrategy{Type: LeastAllocated, Resources: defaultResources},
 	FitWeight:         defaultFitWeight,
@@ -89,9 +90,9 @@ var DefaultKubeScheduler = Scheduler{
 	TaintWeight:       defaultTaintWeight,
 }
 
-// DefaultKubeSchedulerMinor is the kube-scheduler minor version (1.x)
-// that a replay models unless told otherwise (cli.Config.KubeSchedulerMinor,
-// --kube-scheduler-version); the placement figures in docs/ are of it.
+// DefaultKubeSchedulerMinor is the kube-scheduler minor version (1.x) that
+// a replay models unless told otherwise (cli.Config.KubeSchedulerMinor,
+// --kube-scheduler-version). The placement figures in docs/ are of it.
 const DefaultKubeSchedulerMinor = 34
 
 // BalanceGainMinor is the first kube-scheduler minor version (1.x) whose
@@ -99,8 +100,8 @@ const DefaultKubeSchedulerMinor = 34
 const BalanceGainMinor = 36
 
 // ForKubernetes returns s as kube-scheduler 1.minor scores (BalanceGain),
-// its CPU scheduler too: the configuration files are the same across
-// versions, the scoring code is not.
+// its CPU scheduler too. The configuration files are the same across
+// versions; the scoring code is not.
 func (s Scheduler) ForKubernetes(minor int) *Scheduler {
 	s.BalanceGain = minor >= BalanceGainMinor
 	if s.CPU != nil {
@@ -109,10 +110,10 @@ func (s Scheduler) ForKubernetes(minor int) *Scheduler {
 	return &s
 }
 
-// ForTopology returns what a replay of topology t follows, with gpu (nil:
-// ShippedScheduler) as the kube-scheduler that places the pods asking GPU
-// memory; the cluster's own kube-scheduler of the second-scheduler
-// topology scores as gpu's version does (BalanceGain).
+// ForTopology returns what a replay of topology t follows. gpu is the
+// kube-scheduler that places the pods asking GPU memory; nil is
+// ShippedScheduler. The cluster's own kube-scheduler of the
+// second-scheduler topology scores as gpu's version does (BalanceGain).
 func ForTopology(t Topology, gpu *Scheduler) (*Scheduler, error) {
 	if gpu == nil {
 		gpu = &ShippedScheduler
@@ -135,8 +136,8 @@ type ScoringStrategy struct {
 	// Type is LeastAllocated, MostAllocated or RequestedToCapacityRatio.
 	Type      string
 	Resources []ResourceWeight
-	// Shape is RequestedToCapacityRatio's: utilization 0..100 to score
-	// 0..10, utilizations ascending.
+	// Shape is RequestedToCapacityRatio's: utilization 0..100 to score 0..10,
+	// utilizations ascending.
 	Shape []ShapePoint
 }
 
@@ -158,8 +159,8 @@ const (
 	RequestedToCapacityRatio = "RequestedToCapacityRatio"
 )
 
-// kube-scheduler's names and defaults (v1.34: apis/config/v1
-// default_plugins.go and defaults.go, util/pod_resources.go).
+// kube-scheduler's names and defaults: v1.34's apis/config/v1
+// default_plugins.go and defaults.go, and util/pod_resources.go.
 const (
 	pluginFit      = "NodeResourcesFit"
 	pluginBalanced = "NodeResourcesBalancedAllocation"
@@ -169,7 +170,7 @@ const (
 	defaultFitWeight      = 1
 	defaultBalancedWeight = 1
 	defaultTaintWeight    = 3
-	// maxNodeScore is a score plugin's best score; an extender's
+	// maxNodeScore is a score plugin's best score. An extender's
 	// (extenderv1.MaxExtenderPriority) is 10.
 	maxNodeScore       = 100
 	maxExtenderScore   = 10
@@ -279,23 +280,26 @@ func ReadSchedulerConfig(file string) (*Scheduler, error) {
 
 // ParseSchedulerConfig returns what a replay follows of a
 // KubeSchedulerConfiguration (v1, YAML or JSON) for the default-scheduler
-// profile, applying kube-scheduler v1.34's defaults as it does: the default
-// plugins and their MultiPoint weights merged with the profile's
-// (mergePluginSet), a score plugin's weight taken from plugins.score before
-// plugins.multiPoint (1 when 0), NodeResourcesFit's and
-// NodeResourcesBalancedAllocation's args defaulted (CPU and memory, weight
-// 1). Every extender is taken for the gpushare extender (its filter and
-// prioritize verbs): exactly one that gets the pods asking
-// aliyun.com/gpu-mem (managedResources naming it, or none: every pod) must
-// filter, and none that gets every pod may; the prioritize weights of the
-// extenders that get each kind of pod add up.
+// profile. It applies kube-scheduler v1.34's defaults as it does:
+//   - the default plugins and their MultiPoint weights are merged with the
+//     profile's (mergePluginSet);
+//   - a score plugin's weight is taken from plugins.score before
+//     plugins.multiPoint, 1 when 0;
+//   - NodeResourcesFit's and NodeResourcesBalancedAllocation's args are
+//     defaulted: CPU and memory, weight 1.
+//
+// Every extender is taken for the gpushare extender, with its filter and
+// prioritize verbs. Exactly one that gets the pods asking
+// aliyun.com/gpu-mem must filter: managedResources naming it, or none (it
+// gets every pod). None that gets every pod may filter. The prioritize
+// weights of the extenders that get each kind of pod add up.
 func ParseSchedulerConfig(data []byte) (*Scheduler, error) {
 	return ParseSchedulerConfigProfile(data, defaultSchedulerID)
 }
 
 // ParseSchedulerConfigProfile is ParseSchedulerConfig for the profile
-// whose schedulerName is profile (the chart's second scheduler names its
-// own).
+// whose schedulerName is profile. The chart's second scheduler names its
+// own.
 func ParseSchedulerConfigProfile(data []byte, profile string) (*Scheduler, error) {
 	var cfg schedulerConfig
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
@@ -392,12 +396,13 @@ func ParseSchedulerConfigProfile(data []byte, profile string) (*Scheduler, error
 // scoreWeights returns NodeResourcesFit's,
 // NodeResourcesBalancedAllocation's and TaintToleration's score weights in
 // a profile with plugins p (nil: the default plugins), 0 for a plugin that
-// does not score. The default plugins are enabled at MultiPoint with
-// weights 1, 1 and 3 (among others); the profile's MultiPoint set is merged into them (a disabled
-// name, or "*", removes defaults; an enabled one replaces the default of
-// its name, or is added); a plugin then scores if plugins.score enables it,
-// or if MultiPoint does and plugins.score disables neither it nor "*"; its
-// weight is the first of plugins.score's and MultiPoint's, 1 when 0.
+// does not score. The default plugins are enabled at MultiPoint, these
+// three with weights 1, 1 and 3. The profile's MultiPoint set is merged
+// into them: a disabled name, or "*", removes defaults, and an enabled one
+// replaces the default of its name or is added. A plugin then scores if
+// plugins.score enables it. It also scores if MultiPoint does and
+// plugins.score disables neither it nor "*". Its weight is the first of
+// plugins.score's and MultiPoint's, 1 when 0.
 func scoreWeights(p *pluginsConfig) (fit, balanced, taint int64) {
 	multi := []pluginRef{{Name: pluginFit, Weight: ptrInt32(defaultFitWeight)}, {Name: pluginBalanced, Weight: ptrInt32(defaultBalancedWeight)},
 		{Name: pluginTaint, Weight: ptrInt32(defaultTaintWeight)}}
@@ -456,7 +461,7 @@ func names(ps []pluginRef) []string {
 
 func ptrInt32(v int32) *int32 { return &v }
 
-// strategy is the scoring strategy of a's args with kube-scheduler's
+// strategy is the scoring strategy of a's args, with kube-scheduler's
 // defaults: LeastAllocated over CPU and memory when unset, CPU and memory
 // when no resources are listed, weight 1 when 0.
 func (a *fitArgs) strategy() (ScoringStrategy, error) {
@@ -498,10 +503,11 @@ func (a *fitArgs) strategy() (ScoringStrategy, error) {
 }
 
 // kubeUsage is what kube-scheduler's node snapshot holds of a node for
-// scoring: its allocatable CPU (millicores), memory (MiB) and
-// aliyun.com/gpu-mem (units), and what its pods request: as requested
-// (Requested) and with kube-scheduler's defaults for containers that
-// request no CPU or memory (NonZeroRequested; 100 millicores, 200 MiB).
+// scoring. That is its allocatable CPU (millicores), memory (MiB) and
+// aliyun.com/gpu-mem (units), and what its pods request. The requests are
+// kept as requested (Requested), and with kube-scheduler's defaults for
+// containers that request no CPU or memory (NonZeroRequested: 100
+// millicores, 200 MiB).
 type kubeUsage struct {
 	allocCPU, allocMem, allocGPU int64
 	reqCPU, reqMem, reqGPU       int64
@@ -523,9 +529,9 @@ func (u *kubeUsage) add(p *podUsage) {
 }
 
 // Score is kube-scheduler's own score of a node with kubeUsage u for a pod
-// asking p: NodeResourcesFit's and NodeResourcesBalancedAllocation's
-// scores (0..100 each, integer arithmetic as kube-scheduler's) times their
-// weights.
+// asking p. It is NodeResourcesFit's and NodeResourcesBalancedAllocation's
+// scores times their weights. Each is 0..100, in integer arithmetic as
+// kube-scheduler's.
 func (s *Scheduler) score(u *kubeUsage, p *podUsage) int64 {
 	var total int64
 	if s.FitWeight > 0 {
@@ -537,11 +543,12 @@ func (s *Scheduler) score(u *kubeUsage, p *podUsage) int64 {
 	return total
 }
 
-// allocReq returns the allocatable amount of resource on the node and what
-// is requested there once the pod is (nonZero: kube-scheduler's defaults
-// for CPU and memory), (0, 0) for a resource the replay does not know or an
-// extended resource the pod does not ask (kube-scheduler then leaves it
-// out: resourceAllocationScorer.calculateResourceAllocatableRequest).
+// allocReq returns the allocatable amount of resource on the node, and
+// what is requested there once the pod is. nonZero applies
+// kube-scheduler's defaults for CPU and memory. It returns (0, 0) for a
+// resource the replay does not know, or an extended resource the pod does
+// not ask. kube-scheduler then leaves it out
+// (resourceAllocationScorer.calculateResourceAllocatableRequest).
 func allocReq(resource string, u *kubeUsage, p *podUsage, nonZero bool) (alloc, req int64) {
 	switch resource {
 	case resourceCPU:
@@ -620,15 +627,17 @@ func (s *Scheduler) shape(util int64) int64 {
 	return pts[len(pts)-1].Score * scale
 }
 
-// balancedScore is NodeResourcesBalancedAllocation's score (0 when the pod
-// asks none of the resources): 1.34's balanceOf the node with the pod,
-// or, with gain (kube-scheduler 1.36 and later), 50 + (50 + after -
+// balancedScore is NodeResourcesBalancedAllocation's score, 0 when the pod
+// asks none of the resources. In 1.34 it is balanceOf the node with the
+// pod. With gain (kube-scheduler 1.36 and later) it is 50 + (50 + after -
 // before)/2 in integer arithmetic, after and before being the node's
-// balance with and without the pod. Example, nodes of 32 cores and 128
-// GiB, a pod of 4 cores and 32 GiB: on a node with 8 cores and 32 GiB
-// requested (25%, 25%) the balance goes 100 -> 93 (score 93; with gain
-// 71), on one with 16 cores and none (50%, 0%) it goes 75 -> 81 (score 81;
-// with gain 78): 1.34 prefers the first node, 1.36 the second.
+// balance with and without the pod.
+//
+// Example: nodes of 32 cores and 128 GiB, a pod of 4 cores and 32 GiB. On
+// a node with 8 cores and 32 GiB requested (25%, 25%), the balance goes
+// 100 -> 93: score 93, with gain 71. On one with 16 cores and none (50%,
+// 0%), it goes 75 -> 81: score 81, with gain 78. So 1.34 prefers the first
+// node, and 1.36 the second.
 func balancedScore(resources []string, u *kubeUsage, p *podUsage, gain bool) int64 {
 	asks := false
 	for _, r := range resources {
@@ -647,8 +656,8 @@ func balancedScore(resources []string, u *kubeUsage, p *podUsage, gain bool) int
 
 // balanceOf is kube-scheduler's balancedResourceScore of the node: 100
 // times one less the standard deviation of its requested shares of the
-// resources, counting the pod's requests when with is set (the resources
-// skipped are those allocReq skips, with the pod or without).
+// resources. It counts the pod's requests when with is set. The resources
+// skipped are those allocReq skips, with the pod or without.
 func balanceOf(resources []string, u *kubeUsage, p *podUsage, with bool) int64 {
 	var buf [4]float64
 	fractions := buf[:0]
@@ -680,7 +689,7 @@ func balanceOf(resources []string, u *kubeUsage, p *podUsage, with bool) int64 {
 	return int64((1 - std) * maxNodeScore)
 }
 
-// podRequest is what the pod asks of resource (as allocReq counts it).
+// podRequest is what the pod asks of resource, as allocReq counts it.
 func podRequest(resource string, p *podUsage) int64 {
 	switch resource {
 	case resourceCPU:

@@ -18,7 +18,7 @@ import (
 )
 
 // The ResourceQuota names of GPU memory: aliyun.com/gpu-mem pods count
-// under the first, pods converted with the marker under the second.
+// under the first, and pods converted with the marker under the second.
 // ResourceQuota counts an extended resource only under "requests.".
 var (
 	quotaGPUMem   = corev1.ResourceName(corev1.DefaultResourceRequestsPrefix + string(gpushare.ResourceGPUMem))
@@ -26,7 +26,8 @@ var (
 )
 
 // quotaWait bounds how long an admission waits for the ResourceQuota
-// informer's first sync: well inside the webhook's timeoutSeconds (5).
+// informer's first sync. It is well inside the webhook's timeoutSeconds
+// (5).
 const quotaWait = 2 * time.Second
 
 // Quotas lists ResourceQuotas.
@@ -36,8 +37,8 @@ type Quotas interface {
 	List(ctx context.Context, namespace string) ([]*corev1.ResourceQuota, error)
 }
 
-// InformerQuotas is Quotas from a shared informer: no API call per
-// admission.
+// InformerQuotas is Quotas from a shared informer, so that an admission
+// makes no API call.
 type InformerQuotas struct {
 	Lister corelisters.ResourceQuotaLister
 	Synced cache.InformerSynced
@@ -45,7 +46,7 @@ type InformerQuotas struct {
 
 var _ Quotas = InformerQuotas{}
 
-// NewInformerQuotas adds a ResourceQuota informer to factory; start the
+// NewInformerQuotas adds a ResourceQuota informer to factory. Start the
 // factory to fill it.
 func NewInformerQuotas(factory informers.SharedInformerFactory) InformerQuotas {
 	inf := factory.Core().V1().ResourceQuotas()
@@ -67,14 +68,14 @@ func (q InformerQuotas) List(ctx context.Context, namespace string) ([]*corev1.R
 }
 
 // checkQuotas refuses a conversion that the namespace's ResourceQuotas
-// would not count. ResourceQuota admission runs after every mutating
-// webhook, so it sees the converted pod: no aliyun.com/gpu-mem left, and
-// DRA's own quota counts devices, not memory. With NodeChoice the marker
-// carries the memory (draclaim.Convert), so each quota that limits
-// requests.aliyun.com/gpu-mem must limit requests.gpushare.io/dra-claim
-// too; without it nothing on the pod counts the memory, so no quota may
-// limit either. Scopes are not weighed: a quota that names gpu-mem is
-// taken to apply. units (in unit) is what the pod asks.
+// would not count; units (in unit) is what the pod asks. ResourceQuota
+// admission runs after every mutating webhook, so it sees the converted
+// pod. That pod has no aliyun.com/gpu-mem left, and DRA's own quota counts
+// devices, not memory. With NodeChoice the marker carries the memory
+// (draclaim.Convert). So each quota that limits requests.aliyun.com/gpu-mem
+// must limit requests.gpushare.io/dra-claim too. Without NodeChoice nothing
+// on the pod counts the memory, so no quota may limit either. Scopes are
+// not weighed: a quota that names gpu-mem is taken to apply.
 func (d DRA) checkQuotas(ctx context.Context, namespace string, units int64) error {
 	ctx, cancel := context.WithTimeout(ctx, quotaWait)
 	defer cancel()

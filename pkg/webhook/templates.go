@@ -16,11 +16,11 @@ import (
 // FieldManager is the webhook's field manager for what it creates.
 const FieldManager = "gpushare-webhook"
 
-// ClientTemplates is Templates through the API: it creates a missing
-// template, accepts an existing one only with the same spec, and refuses
-// one the API server stored without its capacity request (a cluster whose
-// DRAConsumableCapacity feature is off: Kubernetes before 1.36 by
-// default), deleting it again when it created it.
+// ClientTemplates is Templates through the API. It creates a missing
+// template, and accepts an existing one only with the same spec. It
+// refuses one the API server stored without its capacity request, and
+// deletes it again when it created it. That happens in a cluster whose
+// DRAConsumableCapacity feature is off, by default Kubernetes before 1.36.
 type ClientTemplates struct {
 	Client kubernetes.Interface
 }

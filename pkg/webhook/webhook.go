@@ -23,37 +23,37 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// Path is where the webhook is served (the MutatingWebhookConfiguration's
-// clientConfig path).
+// Path is where the webhook is served: the MutatingWebhookConfiguration's
+// clientConfig path.
 const Path = "/mutate-pods"
 
 // DefaultSchedulerName is the profile name of the second scheduler the
 // webhook sends GPU pods to.
 const DefaultSchedulerName = "gpushare-scheduler"
 
-// MaxBodyBytes caps an AdmissionReview: the API server takes request bodies
-// of up to 3 MB, and a pod's JSON in the review may be larger than the
-// protobuf it came in.
+// MaxBodyBytes caps an AdmissionReview. The API server takes request
+// bodies of up to 3 MB, and a pod's JSON in the review may be larger than
+// the protobuf it came in.
 const MaxBodyBytes = 8 << 20
 
-// Results of a review, the values of gpushare_webhook_admissions_total's
-// label result.
+// Results of a review: the values of the label result of
+// gpushare_webhook_admissions_total.
 const (
 	// ResultMutated: the answer sets spec.schedulerName.
 	ResultMutated = "mutated"
-	// ResultSkipped: allowed unchanged (not a pod CREATE, no gpu-mem, or
-	// a scheduler chosen already).
+	// ResultSkipped: allowed unchanged. It is not a pod CREATE, asks no
+	// gpu-mem, or has chosen a scheduler already.
 	ResultSkipped = "skipped"
 	// ResultInvalid: not an AdmissionReview; answered HTTP 400.
 	ResultInvalid = "invalid"
 	// ResultError: the webhook failed on its own; allowed unchanged.
 	ResultError = "error"
-	// ResultConverted: a pod bound for DRA nodes, its aliyun.com/gpu-mem
-	// turned into a claim from a ResourceClaimTemplate (EnableDRA).
+	// ResultConverted: a pod bound for DRA nodes, whose aliyun.com/gpu-mem
+	// was turned into a claim from a ResourceClaimTemplate (EnableDRA).
 	ResultConverted = "converted"
-	// ResultDenied: a pod bound for DRA nodes refused, with the reason:
-	// a shape the conversion cannot keep, or its template could not be
-	// made (EnableDRA).
+	// ResultDenied: a pod bound for DRA nodes was refused, with the reason
+	// (EnableDRA). The conversion cannot keep its shape, or its template could
+	// not be made.
 	ResultDenied = "denied"
 )
 
@@ -73,38 +73,36 @@ type Handler struct {
 }
 
 // DRA configures the conversion of pods bound for nodes served by the
-// gpushare DRA driver (package draclaim): a pod CREATE that can only run on
-// nodes carrying every label of NodeSelector (boundForDRA: for each label,
-// its spec.nodeSelector, or every term of its required node affinity, asks
-// it) and that asks aliyun.com/gpu-mem is answered with the patch that
-// makes it ask the same memory through a claim, once its
-// ResourceClaimTemplate exists; its scheduler is left as it is
-// (kube-scheduler allocates claims in every profile) unless NodeChoice
-// sends it to the extender's. A pod the conversion
-// cannot keep is refused with the reason, and so is one whose GPU memory a
-// ResourceQuota of its namespace limits but would not count once converted
-// (checkQuotas). A pod that may land on DRA nodes
-// and on others (some affinity terms ask a label, some do not; it asks only
-// some of the labels) is not converted.
+// gpushare DRA driver (package draclaim). A pod CREATE is converted when the
+// pod asks aliyun.com/gpu-mem and can only run on nodes carrying every
+// label of NodeSelector (boundForDRA). The answer is the patch that makes
+// it ask the same memory through a claim, once its ResourceClaimTemplate
+// exists. Its scheduler is left as it is, as kube-scheduler allocates
+// claims in every profile, unless NodeChoice sends it to the extender's. A
+// pod the conversion cannot keep is refused with the reason. So is one
+// whose GPU memory a ResourceQuota of its namespace limits but would not
+// count once converted (checkQuotas). A pod that may land on DRA nodes and
+// on others is not converted: some affinity terms ask a label and some do
+// not, or it asks only some of the labels.
 type DRA struct {
 	// NodeSelector holds the labels of the DRA nodes (the chart's
-	// draDriver.nodeSelector): the driver runs on nodes with all of them,
-	// the device plugin on every other.
+	// draDriver.nodeSelector). The driver runs on nodes with all of them, the
+	// device plugin on every other.
 	NodeSelector map[string]string
 	// Unit is aliyun.com/gpu-mem's unit on those nodes: GiB or MiB.
 	Unit string
 	// NodeChoice also gives converted pods the marker resource
-	// gpushare.io/dra-claim, so kube-scheduler asks the extender to rate
-	// their nodes (draclaim.Convert), and the webhook's scheduler name
-	// when their schedulerName is empty or default-scheduler, as for pods
-	// asking gpu-mem: that scheduler's configuration lists the marker as
-	// the extender's (config/kube-scheduler-config.yaml).
+	// gpushare.io/dra-claim, so that kube-scheduler asks the extender to rate
+	// their nodes (draclaim.Convert). It also gives them the webhook's
+	// scheduler name when their schedulerName is empty or default-scheduler,
+	// as for pods asking gpu-mem. That scheduler's configuration lists the
+	// marker as the extender's (config/kube-scheduler-config.yaml).
 	NodeChoice bool
 	// Templates makes the templates.
 	Templates Templates
-	// Quotas reads the namespaces' ResourceQuotas: a pod whose GPU memory
-	// a quota of its namespace limits, and would not count once converted,
-	// is refused (checkQuotas).
+	// Quotas reads the namespaces' ResourceQuotas. A pod whose GPU memory a
+	// quota of its namespace limits, and would not count once converted, is
+	// refused (checkQuotas).
 	Quotas Quotas
 }
 
@@ -120,9 +118,9 @@ func (d DRA) selector() string {
 
 // Templates makes sure ResourceClaimTemplates exist.
 type Templates interface {
-	// Ensure makes sure tmpl exists in namespace with tmpl's spec; with
-	// dryRun it writes nothing (an admission of a dry-run request has no
-	// side effects).
+	// Ensure makes sure tmpl exists in namespace with tmpl's spec. With
+	// dryRun it writes nothing: an admission of a dry-run request has no side
+	// effects.
 	Ensure(ctx context.Context, namespace string, tmpl *resourcev1.ResourceClaimTemplate, dryRun bool) error
 }
 
@@ -181,7 +179,7 @@ func New(logger klog.Logger, schedulerName string, reg prometheus.Registerer) (*
 }
 
 // ValidSchedulerName checks name as the API server checks a pod's
-// spec.schedulerName (a DNS subdomain).
+// spec.schedulerName: a DNS subdomain.
 func ValidSchedulerName(name string) error {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Errorf("scheduler name %q: %v", name, errs)
@@ -273,11 +271,11 @@ func (h *Handler) respond(ctx context.Context, req *admissionv1.AdmissionRequest
 	return resp, ResultMutated
 }
 
-// Mutate returns the JSON patch for req, or nil and why none: only the
+// Mutate returns the JSON patch for req, or nil and why none. Only one
+// request gets a patch, setting spec.schedulerName to schedulerName: the
 // CREATE of a pod that asks aliyun.com/gpu-mem in a container or an init
-// container and names no scheduler or the default one gets
-// spec.schedulerName set to schedulerName. err is set when the request's
-// pod does not decode.
+// container, and names no scheduler or the default one. err is set when
+// the request's pod does not decode.
 func Mutate(req *admissionv1.AdmissionRequest, schedulerName string) (patch []byte, why string, err error) {
 	if why := notPodCreate(req); why != "" {
 		return nil, why, nil
@@ -300,8 +298,8 @@ func Mutate(req *admissionv1.AdmissionRequest, schedulerName string) (patch []by
 	return patch, "", nil
 }
 
-// notPodCreate says why req is not the CREATE of a pod, "" when it is: the
-// only requests the webhook changes.
+// notPodCreate says why req is not the CREATE of a pod, "" when it is.
+// Those are the only requests the webhook changes.
 func notPodCreate(req *admissionv1.AdmissionRequest) string {
 	switch {
 	case req.Operation != admissionv1.Create:
@@ -319,7 +317,7 @@ type jsonPatchOp struct {
 }
 
 // convert answers req when it creates a pod bound for DRA nodes that asks
-// aliyun.com/gpu-mem; ok is false for any other request, left to Mutate.
+// aliyun.com/gpu-mem. ok is false for any other request, left to Mutate.
 func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, result string, ok bool) {
 	if notPodCreate(req) != "" {
 		return nil, "", false
@@ -346,9 +344,9 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 		return deny(err)
 	}
 	if h.dra.NodeChoice && (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) {
-		// The marker resource is known only to the scheduler whose
-		// configuration names the extender: send the pod there, as Mutate
-		// does for pods asking gpu-mem.
+		// Only the scheduler whose configuration names the extender knows
+		// the marker resource. Send the pod there, as Mutate does for pods
+		// asking gpu-mem.
 		conv.Patch = append(conv.Patch, draclaim.PatchOp{Op: "add", Path: "/spec/schedulerName", Value: h.schedulerName})
 	}
 	if err := h.dra.checkQuotas(ctx, req.Namespace, conv.Units); err != nil {
@@ -368,9 +366,9 @@ func (h *Handler) convert(ctx context.Context, logger klog.Logger, req *admissio
 }
 
 // boundForDRA reports whether pod can only run on nodes carrying every
-// label of labels: for each, its spec.nodeSelector holds it, or it has
-// required node affinity every term of which (the terms are alternatives)
-// asks it with operator In and no other value.
+// label of labels. For each label, either its spec.nodeSelector holds it,
+// or it has required node affinity every term of which asks it, with
+// operator In and no other value. The terms are alternatives.
 func boundForDRA(pod *corev1.Pod, labels map[string]string) bool {
 	if len(labels) == 0 {
 		return false

@@ -16,14 +16,14 @@ import (
 // (Victims.Victim).
 type Victim struct {
 	Priority int32
-	// StartTime breaks ties of priority: of two pods, the one started
-	// later is evicted first (kube-scheduler's MoreImportantPod).
+	// StartTime breaks ties of priority: of two pods, the one started later is
+	// evicted first (kube-scheduler's MoreImportantPod).
 	StartTime time.Time
-	// Terminating: the pod is leaving already; its memory counts as free
-	// and it is never evicted again.
+	// Terminating: the pod is leaving already. Its memory counts as free, and
+	// it is never evicted again.
 	Terminating bool
-	// GraceSeconds is its termination grace period: the reservation lasts
-	// at least that long beyond cache.Cache.Reserve.
+	// GraceSeconds is its termination grace period. The reservation lasts at
+	// least that long beyond cache.Cache.Reserve's TTL.
 	GraceSeconds int64
 	// Budgets names the PodDisruptionBudgets the Eviction API checks
 	// before it evicts the pod. It refuses a pod that more than one
@@ -35,11 +35,11 @@ type Victim struct {
 // planner asks only about pods of a lower priority than the preemptor's,
 // and only about those it may evict.
 type Victims interface {
-	// Victim describes pod namespace/name with UID uid; ok false when the
-	// pod is unknown (it then stays, as if it could not be evicted).
+	// Victim describes pod namespace/name with UID uid. ok is false when the
+	// pod is unknown; it then stays, as if it could not be evicted.
 	Victim(namespace, name string, uid types.UID) (v Victim, ok bool)
-	// Allowed returns how many more pods PodDisruptionBudget budget lets
-	// go now (its status.disruptionsAllowed; 0 when unknown).
+	// Allowed returns how many more pods PodDisruptionBudget budget lets go
+	// now: its status.disruptionsAllowed, 0 when unknown.
 	Allowed(budget string) int32
 }
 
@@ -50,22 +50,23 @@ type Plan struct {
 	Namespace, Name string
 	UID             types.UID
 	Node            string
-	// Victims to evict, most important first; none when the pods already
-	// terminating there free enough.
+	// Victims to evict, most important first. There are none when the pods
+	// already terminating there free enough.
 	Victims []PlannedVictim
-	// Units is what the pod would hold: card index -> units (the node's
+	// Units is what the pod would hold, card index -> units (the node's
 	// unit), where the demand fits once the victims and the pods already
 	// terminating have gone.
 	Units map[int]int64
 	// GraceSeconds is the longest grace period among the victims.
 	GraceSeconds int64
-	// Awaited are the UIDs of pods that are to leave the node for the pod
-	// besides Victims: kube-scheduler's own victims, which it evicts, where
-	// it preempts for other resources and the cards are held (Hold), or
-	// those of them that hold no card memory (cache.Cache.PlanPreemptionAfter).
+	// Awaited are the UIDs of the pods besides Victims that are to leave the
+	// node for the pod. They are kube-scheduler's own victims, which it evicts.
+	// Either it preempts for other resources while the cards are held (Hold),
+	// or they are those of its victims that hold no card memory
+	// (cache.Cache.PlanPreemptionAfter).
 	Awaited []types.UID
-	// MilliCPU and MemoryMiB the pod requests; Gen the node's generation
-	// the plan was made at (Node.Gen).
+	// MilliCPU and MemoryMiB are what the pod requests. Gen is the node's
+	// generation the plan was made at (Node.Gen).
 	MilliCPU, MemoryMiB int64
 	Gen                 uint64
 }
@@ -81,25 +82,24 @@ type PlannedVictim struct {
 	Budgets []string
 }
 
-// Node is what a preemption reads of one node: a copy of its cards (those
-// the preempting pod may not join marked ForeignMPS) and of the pods
-// charged on them, made under the cache's lock.
+// Node is what a preemption reads of one node, copied under the cache's
+// lock: its cards and the pods charged on them. The cards the preempting
+// pod may not join are marked ForeignMPS.
 type Node struct {
 	allocator.Node
 	// Gen is the node's generation the copy was made at (Plan.Gen).
 	Gen uint64
-	// HostKnown: the node reports its CPU; FreeMilliCPU and FreeMemMiB are
-	// then its free CPU (millicores) and memory (MiB), Awaited's counted
-	// as free.
+	// HostKnown: the node reports its CPU. FreeMilliCPU and FreeMemMiB are
+	// then its free CPU (millicores) and memory (MiB), counting Awaited's as
+	// free.
 	HostKnown                bool
 	FreeMilliCPU, FreeMemMiB int64
 	// Pods are those charged on the cards, reserved room aside, by UID.
 	Pods []Pod
 	// Leaving: the victims of the node's reservations.
 	Leaving map[types.UID]bool
-	// Awaited are the pods that ask no GPU memory and leave the node
-	// anyway (cache.Cache.PlanPreemptionAfter); their CPU and memory count as
-	// free.
+	// Awaited are the pods that ask no GPU memory and leave the node anyway
+	// (cache.Cache.PlanPreemptionAfter). Their CPU and memory count as free.
 	Awaited []types.UID
 }
 
@@ -111,11 +111,11 @@ type Pod struct {
 	Settled     bool
 	Terminating bool
 	Priority    int32
-	// PerCard is what it holds on the cards (shared with the cache's
-	// entry), Unattributed what it holds on unknown cards.
+	// PerCard is what it holds on the cards, shared with the cache's entry.
+	// Unattributed is what it holds on unknown cards.
 	PerCard      allocator.CardUnits
 	Unattributed int64
-	// MilliCPU and MemoryMiB it requests on the node.
+	// MilliCPU and MemoryMiB are what it requests on the node.
 	MilliCPU, MemoryMiB int64
 }
 
@@ -125,10 +125,10 @@ type candidate struct {
 	v   Victim
 }
 
-// Best returns the best plan for pod on cp, nil when there is none;
-// fitsNow says pod's demand fits cp's cards as they are (there is then no
-// plan: evicting GPU pods is not what the pod needs there). fit places the
-// pod's demand on a node's cards into pl and says whether it fits.
+// Best returns the best plan for pod on cp, nil when there is none. fit
+// places the pod's demand on a node's cards into pl and says whether it
+// fits. fitsNow says the demand fits cp's cards as they are. There is then
+// no plan: evicting GPU pods is not what the pod needs there.
 func Best(cp *Node, pod *kubeinfo.PodInfo, vs Victims, fit func(n *allocator.Node, pl *allocator.Placement) bool) (plan *Plan, key Key, fitsNow bool) {
 	var pl allocator.Placement
 	if fit(&cp.Node, &pl) {
@@ -212,26 +212,27 @@ func evictable(v Victim, vs Victims) bool {
 	return false
 }
 
-// hostRoom is the CPU (millicores) and memory (MiB) free on a node once the
-// pods already leaving have gone, and what the preempting pod asks.
+// hostRoom is the CPU (millicores) and memory (MiB) free on a node once
+// the pods already leaving have gone, and what the preempting pod asks.
 type hostRoom struct {
 	known                            bool
 	freeCPU, freeMem, podCPU, podMem int64
 }
 
 // fits reports whether the pod's CPU and memory fit once pods holding cpu
-// and mem more have gone too; always on a node that reports no CPU.
+// and mem more have gone too. It is always true on a node that reports no
+// CPU.
 func (h hostRoom) fits(cpu, mem int64) bool {
 	return !h.known || h.freeCPU+cpu >= h.podCPU && h.freeMem+mem >= h.podMem
 }
 
-// reprieve takes every pod of group off view; if the preempting pod then
-// fits (fit, and host), it gives them back one at a time, those covered by
-// a PodDisruptionBudget first, each part most important first, and keeps
-// each where the pod still fits. It returns the pods it could not give
-// back, most important first, and false when the pod does not fit even
-// without the whole group or the victims together exceed a budget. view is
-// left as it was.
+// reprieve takes every pod of group off view. If the preempting pod then
+// fits (fit, and host), it gives them back one at a time and keeps each
+// where the pod still fits. The pods a PodDisruptionBudget covers go first,
+// and each part most important first. It returns the pods it could not give
+// back, most important first. It returns false when the pod does not fit
+// even without the whole group, or the victims together exceed a budget.
+// view is left as it was.
 func reprieve(view *allocator.Node, group []candidate, host hostRoom, fit func(*allocator.Node, *allocator.Placement) bool, vs Victims) ([]candidate, bool) {
 	n := *view
 	n.Cards = slices.Clone(view.Cards)
@@ -286,8 +287,8 @@ func Hold(cp *Node, pod *kubeinfo.PodInfo, pl *allocator.Placement) *Plan {
 	return planOf(cp, pod, nil, &cp.Node, pl)
 }
 
-// planOf builds the plan evicting victims on cp, pod placed by pl on after
-// (cp's cards without the victims and the pods leaving).
+// planOf builds the plan evicting victims on cp. pl placed the pod on
+// after, cp's cards without the victims and the pods leaving.
 func planOf(cp *Node, pod *kubeinfo.PodInfo, victims []candidate, after *allocator.Node, pl *allocator.Placement) *Plan {
 	p := &Plan{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: cp.Name, Units: map[int]int64{},
 		Awaited: cp.Awaited, MilliCPU: pod.MilliCPU, MemoryMiB: pod.MemoryMiB, Gen: cp.Gen}
@@ -306,9 +307,10 @@ func planOf(cp *Node, pod *kubeinfo.PodInfo, victims []candidate, after *allocat
 }
 
 // Key orders plans as kube-scheduler orders preemption candidates
-// (pickOneNodeForPreemption): a lower highest victim priority, then a
-// lower sum of priorities, then fewer victims, then a later earliest start
-// among the highest-priority victims. A plan without victims beats all.
+// (pickOneNodeForPreemption). The better plan has a lower highest victim
+// priority, then a lower sum of priorities, then fewer victims, then a
+// later earliest start among the highest-priority victims. A plan without
+// victims beats all.
 type Key struct {
 	victims  int
 	highest  int64

@@ -11,14 +11,14 @@ import (
 type CardUser struct {
 	Index int // the card's index
 	User  gpushare.MPSUser
-	// Mixed: clients of two users are there already (admitted before the
-	// device plugin checked, or by another plugin); no one may join.
+	// Mixed: clients of two users are there already, so no one may join. They
+	// were admitted before the device plugin checked, or by another plugin.
 	Mixed bool
 }
 
-// WithForeignMPS returns n as a pod whose MPS clients run as user sees it:
-// a copy whose cards with clients of another user (or of two) are
-// ForeignMPS, or n itself when it has none.
+// WithForeignMPS returns n as a pod whose MPS clients run as user sees it.
+// That is a copy whose cards with clients of another user, or of two, are
+// ForeignMPS; or n itself when it has none.
 func WithForeignMPS(n *allocator.Node, users []CardUser, user gpushare.MPSUser) *allocator.Node {
 	if user == gpushare.MPSUserNone {
 		return n
@@ -46,7 +46,7 @@ func WithForeignMPS(n *allocator.Node, users []CardUser, user gpushare.MPSUser) 
 }
 
 // ForMPS returns s as a pod whose MPS clients run as user sees it (see
-// WithForeignMPS); s itself when that changes nothing.
+// WithForeignMPS), or s itself when that changes nothing.
 func (s *Snap) ForMPS(user gpushare.MPSUser) *Snap {
 	if s == nil || len(s.MPSUsers) == 0 {
 		return s

@@ -10,32 +10,33 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// Snap is what the verbs that only read (filter, prioritize, and the
-// search of a bind) need of one node: a copy the cache makes under its lock
-// each time the node changes (publish) and never modifies after, so they
-// read it without the lock and never wait behind informer events or binds.
+// Snap is what the read-only verbs (filter, prioritize, and a bind's
+// search) need of one node. The cache makes this copy under its lock each
+// time the node changes (publish) and never modifies it after. So the
+// verbs read it without the lock and never wait behind informer events or
+// binds.
 type Snap struct {
 	// Node holds a copy of the cards.
 	Node   allocator.Node
 	Source string // SourceInventory, SourceCapacity, SourceDRA or SourceNone
 	// InvErr and CordonErr as in the cache's nodeState.
 	InvErr, CordonErr string
-	// HostKnown: the node reports its CPU; FreeMilliCPU and FreeMemMiB are
-	// then its allocatable CPU (millicores) and memory (MiB) less what the
-	// pods on it request.
+	// HostKnown: the node reports its CPU. FreeMilliCPU and FreeMemMiB are
+	// then its allocatable CPU (millicores) and memory (MiB), less what its
+	// pods request.
 	HostKnown                bool
 	FreeMilliCPU, FreeMemMiB int64
 	// Gen is the nodeState's generation this copy was made at.
 	Gen uint64
-	// MPSUsers: who the MPS clients of the node's cards in mps mode run
-	// as; nil when none has a client.
+	// MPSUsers: who the MPS clients of the node's cards in mps mode run as;
+	// nil when none has a client.
 	MPSUsers []CardUser
 	// cards holds Node.Cards when there are at most 8.
 	cards [8]allocator.Card
 }
 
-// SetCards sets s's cards to a copy of cards, in the same allocation as
-// the rest when they are few (one place in memory to read).
+// SetCards sets s's cards to a copy of cards. When they are few, the copy
+// shares s's allocation: one place in memory to read.
 func (s *Snap) SetCards(cards []allocator.Card) {
 	if len(cards) <= len(s.cards) {
 		s.Node.Cards = s.cards[:len(cards)]
@@ -45,19 +46,19 @@ func (s *Snap) SetCards(cards []allocator.Card) {
 	}
 }
 
-// Index finds a node's slot by name without a lock. It is immutable:
-// a change of a node replaces only its slot's snapshot; adding a node
-// replaces the index, copying only recent (the nodes added since base was
-// built) until that grows past maxRecent, when base is rebuilt with them.
-// So an add costs O(maxRecent) and, amortised, O(nodes/maxRecent). A
-// removed node's slot holds no snapshot (dead) until the next rebuild
-// drops it, and a node is looked up in base first: a reader hashes a name
-// once unless the node is new or unknown.
+// Index finds a node's slot by name without a lock. It is immutable. A
+// change of a node replaces only its slot's snapshot. Adding a node
+// replaces the index, copying only recent, the nodes added since base was
+// built. Once recent grows past maxRecent, base is rebuilt with them. So an
+// add costs O(maxRecent), and amortised O(nodes/maxRecent). A removed
+// node's slot holds no snapshot (it is dead) until the next rebuild drops
+// it. A node is looked up in base first, so a reader hashes a name once
+// unless the node is new or unknown.
 type Index struct {
 	// base: node name -> slot.
 	base map[string]*Slot
-	// recent: node name -> slot of the nodes added since base was built
-	// (that base lacks, or holds dead).
+	// recent: node name -> slot of the nodes added since base was built, which
+	// base lacks or holds dead.
 	recent map[string]*Slot
 }
 
@@ -69,8 +70,8 @@ type Slot struct {
 	Snap atomic.Pointer[Snap]
 }
 
-// Lookup returns node name's slot, nil if the index has none (or only a
-// dead one).
+// Lookup returns node name's slot, nil if the index has none or only a
+// dead one.
 func (x *Index) Lookup(name string) *Slot {
 	if slot := x.base[name]; slot != nil && slot.Snap.Load() != nil {
 		return slot
@@ -82,7 +83,7 @@ func (x *Index) Lookup(name string) *Slot {
 }
 
 // With returns a copy of x in which name's slot is slot, whose snapshot is
-// already stored; the slot name had before must be dead.
+// already stored. The slot name had before must be dead.
 func (x *Index) With(name string, slot *Slot) *Index {
 	if len(x.recent) < maxRecent {
 		y := &Index{base: x.base, recent: make(map[string]*Slot, len(x.recent)+1)}
@@ -114,8 +115,8 @@ func (x *Index) All(yield func(name string) bool) {
 	}
 }
 
-// Inputs is what a policy is built from (newPolicy): a copy made
-// under the cache's lock whenever one of them changed, read without it.
+// Inputs is what a policy is built from (Policy). The cache makes a copy
+// under its lock whenever one of them changed; readers read it without it.
 type Inputs struct {
 	// DefaultPolicy is Config.Policy.
 	DefaultPolicy string
@@ -127,9 +128,9 @@ type Inputs struct {
 	MaxMilliCPU, MaxUnits int64
 }
 
-// Policy returns the named policy (the default for ""), built from in: fed
-// with the typical requests (fragaware and fgd use them; the others ignore
-// them) and, for fragaware, the cluster's holes and CPU demand.
+// Policy returns the named policy (the default for ""), built from in. It
+// is fed the typical requests, which fragaware and fgd use and the others
+// ignore. fragaware also gets the cluster's holes and CPU demand.
 func (in *Inputs) Policy(name string) (allocator.Policy, error) {
 	if name == "" {
 		name = in.DefaultPolicy
@@ -142,13 +143,13 @@ func (in *Inputs) Policy(name string) (allocator.Policy, error) {
 }
 
 // gpuSnap returns the published copy of node name if the node has cards
-// and takes new pods; otherwise nil and why not, with unknown true for a
-// node the extender has not seen. It takes no lock.
+// and takes new pods. Otherwise it returns nil and why not; unknown is true
+// for a node the extender has not seen. It takes no lock.
 func (v *View) gpuSnap(name string) (s *Snap, reason string, unknown bool) {
 	return GPUOf(v.Snap(name))
 }
 
-// GPUOf is gpuSnap for the published copy s (nil: an unknown node).
+// GPUOf is gpuSnap for the published copy s; a nil s is an unknown node.
 func GPUOf(s *Snap) (_ *Snap, reason string, unknown bool) {
 	switch {
 	case s == nil:
@@ -165,10 +166,10 @@ func GPUOf(s *Snap) (_ *Snap, reason string, unknown bool) {
 	return s, "", false
 }
 
-// fitSnap places pod's Demand on the cards of node name that its
-// constraints allow, with policy p into pl, spending b; reason says why it
-// does not fit ("" when it does). cr is the room reserved for the pod
-// (View.credit), free to it; nil when none. It takes no lock.
+// fitSnap places pod's Demand, with policy p into pl, on the cards of node
+// name that its constraints allow, spending b. reason says why it does not
+// fit, "" when it does. cr is the room reserved for the pod (View.credit),
+// free to it; nil when none. It takes no lock.
 func (v *View) fitSnap(name string, pod *kubeinfo.PodInfo, cr *Credit, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) (s *Snap, reason string) {
 	s, reason, _ = v.gpuSnap(name)
 	if s == nil {
@@ -181,10 +182,10 @@ func (v *View) fitSnap(name string, pod *kubeinfo.PodInfo, cr *Credit, p allocat
 	return s, ""
 }
 
-// FitReason places pod's Demand on the cards of n (whose cards come from
-// source; invErr explains an ignored inventory) that its constraints
-// allow, with policy p into pl, spending b, and says why it does not fit
-// ("" when it does).
+// FitReason places pod's Demand, with policy p into pl, on the cards of n
+// that its constraints allow, spending b. It says why the demand does not
+// fit, "" when it does. n's cards come from source; invErr explains an
+// ignored inventory.
 func FitReason(n *allocator.Node, source, invErr string, pod *kubeinfo.PodInfo, p allocator.Policy, pl *allocator.Placement, b *allocator.Budget) string {
 	if dra := source == inspectapi.SourceDRA; dra != pod.DRA {
 		if dra {
@@ -202,9 +203,9 @@ func FitReason(n *allocator.Node, source, invErr string, pod *kubeinfo.PodInfo, 
 		return reason
 	}
 	// Feasibility does not depend on the policy (Filter uses Binpack) as
-	// long as the search is exhaustive, which it is for pods of a few GPU
-	// containers; only a pod whose search a budget stops could be found
-	// to fit in one policy's card order and not in another's.
+	// long as the search is exhaustive. It is, for pods of a few GPU
+	// containers. Only a pod whose search a budget stops could fit in one
+	// policy's card order and not in another's.
 	if err := allocator.FitBudget(n, pod.Demand, pod.Constraints, p, pl, b); err != nil {
 		var fe *allocator.FitError
 		if errors.As(err, &fe) {

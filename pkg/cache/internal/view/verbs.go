@@ -16,8 +16,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
 )
 
-// scorer rates placements for one pod: with a Host for policies that weigh
-// CPU and memory, on nodes that report their CPU.
+// scorer rates placements for one pod. For policies that weigh CPU and
+// memory it has a Host, on nodes that report their CPU.
 type scorer struct {
 	p    allocator.Policy
 	hs   allocator.HostScorer // nil when p weighs cards only
@@ -47,8 +47,8 @@ func (sc *scorer) score(s *Snap, pl *allocator.Placement) float64 {
 }
 
 // CtxCheckNodes is how many nodes a verb fits between two looks at its
-// context (a single-card pod takes no search step, so its budget never
-// looks).
+// context. A single-card pod takes no search step, so its budget never
+// looks.
 const CtxCheckNodes = 256
 
 // Stopped returns an error naming pod when ctx has ended before the verb
@@ -60,14 +60,14 @@ func Stopped(ctx context.Context, pod *kubeinfo.PodInfo, done, nodes int) error 
 	return nil
 }
 
-// pinnedNode returns the node of uid's assumption if the pod has one (its
-// bind there has not ended, or ended with an unknown outcome) and the node
-// is among nodes. A pod kube-scheduler tries again then goes back to that
-// node: a second bind there re-sends the Binding with the same cards, which
-// settles the first (Assume is idempotent, and a Binding already made
-// answers Conflict, then reads back as bound). Sent elsewhere, its bind
-// would be refused (ErrBindInFlight) until the assumption expired,
-// AssumeTTL later. It takes no lock.
+// pinnedNode returns the node of uid's assumption if the pod has one and
+// the node is among nodes. An assumption stands while its bind has not
+// ended, or ended with an unknown outcome. A pod kube-scheduler tries again
+// then goes back to that node. A second bind there re-sends the Binding
+// with the same cards, which settles the first: Assume is idempotent, and a
+// Binding already made answers Conflict, then reads back as bound. Sent
+// elsewhere, its bind would be refused (ErrBindInFlight) until the
+// assumption expired, AssumeTTL later. It takes no lock.
 func (v *View) pinnedNode(uid types.UID, nodes []string) (string, bool) {
 	val, ok := v.binding.Load(uid)
 	if !ok {
@@ -78,7 +78,7 @@ func (v *View) pinnedNode(uid types.UID, nodes []string) (string, bool) {
 }
 
 // pinnedTo is Filter's answer for a pod pinned to node (pinnedNode): node
-// alone, the other nodes failed with the reason.
+// alone, and the other nodes failed with the reason.
 func pinnedTo(node string, nodes []string) (fit []string, failed map[string]string) {
 	reason := fmt.Sprintf("the pod's bind to node %s has not ended or its outcome is unknown; it is tried on %s again", node, node)
 	failed = make(map[string]string, len(nodes)-1)
@@ -191,11 +191,10 @@ func (v *View) ScoreCPU(ctx context.Context, pod *kubeinfo.PodInfo, nodes []stri
 
 // evaluation is what evaluate found of each node of a verb's list, parallel
 // to it: whether the pod's Demand fits, with the node's raw score
-// (allocator.Policy.NodeScore or NodeScoreHost), or why not. Its slices come
-// from evalPool and go back with release, so a verb over thousands of nodes
-// allocates none of them (at 15,000 nodes they were most of the 0.76 MB a
-// FilterBest allocated, and so of the garbage collections the extender ran
-// while it served kube-scheduler).
+// (allocator.Policy.NodeScore or NodeScoreHost), or why not. Its slices
+// come from evalPool and go back with release. So a verb over thousands of
+// nodes allocates none of them, and makes the collector run less
+// (measured: docs/benchmarks.md#scale-issue-26).
 type evaluation struct {
 	raw     []float64
 	fits    []bool
@@ -205,8 +204,7 @@ type evaluation struct {
 // evalPool holds evaluations for reuse.
 var evalPool = sync.Pool{New: func() any { return new(evaluation) }}
 
-// newEvaluation returns an evaluation for n nodes, every node not fitting
-// yet.
+// newEvaluation returns an evaluation for n nodes, none fitting yet.
 func newEvaluation(n int) *evaluation {
 	ev := evalPool.Get().(*evaluation)
 	if cap(ev.raw) < n {
@@ -218,7 +216,7 @@ func newEvaluation(n int) *evaluation {
 }
 
 // release returns ev to evalPool; ev must not be used after. It drops the
-// reasons, so a pooled evaluation keeps no string alive.
+// reasons, so that a pooled evaluation keeps no string alive.
 func (ev *evaluation) release() {
 	clear(ev.reasons)
 	evalPool.Put(ev)
@@ -237,8 +235,8 @@ func (ev *evaluation) failed(nodes []string) map[string]string {
 }
 
 // scoreRange returns the lowest and the highest raw score of the nodes
-// where the demand fits, the range allocator.Normalize maps to
-// 0..allocator.MaxScore (as allocator.NormalizeScores does over them).
+// where the demand fits. allocator.Normalize maps that range to
+// 0..allocator.MaxScore, as allocator.NormalizeScores does over them.
 func (ev *evaluation) scoreRange() (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for i, ok := range ev.fits {
@@ -249,13 +247,12 @@ func (ev *evaluation) scoreRange() (lo, hi float64) {
 	return lo, hi
 }
 
-// evaluate fits pod's Demand on each of nodes with the pod's policy,
-// reading the nodes' published copies without a lock and spending one
-// request budget, as Filter does, and records each node's raw score or why
-// the demand does not fit there. A pod that needs no search
-// (allocator.Searches: one container, one card) on a long list of nodes is
-// fitted by several goroutines at once (fitChunk). The caller releases the
-// evaluation.
+// evaluate fits pod's Demand on each of nodes with the pod's policy, and
+// records each node's raw score or why the demand does not fit there. Like
+// Filter, it reads the nodes' published copies without a lock and spends
+// one request budget. A pod that needs no search (allocator.Searches: one
+// container, one card) on a long list of nodes is fitted by several
+// goroutines at once (fitChunk). The caller releases the evaluation.
 func (v *View) evaluate(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) (*evaluation, error) {
 	if err := pod.Placeable(); err != nil {
 		return nil, err
@@ -279,9 +276,9 @@ func (v *View) evaluate(ctx context.Context, pod *kubeinfo.PodInfo, nodes []stri
 			err = v.fitChunk(ctx, idx, f, pod, cr, nodes, 0, len(nodes), b, ev)
 		}
 	} else {
-		// The workers take ParallelChunk nodes at a time, in turn: on a
-		// busy machine one that gets less of a processor fits fewer, where
-		// fixed shares left the verb waiting for the slowest.
+		// The workers take ParallelChunk nodes at a time, in turn. On a
+		// busy machine, a worker that gets less of a processor fits fewer.
+		// Fixed shares left the verb waiting for the slowest.
 		var next atomic.Int64
 		errs := make([]error, workers)
 		var wg sync.WaitGroup
@@ -325,18 +322,18 @@ func (v *View) Evaluate(ctx context.Context, pod *kubeinfo.PodInfo, nodes []stri
 	return slices.Clone(ev.raw), slices.Clone(ev.fits), ev.failed(nodes), nil
 }
 
-// ParallelMinNodes is how many nodes each goroutine of evaluate fits at
-// least: fewer are not worth starting one for (a node takes a few hundred
-// nanoseconds).
+// ParallelMinNodes is the fewest nodes each goroutine of evaluate fits.
+// Fewer are not worth starting one for: a node takes a few hundred
+// nanoseconds.
 const ParallelMinNodes = 1024
 
-// ParallelChunk is how many nodes a goroutine of evaluate takes at a time:
-// a multiple of FitBlock, and CtxCheckNodes, as evaluate looks at the
-// context before each.
+// ParallelChunk is how many nodes a goroutine of evaluate takes at a time.
+// It is a multiple of FitBlock, and of CtxCheckNodes, as evaluate looks at
+// the context before each chunk.
 const ParallelChunk = CtxCheckNodes
 
-// fitter is what one goroutine of evaluate fits with: its own scorer (a
-// policy keeps memos) and placement, reused across nodes.
+// fitter is what one goroutine of evaluate fits with, reused across nodes:
+// its own scorer (a policy keeps memos) and placement.
 type fitter struct {
 	sc *scorer
 	pl allocator.Placement
@@ -350,20 +347,19 @@ func newFitter(in *Inputs, pod *kubeinfo.PodInfo) (*fitter, error) {
 	return &fitter{sc: sc}, nil
 }
 
-// fitChunk fits pod on nodes[lo:hi], found in idx, with f, spending b
-// (nil for a pod that takes no search step), with cr the room reserved
-// for the pod (nil when none) free to it, and records in ev, at each
-// node's index, whether it fits and its raw score, or why not. Several run
-// at once on disjoint ranges (cr is only read).
+// fitChunk fits pod on nodes[lo:hi], found in idx, with f, spending b (nil
+// for a pod that takes no search step). cr is the room reserved for the
+// pod, free to it; nil when none. It records in ev, at each node's index,
+// whether the pod fits and its raw score, or why not. Several run at once
+// on disjoint ranges; cr is only read.
 func (v *View) fitChunk(ctx context.Context, idx *Index, f *fitter, pod *kubeinfo.PodInfo, cr *Credit, nodes []string, lo, hi int, b *allocator.Budget, ev *evaluation) error {
 	raw, fits, reasons := ev.raw, ev.fits, ev.reasons
 	// Block by block, first find each node's published copy and screen
-	// out the nodes that take no GPU pod: a short loop, so the processor
-	// overlaps the memory loads of many nodes (the index and the copies
-	// are spread over the heap; fitting them one at a time waited for each
-	// in turn, most of the verb's time at 5,000 nodes). Then fit the
-	// block's others while their copies are still in the processor's
-	// cache.
+	// out the nodes that take no GPU pod. In that short loop the processor
+	// overlaps the memory loads of many nodes: the index and the copies
+	// are spread over the heap, and fitting them one at a time waited for
+	// each in turn. Then fit the block's other nodes while their copies are
+	// still in the processor's cache.
 	var snaps [FitBlock]*Snap
 	sc, pl := f.sc, &f.pl
 	for blo := lo; blo < hi; blo += FitBlock {
@@ -396,8 +392,8 @@ func (v *View) fitChunk(ctx context.Context, idx *Index, f *fitter, pod *kubeinf
 }
 
 // FitBlock is how many nodes fitChunk looks up before it fits them: enough
-// for the processor to overlap their loads, few enough that their copies
-// stay in its cache until they are fitted. CtxCheckNodes is a multiple.
+// for the processor to overlap their loads, and few enough that their
+// copies stay in its cache until fitted. CtxCheckNodes is a multiple.
 const FitBlock = 64
 
 // FitsOutside is cache.Cache.FitsOutside.

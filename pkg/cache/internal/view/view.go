@@ -11,24 +11,23 @@ import (
 )
 
 // View holds what the cache last published, for the readers. The cache
-// writes it under its lock (SetIndex, SetInputs, Pin, Unpin); the readers
-// take no lock, but credit, which takes it while some room is reserved.
+// writes it under its lock (SetIndex, SetInputs, Pin, Unpin). The readers
+// take no lock, except credit, which takes it while some room is reserved.
 type View struct {
-	// index finds the slot holding the last published copy of every node
-	// seen (not placeholders), by name; inputs: the policy's inputs as last
+	// index finds, by name, the slot holding the last published copy of every
+	// node seen (not placeholders). inputs: the policy's inputs as last
 	// published.
 	index  atomic.Pointer[Index]
 	inputs atomic.Pointer[Inputs]
 	// binding: pod UID (types.UID) -> node name (string), for each of the
-	// cache's assumptions: a bind that has not ended, or ended with an
-	// unknown outcome. The verbs send the pod's next try to that node
-	// (pinnedNode).
+	// cache's assumptions, a bind that has not ended or ended with an unknown
+	// outcome. The verbs send the pod's next try to that node (pinnedNode).
 	binding sync.Map
 	// credit returns the room reserved for a pod, nil when none.
 	credit func(uid types.UID) *Credit
 }
 
-// New returns a view of no node, with the policy inputs in; credit returns
+// New returns a view of no node, with the policy inputs in. credit returns
 // the room reserved for a pod.
 func New(in *Inputs, credit func(uid types.UID) *Credit) *View {
 	v := &View{credit: credit}
@@ -55,8 +54,8 @@ func (v *View) Pin(uid types.UID, node string) { v.binding.Store(uid, node) }
 // Unpin forgets pod uid's bind.
 func (v *View) Unpin(uid types.UID) { v.binding.Delete(uid) }
 
-// Snap returns the last published copy of node name, nil for a node the
-// cache has not seen (or only as a placeholder). It takes no lock.
+// Snap returns the last published copy of node name. It is nil for a node
+// the cache has not seen, or only as a placeholder. It takes no lock.
 func (v *View) Snap(name string) *Snap {
 	if slot := v.index.Load().Lookup(name); slot != nil {
 		return slot.Snap.Load()
