@@ -1,6 +1,6 @@
 // Command gpushare-simulate replays a trace of pods on a cluster with each
-// allocator policy, to help choose one before deploying the extender
-// (package simulator; its flags are package cli's).
+// allocator policy, to help choose one before deploying the extender. The
+// replay is package simulator's; its flags are package cli's.
 package main
 
 import (

@@ -1,13 +1,13 @@
 // Package certs serves TLS certificates and client CA bundles read from PEM
-// files and reloaded when the files change on disk, so that certificates
-// rotated by cert-manager, or a Secret volume kubelet updates (it writes
-// the new files into a fresh directory and swaps the ..data symlink), are
-// served for new handshakes without a restart.
+// files and reloaded when the files change on disk. Certificates rotated by
+// cert-manager, or a Secret volume kubelet updates, are thus served for new
+// handshakes without a restart. kubelet writes the new files into a fresh
+// directory and swaps the ..data symlink.
 //
-// A change is noticed through fsnotify events on the files' directories,
-// debounced, and, as a fallback where events are lost (some volume types,
-// a directory replaced as a whole), by a stat of every file each period. A
-// new set of files that does not load (a key that does not match its
-// certificate, half-written files, no certificate in a CA bundle) is
-// reported and the previous one is kept.
+// A change is noticed through debounced fsnotify events on the files'
+// directories. Where events are lost, with some volume types or a directory
+// replaced as a whole, a stat of every file each period notices it. A new
+// set of files may not load: a key that does not match its certificate,
+// half-written files, or no certificate in a CA bundle. It is then reported
+// and the previous one is kept.
 package certs

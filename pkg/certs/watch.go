@@ -13,15 +13,15 @@ import (
 )
 
 // debounce is how long the files must be quiet after an event before they
-// are read: kubelet's Secret update is several events (a new directory,
-// the ..data rename, the old directory removed), and a writer that is not
-// atomic writes the certificate and the key one after the other.
+// are read. kubelet's Secret update is several events: a new directory, the
+// ..data rename, the old directory removed. A writer that is not atomic
+// writes the certificate and the key one after the other.
 const debounce = 100 * time.Millisecond
 
-// Run reloads the pair whenever its files change, until ctx ends (see the
-// package doc); period is the stat fallback's (DefaultCheckPeriod when not
-// positive). A new pair is logged; one that does not load is logged and
-// the old one kept.
+// Run reloads the pair whenever its files change, until ctx ends, as the
+// package doc describes. period is the stat fallback's, DefaultCheckPeriod
+// when not positive. A new pair is logged. One that does not load is logged
+// and the old one kept.
 func (k *KeyPair) Run(ctx context.Context, period time.Duration) { watch(ctx, period, k) }
 
 // Run reloads the CAs whenever the file changes, until ctx ends, as

@@ -15,9 +15,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 )
 
-// ClientAPI implements the handoff's pod API (handoff.PodAPI,
-// handoff.NodePodLister) and the plugin's own node read (NodeGetter) with
-// a clientset. The node writes are nodeagent.ClientAPI's.
+// ClientAPI implements, with a clientset, the handoff's pod API
+// (handoff.PodAPI, handoff.NodePodLister) and the plugin's own node read,
+// NodeGetter. The node writes are nodeagent.ClientAPI's.
 type ClientAPI struct {
 	Client kubernetes.Interface
 }

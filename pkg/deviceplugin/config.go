@@ -21,10 +21,10 @@ import (
 const (
 	DefaultKubeletDir   = "/var/lib/kubelet"
 	DefaultVerifyPeriod = 10 * time.Second
-	// DefaultIsolation: the strongest mode each card supports, so a node
-	// that can enforce does without being told, and one that cannot still
-	// serves (advisory, and says so at startup, in the inventory and in
-	// each container's GPUSHARE_ISOLATION).
+	// DefaultIsolation: the strongest mode each card supports. A node that
+	// can enforce does without being told. One that cannot still serves,
+	// advisory, and says so at startup, in the inventory and in each
+	// container's GPUSHARE_ISOLATION.
 	DefaultIsolation = string(isolation.RequestAuto)
 	// fakeControlPeriod is how often Config.FakeControl is polled.
 	fakeControlPeriod = 250 * time.Millisecond
@@ -74,10 +74,10 @@ type Config struct {
 	MPSControl string
 	// MPSRoot holds each MPS card's pipe and log directories.
 	MPSRoot string
-	// MPSDaemons is where mps mode's daemons run: MPSDaemonsPlugin (in
-	// this process; they stop with it) or MPSDaemonsExternal (the
-	// mps-daemons command serves MPSRoot from its own container);
-	// MPSDaemonsPlugin if empty.
+	// MPSDaemons is where mps mode's daemons run. With MPSDaemonsPlugin,
+	// the default when empty, they run in this process and stop with it.
+	// With MPSDaemonsExternal, the mps-daemons command serves MPSRoot from
+	// its own container.
 	MPSDaemons string
 	// CgroupRoot is where the node's cgroup hierarchy is mounted.
 	CgroupRoot string

@@ -22,12 +22,11 @@ type Enforcer interface {
 
 var _ Enforcer = (*isolation.Enforcer)(nil)
 
-// setupIsolation detects what the node supports, chooses each card's mode
-// for cfg.Isolation (failing, naming what is missing, when an explicit
-// mode cannot be enforced), sets cards[i].Isolation, logs the choice, and
-// starts what the modes need: driver mode's CDI spec, mps mode's daemon
-// manager. runtimeCDIErr says why the container runtime would not apply
-// CDI devices (runtimeCDI; nil when it would): without them there is no
+// setupIsolation chooses each card's mode for cfg.Isolation and starts what
+// the modes need, through isolation.Setup, and sets cards[i].Isolation. An
+// explicit cfg.Isolation the node cannot enforce is an error naming what is
+// missing. runtimeCDIErr, from runtimeCDI, says why the container runtime
+// would not apply CDI devices, nil when it would. Without them there is no
 // driver mode. stop ends the MPS daemons. event, when set, reports an MPS
 // daemon restart on the node.
 func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Device, cards []Card, metrics *Metrics,
@@ -52,11 +51,11 @@ func setupIsolation(ctx context.Context, cfg *Config, gpus GPUs, devs []gpu.Devi
 	return e, stop, nil
 }
 
-// runtimeCDI returns why the node's container runtime would not apply
-// the CDI devices kubelet passes it, or nil when it would, by
-// cfg.RuntimeCDI: the operator's word, or the runtime and version the
-// Node reports (isolation.RuntimeAppliesCDI). A Node that cannot be read
-// counts as a runtime that does not.
+// runtimeCDI returns why the node's container runtime would not apply the
+// CDI devices kubelet passes it, or nil when it would. cfg.RuntimeCDI
+// decides: the operator's word, or isolation.RuntimeAppliesCDI on the
+// runtime and version the Node reports. A Node that cannot be read counts
+// as a runtime that does not.
 func runtimeCDI(ctx context.Context, cfg *Config, nodes NodeGetter) error {
 	switch isolation.RuntimeCDI(cfg.RuntimeCDI) {
 	case isolation.RuntimeCDIOn:
@@ -82,11 +81,11 @@ type NodeGetter interface {
 const retainMinAge = time.Minute
 
 // retainIsolation brings the isolation state in step with the containers
-// h believes hold cards: it drops driver mode's CDI limit devices that none
-// names (isolation.Enforcer.PruneCDI) and moves each mps card's default
-// pinned limit to the largest share it serves (retainMPS), sparing what
-// was added within minAge. unit is the node's. Errors are logged: what
-// failed stays as it was.
+// h believes hold cards, sparing what was added within minAge. It drops
+// driver mode's CDI limit devices that none names, by
+// isolation.Enforcer.PruneCDI. retainMPS moves each mps card's default
+// pinned limit to the largest share it serves. unit is the node's. Errors
+// are logged: what failed stays as it was.
 func retainIsolation(ctx context.Context, h *handoff.Handoff, e *isolation.Enforcer, unit string, minAge time.Duration) {
 	held := h.HeldShares()
 	limits := make([][]isolation.Limit, len(held))
@@ -105,10 +104,10 @@ func retainIsolation(ctx context.Context, h *handoff.Handoff, e *isolation.Enfor
 	retainMPS(ctx, held, e, unit, minAge)
 }
 
-// retainMPS tells mps mode the shares held (h.HeldShares) on its cards
-// (isolation.Enforcer.RetainMPS): each card's default pinned limit moves
-// to its largest share, and a card with shares gets its daemon back if
-// it is gone. Errors are logged.
+// retainMPS tells mps mode the shares h.HeldShares holds on its cards,
+// through isolation.Enforcer.RetainMPS. Each card's default pinned limit
+// moves to its largest share. A card with shares gets its daemon back if it
+// is gone. Errors are logged.
 func retainMPS(ctx context.Context, held [][]gpushare.DeviceShare, e *isolation.Enforcer, unit string, minAge time.Duration) {
 	shares := make([][]isolation.Share, len(held))
 	for i, hs := range held {

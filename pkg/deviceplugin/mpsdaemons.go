@@ -53,11 +53,11 @@ func ParseMPSDaemonsFlags(args []string, out io.Writer) (isolation.MPSDaemonsCon
 	return cfg, nil
 }
 
-// RunMPSDaemons runs mps mode's daemons over cfg.Root until ctx ends, then
-// quits them (isolation.MPSDaemons). A control binary that cannot be
-// found, or a /dev/shm that is not <root>/shm, is logged, not fatal: the
-// plugin does not choose mps on such a node, and a daemon asked for
-// anyway fails where the plugin reports it.
+// RunMPSDaemons runs mps mode's daemons, isolation.MPSDaemons, over
+// cfg.Root until ctx ends, then quits them. A control binary that cannot be
+// found, or a /dev/shm that is not <root>/shm, is logged, not fatal. The
+// plugin does not choose mps on such a node, and a daemon asked for anyway
+// fails where the plugin reports it.
 func RunMPSDaemons(ctx context.Context, cfg isolation.MPSDaemonsConfig) error {
 	logger := klog.FromContext(ctx)
 	if p, err := exec.LookPath(cfg.Control); err != nil {

@@ -31,13 +31,13 @@ const SocketName = "gpushare-gpu-mem.sock"
 const retryInterval = 5 * time.Second
 
 // rejoinDelay is how long the plugin waits, once kubelet has closed its
-// last ListAndWatch stream, before it registers again. kubelet (1.34)
-// drops a plugin that registered while the previous plugin of the same
-// resource was still connected: when that older connection ends, kubelet
-// disconnects whichever plugin holds the resource then, the newer one,
-// and leaves its devices unhealthy (allocatable 0) with no stream to
-// bring them back. Waiting lets the dropped connection's own teardown
-// finish first, so the next registration is not dropped the same way.
+// last ListAndWatch stream, before it registers again. kubelet 1.34 drops a
+// plugin that registered while the previous plugin of the same resource was
+// still connected. When that older connection ends, kubelet disconnects
+// whichever plugin holds the resource then, the newer one. It leaves its
+// devices unhealthy, allocatable 0, with no stream to bring them back.
+// Waiting lets the dropped connection's own teardown finish first, so the
+// next registration is not dropped the same way.
 const rejoinDelay = time.Second
 
 // Endpoint serves a DevicePlugin service on a socket in kubelet's plugin
@@ -51,11 +51,11 @@ type Endpoint struct {
 	Restart <-chan struct{}
 }
 
-// Run serves and registers, then serves and registers again whenever
-// kubelet re-creates kubelet.sock (a kubelet restart wipes the plugin
-// sockets), kubelet closes the plugin's last ListAndWatch stream while the
-// plugin serves (see rejoinDelay), or Restart delivers; a failed attempt
-// is retried every few seconds. It returns when ctx ends.
+// Run serves and registers until ctx ends. It serves and registers again
+// whenever one of three things happens. kubelet re-creates kubelet.sock: a
+// kubelet restart wipes the plugin sockets. kubelet closes the plugin's
+// last ListAndWatch stream while the plugin serves (see rejoinDelay). Or
+// Restart delivers. A failed attempt is retried every few seconds.
 func (e *Endpoint) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	if err := os.MkdirAll(e.Dir, 0o750); err != nil {
@@ -150,10 +150,10 @@ func (e *Endpoint) start(ctx context.Context, streams *streamWatch) (stop func()
 }
 
 // newGRPCServer returns the plugin's gRPC server. A panic in a handler
-// becomes a codes.Internal error for that call, logged once with its
-// stack, and the server goes on serving: kubelet then fails one pod's
-// admission with the message instead of losing the plugin. watch, if not
-// nil, sees every stream call around the recovery.
+// becomes a codes.Internal error for that call, logged once with its stack.
+// The server goes on serving, so kubelet fails one pod's admission with the
+// message instead of losing the plugin. watch, if not nil, sees every
+// stream call around the recovery.
 func newGRPCServer(logger klog.Logger, watch grpc.StreamServerInterceptor) *grpc.Server {
 	stream := []grpc.StreamServerInterceptor{recoverStream(logger)}
 	if watch != nil {

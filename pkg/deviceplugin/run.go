@@ -55,13 +55,14 @@ type Plugin struct {
 	closed  sync.Once
 }
 
-// New builds the device plugin from cfg: it validates cfg, discovers the
-// cards, refuses a unit whose ListAndWatch message would not fit kubelet's
-// limit, serves the metrics, chooses each card's memory isolation (an
-// explicit mode the node cannot enforce is an error), and builds the
-// handoff, the pod informer, the gRPC server and what publishes the node.
-// What it starts (the metrics server, the event sink, mps mode's daemons)
-// runs until ctx ends or Run returns; Close releases it without Run.
+// New builds the device plugin from cfg. It validates cfg and discovers the
+// cards. It refuses a unit whose ListAndWatch message would not fit
+// kubelet's limit. It serves the metrics and chooses each card's memory
+// isolation; an explicit mode the node cannot enforce is an error. It builds
+// the handoff, the pod informer, the gRPC server and what publishes the
+// node. What it starts, the metrics server, the event sink and mps mode's
+// daemons, runs until ctx ends or Run returns. Close releases it without
+// Run.
 func New(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -213,12 +214,12 @@ func (p *Plugin) driver() *gpu.Driver {
 	return nil
 }
 
-// Run serves the plugin until ctx ends, then releases what New acquired.
-// It starts the pod informer and waits for it, refuses a unit other than
-// the one the node was published in while kubelet lists devices held
-// (CheckUnitChange), takes in the previous device plugin's pods, starts
-// the loops, and serves and registers the plugin with kubelet, again after
-// kubelet restarts. Call it once.
+// Run serves the plugin until ctx ends, then releases what New acquired. It
+// starts the pod informer and waits for it. CheckUnitChange refuses a unit
+// other than the one the node was published in while kubelet lists devices
+// held. Run takes in the previous device plugin's pods and starts the loops.
+// It serves and registers the plugin with kubelet, again after kubelet
+// restarts. Call it once.
 func (p *Plugin) Run(ctx context.Context) error {
 	defer p.Close()
 	ctx = klog.NewContext(ctx, p.logger)
@@ -251,15 +252,15 @@ func (p *Plugin) start(ctx context.Context) (handoff.Adoption, error) {
 	if err := CheckUnitChange(ctx, p.api, p.kubelet, p.cfg.NodeName, p.cfg.Unit); err != nil {
 		return handoff.Adoption{}, err
 	}
-	// Devices kubelet holds for pods of the previous device plugin
-	// (Aliyun's) are known before the first registration (legacy.go).
+	// Devices kubelet holds for pods of the previous device plugin,
+	// Aliyun's, are known before the first registration (legacy.go).
 	if err := p.handoff.AdoptAtStart(ctx); err != nil {
 		return handoff.Adoption{}, err
 	}
 	// The grants restored from the pods' annotations are the shares mps
-	// cards serve: their daemons come back (when they ran in this
-	// process's predecessor) with the largest share's limit before
-	// kubelet restarts a container on them.
+	// cards serve. Daemons that ran in this process's predecessor come back
+	// with the largest share's limit before kubelet restarts a container on
+	// them.
 	retainMPS(ctx, p.handoff.HeldShares(), p.enforcer, p.cfg.Unit, retainMinAge)
 	adoption := p.handoff.Adoption()
 	p.server.SetAdopted(adoption.ByCard)

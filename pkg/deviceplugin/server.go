@@ -19,9 +19,9 @@ import (
 
 // Device list strategies: how a container is given its cards. The NVIDIA
 // container toolkit's hook reads NVIDIA_VISIBLE_DEVICES, which an image or
-// a pod's env can set to "all"; volume-mounts and cdi-cri name the cards
-// where a container cannot, once the toolkit ignores that variable for
-// unprivileged containers (docs/design/device-plugin.md).
+// a pod's env can set to "all". Once the toolkit ignores that variable for
+// unprivileged containers, volume-mounts and cdi-cri name the cards where a
+// container cannot (docs/design/device-plugin.md).
 const (
 	// StrategyEnvvar sets NVIDIA_VISIBLE_DEVICES=<UUIDs> for the NVIDIA
 	// container runtime.
@@ -29,19 +29,19 @@ const (
 	// StrategyVolumeMounts mounts /dev/null at
 	// /var/run/nvidia-container-devices/<UUID> for each card, which the
 	// toolkit reads with accept-nvidia-visible-devices-as-volume-mounts =
-	// true, and sets NVIDIA_VISIBLE_DEVICES to that directory, which names
-	// no card (as NVIDIA's own device plugin does).
+	// true. It sets NVIDIA_VISIBLE_DEVICES to that directory, which names no
+	// card, as NVIDIA's own device plugin does.
 	StrategyVolumeMounts = "volume-mounts"
 	// StrategyCDIAnnotations sets the CDI annotation
 	// cdi.k8s.io/gpushare_gpu-mem=nvidia.com/gpu=<UUID>,... for a runtime
-	// with CDI and a spec that names devices by UUID
-	// (nvidia-ctk cdi generate --device-name-strategy=uuid), and
-	// NVIDIA_VISIBLE_DEVICES=void so images that set "all" get nothing more.
+	// with CDI and a spec that names devices by UUID, as
+	// nvidia-ctk cdi generate --device-name-strategy=uuid writes. It sets
+	// NVIDIA_VISIBLE_DEVICES=void, so images that set "all" get nothing more.
 	StrategyCDIAnnotations = "cdi-annotations"
 	// StrategyCDICRI puts nvidia.com/gpu=<UUID> in the response's CDI
-	// devices, which kubelet passes to the runtime in the CRI request
-	// (containerd 1.7+ and CRI-O with CDI enabled; the same CDI spec as
-	// above), and sets NVIDIA_VISIBLE_DEVICES=void.
+	// devices, which kubelet passes to the runtime in the CRI request. It
+	// needs containerd 1.7+ or CRI-O with CDI enabled, and the same CDI spec
+	// as above. It sets NVIDIA_VISIBLE_DEVICES=void.
 	StrategyCDICRI = "cdi-cri"
 )
 
@@ -137,10 +137,10 @@ func (s *Server) SetHealth(unhealthy map[string]bool) {
 }
 
 // SetAdopted re-advertises every card with the given device IDs of the
-// previous device plugin (card UUID -> IDs, see Adoption.ByCard) as its
-// units, in place of as many of its own, and wakes the ListAndWatch
-// streams. A card of 16 units with 6 adopted IDs is advertised as
-// UUID::0 .. UUID::9 and those 6; one with more adopted IDs than units as
+// previous device plugin as its units, in place of as many of its own.
+// adopted is card UUID -> IDs, as Adoption.ByCard gives. It wakes the
+// ListAndWatch streams. A card of 16 units with 6 adopted IDs is advertised
+// as UUID::0 .. UUID::9 and those 6; one with more adopted IDs than units as
 // those IDs alone.
 func (s *Server) SetAdopted(adopted map[string][]string) {
 	s.mu.Lock()
@@ -283,11 +283,11 @@ func (s *Server) containerResponse(a *handoff.Assignment) *pluginapi.ContainerAl
 	return r
 }
 
-// enforce adds the isolation edits of a's cards to r: the environment
-// (overriding the advisory CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in mps mode),
-// the MPS directories' mounts, and driver mode's CDI device (in the CDI
+// enforce adds the isolation edits of a's cards to r. The environment
+// overrides the advisory CUDA_MPS_PINNED_DEVICE_MEM_LIMIT in mps mode. The
+// MPS directories are mounted. Driver mode's CDI device goes in the CDI
 // annotation under StrategyCDIAnnotations, else in the CRI request's CDI
-// devices).
+// devices.
 func (s *Server) enforce(ctx context.Context, a *handoff.Assignment, r *pluginapi.ContainerAllocateResponse) error {
 	if s.enforcer == nil {
 		return nil

@@ -61,8 +61,8 @@ func MiB(units int64, unit string) int64 {
 
 // ListAndWatchBytes returns the size in bytes of the largest ListAndWatch
 // response for these cards in unit: one device per unit, every one
-// "Unhealthy" (longer than "Healthy"). Example: one 16 GiB card with a
-// 40-byte UUID in GiB is 16 devices of ID "GPU-…::0".."GPU-…::15", about
+// "Unhealthy", which is longer than "Healthy". Example: one 16 GiB card with
+// a 40-byte UUID in GiB is 16 devices of ID "GPU-…::0".."GPU-…::15", about
 // 16 × 60 bytes; the same card in MiB is 16384 devices, about 1 MiB.
 func ListAndWatchBytes(devs []gpu.Device, unit string) int64 {
 	var total int64
@@ -136,12 +136,12 @@ func humanBytes(n int64) string {
 const maxNamedPods = 10
 
 // CheckUnitChange refuses to start in unit when the node's published
-// inventory (gpushare.io/devices) is in another unit and kubelet's
-// PodResources lists containers holding aliyun.com/gpu-mem IDs: those IDs
-// were handed out in the old unit, and read in the new one they would
-// mean other amounts ("UUID::3" is the fourth GiB, or the fourth MiB), so
-// kubelet's accounting of the cards would no longer hold. A change on an
-// idle node, or a node never published, is allowed; the first is logged.
+// inventory, gpushare.io/devices, is in another unit and kubelet's
+// PodResources lists containers holding aliyun.com/gpu-mem IDs. Those IDs
+// were handed out in the old unit. Read in the new one they would mean
+// other amounts: "UUID::3" is the fourth GiB, or the fourth MiB. kubelet's
+// accounting of the cards would no longer hold. A change on an idle node,
+// or a node never published, is allowed; the first is logged.
 func CheckUnitChange(ctx context.Context, api NodeGetter, kubelet handoff.KubeletPods, nodeName, unit string) error {
 	node, err := api.GetNode(ctx, nodeName)
 	if err != nil {

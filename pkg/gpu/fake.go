@@ -23,11 +23,11 @@ const (
 var ErrFakeSpec = errors.New("invalid --fake-gpus")
 
 // ParseFakeGPUs parses a --fake-gpus value: comma-separated entries
-// COUNTxMODEL:MEMORY[:mig], where COUNT is 1..64, MODEL is letters, digits
-// and "-_.", and MEMORY is a positive whole number followed by GiB or MiB;
-// ":mig" says the cards have MIG mode on. Cards are numbered in the order
-// given. Each gets a UUID derived from seed (the node name, so fake nodes
-// differ) and its index. Example:
+// COUNTxMODEL:MEMORY[:mig]. COUNT is 1..64. MODEL is letters, digits and
+// "-_.". MEMORY is a positive whole number followed by GiB or MiB. ":mig"
+// says the cards have MIG mode on. Cards are numbered in the order given.
+// Each gets a UUID derived from its index and from seed, the node name, so
+// that fake nodes differ. Example:
 //
 //	"2xTesla-T4:16GiB,1xA100-SXM4:80GiB:mig" → index 0 and 1 Tesla-T4
 //	with 16384 MiB each, index 2 A100-SXM4 with 81920 MiB and MIG on.
@@ -146,9 +146,9 @@ func NewFake(devices []Device) *Fake {
 	return &Fake{devices: devices, events: make(chan Event, 64), probeErr: map[string]error{}, computeMode: map[string]ComputeMode{}}
 }
 
-// OpenFake returns a fake host with the cards of spec (ParseFakeGPUs, UUIDs
-// seeded by seed, e.g. the node's name) and the driver of driverSpec
-// (ParseFakeDriver).
+// OpenFake returns a fake host with the cards of spec, read by
+// ParseFakeGPUs with UUIDs seeded by seed, e.g. the node's name. Its driver
+// is driverSpec's, read by ParseFakeDriver.
 func OpenFake(spec, driverSpec, seed string) (*Fake, error) {
 	devs, err := ParseFakeGPUs(spec, seed)
 	if err != nil {
@@ -213,7 +213,8 @@ func (f *Fake) Probe(uuid string) error {
 	return f.probeErr[uuid]
 }
 
-// SetProbeError makes Probe(uuid) fail with err (nil: succeed again).
+// SetProbeError makes Probe(uuid) fail with err; nil makes it succeed
+// again.
 func (f *Fake) SetProbeError(uuid string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -17,8 +17,9 @@ import (
 var ErrFakeCommand = errors.New("invalid fake-GPU command")
 
 // Apply runs one fake-GPU command on f. It is a test-only hook for a
-// device plugin that runs as its own process (the demo and the end-to-end
-// tests), where InjectXID and SetProbeError cannot be called directly.
+// device plugin that runs as its own process, as in the demo and the
+// end-to-end tests, where InjectXID and SetProbeError cannot be called
+// directly.
 // Cards are named by index. Commands:
 //
 //	xid INDEX CODE    deliver XID CODE (e.g. 79, fallen off the bus) on card INDEX
@@ -65,11 +66,10 @@ func (f *Fake) Apply(line string) error {
 }
 
 // FollowControl polls path every period until ctx ends. Whenever the file
-// exists it is taken (renamed away, so a writer may create it again at
-// once), each line is applied with Apply, and it is removed. Writers
-// should create it atomically (write elsewhere, then rename) and wait for
-// it to disappear before writing the next one. A bad line is logged and
-// skipped.
+// exists it is renamed away, so a writer may create it again at once. Each
+// of its lines is applied with Apply, then it is removed. Writers should
+// create it atomically, writing elsewhere and renaming, and wait for it to
+// disappear before writing the next one. A bad line is logged and skipped.
 func (f *Fake) FollowControl(ctx context.Context, path string, period time.Duration) {
 	logger := klog.FromContext(ctx).WithValues("controlFile", path)
 	t := time.NewTicker(period)

@@ -15,13 +15,13 @@ type FakeDriver struct {
 	CgroupV1 bool
 }
 
-// ParseFakeDriver parses a --fake-driver value: the driver version
-// (MAJOR.MINOR or MAJOR.MINOR.PATCH, digits), then optional
-// comma-separated words: "mps" (cards serve MPS clients) and "cgroup-v1"
-// (the node runs cgroup v1). The CUDA version is derived from the driver's
-// major: 615 and newer support CUDA 13.4 (13040), older ones CUDA 12.4
-// (12040). Examples: "615.00", "550.54.15,mps", "615.00,mps,cgroup-v1".
-// An empty value is a node that states no driver.
+// ParseFakeDriver parses a --fake-driver value: the driver version, in
+// digits MAJOR.MINOR or MAJOR.MINOR.PATCH, then optional comma-separated
+// words. "mps" says the cards serve MPS clients; "cgroup-v1" says the node
+// runs cgroup v1. The CUDA version is derived from the driver's major: 615
+// and newer support CUDA 13.4 (13040), older ones CUDA 12.4 (12040).
+// Examples: "615.00", "550.54.15,mps", "615.00,mps,cgroup-v1". An empty
+// value is a node that states no driver.
 func ParseFakeDriver(spec string) (FakeDriver, error) {
 	if spec == "" {
 		return FakeDriver{}, nil

@@ -20,8 +20,8 @@ type NVML struct {
 	lib nvml.Interface
 }
 
-// OpenNVML initialises lib (nvml.New() when nil, which loads
-// libnvidia-ml.so.1). Close releases it.
+// OpenNVML initialises lib. A nil lib is nvml.New(), which loads
+// libnvidia-ml.so.1. Close releases it.
 func OpenNVML(lib nvml.Interface) (*NVML, error) {
 	if lib == nil {
 		lib = nvml.New()

@@ -18,7 +18,7 @@ import (
 type Allocation struct {
 	// Node the pod was bound to.
 	Node string `json:"node"`
-	// Unit of every Units below (the node's unit).
+	// Unit of every Units below: the node's unit.
 	Unit string `json:"unit"`
 	// Containers in pod spec order, init containers first.
 	Containers []ContainerAllocation `json:"containers"`
@@ -61,12 +61,11 @@ func ParseAllocation(s string) (*Allocation, error) {
 	return &a, nil
 }
 
-// Validate checks that the allocation names a node and a unit (UnitGiB or
-// UnitMiB), and only positive shares on non-negative card indexes, each card
-// at most once per container.
-//
-// A share holds at most MaxShareUnits, so that PerCard and Total cannot
-// overflow: an annotation (256 KiB at most) holds fewer than 2¹⁸ shares.
+// Validate checks that the allocation names a node and a unit, UnitGiB or
+// UnitMiB. Every share must be positive, on a non-negative card index, each
+// card at most once per container. A share holds at most MaxShareUnits, so
+// PerCard and Total cannot overflow: a pod's annotations, 256 KiB at most,
+// hold fewer than 2¹⁸ shares.
 func (a *Allocation) Validate() error {
 	if a.Node == "" {
 		return fmt.Errorf("%w: allocation names no node", ErrInvalid)
@@ -109,11 +108,11 @@ func (a *Allocation) Encode() (string, error) {
 }
 
 // PerCard returns the units the pod holds on each card index, by
-// Demand.Total's rule applied card by card: a card holds the larger of what
-// the non-init containers (app containers and sidecars) take there and, for
-// each plain init container on it, what that one takes plus the sidecars
-// declared before it there. Containers are in spec order, init containers
-// first, so a non-init container before an init container is a sidecar.
+// Demand.Total's rule applied card by card. A card holds the larger of two
+// amounts: what the app containers and sidecars take there, and, for each
+// plain init container on it, what that one takes plus the sidecars declared
+// before it there. Containers are in spec order, init containers first, so a
+// non-init container before an init container is a sidecar.
 // Examples: init 8 on card 1, app 4 on card 1 and 4 on card 3 → {1: 8, 3: 4};
 // sidecar 4, then init 8, then app 2, all on card 0 → {0: 12}.
 func (a *Allocation) PerCard() map[int]int64 {
@@ -143,11 +142,11 @@ func (a *Allocation) Total() int64 {
 	return t
 }
 
-// FirstAppDevice returns the first card share of the first app container
-// (of the first container at all when the pod has only init containers):
-// the card the Aliyun annotations AnnotationIndex and AnnotationDevMem
-// describe. ok is false for an allocation without containers or devices.
-// Example: the Allocation example above gives card 1 (train's share).
+// FirstAppDevice returns the first card share of the first app container,
+// or of the first container when the pod has only init containers. It is the
+// card the Aliyun annotations AnnotationIndex and AnnotationDevMem describe.
+// ok is false for an allocation without containers or devices. Example: the
+// Allocation example above gives card 1, train's share.
 func (a *Allocation) FirstAppDevice() (d DeviceShare, ok bool) {
 	if len(a.Containers) == 0 {
 		return DeviceShare{}, false
@@ -166,8 +165,8 @@ func (a *Allocation) FirstAppDevice() (d DeviceShare, ok bool) {
 }
 
 // CheckDemand reports whether the allocation gives each container of d
-// exactly what it asks: the same containers in the same order (Init alike),
-// Cards shares each of Units. Both must be in the same unit.
+// exactly what it asks: the same containers in the same order, Init alike,
+// with Cards shares of Units each. Both must be in the same unit.
 func (a *Allocation) CheckDemand(d Demand) error {
 	if len(a.Containers) != len(d) {
 		return fmt.Errorf("allocation names %d containers; the pod has %d asking %s", len(a.Containers), len(d), ResourceGPUMem)
@@ -198,8 +197,8 @@ func describeContainer(name string, init bool) string {
 
 // InUnit returns the allocation with every share in unit: the allocation
 // itself when it is in unit already, else a copy. GiB to MiB multiplies by
-// 1024; MiB to GiB divides, rounding up, so a share never shrinks
-// (1500 MiB is 2 GiB).
+// 1024. MiB to GiB divides, rounding up, so a share never shrinks: 1500 MiB
+// is 2 GiB.
 func (a *Allocation) InUnit(unit string) (*Allocation, error) {
 	if a.Unit == unit {
 		return a, nil

@@ -7,7 +7,7 @@ import (
 )
 
 // Pod annotations that choose cards, and the node annotation that cordons
-// them (see the package doc, "Choosing cards").
+// them (docs/design/contract.md, "Choosing cards").
 const (
 	// AnnotationGPUModels (pod): the card models the pod may use, as model
 	// patterns (MatchModel) separated by commas: "A100*,H100*".
@@ -24,33 +24,33 @@ const (
 	AnnotationCordonedGPUs = "gpushare.io/cordoned-gpus"
 )
 
-// Bounds on each card list annotation, so that a pod cannot make the
-// extender's filter match without bound: every pattern is tried on every
-// card of every node a filter request names.
+// Bounds on each card list annotation. Every pattern is tried on every card
+// of every node a filter request names, so a pod must not make the
+// extender's filter match without bound.
 const (
 	MaxCardListBytes   = 4 << 10
 	MaxCardListEntries = 32
 )
 
 // CardConstraints are what a pod's annotations say about the cards its
-// containers may use; every container of the pod obeys them. A card is
-// allowed when its model matches one of Models (or Models is empty) and
-// none of ExcludedModels, and its UUID is one of UUIDs (or UUIDs is empty)
-// and none of ExcludedUUIDs. A card whose model or UUID is unknown (a node
-// without an inventory) is allowed only when no constraint reads it. A nil
-// *CardConstraints allows every card.
+// containers may use; every container of the pod obeys them. A card's model
+// must match one of Models, unless Models is empty, and none of
+// ExcludedModels. Its UUID must be one of UUIDs, unless UUIDs is empty, and
+// none of ExcludedUUIDs. On a node without an inventory the model and UUID
+// are unknown: such a card is allowed only when no constraint reads them. A
+// nil *CardConstraints allows every card.
 type CardConstraints struct {
 	// Models and ExcludedModels are model patterns (MatchModel).
 	Models, ExcludedModels []string
 	// UUIDs and ExcludedUUIDs are compared exactly.
 	UUIDs, ExcludedUUIDs []string
-	// Enforced (AnnotationIsolation: enforced) allows only cards whose
-	// inventory isolation enforces memory limits (Isolation.Enforced).
+	// Enforced, from AnnotationIsolation, allows only cards whose inventory
+	// isolation enforces memory limits (Isolation.Enforced).
 	Enforced bool
 	// EnforcedAcrossCards narrows Enforced to cards in driver mode, for a
-	// pod with a container on more than one card: MPS limits a client on
-	// one card only (a daemon serves one card, a client talks to one
-	// daemon). No annotation sets it; ForDemand does.
+	// pod with a container on more than one card. MPS limits a client on one
+	// card only: a daemon serves one card, and a client talks to one daemon.
+	// No annotation sets it; ForDemand does.
 	EnforcedAcrossCards bool
 }
 
@@ -73,12 +73,13 @@ func (cc *CardConstraints) ForDemand(d Demand) *CardConstraints {
 	return cc
 }
 
-// ParseCardConstraints reads the card annotations of a pod, and its
-// AnnotationIsolation: nil and no error when it carries none. Each value is a list separated by commas,
-// with spaces around an entry ignored. It fails, naming the annotation and
-// what to fix, for an empty value or entry, a list over MaxCardListBytes or
-// MaxCardListEntries, a UUID with a pattern character, a space or a comma,
-// and a UUID both required and excluded.
+// ParseCardConstraints reads a pod's card annotations and its
+// AnnotationIsolation; it returns nil and no error when the pod carries none.
+// Each card value is a list separated by commas, spaces around an entry
+// ignored. It fails, naming the annotation and what to fix, on an empty value
+// or entry, a list over MaxCardListBytes or MaxCardListEntries, a UUID with a
+// pattern character, a space or a comma, and a UUID both required and
+// excluded.
 func ParseCardConstraints(annotations map[string]string) (*CardConstraints, error) {
 	var cc CardConstraints
 	found := false
@@ -136,7 +137,7 @@ func ParseCordonedGPUs(s string) ([]string, error) {
 	return parseCardList(AnnotationCordonedGPUs, s, true)
 }
 
-// parseCardList splits the value s of annotation key at commas. uuid:
+// parseCardList splits the value s of annotation key at commas. With uuid,
 // entries are UUIDs, without pattern characters or spaces.
 func parseCardList(key, s string, uuid bool) ([]string, error) {
 	if len(s) > MaxCardListBytes {
@@ -166,11 +167,11 @@ func parseCardList(key, s string, uuid bool) ([]string, error) {
 }
 
 // MatchModel reports whether a card model matches pattern. A pattern is the
-// model's name, in which '*' stands for any run of characters (none
-// included) and '?' for exactly one; every other character stands for
-// itself, case-sensitively, except that a space and a hyphen match each
-// other (NVML names cards "Tesla T4"; names written in flags and YAML often
-// read "Tesla-T4"). Examples: "A100*" matches "A100-SXM4-80GB" but not
+// model's name, in which '*' stands for any run of characters, none
+// included, and '?' for exactly one. Every other character stands for
+// itself, case-sensitively, but a space and a hyphen match each other:
+// NVML names cards "Tesla T4", and flags and YAML often write "Tesla-T4".
+// Examples: "A100*" matches "A100-SXM4-80GB" but not
 // "NVIDIA A100-SXM4-80GB", which "*A100*" matches; "Tesla-T4" matches
 // "Tesla T4"; "a100*" matches neither; "A10" matches "A10" only.
 func MatchModel(pattern, model string) bool {
@@ -211,8 +212,8 @@ func sameModelByte(a, b byte) bool {
 	return a == b || (a == ' ' || a == '-') && (b == ' ' || b == '-')
 }
 
-// AllowsModel reports whether a card of model (known, not "") may be used:
-// it matches one of cc.Models, or there are none, and none of
+// AllowsModel reports whether a card of model, known and not "", may be
+// used: it matches one of cc.Models, or there are none, and none of
 // cc.ExcludedModels. excluded is the pattern that excluded it, "" when the
 // card matched none of cc.Models.
 func (cc *CardConstraints) AllowsModel(model string) (ok bool, excluded string) {
@@ -236,11 +237,12 @@ func matchAny(patterns []string, model string) bool {
 	return false
 }
 
-// ReadsModel and ReadsUUID report whether a constraint concerns the card's
-// model, or its UUID: a card where that is unknown is then not allowed.
+// ReadsModel reports whether a constraint concerns the card's model. A card
+// whose model is unknown is then not allowed.
 func (cc *CardConstraints) ReadsModel() bool { return len(cc.Models)+len(cc.ExcludedModels) > 0 }
 
-// ReadsUUID: see ReadsModel.
+// ReadsUUID reports whether a constraint concerns the card's UUID. A card
+// whose UUID is unknown is then not allowed.
 func (cc *CardConstraints) ReadsUUID() bool { return len(cc.UUIDs)+len(cc.ExcludedUUIDs) > 0 }
 
 // String describes the cards cc allows, as messages put it after "a GPU":

@@ -9,15 +9,15 @@ const (
 	// ResourceGPUCount is a number of cards.
 	ResourceGPUCount corev1.ResourceName = "aliyun.com/gpu-count"
 	// ResourceDRAClaim marks a pod whose GPU memory comes through a claim
-	// of the gpushare DRA driver and whose node the extender chooses: the
-	// webhook gives a converted pod's container one (with the extender's
-	// --dra-node-choice), kube-scheduler's configuration lists it as a
-	// managed resource of the extender with ignoredByScheduler, so the
-	// scheduler sends such pods to the extender's filter and counts the
-	// marker nowhere, and kubelet drops it at admission as no node
-	// advertises it. Its quantity is the claim's memory in the pod's
-	// aliyun.com/gpu-mem units, for ResourceQuota (requests.gpushare.io/
-	// dra-claim) to count; the extender reads only its presence.
+	// of the gpushare DRA driver and whose node the extender chooses. With
+	// the extender's --dra-node-choice, the webhook gives it to a converted
+	// pod's container. kube-scheduler's configuration lists it as an
+	// extender's managed resource with ignoredByScheduler: the scheduler
+	// sends such pods to the extender's filter and counts the marker
+	// nowhere. kubelet drops it at admission, as no node advertises it. Its
+	// quantity is the claim's memory in the pod's aliyun.com/gpu-mem units,
+	// for ResourceQuota (requests.gpushare.io/dra-claim) to count. The
+	// extender reads only its presence.
 	ResourceDRAClaim corev1.ResourceName = "gpushare.io/dra-claim"
 )
 
@@ -51,8 +51,8 @@ const (
 // DefaultUnit is the unit assumed when a node publishes no inventory.
 const DefaultUnit = UnitGiB
 
-// AsksDRAClaim reports whether a container (or init container) of pod
-// asks ResourceDRAClaim, in its limits or requests.
+// AsksDRAClaim reports whether a container or init container of pod asks
+// ResourceDRAClaim, in its limits or requests.
 func AsksDRAClaim(pod *corev1.Pod) bool {
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {

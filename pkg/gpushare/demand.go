@@ -29,20 +29,20 @@ func (c ContainerDemand) Total() int64 { return c.Units * int64(c.Cards) }
 // containers first, each list in spec order.
 type Demand []ContainerDemand
 
-// Total returns the units a pod needs on a node under the rule the
-// allocator implements, which is kubelet's: app containers and restartable
-// init containers (sidecars) run together, so their demands add; each plain
-// init container runs before the app containers, beside the sidecars
-// declared before it (kubelet keeps sidecar devices out of the pool that
-// later containers reuse). The pod needs the larger of the sum of all
-// non-init containers and, over the plain init containers, the sidecars
-// before one plus that one.
+// Total returns the units a pod needs on a node, under kubelet's rule,
+// which the allocator implements. App containers and restartable init
+// containers (sidecars) run together, so their demands add. Each plain init
+// container runs before the app containers, beside the sidecars declared
+// before it: kubelet keeps sidecar devices out of the pool that later
+// containers reuse. The pod needs the larger of the sum of all non-init
+// containers and, over the plain init containers, the sidecars before one
+// plus that one.
 // Examples: init 8, apps 4 and 6 → max(8, 10) = 10; sidecar 2, then init 8,
 // then app 3 → max(2+3, 2+8) = 10.
 //
-// A Demand lists the init containers (sidecars among them, Init false) in
-// spec order before the app containers, so every non-init entry before an
-// init entry is a sidecar declared before it.
+// A Demand lists the init containers in spec order before the app
+// containers; its sidecars are init containers with Init false. So every
+// non-init entry before an init entry is a sidecar declared before it.
 func (d Demand) Total() int64 {
 	var running, initMax int64 // running: non-init units so far
 	for _, c := range d {
@@ -64,12 +64,12 @@ func (d Demand) MaxPerCard() int64 {
 	return m
 }
 
-// PodDemand reads a pod's GPU-memory demand from its containers' limits
-// (for extended resources requests must equal limits; a request without a
-// limit is accepted too). It returns ErrNoGPUMem when no container asks
-// gpu-mem, and an error naming the container for a non-positive amount, a
-// request that differs from its limit, or gpu-mem that gpu-count does not
-// divide evenly.
+// PodDemand reads a pod's GPU-memory demand from its containers' limits.
+// For extended resources requests must equal limits; a request without a
+// limit is accepted too. It returns ErrNoGPUMem when no container asks
+// gpu-mem. It returns an error naming the container for a non-positive
+// amount, a request that differs from its limit, or gpu-mem that gpu-count
+// does not divide evenly.
 func PodDemand(pod *corev1.Pod) (Demand, error) {
 	if pod == nil {
 		return nil, errors.New("no pod")

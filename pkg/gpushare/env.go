@@ -7,9 +7,9 @@ import (
 )
 
 // Container environment that a container with a share of GPU memory gets,
-// from the device plugin's Allocate or the DRA driver's CDI device alike
-// (besides AnnotationIndex, AnnotationPodMem and AnnotationDevMem, which
-// are also environment variables).
+// from the device plugin's Allocate or the DRA driver's CDI device alike.
+// AnnotationIndex, AnnotationPodMem and AnnotationDevMem are environment
+// variables too.
 const (
 	// EnvVisibleDevices lists the container's cards by UUID for the
 	// NVIDIA container toolkit.
@@ -29,9 +29,9 @@ type EnvShare struct {
 	Units int64
 }
 
-// ContainerEnv returns the environment of a container holding shares (in
-// its card order, at least one) in unit: podUnits is the pod's total (the
-// claim's, under DRA) and devUnits the first card's whole memory.
+// ContainerEnv returns the environment of a container holding shares in
+// unit, at least one, in its card order. podUnits is the pod's total, the
+// claim's under DRA; devUnits is the first card's whole memory.
 //
 // Example: 8 GiB of card 1 (16 GiB) and 4 GiB of card 3, pod total 12,
 // gives NVIDIA_VISIBLE_DEVICES=<uuid1>,<uuid3>, ALIYUN_COM_GPU_MEM_IDX=1,3,

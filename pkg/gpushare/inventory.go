@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// MaxAnnotationBytes bounds the size of the JSON annotations we decode, so a
-// corrupt or hostile annotation cannot make a component allocate without bound.
+// MaxAnnotationBytes bounds the JSON annotations we decode, so that a corrupt
+// or hostile one cannot make a component allocate without bound.
 const MaxAnnotationBytes = 64 << 10
 
 // ErrInvalid marks annotation contents that do not follow the contract.
@@ -39,8 +39,8 @@ type Device struct {
 	Memory int64 `json:"memory"`
 	// Healthy is false while the card must not receive new pods.
 	Healthy bool `json:"healthy"`
-	// Isolation is how the card enforces each container's share; empty
-	// (an inventory from before isolation) means IsolationNone.
+	// Isolation is how the card enforces each container's share. Empty, in
+	// an inventory from before isolation, means IsolationNone.
 	Isolation Isolation `json:"isolation,omitempty"`
 }
 

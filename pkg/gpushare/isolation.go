@@ -2,8 +2,8 @@ package gpushare
 
 import "fmt"
 
-// Isolation is how a card enforces each container's share of its memory
-// (the device plugin's --isolation; see docs/memory-isolation.md).
+// Isolation is how a card enforces each container's share of its memory:
+// the device plugin's --isolation (docs/memory-isolation.md).
 type Isolation string
 
 // Isolation modes, strongest first.
@@ -15,8 +15,7 @@ const (
 	// device memory.
 	IsolationMPS Isolation = "mps"
 	// IsolationNone: the share is advisory, in the environment only. An
-	// inventory device without the field (published before isolation
-	// existed) is IsolationNone.
+	// inventory device without the field is IsolationNone.
 	IsolationNone Isolation = "none"
 )
 
@@ -24,7 +23,7 @@ const (
 func (m Isolation) Enforced() bool { return m == IsolationDriver || m == IsolationMPS }
 
 // AnnotationIsolation (pod): IsolationEnforced keeps the pod off cards that
-// do not enforce memory limits (inventory "isolation" none or absent).
+// do not enforce memory limits, whose inventory isolation is none or absent.
 const AnnotationIsolation = "gpushare.io/isolation"
 
 // IsolationEnforced is the only value of AnnotationIsolation.

@@ -5,12 +5,12 @@ import (
 	"strings"
 )
 
-// Node labels the device plugin publishes (docs/reference/node-labels.md).
-// Ours, always; values are label values (at most 63 characters of
-// [A-Za-z0-9._-]).
+// Node labels of our own that the device plugin always publishes
+// (docs/reference/node-labels.md). Each value is a label value: at most 63
+// characters of [A-Za-z0-9._-].
 const (
-	// LabelProduct: the model of the node's first card (by index), spaces
-	// and other characters a label value may not hold made '-', e.g.
+	// LabelProduct: the model of the node's first card by index, with '-'
+	// for spaces and other characters a label value may not hold, e.g.
 	// "Tesla-T4".
 	LabelProduct = "gpushare.io/gpu.product"
 	// LabelMemory: the first card's memory, MiB, e.g. "15360".
@@ -24,8 +24,8 @@ const (
 	// LabelCUDA: the newest CUDA the driver supports, MAJOR.MINOR, e.g.
 	// "12.4"; absent when unknown.
 	LabelCUDA = "gpushare.io/cuda-version"
-	// LabelIsolation: how the node's cards enforce each container's share
-	// (the device plugin's --isolation): driver, mps or none when every
+	// LabelIsolation: how the node's cards enforce each container's share,
+	// the device plugin's --isolation. It is driver, mps or none when every
 	// card does the same, mixed otherwise.
 	LabelIsolation = "gpushare.io/gpu.isolation"
 )
@@ -33,10 +33,10 @@ const (
 // OwnLabels lists the labels above.
 var OwnLabels = []string{LabelProduct, LabelMemory, LabelCount, LabelDriver, LabelCUDA, LabelIsolation}
 
-// The labels of NVIDIA GPU Feature Discovery (GFD) the device plugin also
-// publishes, with GFD's meaning, where no other component manages them
-// (AnnotationNVIDIALabels). Unlike GFD's, NVIDIALabelCount counts healthy
-// cards.
+// The labels of NVIDIA GPU Feature Discovery (GFD), with GFD's meaning,
+// that the device plugin also publishes where no other component manages
+// them (AnnotationNVIDIALabels). Unlike GFD's, NVIDIALabelCount counts
+// healthy cards.
 const (
 	NVIDIALabelProduct      = "nvidia.com/gpu.product"
 	NVIDIALabelMemory       = "nvidia.com/gpu.memory"
@@ -51,10 +51,10 @@ const (
 )
 
 // SelectionLabels returns the labels, ours and GFD's, that pods select
-// cards by with a nodeSelector: the model of the node's first card
-// (firstModel; no product label when "") and its healthy cards. The device
-// plugin publishes them among the others; the simulator gives them to its
-// nodes, so that a replayed nodeSelector picks the nodes a real one would.
+// cards by with a nodeSelector: the model of the node's first card and its
+// healthy cards. firstModel "" gives no product label. The device plugin
+// publishes them among the others. The simulator gives them to its nodes, so
+// that a replayed nodeSelector picks the nodes a real one would.
 func SelectionLabels(firstModel string, healthy int) (own, nvidia map[string]string) {
 	own, nvidia = map[string]string{}, map[string]string{}
 	if firstModel != "" {
@@ -78,8 +78,8 @@ var NVIDIALabels = []string{NVIDIALabelProduct, NVIDIALabelMemory, NVIDIALabelCo
 // label alone.
 const AnnotationNVIDIALabels = "gpushare.io/nvidia-labels"
 
-// GFDTimestampLabel is set by NVIDIA GPU Feature Discovery (unless run
-// with --no-timestamp): where it is, GFD manages the nvidia.com/ labels.
+// GFDTimestampLabel is set by NVIDIA GPU Feature Discovery unless it runs
+// with --no-timestamp. Where it is, GFD manages the nvidia.com/ labels.
 const GFDTimestampLabel = "nvidia.com/gfd.timestamp"
 
 // NFDFeatureLabelsAnnotation is where node-feature-discovery lists the
@@ -87,8 +87,8 @@ const GFDTimestampLabel = "nvidia.com/gfd.timestamp"
 const NFDFeatureLabelsAnnotation = "nfd.node.kubernetes.io/feature-labels"
 
 // LabelValue makes s a valid label value: every character but
-// [A-Za-z0-9._-] becomes '-', at most 63 characters, starting and ending
-// with a letter or digit ("" when none is left). "NVIDIA A100-SXM4-80GB"
+// [A-Za-z0-9._-] becomes '-', cut to 63 characters, trimmed to start and end
+// with a letter or digit, "" when none is left. "NVIDIA A100-SXM4-80GB"
 // becomes "NVIDIA-A100-SXM4-80GB".
 func LabelValue(s string) string {
 	b := []byte(s)

@@ -6,8 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// MPSUser is the Linux user a pod's MPS clients run as (PodMPSUser). The
-// zero value is MPSUserNone.
+// MPSUser is the Linux user a pod's MPS clients run as, from PodMPSUser.
+// The zero value is MPSUserNone.
 type MPSUser int64
 
 const (
@@ -48,13 +48,14 @@ func RunAsUser(pod *corev1.Pod, c *corev1.Container) (uid int64, ok bool) {
 }
 
 // PodMPSUser returns the Linux user the MPS clients among pod's containers
-// run as: the RunAsUser of its first container that asks GPU memory on one
-// card (a container on several runs without MPS) and is not a plain init
-// container (which has exited before the others start), MPSUserImage when
-// that container sets none, MPSUserNone when no container is such a
-// client. An MPS server serves one user at a time: the device plugin
-// refuses a client on a card whose clients run as another user, and the
-// extender keeps the pod off such cards (docs/memory-isolation.md).
+// run as. A client is a container that asks GPU memory on one card and is
+// not a plain init container: a container on several cards runs without MPS,
+// and a plain init container has exited before the others start. The user
+// is the first client's RunAsUser, MPSUserImage when it sets none, and
+// MPSUserNone when the pod has no client. An MPS server serves one user at a
+// time. So the device plugin refuses a client on a card whose clients run as
+// another user, and the extender keeps the pod off such cards
+// (docs/memory-isolation.md).
 func PodMPSUser(pod *corev1.Pod, demand Demand) MPSUser {
 	for _, d := range demand {
 		if d.Init || d.Cards != 1 {

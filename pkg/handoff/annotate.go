@@ -14,17 +14,17 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// PodAPI is the pod write the handoff makes (its reads: the informer and
-// NodePodLister).
+// PodAPI is the pod write the handoff makes. It reads through the informer
+// and NodePodLister.
 type PodAPI interface {
-	// PatchPodAnnotations sets (non-nil) or removes (nil) annotations of
-	// the pod namespace/name whose UID is uid. It fails, and changes
-	// nothing, when that name now belongs to another pod.
+	// PatchPodAnnotations sets annotations of the pod namespace/name whose
+	// UID is uid, or removes those whose value is nil. It fails, and
+	// changes nothing, when that name now belongs to another pod.
 	PatchPodAnnotations(ctx context.Context, namespace, name string, uid types.UID, set map[string]*string) error
 }
 
-// Annotator writes the pod annotations a handoff wants (ASSIGNED, and
-// allocations repaired to the cards kubelet gave), off the Allocate path.
+// Annotator writes the pod annotations a handoff wants, off the Allocate
+// path: ASSIGNED, and allocations repaired to the cards kubelet gave.
 type Annotator struct {
 	api   PodAPI
 	queue workqueue.TypedRateLimitingInterface[types.UID]
@@ -37,7 +37,7 @@ func NewAnnotator(api PodAPI) *Annotator {
 		workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "gpushare-pod-annotations"})}
 }
 
-// Enqueue schedules pod uid for a check (a Config.Notify).
+// Enqueue schedules pod uid for a check; it serves as a Config.Notify.
 func (a *Annotator) Enqueue(uid types.UID) { a.queue.Add(uid) }
 
 // Run writes what h wants of each queued pod until ctx ends.
@@ -114,10 +114,11 @@ func (h *Handoff) repaired(e *podEntry) *gpushare.Allocation {
 	return &a
 }
 
-// Desired returns the annotation changes pod uid needs: the allocation
-// repaired to the cards its containers hold (with the Aliyun keys derived
-// from it), and ASSIGNED "true" once every container is allocated ("false"
-// again if kubelet showed a match to be wrong). nil when nothing differs.
+// Desired returns the annotation changes pod uid needs. The allocation is
+// repaired to the cards its containers hold, with the Aliyun keys derived
+// from it. ASSIGNED is "true" once every container is allocated, and
+// "false" again if kubelet showed a match to be wrong. set is nil when
+// nothing differs.
 func (h *Handoff) Desired(uid types.UID) (namespace, name string, set map[string]*string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -20,8 +20,8 @@ type cardSet struct {
 	byUUID map[string]Card
 }
 
-// byCard groups device IDs by card UUID, each group sorted by unit number;
-// each ID is parsed once (a MiB node has tens of thousands). It fails on
+// byCard groups device IDs by card UUID, each group sorted by unit number.
+// Each ID is parsed once, as a MiB node has tens of thousands. It fails on
 // an ID that is malformed or on none of the cards.
 func (cs cardSet) byCard(ids []string) (map[string][]string, error) {
 	type unit struct {
@@ -52,10 +52,10 @@ func (cs cardSet) byCard(ids []string) (map[string][]string, error) {
 }
 
 // available groups kubelet's free device IDs by card UUID, each group
-// sorted by unit number (each ID goes to its slot: no sort), leaving out
-// those in skip (IDs kubelet must include anyway) and those this plugin
-// does not advertise (malformed, on none of the cards, or past a card's
-// units).
+// sorted by unit number. Each ID goes to its slot, so nothing is sorted. It
+// leaves out those in skip, the IDs kubelet must include anyway. It leaves
+// out those this plugin does not advertise: malformed, on none of the cards,
+// or past a card's units.
 func (cs cardSet) available(ids []string, skip map[string]bool) map[string][]string {
 	out := map[string][]string{} // UUID -> IDs at their unit numbers
 	for _, id := range ids {
@@ -124,15 +124,15 @@ func fitsShape(shares []gpushare.DeviceShare, c gpushare.ContainerAllocation) bo
 }
 
 // pick chooses device IDs for container c: all of forced, plus the lowest
-// free units of the cards c's annotation names, or (relocate) of other
-// cards with room that the pod's constraints cc allow (allocator.Exclude;
-// nil: any), best fit first. It returns nil when no set of len(c.Devices)
-// cards with c's units each can be made.
+// free units of the cards c's annotation names. With relocate it may take
+// other cards with room that the pod's constraints cc allow, best fit
+// first; allocator.Exclude decides, and a nil cc allows any. It returns nil
+// when no set of len(c.Devices) cards with c's units each can be made.
 //
-// The operator's cordon (gpushare.io/cordoned-gpus) does not bind a
-// relocation: it keeps the scheduler from sending new pods to a card, and
-// this pod was scheduled already; kubelet's free devices, not a choice,
-// move it, and refusing would fail a pod the cluster accepted.
+// The operator's cordon, gpushare.io/cordoned-gpus, does not bind a
+// relocation. It keeps the scheduler from sending new pods to a card, and
+// this pod was scheduled already. kubelet's free devices, not a choice, move
+// it, and refusing would fail a pod the cluster accepted.
 func (cs cardSet) pick(c gpushare.ContainerAllocation, avail, forced map[string][]string, relocate bool, cc *gpushare.CardConstraints) []string {
 	k, u := len(c.Devices), c.Devices[0].Units
 	var chosen []string
@@ -201,8 +201,8 @@ func (cs cardSet) pick(c gpushare.ContainerAllocation, avail, forced map[string]
 	return ids
 }
 
-// allows reports whether a pod with constraints cc may use card uuid
-// (allocator.Exclude, on the card's model, UUID and isolation).
+// allows reports whether a pod with constraints cc may use card uuid, by
+// allocator.Exclude on the card's model, UUID and isolation.
 func (cs cardSet) allows(cc *gpushare.CardConstraints, uuid string) bool {
 	if cc == nil {
 		return true
@@ -249,10 +249,10 @@ func describeConstraints(cc *gpushare.CardConstraints) string {
 	return " " + cc.String()
 }
 
-// reusedShort explains why the IDs kubelet must include (an init
-// container's, which kubelet reuses) cannot be part of an answer for c:
-// a card of them has fewer than c's units free and forced together, or
-// they span more cards than c asks. "" when neither holds.
+// reusedShort explains why the IDs kubelet must include cannot be part of
+// an answer for c. They are an init container's, which kubelet reuses. A
+// card of them may have fewer than c's units free and forced together, or
+// they may span more cards than c asks. "" when neither holds.
 func (cs cardSet) reusedShort(c gpushare.ContainerAllocation, avail, forced map[string][]string) string {
 	u := c.Devices[0].Units
 	uuids := cs.sortedUUIDs(forced)

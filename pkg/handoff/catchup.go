@@ -10,18 +10,19 @@ import (
 )
 
 // catchUp brings the handoff's pods up to the API server's, for a call
-// that found no container waiting: kubelet watches its pods itself and
-// often admits one before this plugin's informer has delivered it (the
-// pod may also have taken the name of a pod whose deletion the informer
-// has not delivered yet, or PodResources may not list it). It reads the
-// node's pods once (a consistent list, within apiTimeout), adds those the
-// handoff does not know by UID, and forgets those it knew before the read
-// that the API server no longer has: the informer will deliver the same
-// (a later delete of a forgotten pod, or an add already applied, changes
-// nothing). A pod known by UID is left as it is: the informer may have
-// delivered a newer version than the read. The caller matches again
-// whatever this returns, since the informer may have delivered the pod
-// meanwhile. h.mu is not held.
+// that found no container waiting. kubelet watches its pods itself and
+// often admits one before this plugin's informer has delivered it. The pod
+// may also have taken the name of a pod whose deletion the informer has not
+// delivered yet, or PodResources may not list it.
+//
+// catchUp reads the node's pods once, a consistent list within apiTimeout.
+// It adds those the handoff does not know by UID. It forgets those it knew
+// before the read that the API server no longer has. The informer will
+// deliver the same, and a later delete of a forgotten pod, or an add
+// already applied, changes nothing. A pod known by UID is left as it is:
+// the informer may have delivered a newer version than the read. The caller
+// matches again whatever this returns, since the informer may have
+// delivered the pod meanwhile. h.mu is not held.
 func (h *Handoff) catchUp(ctx context.Context) error {
 	if h.api == nil {
 		return nil
@@ -61,9 +62,8 @@ func (h *Handoff) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// apiTimeout bounds the API server read the handoff makes while kubelet
-// waits for GetPreferredAllocation or Allocate (catchUp): kubelet calls
-// both without a deadline, so an API server that does not answer would
-// hold the pod's admission (and kubelet's admission of every later pod)
-// forever.
+// apiTimeout bounds catchUp's API server read, which kubelet waits for in
+// GetPreferredAllocation or Allocate. kubelet calls both without a deadline.
+// An API server that does not answer would hold the pod's admission, and
+// kubelet's admission of every later pod, forever.
 const apiTimeout = 3 * time.Second

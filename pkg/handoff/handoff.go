@@ -169,10 +169,10 @@ type Config struct {
 }
 
 // Handoff matches the device IDs kubelet allocates to the pod containers
-// whose allocation annotation asked for them; see the package doc. All
-// state sits behind one mutex; informer handlers call UpsertPod and
-// DeletePod, the gRPC server calls Prefer and Allocate, the verifier calls
-// Verify, the annotation writer calls Desired.
+// whose allocation annotation asked for them; see the package doc. All state
+// sits behind one mutex. Informer handlers call UpsertPod and DeletePod. The
+// gRPC server calls Prefer and Allocate, the verifier calls Verify, and the
+// annotation writer calls Desired.
 //
 // A container's grant (keyed by pod UID and container name):
 //
@@ -185,10 +185,10 @@ type Config struct {
 //	  │  pod deleted, Succeeded or Failed; kubelet shows other IDs        │
 //	  └───────────────────────────────────────────────────────────────────┘
 //
-// plus restored grants, made when a restarted plugin first sees a pod with
-// ASSIGNED=true; they carry no IDs and go when kubelet lists the pod
-// without devices for the container, or become confirmed when it lists
-// them. A pod waits while one of its containers has no grant; the first
+// A restarted plugin also makes restored grants, when it first sees a pod
+// with ASSIGNED=true. They carry no IDs. They go when kubelet lists the pod
+// without devices for the container, and become confirmed when it lists
+// them. A pod waits while one of its containers has no grant. The first
 // such container, in kubelet's order, is the one the next calls are for.
 type Handoff struct {
 	// node, unit and cards never change; they are read without mu.

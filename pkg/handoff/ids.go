@@ -16,11 +16,11 @@ const maxIDBytes = 128
 // ErrDeviceID marks a device ID that this plugin did not advertise.
 var ErrDeviceID = errors.New("invalid gpushare device ID")
 
-// DeviceID names unit k (0-based) of the card with this UUID, e.g. unit 3
-// of card GPU-8f1c… is "GPU-8f1c…::3". The card is in the ID itself, so the
-// IDs kubelet passes to Allocate say which card they are on, and kubelet's
-// own accounting (each ID to at most one container) caps every card at the
-// number of IDs it has: its memory in units.
+// DeviceID names unit k, 0-based, of the card with this UUID: unit 3 of
+// card GPU-8f1c… is "GPU-8f1c…::3". The card is in the ID itself, so the IDs
+// kubelet passes to Allocate say which card they are on. kubelet's own
+// accounting gives each ID to at most one container. It thus caps every
+// card at the number of IDs it has: its memory in units.
 func DeviceID(uuid string, k int64) string {
 	return uuid + IDSeparator + strconv.FormatInt(k, 10)
 }

@@ -33,9 +33,9 @@ var startupReadPause = time.Second
 type LegacyPod struct {
 	// Pod is "namespace/name".
 	Pod string
-	// Card is the index of the card it runs on, -1 when none is known
-	// (its ALIYUN_COM_GPU_MEM_IDX names no card of this node, on a node
-	// with several: Aliyun's plugin then gave it no card).
+	// Card is the index of the card it runs on, -1 when none is known. On
+	// a node with several cards, an ALIYUN_COM_GPU_MEM_IDX that names none
+	// of them means Aliyun's plugin gave the pod no card.
 	Card int
 	// Units is the number of device IDs kubelet holds for it (its app
 	// and restartable init containers; PodResources lists no others).
@@ -216,8 +216,9 @@ func (h *Handoff) checkLegacyUnit() error {
 // AdoptAtStart reads kubelet's PodResources before the plugin first
 // registers, so that the first device list already holds the legacy pods'
 // devices on their cards. It refuses to go on when kubelet does not answer
-// and pods on the node may hold devices (the plugin would advertise units
-// those pods use), or when the legacy pods were placed in the other unit.
+// and pods on the node may hold devices: the plugin would advertise units
+// those pods use. It also refuses when the legacy pods were placed in the
+// other unit.
 func (h *Handoff) AdoptAtStart(ctx context.Context) error {
 	var err error
 	for i := 0; i < startupReads; i++ {

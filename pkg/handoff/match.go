@@ -97,10 +97,10 @@ func (h *Handoff) Prefer(ctx context.Context, available, mustInclude []string, s
 }
 
 // prefer chooses for Prefer among cands, the containers kubelet may be
-// admitting (listed: the pods PodResources lists), and records the choice
-// for the next Allocate. avail and forced are kubelet's free IDs and the
-// IDs it must include, by card (see available and byCard). The caller
-// holds h.mu.
+// admitting, and records the choice for the next Allocate. listed holds the
+// pods PodResources lists. avail and forced are kubelet's free IDs and the
+// IDs it must include, by card, from available and byCard. The caller holds
+// h.mu.
 func (h *Handoff) prefer(ctx context.Context, cands []candidate, avail, forced map[string][]string, size int64, listed map[string]bool) ([]string, error) {
 	h.steer = nil
 	if len(cands) == 0 {
@@ -297,12 +297,17 @@ func (h *Handoff) allocate(ctx context.Context, kp []KubeletPod, ids []string, g
 	return a, nil
 }
 
-// choose returns the container kubelet's ids (sorted; shares: the same by
-// card) are for, and how it was found, by three strategies in turn: the
-// container the last preference was for (st, when steered: "steered"),
-// the next container of the pod whose init container holds the IDs
-// ("reused"), or a waiting container of their size (matched). nil when
-// none waits. The caller holds h.mu.
+// choose returns the container kubelet's ids are for, and how it was found.
+// ids are sorted; shares are the same by card. It tries three strategies in
+// turn:
+//
+//   - "steered": with steered, st's container, which the last preference
+//     was for;
+//   - "reused": the next container of the pod whose init container holds
+//     the IDs;
+//   - matched: a waiting container of their size.
+//
+// It returns nil when none waits. The caller holds h.mu.
 func (h *Handoff) choose(st *steer, steered bool, ids []string, shares []gpushare.DeviceShare, listed map[string]bool) (*candidate, string) {
 	if steered {
 		if c := h.steeredTo(st); c != nil {
@@ -328,11 +333,11 @@ func (h *Handoff) steeredTo(st *steer) *candidate {
 	return nil
 }
 
-// matched returns, among the waiting containers of size units (listed
-// pods first), the one annotated on exactly shares' cards, else one of
-// their shape whose pod's card annotations allow them (both "matched"),
-// else the first (""), which refuse then rejects unless the IDs suit it;
-// nil when none waits. The caller holds h.mu.
+// matched chooses among the waiting containers of size units, listed pods
+// first. It returns the one annotated on exactly shares' cards, else one of
+// their shape whose pod's card annotations allow them; both are "matched".
+// Else it returns the first with "", which refuse then rejects unless the
+// IDs suit it. It returns nil when none waits. The caller holds h.mu.
 func (h *Handoff) matched(size int64, shares []gpushare.DeviceShare, listed map[string]bool) (*candidate, string) {
 	cands := h.candidates(size, listed)
 	// Exact: annotated on these very cards; then same shape elsewhere.
@@ -352,10 +357,10 @@ func (h *Handoff) matched(size int64, shares []gpushare.DeviceShare, listed map[
 	return nil, ""
 }
 
-// refuse returns why kubelet's ids (shares: the same by card) cannot go
-// to pick's container: they do not form its shape, or lie on other cards
-// than its annotation's that its pod's card annotations do not allow. nil
-// when they can.
+// refuse returns why kubelet's ids cannot go to pick's container; shares
+// are the same by card. They may not form its shape. Or they may lie on
+// cards other than its annotation's that its pod's card annotations do not
+// allow. nil when they can.
 func (h *Handoff) refuse(pick *candidate, ids []string, shares []gpushare.DeviceShare) error {
 	c := pick.container()
 	size := len(ids)
@@ -382,10 +387,10 @@ func podRef(e *podEntry) *corev1.Pod {
 }
 
 // Revoke takes back the grant Allocate made for a, unless kubelet has
-// confirmed it since or another Allocate replaced it: the Allocate call
-// failed after the match (enforcing the container's limit did), so kubelet
-// frees the device IDs and will ask again. The pod's annotation repair, if
-// a relocation asked one, is recomputed without the grant.
+// confirmed it since or another Allocate replaced it. It is for an Allocate
+// call that failed after the match, in enforcing the container's limit.
+// kubelet then frees the device IDs and will ask again. The pod's annotation
+// repair, if a relocation asked one, is recomputed without the grant.
 func (h *Handoff) Revoke(ctx context.Context, a *Assignment) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -12,10 +12,10 @@ import (
 )
 
 // ErrMPSUser marks an Allocate refused because the container would join
-// MPS clients of another Linux user on its card: the card's MPS server
-// serves one user at a time, and the control daemon holds a client of
-// another user until every client of the card has exited, so the
-// container would hang at CUDA init rather than fail.
+// MPS clients of another Linux user on its card. The card's MPS server
+// serves one user at a time. The control daemon holds a client of another
+// user until every client of the card has exited. So the container would
+// hang at CUDA init rather than fail.
 var ErrMPSUser = errors.New("another Linux user's MPS clients hold the card")
 
 // runAsUsers returns the effective runAsUser of each container of pod
@@ -62,10 +62,9 @@ func sameUser(a, b mpsClient) bool {
 	return a.known == b.known && (!a.known || a.uid == b.uid)
 }
 
-// checkMPSUser returns nil when c may join others, the MPS clients of
-// card, and otherwise an ErrMPSUser error that names c, the card, the
-// first client of another user (by pod and container name), both users
-// and the fix.
+// checkMPSUser returns nil when c may join others, the MPS clients of card.
+// Otherwise it returns an ErrMPSUser error naming c, the card, both users,
+// the fix, and the first client of another user by pod and container name.
 func checkMPSUser(card Card, c mpsClient, others []mpsClient) error {
 	sort.Slice(others, func(i, j int) bool {
 		if others[i].pod != others[j].pod {
@@ -85,8 +84,8 @@ func checkMPSUser(card Card, c mpsClient, others []mpsClient) error {
 	return nil
 }
 
-// mpsClientLocked returns the container ck as an MPS client, and false
-// when shares (its cards) do not make it one: it is not on exactly one
+// mpsClientLocked returns the container ck as an MPS client. It returns
+// false when its cards, shares, do not make it one: it is not on exactly one
 // card, or that card is not in mps mode. The caller holds h.mu.
 func (h *Handoff) mpsClientLocked(ck containerKey, shares []gpushare.DeviceShare) (mpsClient, bool) {
 	if len(shares) != 1 || h.cards.byUUID[shares[0].UUID].Isolation != gpushare.IsolationMPS {
@@ -101,8 +100,8 @@ func (h *Handoff) mpsClientLocked(ck containerKey, shares []gpushare.DeviceShare
 
 // checkMPSUserLocked returns checkMPSUser's verdict for container ck
 // granted shares, against every other container granted the same mps card
-// alone, but plain init containers (which ran to completion before their
-// pod's app containers started). Containers off mps cards pass. The
+// alone. Plain init containers do not count: they ran to completion before
+// their pod's app containers started. Containers off mps cards pass. The
 // caller holds h.mu.
 func (h *Handoff) checkMPSUserLocked(ck containerKey, shares []gpushare.DeviceShare) error {
 	c, ok := h.mpsClientLocked(ck, shares)

@@ -20,8 +20,9 @@ var managedAnnotations = []string{gpushare.AnnotationAllocation, gpushare.Annota
 func (h *Handoff) UpsertPod(pod *corev1.Pod) { h.upsert(pod, false) }
 
 // upsert applies pod and reports whether it added or changed a pod entry.
-// onlyNew: only a GPU pod of this node whose UID the handoff does not know
-// (catchUp's read may be older than what the informer delivered since).
+// With onlyNew it applies only a GPU pod of this node whose UID the handoff
+// does not know: catchUp's read may be older than what the informer
+// delivered since.
 func (h *Handoff) upsert(pod *corev1.Pod, onlyNew bool) bool {
 	demand, derr := gpushare.PodDemand(pod)
 	key := pod.Namespace + "/" + pod.Name
@@ -130,10 +131,10 @@ func (h *Handoff) deletePod(uid types.UID) {
 }
 
 // PodHandler feeds the informer's pod events to h. An update whose UID
-// differs from the old object's is a delete and an add: a pod deleted and
+// differs from the old object's is a delete and an add. A pod deleted and
 // re-created under the same name while the watch was down comes back from
-// the relist as one update from the old pod to the new one, and the old
-// pod's grants and waiting containers must go with it.
+// the relist as one update from the old pod to the new one. The old pod's
+// grants and waiting containers must go with it.
 func (h *Handoff) PodHandler() toolscache.ResourceEventHandlerFuncs {
 	del := func(obj any) {
 		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {

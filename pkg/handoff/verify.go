@@ -71,11 +71,10 @@ func (h *Handoff) observe(ctx context.Context, kp []KubeletPod) map[string]bool 
 
 // correct drops the grant of container o, whose IDs kubelet holds for a
 // container of pod claimant: the plugin's match was a guess that kubelet
-// applied to another pod. An init container's grant moves to the
-// claimant's init container of the same size, if it has one without a grant
-// (kubelet lets app containers reuse their pod's init devices, so this is
-// the only way the plugin learns where an init container ran). The caller
-// holds h.mu.
+// applied to another pod. An init container's grant moves to the claimant's
+// init container of the same size, if it has one without a grant. kubelet
+// lets app containers reuse their pod's init devices, so this is the only
+// way the plugin learns where an init container ran. The caller holds h.mu.
 func (h *Handoff) correct(ctx context.Context, o containerKey, claimant types.UID) {
 	g := h.grants[o]
 	h.drop(o)
@@ -123,9 +122,9 @@ func (h *Handoff) Verify(ctx context.Context) (int, error) {
 // PodResources: kubelet records the devices once Allocate has returned.
 const verifyDebounce = 300 * time.Millisecond
 
-// RunVerifier compares kubelet's PodResources with the grants shortly
-// after each delivery on now (an Allocate) and every period, then calls
-// verified (which prunes what no grant holds any more), until ctx ends.
+// RunVerifier compares kubelet's PodResources with the grants until ctx
+// ends: shortly after each Allocate's delivery on now, and every period.
+// It then calls verified, which prunes what no grant holds any more.
 func (h *Handoff) RunVerifier(ctx context.Context, period time.Duration, now <-chan struct{}, verified func(context.Context)) {
 	logger := klog.FromContext(ctx)
 	t := time.NewTicker(period)

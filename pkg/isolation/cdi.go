@@ -19,7 +19,7 @@ import (
 // CDI names and defaults of driver mode.
 const (
 	// CDIKind is the kind of the devices in the spec the plugin writes: a
-	// container's limit device is CDIKind=<name> (see limitDeviceName).
+	// container's limit device is CDIKind=<name>, named by limitDeviceName.
 	CDIKind = "gpushare.io/gpu-mem"
 	// DefaultCDIDir is where CDI-enabled runtimes read specs from.
 	DefaultCDIDir = "/var/run/cdi"
@@ -28,11 +28,11 @@ const (
 	// DefaultCDIHook is the NVIDIA container toolkit's CDI hook binary.
 	DefaultCDIHook = "/usr/bin/nvidia-cdi-hook"
 	// cdiHookCommand is the hook's subcommand that applies
-	// NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT (MiB) to the
+	// NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT, in MiB, to the
 	// container's cgroup.
 	cdiHookCommand = "apply-cuda-memory-limits"
-	// maxCDIDevices bounds the limit devices the spec keeps (one per
-	// distinct set of cards and shares handed out).
+	// maxCDIDevices bounds the limit devices the spec keeps, one per
+	// distinct set of cards and shares handed out.
 	maxCDIDevices = 4096
 )
 
@@ -43,19 +43,19 @@ const (
 )
 
 // CDISpec is the CDI spec file of driver mode. It holds one device per
-// distinct container limit handed out: a container with 8192 MiB on card
-// 2 gets the device "gpushare.io/gpu-mem=2-8192", whose edits run the
-// toolkit's hook (createContainer: nvidia-cdi-hook
-// apply-cuda-memory-limits) with NVIDIA_GPU_MEMORY_REQUEST and
-// NVIDIA_GPU_MEMORY_LIMIT=8192. Devices are kept, across restarts too,
-// while a container holds them, so a container that kubelet restarts still
-// resolves its device; Retain drops the others. Every version written is
-// validated with the CDI project's own library first.
+// distinct container limit handed out. A container with 8192 MiB on card 2
+// gets the device "gpushare.io/gpu-mem=2-8192". Its edits run the toolkit's
+// hook, createContainer: nvidia-cdi-hook apply-cuda-memory-limits, with
+// NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT=8192. Devices are
+// kept while a container holds them, across restarts too, so a container
+// that kubelet restarts still resolves its device. Retain drops the others.
+// Every version written is validated with the CDI project's own library
+// first.
 type CDISpec struct {
 	path     string
 	hookPath string
 
-	// now is the clock (time.Now; tests set it).
+	// now is the clock: time.Now, or a test's.
 	now func() time.Time
 
 	mu sync.Mutex
@@ -64,14 +64,13 @@ type CDISpec struct {
 	// whole: the names of the whole-card devices, never pruned.
 	whole map[string]bool
 	// added: device name -> when this process added it or found it in the
-	// file (Retain keeps devices younger than its minAge).
+	// file. Retain keeps devices younger than its minAge.
 	added map[string]time.Time
 }
 
-// NewCDISpec returns the spec at dir/CDISpecFile, keeping the devices of
-// a valid spec already there, and writes it with a device for the whole
-// of each card in wholeMiB (card index -> MiB), so the spec is never
-// empty.
+// NewCDISpec returns the spec at dir/CDISpecFile, keeping the devices of a
+// valid spec already there. It writes it with a device for the whole of each
+// card in wholeMiB, card index -> MiB, so the spec is never empty.
 func NewCDISpec(dir, hookPath string, wholeMiB map[int]int64) (*CDISpec, error) {
 	s := &CDISpec{path: filepath.Join(dir, CDISpecFile), hookPath: hookPath, now: time.Now,
 		devices: map[string]cdispec.Device{}, whole: map[string]bool{}, added: map[string]time.Time{}}
@@ -107,8 +106,8 @@ type Limit struct {
 	MiB int64
 }
 
-// Device returns the qualified CDI name of the device for limits (in the
-// container's card order), adding it to the spec file first if it is new.
+// Device returns the qualified CDI name of the device for limits, in the
+// container's card order. It adds a new device to the spec file first.
 func (s *CDISpec) Device(limits []Limit) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -127,13 +126,13 @@ func (s *CDISpec) Device(limits []Limit) (string, error) {
 	return CDIKind + "=" + name, nil
 }
 
-// Retain drops the limit devices that none of held (each a container's
-// limits, in its card order) names, except the whole-card devices and
-// those added less than minAge ago (an Allocate may be adding one for a
-// container not yet among held), and rewrites the file if it dropped any.
-// It returns how many it dropped. A container kubelet restarts resolves
-// its device again, so held must include every container that still
-// exists, not only running ones.
+// Retain drops the limit devices that none of held names; each of held is a
+// container's limits, in its card order. It spares the whole-card devices
+// and those added less than minAge ago: an Allocate may be adding one for a
+// container not yet among held. It rewrites the file if it dropped any, and
+// returns how many. A container kubelet restarts resolves its device again,
+// so held must include every container that still exists, not only running
+// ones.
 func (s *CDISpec) Retain(held [][]Limit, minAge time.Duration) (int, error) {
 	keep := make(map[string]bool, len(held))
 	for _, l := range held {
@@ -183,8 +182,8 @@ func limitValue(limits []Limit) string {
 	return strings.Join(parts, ",")
 }
 
-// add puts the device of limits in s.devices. The caller holds s.mu (or
-// owns s).
+// add puts the device of limits in s.devices. The caller holds s.mu or
+// owns s.
 func (s *CDISpec) add(limits []Limit) {
 	v := limitValue(limits)
 	s.added[limitDeviceName(limits)] = s.now()
@@ -221,7 +220,7 @@ func (s *CDISpec) spec() (*cdispec.Spec, error) {
 }
 
 // write validates the spec with the CDI library and replaces the file
-// atomically. The caller holds s.mu (or owns s).
+// atomically. The caller holds s.mu or owns s.
 func (s *CDISpec) write() error {
 	spec, err := s.spec()
 	if err != nil {
@@ -230,9 +229,9 @@ func (s *CDISpec) write() error {
 	return WriteCDISpec(s.path, spec)
 }
 
-// WriteCDISpec writes spec to path: first to a hidden temporary file
-// beside it (tempSpecPath), which the CDI library validates, then renamed
-// over path.
+// WriteCDISpec writes spec to a hidden temporary file beside path,
+// tempSpecPath, which the CDI library validates. It then renames it over
+// path.
 func WriteCDISpec(path string, spec *cdispec.Spec) error {
 	data, err := yaml.Marshal(spec)
 	if err != nil {
@@ -253,10 +252,10 @@ func WriteCDISpec(path string, spec *cdispec.Spec) error {
 }
 
 // tempSpecPath is where write puts the next spec before renaming it over
-// path: beside it (a rename stays within one file system), hidden and
-// without the .yaml or .json suffix, so a runtime that rescans the
-// directory meanwhile never reads two specs defining the same devices
-// (CDI's cache then refuses both: "unresolvable CDI devices").
+// path. It is beside path, so the rename stays within one file system. It is
+// hidden and has no .yaml or .json suffix, so a runtime that rescans the
+// directory meanwhile never reads two specs defining the same devices. CDI's
+// cache would refuse both: "unresolvable CDI devices".
 func tempSpecPath(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 }

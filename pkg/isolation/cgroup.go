@@ -17,8 +17,8 @@ type Cgroups interface {
 	Unified() (bool, error)
 }
 
-// SysCgroups reads the hierarchy mounted at Root: it is v2 when
-// Root/cgroup.controllers exists (only the unified hierarchy has it).
+// SysCgroups reads the hierarchy mounted at Root. It is v2 when
+// Root/cgroup.controllers exists: only the unified hierarchy has it.
 type SysCgroups struct {
 	Root string
 }
@@ -38,8 +38,8 @@ func (s SysCgroups) Unified() (bool, error) {
 	return false, fmt.Errorf("reading the cgroup hierarchy: %w", err)
 }
 
-// FixedCgroups is a node whose cgroup version is stated, not read (fake
-// nodes and tests).
+// FixedCgroups is a node whose cgroup version is stated, not read: a fake
+// node, or a test's.
 type FixedCgroups struct {
 	V2 bool
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// Environment every mode sets, in the forms frameworks read (see the
-// docs/memory-isolation.md).
+// Environment every mode sets, in the forms frameworks read
+// (docs/memory-isolation.md).
 const (
 	// EnvIsolation is the container's mode: driver, mps or none.
 	EnvIsolation = "GPUSHARE_ISOLATION"
@@ -21,7 +21,7 @@ const (
 	// in NVIDIA_VISIBLE_DEVICES order, separated by commas.
 	EnvMemoryLimitMiB = "GPUSHARE_MEMORY_LIMIT_MIB"
 	// EnvMemoryFraction is the share as a fraction of each card's memory,
-	// rounded down to 4 decimals ("0.25"), for
+	// rounded down to 4 decimals, e.g. "0.25". It is for
 	// torch.cuda.set_per_process_memory_fraction and TensorFlow's
 	// per_process_gpu_memory_fraction.
 	EnvMemoryFraction = "GPUSHARE_MEMORY_FRACTION"
@@ -30,7 +30,7 @@ const (
 // Card is a card as the enforcer needs it.
 type Card struct {
 	gpushare.Card
-	// Mode is the card's isolation (Choose).
+	// Mode is the card's isolation, from Choose.
 	Mode gpushare.Isolation
 }
 
@@ -53,9 +53,9 @@ type Edits struct {
 	// Mode the container runs under: the weakest of its cards'.
 	Mode gpushare.Isolation
 	Env  map[string]string
-	// Mounts to add (mps).
+	// Mounts to add, in mps mode.
 	Mounts []Mount
-	// CDIDevices are qualified CDI device names to add (driver).
+	// CDIDevices are qualified CDI device names to add, in driver mode.
 	CDIDevices []string
 }
 
@@ -97,9 +97,9 @@ func rank(m gpushare.Isolation) int {
 }
 
 // Edits returns the edits of a container with shares, in its card order.
-// The container runs under the weakest mode of its cards; an mps container
-// on more than one card runs under none (each MPS daemon serves one card,
-// and a client talks to one daemon). For an mps container it starts the
+// The container runs under the weakest mode of its cards. An mps container
+// on more than one card runs under none: each MPS daemon serves one card,
+// and a client talks to one daemon. For an mps container it starts the
 // card's daemon if needed.
 func (e *Enforcer) Edits(ctx context.Context, shares []Share) (*Edits, error) {
 	if len(shares) == 0 {
@@ -143,10 +143,10 @@ func (e *Enforcer) Edits(ctx context.Context, shares []Share) (*Edits, error) {
 			return nil, err
 		}
 		pipe, log := e.mps.Dirs(sh.UUID)
-		// The log directory is read-only: the card's MPS server, which
-		// may run as root, writes its log there, and a client that could
-		// plant a symlink in it could have the server append to another
-		// card's files (its desired state, say).
+		// The log directory is read-only. The card's MPS server, which may
+		// run as root, writes its log there. A client that could plant a
+		// symlink in it could have the server append to another card's
+		// files, such as its desired state.
 		ed.Mounts = []Mount{{HostPath: pipe, ContainerPath: ContainerMPSPipeDir}, {HostPath: log, ContainerPath: ContainerMPSLogDir, ReadOnly: true},
 			{HostPath: e.mps.ShmDir(), ContainerPath: DevShm}}
 		ed.Env[EnvMPSPipeDir] = ContainerMPSPipeDir
@@ -157,9 +157,8 @@ func (e *Enforcer) Edits(ctx context.Context, shares []Share) (*Edits, error) {
 }
 
 // PruneCDI drops driver mode's limit devices that no container in held
-// (each a container's limits, in its card order) holds, sparing those
-// added within minAge (CDISpec.Retain). It returns how many it dropped;
-// without driver mode it does nothing.
+// holds, sparing those added within minAge, as CDISpec.Retain does. It
+// returns how many it dropped. Without driver mode it does nothing.
 func (e *Enforcer) PruneCDI(held [][]Limit, minAge time.Duration) (int, error) {
 	if e.cdi == nil {
 		return 0, nil
@@ -167,11 +166,11 @@ func (e *Enforcer) PruneCDI(held [][]Limit, minAge time.Duration) (int, error) {
 	return e.cdi.Retain(held, minAge)
 }
 
-// RetainMPS tells the MPS manager which shares its cards serve now: held
-// is each container's shares, in its card order; only containers on one
-// mps card are MPS clients (one on several runs under none). Each card's
-// default pinned limit moves to its largest share, sparing shares added
-// within minAge (MPS.Retain). Without mps mode it does nothing.
+// RetainMPS tells the MPS manager which shares its cards serve now. held is
+// each container's shares, in its card order. Only containers on one mps
+// card are MPS clients; one on several runs under none. Each card's default
+// pinned limit moves to its largest share, sparing shares added within
+// minAge, as MPS.Retain does. Without mps mode it does nothing.
 func (e *Enforcer) RetainMPS(ctx context.Context, held [][]Share, minAge time.Duration) error {
 	if e.mps == nil {
 		return nil

@@ -9,26 +9,26 @@ import (
 	"strings"
 )
 
-// Paths of the MPS shared-memory directory: the MPS server and its clients
-// exchange shared memory in /dev/shm, so the plugin's container (where the
-// daemons run) and every mps container mount the same host directory,
+// Paths of the MPS shared-memory directory. The MPS server and its clients
+// exchange shared memory in /dev/shm. So the container where the daemons
+// run and every mps container mount the same host directory,
 // <mps-root>/shm, there.
 const (
 	// DevShm is /dev/shm, in the plugin's container and in clients'.
 	DevShm = "/dev/shm"
 	// MPSShmDir is the shared directory's name under the MPS root.
 	MPSShmDir = "shm"
-	// ProcSelfStatus holds the plugin process's capabilities (CapEff).
+	// ProcSelfStatus holds the plugin process's capabilities, CapEff.
 	ProcSelfStatus = "/proc/self/status"
 )
 
-// capSysAdmin is CAP_SYS_ADMIN's bit in a capability set
-// (linux/capability.h).
+// capSysAdmin is CAP_SYS_ADMIN's bit in a capability set, from
+// linux/capability.h.
 const capSysAdmin = 21
 
-// SysAdmin reports whether the process whose status file (ProcSelfStatus)
-// is at path has CAP_SYS_ADMIN in its effective set: NVML changes a
-// card's compute mode only for such a process.
+// SysAdmin reports whether the process whose status file, ProcSelfStatus,
+// is at path has CAP_SYS_ADMIN in its effective set. NVML changes a card's
+// compute mode only for such a process.
 func SysAdmin(path string) (bool, error) {
 	f, err := os.Open(path) //nolint:gosec // /proc/self/status, or a test's file
 	if err != nil {
@@ -53,9 +53,9 @@ func SysAdmin(path string) (bool, error) {
 	return false, fmt.Errorf("reading the process capabilities: %s has no CapEff line", path)
 }
 
-// CheckMPSShm returns nil when devShm (the plugin's /dev/shm) is the
-// directory <mpsRoot>/shm that mps containers get as their /dev/shm, and
-// otherwise an error saying what to mount.
+// CheckMPSShm returns nil when devShm, the plugin's /dev/shm, is the
+// directory <mpsRoot>/shm that mps containers get as their /dev/shm.
+// Otherwise it returns an error saying what to mount.
 func CheckMPSShm(devShm, mpsRoot string) error {
 	shm := filepath.Join(mpsRoot, MPSShmDir)
 	a, err := os.Stat(devShm)

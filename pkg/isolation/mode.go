@@ -36,7 +36,7 @@ func ParseRequest(s string) (Request, error) {
 }
 
 // MinDriverMajor and MinDriverMinor: the first driver that limits device
-// memory per cgroup (R615, CUDA 13.4).
+// memory per cgroup, R615 with CUDA 13.4.
 const (
 	MinDriverMajor = 615
 	MinDriverMinor = 0
@@ -52,21 +52,21 @@ type Capabilities struct {
 	CgroupV2  bool
 	CgroupErr error
 	// MPSControl is the MPS control binary's path; MPSControlErr says why
-	// it cannot be run (not found, not executable).
+	// it cannot be run, such as not found or not executable.
 	MPSControl    string
 	MPSControlErr error
-	// ComputeModeLocked: the plugin may not change a card's compute mode
-	// (it lacks CAP_SYS_ADMIN), so mps takes only cards an operator set to
+	// ComputeModeLocked: the plugin lacks CAP_SYS_ADMIN and may not change
+	// a card's compute mode. mps then takes only cards an operator set to
 	// EXCLUSIVE_PROCESS. Detect leaves it false; the caller checks the
-	// process (SysAdmin).
+	// process with SysAdmin.
 	ComputeModeLocked bool
 	// MPSShmErr says why an MPS server the plugin starts would not share
-	// /dev/shm with its clients (CheckMPSShm); nil when it would. Detect
-	// leaves it nil; the caller checks the host.
+	// /dev/shm with its clients, from CheckMPSShm; nil when it would.
+	// Detect leaves it nil; the caller checks the host.
 	MPSShmErr error
 	// RuntimeCDIErr says why the node's container runtime would not apply
-	// the CDI devices that carry driver mode's limits (RuntimeAppliesCDI,
-	// ErrRuntimeNoCDI); nil when it would. Detect leaves it nil; the
+	// the CDI devices that carry driver mode's limits: an ErrRuntimeNoCDI
+	// from RuntimeAppliesCDI, nil when it would. Detect leaves it nil; the
 	// caller checks the runtime.
 	RuntimeCDIErr error
 	// Cards in index order.
@@ -77,12 +77,14 @@ type Capabilities struct {
 type CardCapabilities struct {
 	Index int
 	UUID  string
-	// Features; Err says why they are unknown (then no mode but none).
+	// Features; Err says why they are unknown, and the card then gets no
+	// mode but none.
 	Features gpu.Features
 	Err      error
 }
 
-// Host is what Detect reads from the GPUs (gpu.NVML, gpu.Fake).
+// Host is what Detect reads from the GPUs; gpu.NVML and gpu.Fake implement
+// it.
 type Host interface {
 	Driver() (gpu.Driver, error)
 	Features(uuid string) (gpu.Features, error)
@@ -94,8 +96,8 @@ var (
 )
 
 // Detect reads the capabilities of a node with these cards: the driver
-// from host, cgroup v2 from cg, the MPS control binary at mpsControl
-// (LookPath rules), and each card's features. Nothing it reads is fatal:
+// from host, cgroup v2 from cg, the MPS control binary at mpsControl by
+// LookPath's rules, and each card's features. Nothing it reads is fatal:
 // what cannot be read counts as unsupported, with the reason kept.
 func Detect(host Host, cg Cgroups, lookPath func(string) (string, error), mpsControl string, devs []gpu.Device) Capabilities {
 	var c Capabilities
@@ -192,10 +194,10 @@ func (c *Capabilities) cardMissing(k *CardCapabilities, m gpushare.Isolation) []
 // strongestFirst orders the enforcing modes, strongest first.
 var strongestFirst = []gpushare.Isolation{gpushare.IsolationDriver, gpushare.IsolationMPS}
 
-// Choose returns the mode of every card of c (parallel to c.Cards) for
-// request r. RequestAuto gives each card the strongest mode it supports (driver,
-// then mps, then none); an explicit mode must be supported by every card,
-// or Choose fails naming what is missing, e.g.
+// Choose returns the mode of every card of c for request r, parallel to
+// c.Cards. RequestAuto gives each card the strongest mode it supports:
+// driver, then mps, then none. An explicit mode must be supported by every
+// card, or Choose fails naming what is missing, e.g.
 // "isolation driver: driver 550.54.15 < 615.00 required; cgroup v1 (v2 required)".
 func Choose(r Request, c *Capabilities) ([]gpushare.Isolation, error) {
 	modes := make([]gpushare.Isolation, len(c.Cards))

@@ -22,8 +22,8 @@ const (
 	// pipe/ and log/ for that card's daemon.
 	DefaultMPSRoot = "/run/gpushare/mps"
 	// ContainerMPSPipeDir and ContainerMPSLogDir are where a container
-	// finds its card's pipe and log directories (CUDA's defaults, so that a
-	// client finds them even without the environment).
+	// finds its card's pipe and log directories. They are CUDA's defaults,
+	// so a client finds them even without the environment.
 	ContainerMPSPipeDir = "/tmp/nvidia-mps"
 	ContainerMPSLogDir  = "/var/log/nvidia-mps"
 )
@@ -38,7 +38,7 @@ const (
 	envVisibleDevices = "CUDA_VISIBLE_DEVICES"
 )
 
-// Files of a card's directory under the MPS root (MPSDaemons).
+// Files of a card's directory under the MPS root; MPSDaemons lists them.
 const (
 	mpsDesiredFile = "desired.json"
 	mpsStatusFile  = "status.json"
@@ -63,12 +63,13 @@ const (
 )
 
 // MPSFloorMiB is the default pinned limit, in MiB, of a card that serves
-// no share: the smallest a daemon takes, so that a process that starts
-// without CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets next to nothing rather
-// than the whole card.
+// no share. It is the smallest a daemon takes: a process that starts
+// without CUDA_MPS_PINNED_DEVICE_MEM_LIMIT gets next to nothing rather than
+// the whole card.
 const MPSFloorMiB = 1
 
-// ComputeModes sets a card's compute mode (gpu.NVML, gpu.Fake).
+// ComputeModes sets a card's compute mode; gpu.NVML and gpu.Fake implement
+// it.
 type ComputeModes interface {
 	SetComputeMode(uuid string, m gpu.ComputeMode) error
 }
@@ -80,8 +81,8 @@ var (
 
 // MPSConfig configures the device plugin's side of mps mode.
 type MPSConfig struct {
-	// Root holds each card's directory (DefaultMPSRoot), shared with the
-	// daemons' side (MPSDaemons).
+	// Root holds each card's directory, DefaultMPSRoot when empty. It is
+	// shared with the daemons' side, MPSDaemons.
 	Root string
 	// GPUs sets each card's compute mode to exclusive-process.
 	GPUs ComputeModes
@@ -92,19 +93,18 @@ type MPSConfig struct {
 	ReadyWait time.Duration
 }
 
-// MPS is the device plugin's side of mps mode: it tells the daemons' side
-// (MPSDaemons, in its own container) which cards need an MPS daemon and
-// each card's default pinned memory limit (the limit of a client that does
-// not set its own), by writing the card's desired state under Root, and
-// waits for the card's status to show it. A client's own limit
-// (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) only lowers the server's: on an H200
-// with driver 580, a client asking 16 GiB under a default of 8 GiB got 8
-// (TestRealGPU, make gpu-check). So the limit is the largest share the
-// card serves, which every client's own limit then lowers to its share; a
-// process that drops its own limit gets that largest share, no more: the
-// shares a card serves are those Retain last reported held plus those
-// Ensure added since; a card that serves none gets MPSFloorMiB. Before a
-// card's first desired state, MPS sets the card to exclusive-process.
+// MPS is the device plugin's side of mps mode. It tells the daemons' side,
+// MPSDaemons, which cards need an MPS daemon and each card's default pinned
+// memory limit: the limit of a client that does not set its own. It writes
+// the card's desired state under Root and waits for the card's status to
+// show it. A client's own limit, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, only
+// lowers the server's (docs/memory-isolation.md has the real-card check).
+// So the limit is the largest share the card serves, and every client's own
+// limit lowers it to its share. A process that drops its own limit gets that
+// largest share, no more. The shares a card serves are those Retain last
+// reported held plus those Ensure added since. A card that serves none gets
+// MPSFloorMiB. Before a card's first desired state, MPS sets the card to
+// exclusive-process.
 type MPS struct {
 	cfg MPSConfig
 
@@ -175,11 +175,11 @@ func (m *MPS) Dirs(uuid string) (pipe, log string) {
 // /dev/shm (CheckMPSShm).
 func (m *MPS) ShmDir() string { return filepath.Join(m.cfg.Root, MPSShmDir) }
 
-// Ensure adds a share of limitMiB to those card uuid serves, raises the
-// card's default pinned limit to it if it is the largest (asking for the
-// card's daemon if it has none yet), and returns once the card's daemon
-// runs with a default limit of at least limitMiB, which the client's own
-// limit lowers to its share.
+// Ensure adds a share of limitMiB to those card uuid serves. If it is the
+// largest, it raises the card's default pinned limit to it, asking for the
+// card's daemon if it has none yet. It returns once the card's daemon runs
+// with a default limit of at least limitMiB, which the client's own limit
+// lowers to its share.
 func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	m.mu.Lock()
 	c := m.card(uuid)
@@ -211,23 +211,22 @@ func (m *MPS) Ensure(ctx context.Context, uuid string, limitMiB int64) error {
 	}
 }
 
-// Retain sets the shares each card serves to held (card UUID -> MiB of
-// each single-card mps container that holds a share of it), sparing the
-// shares Ensure added within minAge (an Allocate may be adding one that
-// held does not show yet), and moves each card's default pinned limit to
-// its largest share, down or up. A card with shares held that has no
-// desired state from this process yet (its grants survived a plugin
-// restart) gets one, so that its daemon comes back if it is gone; the
-// first Retain also takes in every card with a desired state on the host,
-// so that one an earlier plugin left goes to MPSFloorMiB when no share is
-// held on it.
+// Retain sets the shares each card serves to held: card UUID -> MiB of
+// each single-card mps container that holds a share of it. It spares the
+// shares Ensure added within minAge, since an Allocate may be adding one
+// that held does not show yet. It moves each card's default pinned limit to
+// its largest share, down or up. A card with shares held whose grants
+// survived a plugin restart has no desired state from this process yet. It
+// gets one, so that its daemon comes back if it is gone. The first Retain
+// also takes in every card with a desired state on the host: one an earlier
+// plugin left goes to MPSFloorMiB when no share is held on it.
 func (m *MPS) Retain(_ context.Context, held map[string][]int64, minAge time.Duration) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cutoff := m.cfg.Now().Add(-minAge)
 	if !m.adopted {
 		// Cards an earlier plugin asked a daemon for: their limit follows
-		// the shares held now (the floor when none is), not what it was.
+		// the shares held now, the floor when none is, not what it was.
 		uuids, err := desiredCards(m.cfg.Root)
 		if err != nil {
 			return err
@@ -314,10 +313,10 @@ type mpsLimitFile struct {
 	DefaultLimitMiB int64 `json:"defaultLimitMiB"`
 }
 
-// readMPSLimit reads the limit in the desired state or status at path;
-// ok is false when there is none, or when it was written longer than
-// fresh ago (fresh > 0: a status the daemons' side stopped refreshing is
-// as good as none, since that side may be gone).
+// readMPSLimit reads the limit in the desired state or status at path. ok
+// is false when there is none. With fresh > 0, ok is also false when it was
+// written longer than fresh ago: a status the daemons' side stopped
+// refreshing is as good as none, since that side may be gone.
 func readMPSLimit(path string, fresh time.Duration) (mib int64, ok bool, err error) {
 	b, err := os.ReadFile(path) //nolint:gosec // a file under the MPS root
 	if errors.Is(err, os.ErrNotExist) {
@@ -348,8 +347,8 @@ func readMPSLimit(path string, fresh time.Duration) (mib int64, ok bool, err err
 	return f.DefaultLimitMiB, true, nil
 }
 
-// writeMPSLimit writes mib to path atomically (a temporary file renamed
-// over it), so that the other side never reads half a file.
+// writeMPSLimit writes mib to path atomically, through a temporary file
+// renamed over it, so the other side never reads half a file.
 func writeMPSLimit(path string, mib int64) error {
 	b, err := json.Marshal(mpsLimitFile{DefaultLimitMiB: mib})
 	if err != nil {

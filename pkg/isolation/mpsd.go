@@ -24,30 +24,29 @@ const DefaultMPSPoll = 500 * time.Millisecond
 type MPSDaemonsConfig struct {
 	// Control is the path of nvidia-cuda-mps-control.
 	Control string
-	// Root holds each card's directory (DefaultMPSRoot): its desired
-	// state, written by the device plugin (MPS), its status, written here,
-	// and its daemon's pipe and log directories.
+	// Root holds each card's directory, DefaultMPSRoot when empty: its
+	// desired state written by the device plugin's MPS, its status written
+	// here, and its daemon's pipe and log directories.
 	Root string
 	// Poll is how often Root is read; DefaultMPSPoll when zero.
 	Poll time.Duration
 	// OnRestart, when set, is called each time a crashed daemon is
-	// restarted (metrics, events).
+	// restarted, for metrics and events.
 	OnRestart func(uuid string, err error)
 }
 
-// MPSDaemons runs one MPS control daemon per card that has a desired
-// state under Root, in the foreground (nvidia-cuda-mps-control -f) as its
-// child so that it notices a crash and restarts it. It runs apart from the
-// device plugin (the mps-daemons command, its own container), so that a
-// plugin restart leaves the daemons and their clients running; the
-// desired states live on the host, so that when this side restarts it
-// brings back the daemon of every card that had one (Reconcile, first
-// thing in Run), before kubelet restarts a client container on it. Each
-// daemon sees only its card (CUDA_VISIBLE_DEVICES is the card's UUID), has
-// its card's pipe and log directories, and the default pinned memory limit
-// of its desired state; once it has it, the card's status says so, and
-// says it again every Poll while the daemon runs. Stop sends each daemon
-// "quit".
+// MPSDaemons runs one MPS control daemon per card that has a desired state
+// under Root. Each runs in the foreground, nvidia-cuda-mps-control -f, as
+// its child, so that it notices a crash and restarts it. It runs apart from
+// the device plugin, as the mps-daemons command in its own container, so a
+// plugin restart leaves the daemons and their clients running. The desired
+// states live on the host. When this side restarts, Reconcile, first thing
+// in Run, brings back the daemon of every card that had one, before kubelet
+// restarts a client container on it. Each daemon sees only its card:
+// CUDA_VISIBLE_DEVICES is the card's UUID. It has its card's pipe and log
+// directories and the default pinned memory limit of its desired state.
+// Once it has the limit, the card's status says so, and says it again every
+// Poll while the daemon runs. Stop sends each daemon "quit".
 //
 // The files of a card, under Root/<UUID>/:
 //
@@ -58,7 +57,7 @@ type MPSDaemonsConfig struct {
 //	pipe/, log/                              the daemon's, mounted into clients
 type MPSDaemons struct {
 	cfg MPSDaemonsConfig
-	// ctx is the daemons' lifetime (Stop cancels it).
+	// ctx is the daemons' lifetime; Stop cancels it.
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -78,8 +77,8 @@ type mpsDaemon struct {
 	// ready is closed once the daemon first took its limit.
 	ready chan struct{}
 
-	// send serializes the limit updates sent to the daemon (at its start
-	// and from Reconcile), so that the last one sent is the one read last.
+	// send serializes the limit updates sent to the daemon, at its start
+	// and from Reconcile, so that the last one sent is the one read last.
 	send sync.Mutex
 
 	mu sync.Mutex
@@ -201,7 +200,7 @@ func (s *MPSDaemons) serve(ctx context.Context, uuid string, want int64) error {
 }
 
 // refresh rewrites the status of d's card while its daemon runs with its
-// limit, so that the plugin sees this side is alive (mpsStatusFresh).
+// limit, so that the plugin sees this side is alive within mpsStatusFresh.
 func (s *MPSDaemons) refresh(d *mpsDaemon) error {
 	d.send.Lock()
 	defer d.send.Unlock()
@@ -215,9 +214,9 @@ func (s *MPSDaemons) refresh(d *mpsDaemon) error {
 }
 
 // apply sets d's default pinned limit to its desired one, when it differs
-// from the one set or always is true, on the control daemon (for servers
-// it spawns later) and on each MPS server it runs (for their next
-// clients), then writes the card's status. The daemon sees its card as
+// from the one set or always is true. It sets it on the control daemon, for
+// servers it spawns later, and on each MPS server it runs, for their next
+// clients. It then writes the card's status. The daemon sees its card as
 // device 0.
 func (s *MPSDaemons) apply(ctx context.Context, d *mpsDaemon, always bool) error {
 	d.send.Lock()
@@ -286,8 +285,8 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	cmd := exec.Command(s.cfg.Control, "-f") //nolint:gosec // the operator's --mps-control
 	cmd.Env = s.env(d)
 	// In the foreground the daemon writes its log to its standard output,
-	// not to log/control.log (seen with driver 580): the last of it says
-	// why it exited.
+	// not to log/control.log (docs/memory-isolation.md). The last of it
+	// says why it exited.
 	out := &tailBuffer{max: mpsOutputTail}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The MPS servers it starts may inherit the output: Wait does not wait
@@ -346,12 +345,12 @@ func (s *MPSDaemons) runOnce(logger klog.Logger, d *mpsDaemon) error {
 	}
 }
 
-// mpsOutputTail is how much of a daemon's output (bytes) is kept to say
-// why it exited.
+// mpsOutputTail is how many bytes of a daemon's output are kept to say why
+// it exited.
 const mpsOutputTail = 2048
 
 // mpsOutputWait bounds how long Wait reads a daemon's output after the
-// daemon exited (os/exec's WaitDelay).
+// daemon exited: os/exec's WaitDelay.
 const mpsOutputWait = time.Second
 
 // tailBuffer keeps the last max bytes written to it.
@@ -418,9 +417,9 @@ func (s *MPSDaemons) command(ctx context.Context, d *mpsDaemon, line string) (st
 	}
 }
 
-// Stop sends "quit" to every daemon, waits for them to exit (killing those
-// that do not within mpsQuitWait), and returns the errors met. The cards'
-// desired states stay: the next run brings their daemons back.
+// Stop sends "quit" to every daemon and waits for them to exit, killing
+// those that do not within mpsQuitWait. It returns the errors met. The
+// cards' desired states stay: the next run brings their daemons back.
 func (s *MPSDaemons) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true

@@ -8,20 +8,19 @@ import (
 )
 
 // RuntimeCDI is the --runtime-cdi flag: whether the node's container
-// runtime applies the CDI devices kubelet passes it (a container's
-// Allocate response names its limit device there), which driver mode
-// needs: a runtime that ignores them runs the container without the
-// NVIDIA hook, so without the limit, while its environment says
-// GPUSHARE_ISOLATION=driver.
+// runtime applies the CDI devices kubelet passes it. A container's Allocate
+// response names its limit device there, so driver mode needs them. A
+// runtime that ignores them runs the container without the NVIDIA hook, and
+// so without the limit, while its environment says GPUSHARE_ISOLATION=driver.
 type RuntimeCDI string
 
 // The values of RuntimeCDI.
 const (
 	// RuntimeCDIAuto decides from the runtime's name and version, as the
-	// Node reports it (RuntimeAppliesCDI).
+	// Node reports it, by RuntimeAppliesCDI.
 	RuntimeCDIAuto RuntimeCDI = "auto"
 	// RuntimeCDIOn is the operator's word that the runtime applies CDI
-	// devices (e.g. containerd 1.7 with enable_cdi = true).
+	// devices, e.g. containerd 1.7 with enable_cdi = true.
 	RuntimeCDIOn RuntimeCDI = "true"
 	// RuntimeCDIOff: it does not.
 	RuntimeCDIOff RuntimeCDI = "false"
@@ -39,18 +38,18 @@ func ParseRuntimeCDI(s string) (RuntimeCDI, error) {
 // ErrRuntimeNoCDI says the container runtime does not apply CDI devices.
 var ErrRuntimeNoCDI = errors.New("the container runtime does not apply CDI devices")
 
-// RuntimeAppliesCDI says whether a container runtime, named as a Node's
-// status.nodeInfo.containerRuntimeVersion names it ("containerd://1.6.20",
-// "cri-o://1.30.2"), applies CDI devices as it is installed by default:
-// nil when it does, else an error (ErrRuntimeNoCDI) saying why and what to
-// do.
+// RuntimeAppliesCDI says whether a container runtime applies CDI devices
+// as it is installed by default. version is a Node's
+// status.nodeInfo.containerRuntimeVersion, e.g. "containerd://1.6.20" or
+// "cri-o://1.30.2". It returns nil when the runtime does, else an
+// ErrRuntimeNoCDI saying why and what to do.
 //
-//   - containerd 2.0 and newer: yes (enable_cdi defaults to true);
-//   - containerd 1.7: only with enable_cdi = true in its CRI configuration,
-//     which is off by default: no (an operator who turned it on says
-//     --runtime-cdi=true);
-//   - containerd before 1.7: no, it has no CDI support;
-//   - CRI-O 1.23 and newer: yes;
+//   - containerd 2.0 and newer: yes; enable_cdi defaults to true.
+//   - containerd 1.7: no. It applies them only with enable_cdi = true in its
+//     CRI configuration, off by default; an operator who turned it on says
+//     --runtime-cdi=true.
+//   - containerd before 1.7: no, it has no CDI support.
+//   - CRI-O 1.23 and newer: yes.
 //   - anything else, or no version: unknown, so no.
 func RuntimeAppliesCDI(version string) error {
 	name, ver, _ := strings.Cut(version, "://")

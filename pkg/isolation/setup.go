@@ -13,7 +13,8 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
 
-// GPUs is what Setup reads and sets on the cards (gpu.NVML, gpu.Fake).
+// GPUs is what Setup reads and sets on the cards; gpu.NVML and gpu.Fake
+// implement it.
 type GPUs interface {
 	Host
 	ComputeModes
@@ -24,15 +25,15 @@ var (
 	_ GPUs = (*gpu.Fake)(nil)
 )
 
-// Where mps mode's daemon side (MPSDaemons) runs: the --mps-daemons of the
+// Where mps mode's daemon side, MPSDaemons, runs: the --mps-daemons of the
 // device plugin and of the DRA driver.
 const (
-	// MPSDaemonsPlugin runs it in the plugin's (or driver's) own process:
-	// the daemons and their clients' CUDA work stop with it.
+	// MPSDaemonsPlugin runs it in the plugin's or driver's own process. The
+	// daemons and their clients' CUDA work stop with it.
 	MPSDaemonsPlugin = "plugin"
 	// MPSDaemonsExternal leaves it to `gpushare-device-plugin
-	// mps-daemons`, in a container of its own, which serves --mps-root:
-	// the daemons outlive restarts of the plugin or driver.
+	// mps-daemons`, in a container of its own, which serves --mps-root. The
+	// daemons outlive restarts of the plugin or driver.
 	MPSDaemonsExternal = "external"
 )
 
@@ -46,40 +47,39 @@ func CheckMPSDaemons(where string) error {
 }
 
 // SetupConfig is what Setup needs: the --isolation request and the paths
-// of the modes (the device plugin's and the DRA driver's flags).
+// of the modes, from the device plugin's or the DRA driver's flags.
 type SetupConfig struct {
 	// Node is the node's name, for errors.
 	Node string
 	// Request is the --isolation value (ParseRequest).
 	Request string
-	// Fake is set on a fake node: FakeDriver states its cgroup version,
-	// and the plugin's own capabilities (CAP_SYS_ADMIN, /dev/shm) are not
-	// checked.
+	// Fake is set on a fake node. FakeDriver states its cgroup version, and
+	// the plugin's own CAP_SYS_ADMIN and /dev/shm are not checked.
 	Fake       bool
 	FakeDriver string
-	// CgroupRoot is where the node's cgroup hierarchy is mounted
-	// (DefaultCgroupRoot when empty).
+	// CgroupRoot is where the node's cgroup hierarchy is mounted;
+	// DefaultCgroupRoot when empty.
 	CgroupRoot string
 	// MPSControl, MPSRoot: mps mode's binary and directories.
 	MPSControl, MPSRoot string
 	// CDIDir, CDIHook: driver mode's spec directory and hook.
 	CDIDir, CDIHook string
 	// RuntimeCDIErr says why the container runtime would not apply CDI
-	// devices (nil when it would): without them there is no driver mode.
+	// devices, nil when it would. Without them there is no driver mode.
 	RuntimeCDIErr error
-	// MPSDaemonsInProcess runs mps mode's daemon side (MPSDaemons) in
-	// this process; false leaves it to its own container (the device
-	// plugin's mps-daemons command), so that the daemons outlive this one.
+	// MPSDaemonsInProcess runs mps mode's daemon side, MPSDaemons, in this
+	// process. false leaves it to the device plugin's mps-daemons command in
+	// its own container, so that the daemons outlive this one.
 	MPSDaemonsInProcess bool
 	// OnMPSRestart, when set, is called each time a crashed MPS daemon run
 	// in this process is restarted.
 	OnMPSRestart func(uuid string, err error)
 }
 
-// Setup detects what the node supports, chooses each card's mode for
-// cfg.Request (failing, naming what is missing, when an explicit mode
-// cannot be enforced), logs the choice, and starts what the modes need:
-// driver mode's CDI spec, mps mode's daemon manager. It returns the modes
+// Setup detects what the node supports and chooses each card's mode for
+// cfg.Request. It fails, naming what is missing, when an explicit mode
+// cannot be enforced. It logs the choice and starts what the modes need:
+// driver mode's CDI spec and mps mode's daemon manager. It returns the modes
 // in devs' order; stop ends the MPS daemons. The device plugin and the DRA
 // driver both set up their cards' isolation with it.
 func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (e *Enforcer, modes []gpushare.Isolation, stop func(), err error) {
@@ -95,8 +95,8 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 	caps := Detect(gpus, cg, exec.LookPath, cfg.MPSControl, devs)
 	caps.RuntimeCDIErr = cfg.RuntimeCDIErr
 	if !cfg.Fake {
-		// What mps needs of the plugin's own container (a fake node states
-		// its support with --fake-driver instead).
+		// What mps needs of the plugin's own container. A fake node states
+		// its support with --fake-driver instead.
 		admin, err := SysAdmin(ProcSelfStatus)
 		if err != nil {
 			logger.Error(err, "Assuming no CAP_SYS_ADMIN: mps takes only cards already in EXCLUSIVE_PROCESS")
@@ -155,9 +155,9 @@ func Setup(ctx context.Context, cfg SetupConfig, gpus GPUs, devs []gpu.Device) (
 }
 
 // CheckPaths returns an error for each of the modes' paths that is not
-// absolute, named by its flag: --cdi-dir, --cdi-hook and --mps-root (the
-// device plugin's and the DRA driver's), and for an --mps-root too long
-// for MPS (CheckMPSRoot).
+// absolute, named by its flag: --cdi-dir, --cdi-hook or --mps-root, of the
+// device plugin or the DRA driver. It also returns one for an --mps-root
+// too long for MPS, by CheckMPSRoot.
 func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
 	var errs []error
 	for _, f := range []struct{ flag, path string }{{"--cdi-dir", cdiDir}, {"--cdi-hook", cdiHook}, {"--mps-root", mpsRoot}} {
@@ -172,15 +172,13 @@ func CheckPaths(cdiDir, cdiHook, mpsRoot string) []error {
 }
 
 // MaxMPSPipeDirLen is the longest MPS pipe directory, in bytes, known to
-// work: the control daemon keeps unix sockets in it, whose paths have a
-// 108-byte limit. On an H200 with driver 580.159.04 (make gpu-check) a
-// daemon with an 84-byte pipe directory served; with an 88-byte one it
-// exited at once, with status 1 and no message, and every client on the
-// card failed.
+// work. The control daemon keeps unix sockets in it, whose paths have a
+// 108-byte limit. docs/memory-isolation.md has the real-card check that set
+// it.
 const MaxMPSPipeDirLen = 84
 
 // CheckMPSRoot returns an error when a card's pipe directory under
-// mpsRoot (<root>/GPU-<UUID>/pipe) would be longer than MaxMPSPipeDirLen.
+// mpsRoot, <root>/GPU-<UUID>/pipe, would be longer than MaxMPSPipeDirLen.
 func CheckMPSRoot(mpsRoot string) error {
 	pipe := len(filepath.Clean(mpsRoot)) + len("/GPU-00000000-0000-0000-0000-000000000000/pipe")
 	if pipe > MaxMPSPipeDirLen {
@@ -191,7 +189,7 @@ func CheckMPSRoot(mpsRoot string) error {
 	return nil
 }
 
-// StartMPSDaemons runs the daemon side (MPSDaemons) over cfg.Root in this
+// StartMPSDaemons runs the daemon side, MPSDaemons, over cfg.Root in this
 // process until the returned stop is called, which quits the daemons.
 func StartMPSDaemons(ctx context.Context, cfg MPSDaemonsConfig) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -207,9 +205,9 @@ func StartMPSDaemons(ctx context.Context, cfg MPSDaemonsConfig) (stop func()) {
 }
 
 // cgroupsOf returns how Setup learns the node's cgroup version: stated by
-// a fake node's driver, else read from the hierarchy at cfg.CgroupRoot
-// (DefaultCgroupRoot when empty: a caller that sets no root, as a test
-// building its own SetupConfig, still reads the node's).
+// a fake node's driver, else read from the hierarchy at cfg.CgroupRoot. An
+// empty root reads DefaultCgroupRoot, so a caller that sets none, such as a
+// test building its own SetupConfig, still reads the node's.
 func cgroupsOf(cfg SetupConfig) (Cgroups, error) {
 	if cfg.Fake {
 		fd, err := gpu.ParseFakeDriver(cfg.FakeDriver)

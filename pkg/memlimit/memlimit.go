@@ -16,14 +16,14 @@ import (
 )
 
 // DefaultFraction is the share of the cgroup's limit that Apply gives the
-// Go runtime: the rest is room for what the runtime does not count
-// (goroutine stacks above the limit's reach, cgo, the kernel's page cache
-// charged to the cgroup).
+// Go runtime. The rest is room for what the runtime does not count: cgo,
+// goroutine stacks above the limit's reach, and the kernel's page cache
+// charged to the cgroup.
 const DefaultFraction = 0.9
 
 // unlimited is the smallest value a cgroup v1 limit file holds when no
-// limit is set (the kernel writes PAGE_COUNTER_MAX pages, about 2^63 bytes,
-// rounded down to the page size).
+// limit is set. The kernel writes PAGE_COUNTER_MAX pages, about 2^63 bytes,
+// rounded down to the page size.
 const unlimited = int64(1) << 62
 
 // ErrNoLimit is returned by Limit when no cgroup of the process has a
@@ -31,12 +31,12 @@ const unlimited = int64(1) << 62
 var ErrNoLimit = errors.New("no cgroup memory limit")
 
 // Limit is the lowest memory limit, in bytes, of the process's cgroup and
-// its ancestors, read from fsys (the host's root, e.g. os.DirFS("/")):
-// /proc/self/cgroup names the cgroups, and each one's limit is
-// memory.max (cgroup v2, "max" when none) under /sys/fs/cgroup or
-// memory.limit_in_bytes (v1) under /sys/fs/cgroup/memory. A cgroup
-// namespace (every container's) shows the process at "/", so the mount's
-// root holds its own limit. file names the file the limit came from.
+// its ancestors. It reads fsys, the host's root such as os.DirFS("/").
+// /proc/self/cgroup names the cgroups. Each one's limit is memory.max under
+// /sys/fs/cgroup for cgroup v2, "max" when none, or memory.limit_in_bytes
+// under /sys/fs/cgroup/memory for v1. Every container's cgroup namespace
+// shows the process at "/", so the mount's root holds its own limit. file
+// names the file the limit came from.
 //
 // Example: /proc/self/cgroup "0::/kubepods/pod1/c1" and memory.max
 // "536870912" in /sys/fs/cgroup/kubepods/pod1/c1 and "max" above it:
@@ -114,11 +114,11 @@ func readLimit(fsys fs.FS, file string) (v int64, ok bool, err error) {
 	return v, true, nil
 }
 
-// Apply sets the runtime's soft memory limit to fraction of Limit(fsys),
-// unless env (os.Getenv) names GOMEMLIMIT, which the runtime has applied
-// already and which wins. It logs what it did and returns the limit set
-// (0 when it set none); an unreadable cgroup is logged, not fatal: the
-// runtime then runs without a limit, as before.
+// Apply sets the runtime's soft memory limit to fraction of Limit(fsys).
+// A GOMEMLIMIT in env, such as os.Getenv, wins: the runtime has applied it
+// already. Apply logs what it did and returns the limit set, 0 when it set
+// none. An unreadable cgroup is logged, not fatal: the runtime then runs
+// without a soft limit.
 func Apply(logger klog.Logger, fsys fs.FS, env func(string) string, fraction float64) int64 {
 	if v := env("GOMEMLIMIT"); v != "" {
 		logger.V(2).Info("Soft memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)

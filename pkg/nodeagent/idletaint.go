@@ -21,12 +21,12 @@ type NodeTaintAPI interface {
 	SetNodeTaints(ctx context.Context, name, resourceVersion string, taints []corev1.Taint) error
 }
 
-// IdleTaint keeps the node's gpushare.TaintIdleGPUs taint (PreferNoSchedule)
+// IdleTaint keeps the node's gpushare.TaintIdleGPUs taint, PreferNoSchedule,
 // where gpushare.WantsIdleTaint says: on a node of at least MinCards cards
-// while no pod on it asks GPU memory (pods bound to the node, not
-// finished, deleting or not: their cards are not free before they are
-// gone). Other taints are left as they are. MinCards 0 keeps none (and
-// removes one left by an earlier run).
+// while no pod on it asks GPU memory. The pods are those bound to the node
+// and not finished, deleting or not: their cards are not free before they
+// are gone. Other taints are left as they are. MinCards 0 keeps none, and
+// removes one left by an earlier run.
 type IdleTaint struct {
 	API      NodeTaintAPI
 	Node     string

@@ -14,10 +14,11 @@ import (
 	"github.com/gpushare/gpushare/pkg/handoff"
 )
 
-// nodeLabels returns the labels that describe cards (unhealthy: UUIDs of
-// the failed ones) and drv (nil: the node states no driver): ours
-// (gpushare.OwnLabels) and the same facts in GPU Feature Discovery's form
-// (gpushare.NVIDIALabels). A label whose fact is unknown is absent.
+// nodeLabels returns the labels that describe cards and drv: ours,
+// gpushare.OwnLabels, and the same facts in GPU Feature Discovery's form,
+// gpushare.NVIDIALabels. unhealthy holds the UUIDs of the failed cards. A
+// nil drv means the node states no driver. A label whose fact is unknown is
+// absent.
 func nodeLabels(cards []handoff.Card, unhealthy map[string]bool, drv *gpu.Driver) (own, nvidia map[string]string) {
 	healthy := 0
 	mode := gpushare.Isolation("")
@@ -66,12 +67,11 @@ func nodeLabels(cards []handoff.Card, unhealthy map[string]bool, drv *gpu.Driver
 	return own, nvidia
 }
 
-// labelPatch returns the label and annotation changes (a nil value
-// removes) that make node carry own and, unless another component manages
-// them (nvidiaManagedElsewhere), nvidia; both are empty when node already
-// does. The GFD-form labels the plugin wrote are recorded in
-// gpushare.AnnotationNVIDIALabels; when another component takes them over,
-// the record goes and the labels are left to it.
+// labelPatch returns the label and annotation changes that make node carry
+// own, and nvidia unless nvidiaManagedElsewhere. A nil value removes. Both
+// are empty when node already carries them. The GFD-form labels the plugin
+// wrote are recorded in gpushare.AnnotationNVIDIALabels. When another
+// component takes them over, the record goes and the labels are left to it.
 func labelPatch(node *corev1.Node, own, nvidia map[string]string) (labels, annotations map[string]*string) {
 	labels, annotations = map[string]*string{}, map[string]*string{}
 	set := func(k, v string) {
@@ -123,10 +123,10 @@ func recordedNVIDIALabels(node *corev1.Node) (map[string]string, bool) {
 }
 
 // nvidiaManagedElsewhere reports whether another component manages the
-// GFD-form labels on node: GPU Feature Discovery's timestamp label, or
-// node-feature-discovery listing an nvidia.com/ label among its own, or a
-// GFD-form label the plugin did not write as it is (absent from its
-// record, or with another value).
+// GFD-form labels on node. Three signs say so: GPU Feature Discovery's
+// timestamp label; node-feature-discovery listing an nvidia.com/ label
+// among its own; a GFD-form label the plugin did not write as it is, absent
+// from its record or with another value.
 func nvidiaManagedElsewhere(node *corev1.Node, recorded map[string]string, recordOK bool) bool {
 	if _, ok := node.Labels[gpushare.GFDTimestampLabel]; ok {
 		return true

@@ -18,25 +18,25 @@ import (
 // NodeAPI is the part of the node API the publisher uses.
 type NodeAPI interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
-	// PatchNodeMetadata sets (non-nil) or removes (nil) labels and
-	// annotations of the node, in one patch.
+	// PatchNodeMetadata sets labels and annotations of the node in one
+	// patch, or removes those whose value is nil.
 	PatchNodeMetadata(ctx context.Context, name string, labels, annotations map[string]*string) error
 	// PatchNodeCapacity sets status capacity and allocatable of resources;
 	// a nil value removes the resource.
 	PatchNodeCapacity(ctx context.Context, name string, values map[corev1.ResourceName]*string) error
 }
 
-// Publisher keeps the node's inventory annotation (gpushare.io/devices)
-// and its labels that describe the cards (labels.go,
-// docs/reference/node-labels.md) current, and the node free of an
-// aliyun.com/gpu-count capacity. kubelet
-// reports aliyun.com/gpu-mem itself, from ListAndWatch. A card count in
-// the node's capacity would make kubelet's admission count pods' gpu-count
-// requests against it (a 4-card node would admit two 2-card pods whatever
-// memory is free); the extender checks card counts against each card's
-// memory, and the shipped scheduler configuration marks gpu-count
-// ignoredByScheduler, so nothing needs it published. An older version of
-// this plugin, and Aliyun's, published it: Publish removes it.
+// Publisher keeps current the node's inventory annotation,
+// gpushare.io/devices, and its labels that describe the cards (labels.go,
+// docs/reference/node-labels.md). It keeps the node free of an
+// aliyun.com/gpu-count capacity. kubelet reports aliyun.com/gpu-mem itself,
+// from ListAndWatch. A card count in the node's capacity would make
+// kubelet's admission count pods' gpu-count requests against it: a 4-card
+// node would admit two 2-card pods whatever memory is free. The extender
+// checks card counts against each card's memory, and the shipped scheduler
+// configuration marks gpu-count ignoredByScheduler, so nothing needs it
+// published. Aliyun's plugin publishes it, as older versions of this one
+// did, so Publish removes it.
 type Publisher struct {
 	API  NodeAPI
 	Node string

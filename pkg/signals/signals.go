@@ -11,7 +11,7 @@ import (
 
 // Hangups returns a channel that receives once per SIGHUP until ctx ends.
 // SIGHUPs that arrive while the previous one is still unreceived are
-// coalesced into it: a restart is a restart, so any number of them before
+// coalesced into it. A restart is a restart, so any number of them before
 // the next receive give one reception.
 func Hangups(ctx context.Context) <-chan struct{} {
 	hup := make(chan os.Signal, 1)

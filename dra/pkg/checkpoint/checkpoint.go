@@ -19,9 +19,9 @@ const checkpointVersion = 1
 
 // Device is one allocation result of a prepared claim.
 type Device struct {
-	// Request is the result's request name (with its subrequest, if any).
+	// Request is the result's request name, with its subrequest if any.
 	Request string `json:"request"`
-	// Pool and Device name the device (the node, gpu-<index>).
+	// Pool and Device name the device: the node and gpu-<index>.
 	Pool   string `json:"pool"`
 	Device string `json:"device"`
 	// UUID and Index are the card's.
@@ -32,7 +32,7 @@ type Device struct {
 	// ShareID is the allocation's share of the device; "" when none.
 	ShareID string `json:"shareID,omitempty"`
 	// CDIDeviceIDs are the CDI devices the claim's containers get for
-	// this result (only on the first result of each request).
+	// this result. Only the first result of each request has them.
 	CDIDeviceIDs []string `json:"cdiDeviceIDs,omitempty"`
 }
 
@@ -51,18 +51,17 @@ type checkpointData struct {
 }
 
 // Checkpoint is the file that records the prepared claims, so that they
-// outlive the driver's process. It is not safe for concurrent use (the
-// driver's State holds it under its lock).
+// outlive the driver's process. It is not safe for concurrent use; the
+// driver's State holds it under its lock.
 type Checkpoint struct {
 	path string
 	// claims: claim UID -> its prepared devices, as in the file.
 	claims map[types.UID]Claim
 }
 
-// Open reads the checkpoint at dir/File, or starts an
-// empty one when there is none. A file it cannot parse is an error: the
-// claims it holds would otherwise be forgotten, and their memory given to
-// others.
+// Open reads the checkpoint at dir/File, or starts an empty one when there
+// is none. A file it cannot parse is an error: the claims it holds would
+// otherwise be forgotten, and their memory given to others.
 func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{path: filepath.Join(dir, File), claims: map[types.UID]Claim{}}
 	data, err := os.ReadFile(c.path)
@@ -94,7 +93,7 @@ func (c *Checkpoint) Get(uid types.UID) (Claim, bool) {
 	return p, ok
 }
 
-// Claims returns a copy of the map of prepared claims (UID -> claim).
+// Claims returns a copy of the map of prepared claims: UID -> claim.
 func (c *Checkpoint) Claims() map[types.UID]Claim {
 	out := make(map[types.UID]Claim, len(c.claims))
 	for k, v := range c.claims {
@@ -149,9 +148,8 @@ func (c *Checkpoint) write() error {
 }
 
 // writeFileAtomic writes data to path through a hidden temporary file in
-// its directory, synced and renamed, then syncs the directory, so a reader
-// (or a restart after a crash) sees the old content or the new, never a
-// part.
+// its directory, synced and renamed, then syncs the directory. A reader, or
+// a restart after a crash, sees the old content or the new, never a part.
 func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")

@@ -34,8 +34,7 @@ const (
 type Card struct {
 	gpushare.Card
 	// CapacityMiB is the memory the device publishes, in MiB: MemoryMiB
-	// rounded down to the node's unit (15,360 MiB of a 16,280 MiB card in
-	// GiB; all 16,280 in MiB).
+	// rounded down to the node's unit, as CapacityMiB computes it.
 	CapacityMiB int64
 	// Isolation is the card's memory isolation mode.
 	Isolation gpushare.Isolation
@@ -56,21 +55,21 @@ func UnitMiB(unit string) int64 {
 }
 
 // CapacityMiB rounds memMiB down to whole units of unit: 16,280 MiB is
-// 15,360 MiB in GiB.
+// 15,360 MiB in GiB and all 16,280 in MiB.
 func CapacityMiB(memMiB int64, unit string) int64 {
 	step := UnitMiB(unit)
 	return memMiB / step * step
 }
 
-// Features reads a card's MIG mode (gpu.NVML, gpu.Fake).
+// Features reads a card's MIG mode; gpu.NVML and gpu.Fake implement it.
 type Features interface {
 	Features(uuid string) (gpu.Features, error)
 }
 
-// CardsOf converts discovered devices to cards in unit, reading each
-// card's MIG mode from f (a card whose features cannot be read keeps the
-// device's). It fails on no cards, and on a card smaller than two units
-// (the request policy's smallest request plus one step must fit).
+// CardsOf converts discovered devices to cards in unit. It reads each
+// card's MIG mode from f; a card whose features cannot be read keeps the
+// device's. It fails on no cards, and on a card smaller than two units: the
+// request policy's smallest request plus one step must fit.
 func CardsOf(node string, devs []gpu.Device, unit string, f Features) ([]Card, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("no GPUs found on node %s", node)
@@ -90,17 +89,18 @@ func CardsOf(node string, devs []gpu.Device, unit string, f Features) ([]Card, e
 	return cards, nil
 }
 
-// Order is the order of a node's devices in its ResourceSlice, which is
-// the order kube-scheduler tries them in (first fit).
+// Order is the order of a node's devices in its ResourceSlice. Inside a
+// node kube-scheduler takes the first device with room, in slice order, so
+// the order is the driver's only lever against fragmentation.
 type Order string
 
 // Orders.
 const (
 	// OrderIndex lists cards by NVML index.
 	OrderIndex Order = "index"
-	// OrderSmallestFirst lists the cards with the least memory first
-	// (ties by index), so small requests fill small cards and the large
-	// cards stay free for large requests.
+	// OrderSmallestFirst lists the cards with the least memory first, ties
+	// by index. Small requests fill small cards, and large cards stay free
+	// for large requests.
 	OrderSmallestFirst Order = "smallest-first"
 	// OrderLargestFirst lists the cards with the most memory first.
 	OrderLargestFirst Order = "largest-first"
@@ -152,18 +152,17 @@ type Info struct {
 	Unit string
 	// Unhealthy: UUID -> true for the cards whose devices are tainted.
 	Unhealthy map[string]bool
-	// Held: UUID -> MiB that pods outside DRA (the device plugin's, on a
-	// node that moved from it) still hold on the card; taken off the
-	// capacity it publishes.
+	// Held: UUID -> MiB that pods outside DRA still hold on the card, taken
+	// off the capacity it publishes. They are the device plugin's pods, on a
+	// node that moved from it.
 	Held map[string]int64
 }
 
 // Published is the memory, in MiB, that card c publishes beside held MiB
-// of pods outside DRA: its capacity less held, rounded down to whole
-// units; 0 when less than two units are left (the request policy's
-// smallest request plus one step must fit). A 16 GiB card in GiB beside
-// a 12 GiB pod publishes 4 GiB; beside 4.5 GiB, 11 GiB; beside 15 GiB,
-// nothing.
+// of pods outside DRA: its capacity less held, rounded down to whole units.
+// It is 0 when less than two units are left, as in CardsOf. A 16 GiB card in
+// GiB beside a 12 GiB pod publishes 4 GiB; beside 4.5 GiB, 11 GiB; beside
+// 15 GiB, nothing.
 func Published(c Card, held int64, unit string) int64 {
 	mib := CapacityMiB(c.CapacityMiB-max(held, 0), unit)
 	if mib < 2*UnitMiB(unit) {
@@ -172,14 +171,13 @@ func Published(c Card, held int64, unit string) int64 {
 	return mib
 }
 
-// List returns the ResourceSlice devices of cards, in order o: capacity
-// memory in whole units (Published: what pods outside DRA hold is taken
-// off, and a card with less than two units left is not listed), a
-// request policy whose default is the whole capacity and whose valid
-// range starts at one unit and steps by one, multiple allocations
-// allowed, attributes index, uuid, model, isolation, mig and
-// driverVersion (when known), and a NoSchedule taint TaintUnhealthy on
-// unhealthy cards.
+// List returns the ResourceSlice devices of cards, in order o, as the
+// package doc's example shows. Capacity memory is Published's, and a card
+// with nothing published is not listed. The request policy's default is the
+// whole capacity; its valid range starts at one unit and steps by one.
+// Multiple allocations are allowed. The attributes are index, uuid, model,
+// isolation, mig and driverVersion when known. An unhealthy card's device
+// carries the NoSchedule taint TaintUnhealthy.
 func List(cards []Card, o Order, info Info) []resourceapi.Device {
 	sorted := slices.Clone(cards)
 	o.Sort(sorted)

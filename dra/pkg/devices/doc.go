@@ -6,11 +6,6 @@
 // with capacity memory: 16Gi, requestPolicy {default: 16Gi, validRange:
 // {min: 1Gi, step: 1Gi}} and allowMultipleAllocations: true. A claim of
 // DeviceClass gpu-mem.gpushare.io asking capacity.requests.memory: 8Gi gets
-// 8 GiB of one card; one asking none gets the whole card. A request that is
-// not a whole number of units is rounded up to the next step by
-// kube-scheduler (9.5Gi takes 10Gi).
-//
-// Inside a node kube-scheduler takes the first device with room, in slice
-// order: the order of the devices is the only lever against
-// fragmentation (Order).
+// 8 GiB of one card; one asking none gets the whole card. kube-scheduler
+// rounds a request up to the next whole unit: 9.5Gi takes 10Gi.
 package devices

@@ -43,8 +43,8 @@ type Config struct {
 	// HealthCheck watches XID events and taints unhealthy cards.
 	HealthCheck bool
 	// RecoveryWindow: how long an unhealthy card must go without a
-	// critical XID before it may come back (gpu.DefaultRecoveryWindow if
-	// not positive).
+	// critical XID before it may come back; gpu.DefaultRecoveryWindow if
+	// not positive.
 	RecoveryWindow time.Duration
 	// KubeletDir holds plugins/ and plugins_registry/.
 	KubeletDir string
@@ -59,21 +59,21 @@ type Config struct {
 	FakeControl string
 	// Isolation is --isolation: auto, driver, mps or none.
 	Isolation string
-	// CDIDir is where the claims' CDI specs (and driver mode's limit
-	// spec) are written.
+	// CDIDir is where the claims' CDI specs and driver mode's limit spec
+	// are written.
 	CDIDir string
 	// CDIHook is the NVIDIA container toolkit's nvidia-cdi-hook.
 	CDIHook string
-	// MPSControl is nvidia-cuda-mps-control (a name looked up in PATH, or
-	// a path).
+	// MPSControl is nvidia-cuda-mps-control: a name looked up in PATH, or
+	// a path.
 	MPSControl string
 	// MPSRoot holds each MPS card's pipe and log directories.
 	MPSRoot string
-	// MPSDaemons is where mps mode's daemons run:
-	// isolation.MPSDaemonsPlugin (in this process; they and their clients'
-	// work stop with it) or isolation.MPSDaemonsExternal (the device
-	// plugin's mps-daemons command serves MPSRoot from its own container);
-	// isolation.MPSDaemonsPlugin if empty.
+	// MPSDaemons is where mps mode's daemons run. With
+	// isolation.MPSDaemonsPlugin, the default when empty, they run in this
+	// process, and they and their clients' work stop with it. With
+	// isolation.MPSDaemonsExternal, the device plugin's mps-daemons command
+	// serves MPSRoot from its own container.
 	MPSDaemons string
 	// CgroupRoot is where the node's cgroup hierarchy is mounted.
 	CgroupRoot string

@@ -1,8 +1,7 @@
-// Package driver runs gpushare's DRA driver on a node: it discovers the
-// cards (NVML, or fakes), chooses their memory isolation as the device
-// plugin does, restores the prepared claims from the checkpoint, serves
-// kubelet's DRA plugin service through k8s.io/dynamic-resource-allocation's
-// kubeletplugin helper (registering with kubelet), publishes the node's
-// ResourceSlice, and taints the devices of cards a critical XID made
-// unhealthy, reporting their health to kubelet too.
+// Package driver runs gpushare's DRA driver on a node. It discovers the
+// cards and chooses their memory isolation as the device plugin does. It
+// restores the prepared claims from the checkpoint and serves kubelet's DRA
+// plugin service through k8s.io/dynamic-resource-allocation's kubeletplugin
+// helper. It publishes the node's ResourceSlice, taints the devices of cards
+// a critical XID made unhealthy, and reports their health to kubelet.
 package driver

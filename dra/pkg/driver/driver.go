@@ -66,9 +66,9 @@ type Driver struct {
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-// New returns a driver for a node's cards over state, publishing them
-// less what held says the device plugin's pods hold (nil: nothing). fail
-// is called with errors that should end the driver.
+// New returns a driver for a node's cards over state. It publishes them
+// less what held says the device plugin's pods hold; nil holds nothing.
+// fail is called with errors that should end the driver.
 func New(node string, cards []devices.Card, order devices.Order, info devices.Info, state *prepare.State, held HeldMemory, fail func(error)) *Driver {
 	if info.Unhealthy == nil {
 		info.Unhealthy = map[string]bool{}
@@ -97,8 +97,8 @@ func (d *Driver) SetPublisher(ctx context.Context, p Publisher) error {
 	return d.Publish(ctx)
 }
 
-// Publish writes the node's slice (asynchronously: the publisher's
-// controller retries until it is written).
+// Publish writes the node's slice asynchronously: the publisher's
+// controller retries until it is written.
 func (d *Driver) Publish(ctx context.Context) error {
 	d.mu.Lock()
 	p := d.publisher
@@ -205,8 +205,8 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	return out, nil
 }
 
-// HandleError logs a background error (publishing the slice, serving
-// gRPC); one that is not recoverable ends the driver.
+// HandleError logs a background error, from publishing the slice or
+// serving gRPC. One that is not recoverable ends the driver.
 func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 	klog.FromContext(ctx).Error(err, msg)
 	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.fail != nil {

@@ -21,14 +21,14 @@ import (
 	"github.com/gpushare/gpushare/pkg/kubeclient"
 )
 
-// Run discovers the node's cards, chooses their isolation, follows the
-// node's pods (what the device plugin's pods still hold comes off the
-// cards' capacity), restores the prepared claims from the checkpoint,
-// serves kubelet's DRA plugin service (registering with kubelet unless
-// cfg.RegistrationDisabled), publishes the node's ResourceSlice, taints
-// the devices of cards a critical XID made unhealthy, and drops prepared
-// claims the API no longer allocates here (prepare.State.Reconcile), until
-// ctx ends or a fatal error.
+// Run runs the driver until ctx ends or a fatal error. It discovers the
+// node's cards and chooses their isolation. It follows the node's pods:
+// what the device plugin's pods still hold comes off the cards' capacity. It
+// restores the prepared claims from the checkpoint and serves kubelet's DRA
+// plugin service, registering with kubelet unless cfg.RegistrationDisabled.
+// It publishes the node's ResourceSlice and taints the devices of cards a
+// critical XID made unhealthy. It drops prepared claims the API no longer
+// allocates here (prepare.State.Reconcile).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -94,9 +94,9 @@ func Run(ctx context.Context, cfg Config) error {
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir()),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistryDir()),
 		kubeletplugin.RegistrationService(!cfg.RegistrationDisabled),
-		// State serializes what must be (the capacity check and the
-		// checkpoint) and no more: a claim waiting for its card's MPS
-		// daemon must not hold up the claims of other cards.
+		// State serializes the capacity check and the checkpoint, and no
+		// more: a claim waiting for its card's MPS daemon must not hold up
+		// the claims of other cards.
 		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
@@ -156,7 +156,7 @@ func setupCards(ctx context.Context, cfg Config, gpus GPUs) ([]devices.Card, dev
 }
 
 // watchHealth taints the devices of cards a critical XID made unhealthy
-// until ctx ends (nothing with --health-check=false).
+// until ctx ends. With --health-check=false it does nothing.
 func watchHealth(ctx context.Context, cfg Config, gpus GPUs, cards []devices.Card, driver *Driver) {
 	logger := klog.FromContext(ctx)
 	if !cfg.HealthCheck {
@@ -175,8 +175,8 @@ func watchHealth(ctx context.Context, cfg Config, gpus GPUs, cards []devices.Car
 	health.Watch(ctx, gpus, func() { driver.SetUnhealthy(ctx, health.Unhealthy()) })
 }
 
-// reconcileClaims drops prepared claims the API no longer allocates here
-// (prepare.State.Reconcile) at once and then every period, until ctx
+// reconcileClaims drops prepared claims the API no longer allocates here,
+// with prepare.State.Reconcile, at once and then every period until ctx
 // ends.
 func reconcileClaims(ctx context.Context, state *prepare.State, client kubernetes.Interface, users prepare.ClaimUsers, period time.Duration) {
 	logger := klog.FromContext(ctx)

@@ -15,12 +15,12 @@ func Finished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 }
 
-// HeldBy returns what pod, bound to node, holds on cards by its
-// gpushare.io/allocation annotation (the device plugin's pods carry it):
-// card UUID -> MiB. A pod that has finished, or carries no annotation,
-// holds nothing. A share names its card by UUID, or by index when the
-// UUID is absent or is no card of the node. An annotation that does not
-// parse, or names another node, is an error (the pod holds nothing known).
+// HeldBy returns what pod, bound to node, holds on cards by the
+// gpushare.io/allocation annotation the device plugin's pods carry: card
+// UUID -> MiB. A pod that has finished, or carries no annotation, holds
+// nothing. A share names its card by UUID, or by index when the UUID is
+// absent or is no card of the node. An annotation that does not parse, or
+// names another node, is an error, and the pod holds nothing known.
 //
 // A pod of 4 GiB on card 1 and 2 GiB on card 3, in GiB, holds
 // {GPU-<1>: 4096, GPU-<3>: 2048}.

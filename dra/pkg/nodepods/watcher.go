@@ -49,8 +49,8 @@ func New(node string, cards []devices.Card) *Watcher {
 	return &Watcher{node: node, cards: cards, pods: map[types.UID]podUse{}}
 }
 
-// Start follows the node's pods through client (it needs list and watch
-// on pods) until ctx ends, and returns once the informer has synced.
+// Start follows the node's pods through client, which needs list and watch
+// on pods, until ctx ends. It returns once the informer has synced.
 // onChange, when set, is called with Held whenever it changes.
 func (w *Watcher) Start(ctx context.Context, client kubernetes.Interface, onChange func(held map[string]int64)) error {
 	w.mu.Lock()
@@ -119,7 +119,7 @@ func (w *Watcher) set(uid types.UID, use podUse) {
 }
 
 // Held returns what the device plugin's pods still running on the node
-// hold: card UUID -> MiB (cards they do not hold are absent).
+// hold: card UUID -> MiB. Cards they do not hold are absent.
 func (w *Watcher) Held() map[string]int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -27,11 +27,11 @@ const (
 
 // ClaimEdits are the container edits of one request of a claim.
 type ClaimEdits struct {
-	// Request is the request's name (with its subrequest, if any).
+	// Request is the request's name, with its subrequest if any.
 	Request string
 	// Env is the environment, "NAME=value" sorted by name.
 	Env []string
-	// Mounts are host directories to bind-mount (mps mode).
+	// Mounts are host directories to bind-mount in mps mode.
 	Mounts []isolation.Mount
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/gpushare/dra/pkg/devices"
 )
 
-// ClaimGetter reads a ResourceClaim from the API (APIClaims).
+// ClaimGetter reads a ResourceClaim from the API; APIClaims implements it.
 type ClaimGetter interface {
 	GetClaim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 }
@@ -34,23 +34,22 @@ func (a APIClaims) GetClaim(ctx context.Context, namespace, name string) (*resou
 	return c, nil
 }
 
-// ClaimUsers tells whether a pod bound to the node, and not finished,
-// uses a claim (nodepods.Watcher).
+// ClaimUsers tells whether a pod bound to the node, and not finished, uses
+// a claim; nodepods.Watcher implements it.
 type ClaimUsers interface {
 	ClaimInUse(namespace, name string) bool
 }
 
-// Reconcile drops from the checkpoint the prepared claims that nothing
-// can still use: the API no longer has the ResourceClaim (or has another
-// of its name), or no longer allocates it a device of this driver's pool,
-// and no pod bound to the node that has not finished uses it. Such a
-// claim is left when kubelet lost its own record of the claims it
-// prepared and so never unprepares it; it would otherwise keep its memory
-// charged for ever. kube-controller-manager deallocates a claim only once
-// every pod it is reserved for is done or gone, so a claim dropped this
-// way has no running container, barring a pod deleted by force. A claim
-// the API cannot be asked about now is kept. It returns the claims
-// dropped.
+// Reconcile drops from the checkpoint the prepared claims that nothing can
+// still use. The API no longer has the ResourceClaim, has another of its
+// name, or no longer allocates it a device of this driver's pool. And no
+// unfinished pod bound to the node uses it. Such a claim is left when
+// kubelet lost its own record of the claims it prepared and so never
+// unprepares it; it would otherwise keep its memory charged for ever.
+// kube-controller-manager deallocates a claim only once every pod it is
+// reserved for is done or gone. So a claim dropped this way has no running
+// container, barring a pod deleted by force. A claim the API cannot be
+// asked about now is kept. It returns the claims dropped.
 func (s *State) Reconcile(ctx context.Context, api ClaimGetter, users ClaimUsers) ([]types.UID, error) {
 	logger := klog.FromContext(ctx)
 	claims := s.Prepared()
@@ -81,7 +80,7 @@ func (s *State) Reconcile(ctx context.Context, api ClaimGetter, users ClaimUsers
 }
 
 // stale says why claim namespace/name of UID uid holds nothing of this
-// driver's pool in the API ("" when it does).
+// driver's pool in the API; "" when it does.
 func (s *State) stale(ctx context.Context, api ClaimGetter, uid types.UID, namespace, name string) (string, error) {
 	c, err := api.GetClaim(ctx, namespace, name)
 	switch {

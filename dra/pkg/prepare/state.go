@@ -21,9 +21,9 @@ import (
 	"github.com/gpushare/gpushare/pkg/isolation"
 )
 
-// Enforcer gives a claim's containers the edits of its cards' isolation,
-// drops driver mode's limit devices no claim holds and moves mps mode's
-// default limits to the shares claims hold (isolation.Enforcer).
+// Enforcer gives a claim's containers the edits of its cards' isolation.
+// It drops driver mode's limit devices no claim holds and moves mps mode's
+// default limits to the shares claims hold. isolation.Enforcer implements it.
 type Enforcer interface {
 	Edits(ctx context.Context, shares []isolation.Share) (*isolation.Edits, error)
 	PruneCDI(held [][]isolation.Limit, minAge time.Duration) (int, error)
@@ -33,13 +33,13 @@ type Enforcer interface {
 var _ Enforcer = (*isolation.Enforcer)(nil)
 
 // cdiPruneMinAge spares driver mode's limit devices younger than this from
-// pruning (isolation.CDISpec.Retain): a Prepare may be adding one.
+// pruning by isolation.CDISpec.Retain: a Prepare may be adding one.
 const cdiPruneMinAge = time.Minute
 
 // Held reads what pods outside DRA hold on the node's cards: the device
-// plugin's pods still running there (nodepods.Watcher).
+// plugin's pods still running there. nodepods.Watcher implements it.
 type Held interface {
-	// Held returns card UUID -> MiB held (cards nothing holds are absent).
+	// Held returns card UUID -> MiB held; cards nothing holds are absent.
 	Held() map[string]int64
 }
 
@@ -47,7 +47,7 @@ type Held interface {
 type Config struct {
 	// Pool is the driver's pool: the node's name.
 	Pool string
-	// Unit is the node's unit (gpushare.UnitGiB or gpushare.UnitMiB).
+	// Unit is the node's unit, gpushare.UnitGiB or gpushare.UnitMiB.
 	Unit string
 	// Cards are the node's cards.
 	Cards []devices.Card
@@ -55,8 +55,8 @@ type Config struct {
 	CheckpointDir string
 	// Specs writes the claims' CDI specs.
 	Specs *ClaimSpecs
-	// Enforcer gives containers their isolation; nil: none (advisory
-	// environment only).
+	// Enforcer gives containers their isolation; nil gives none, the
+	// environment only.
 	Enforcer Enforcer
 	// Held is what the device plugin's pods hold on the cards, counted
 	// beside the prepared claims; nil: nothing.
@@ -65,10 +65,11 @@ type Config struct {
 
 // State is the driver's record of prepared claims: the checkpoint, the
 // claims' CDI specs, and what each card's prepared claims hold. It is safe
-// for concurrent use. A Prepare counts its claim's devices under s.mu,
-// builds the claim's isolation and CDI spec without it (mps mode may wait
-// seconds for a card's daemon), and records the claim under it again:
-// claims on other cards, and Unprepares, do not wait for that card.
+// for concurrent use. A Prepare counts its claim's devices under s.mu. It
+// builds the claim's isolation and CDI spec without the lock, since mps mode
+// may wait seconds for a card's daemon. It records the claim under the lock
+// again. Claims on other cards, and Unprepares, thus do not wait for that
+// card.
 type State struct {
 	pool     string
 	unit     string
@@ -109,14 +110,14 @@ func New(cfg Config) (*State, error) {
 	return s, nil
 }
 
-// Restore makes the CDI specs match the checkpoint after a start: it
-// writes the spec of each prepared claim again (starting its cards' MPS
-// daemons) and removes the specs of claims the checkpoint does not hold (a
-// crash between writing a spec and the checkpoint). It builds the claims'
-// specs at once, so that a card whose MPS daemon does not answer delays
-// the start by one wait, not one per claim. A claim whose card is gone,
-// or whose isolation fails, is logged and kept: its memory stays counted
-// until kubelet unprepares it. It runs before the driver serves.
+// Restore makes the CDI specs match the checkpoint after a start. It writes
+// the spec of each prepared claim again, starting its cards' MPS daemons. It
+// removes the specs of claims the checkpoint does not hold, left by a crash
+// between writing a spec and the checkpoint. It builds the claims' specs at
+// once, so a card whose MPS daemon does not answer delays the start by one
+// wait, not one per claim. A claim whose card is gone, or whose isolation
+// fails, is logged and kept: its memory stays counted until kubelet
+// unprepares it. It runs before the driver serves.
 func (s *State) Restore(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	claims := s.Prepared()
@@ -157,8 +158,8 @@ func (s *State) Restore(ctx context.Context) error {
 	return nil
 }
 
-// Used returns the MiB that prepared claims (and claims being prepared)
-// hold on each card: device name -> MiB (cards nothing holds are absent).
+// Used returns the MiB that prepared claims and claims being prepared hold
+// on each card: device name -> MiB. Cards nothing holds are absent.
 func (s *State) Used() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,10 +216,10 @@ func (s *State) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (
 	return pc.Devices, nil
 }
 
-// begin returns the recorded answer of a claim prepared before (f nil),
-// or counts the claim's devices against the cards' capacity and records
-// it as being prepared (f). It waits for another Prepare of the same
-// claim to end first.
+// begin returns the recorded answer of a claim prepared before, with f nil.
+// Otherwise it counts the claim's devices against the cards' capacity and
+// records it as being prepared in f. It waits for another Prepare of the
+// same claim to end first.
 func (s *State) begin(ctx context.Context, claim *resourceapi.ResourceClaim) ([]checkpoint.Device, *inFlight, error) {
 	for {
 		s.mu.Lock()
@@ -302,8 +303,8 @@ func (s *State) countLocked(claim *resourceapi.ResourceClaim) ([]checkpoint.Devi
 	return devs, nil
 }
 
-// build gives devs their isolation (which may wait for a card's MPS
-// daemon) and writes the claim's CDI spec, without s.mu; it returns devs
+// build gives devs their isolation and writes the claim's CDI spec,
+// without s.mu: isolation may wait for a card's MPS daemon. It returns devs
 // with their limit devices.
 func (s *State) build(ctx context.Context, claim *resourceapi.ResourceClaim, devs []checkpoint.Device) ([]checkpoint.Device, error) {
 	devs = slices.Clone(devs)
@@ -324,9 +325,9 @@ func (s *State) build(ctx context.Context, claim *resourceapi.ResourceClaim, dev
 	return devs, nil
 }
 
-// consumedMiB is the memory a result takes of card c in MiB, rounded up:
-// its consumed capacity, or the whole card when it has none (allocated
-// without consumable capacity, which makes it exclusive).
+// consumedMiB is the memory a result takes of card c in MiB, rounded up: its
+// consumed capacity. A result without one was allocated without consumable
+// capacity, which makes it exclusive: it takes the whole card.
 func consumedMiB(r resourceapi.DeviceRequestAllocationResult, c devices.Card) int64 {
 	q, ok := r.ConsumedCapacity[devices.CapacityMemory]
 	if !ok {
@@ -378,7 +379,7 @@ func byRequest(devs []checkpoint.Device) [][]checkpoint.Device {
 
 // requestEdits builds the edits of one request whose results are devs.
 //
-// A request of 8 GiB on card 1 (16 GiB, driver mode, node unit GiB) gets
+// A request of 8 GiB on card 1, of 16 GiB in driver mode on a GiB node, gets
 // NVIDIA_VISIBLE_DEVICES=<its UUID>, ALIYUN_COM_GPU_MEM_IDX=1,
 // ALIYUN_COM_GPU_MEM_CONTAINER=8, ALIYUN_COM_GPU_MEM_POD=8,
 // ALIYUN_COM_GPU_MEM_DEV=16, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G,
@@ -432,9 +433,9 @@ func limitDevicesOf(es []requestEdits, request string) []string {
 }
 
 // Unprepare forgets a claim: it removes the claim from the checkpoint and
-// its CDI spec, and brings the isolation state in step with the claims
-// left (retainLocked). An unknown claim is no error (kubelet may ask
-// twice); a claim being prepared is forgotten once its Prepare ends.
+// its CDI spec. retainLocked then brings the isolation state in step with
+// the claims left. An unknown claim is no error, as kubelet may ask twice. A
+// claim being prepared is forgotten once its Prepare ends.
 func (s *State) Unprepare(ctx context.Context, uid types.UID) error {
 	for {
 		s.mu.Lock()
@@ -467,14 +468,13 @@ func (s *State) unprepareLocked(ctx context.Context, uid types.UID) error {
 }
 
 // retainLocked tells the enforcer what the prepared claims hold, each
-// request's cards in order: driver mode drops the limit devices none
-// holds (sparing those younger than cdiPruneMinAge), and each mps card's
-// default pinned limit moves to the largest share claims hold on it (the
-// floor when none), so that a process that drops its own limit gets no
-// more than a share still served. Every share is in the checkpoint or
-// among the claims being prepared, under s.mu, so mps spares none for its
-// age. Errors are logged: what failed stays as it was. The caller holds
-// s.mu.
+// request's cards in order. Driver mode drops the limit devices none holds,
+// sparing those younger than cdiPruneMinAge. Each mps card's default pinned
+// limit moves to the largest share claims hold on it, the floor when none.
+// A process that drops its own limit thus gets no more than a share still
+// served. Under s.mu every share is in the checkpoint or among the claims
+// being prepared, so mps spares none for its age. Errors are logged: what
+// failed stays as it was. The caller holds s.mu.
 func (s *State) retainLocked(ctx context.Context) {
 	if s.enforcer == nil {
 		return

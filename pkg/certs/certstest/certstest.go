@@ -122,10 +122,10 @@ const (
 	CAFile   = "ca.crt"
 )
 
-// WriteSecretVolume writes files (name -> content) into dir as kubelet
-// updates a Secret volume: into a new hidden directory, then the ..data
-// symlink is swapped to it by a rename, and each name is a symlink through
-// ..data; the previous directory is removed. The first call creates the
+// WriteSecretVolume writes files, name -> content, into dir as kubelet
+// updates a Secret volume. It writes into a new hidden directory and swaps
+// the ..data symlink to it by a rename. Each name is a symlink through
+// ..data. The previous directory is removed. The first call creates the
 // layout.
 func WriteSecretVolume(t testing.TB, dir string, files map[string][]byte) {
 	t.Helper()
