@@ -1,17 +1,19 @@
 package allocator
 
 // BestFit is the best-fit baseline of the FGD study (Weng et al., USENIX
-// ATC '23), whose card rule is also that of Aliyun's gpushare extender: the
-// card left with the least free memory, and the node left with the least
-// free resources. Unlike Binpack, which compares nodes by the share of their
-// GPU memory in use, BestFit compares the amounts left, so a small node that
-// the pod nearly fills beats a big node that it fills to the same share.
+// ATC '23). Its card rule is also that of Aliyun's gpushare extender. It
+// takes the card left with the least free memory, and the node left with
+// the least free resources. Binpack compares nodes by the share of their
+// GPU memory in use. BestFit compares the amounts left instead. So a small
+// node that the pod nearly fills beats a big node that it fills to the same
+// share.
 //
-// With a Host (the simulator), the node's leftover is weighed as in the
-// study: ½·CPU left/largest node's CPU + ½·GPU left/largest node's GPU;
-// lower is better. Example, largest node 96 cores and 8000 units: a node
-// left with 24 cores and 500 units scores −(½·24/96 + ½·500/8000) = −0.156;
-// one left with 8 cores and 1500 units scores −0.135 and wins.
+// With a Host, as in the simulator, the node's leftover is weighed as in
+// the study. It is ½·CPU left/largest node's CPU + ½·GPU left/largest
+// node's GPU, and lower is better. Example: the largest node has 96 cores
+// and 8000 units. A node left with 24 cores and 500 units scores
+// −(½·24/96 + ½·500/8000) = −0.156. One left with 8 cores and 1500 units
+// scores −0.135 and wins.
 type BestFit struct{}
 
 func (BestFit) Name() string { return NameBestFit }

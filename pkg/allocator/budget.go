@@ -10,21 +10,22 @@ import (
 var ErrBudgetSpent = errors.New("search budget spent")
 
 // DefaultRequestSteps is the search steps (placements examined) one request
-// may spend over all the nodes it fits: at the 150-650 ns a step took
-// here (BenchmarkSearchStep), a tenth to a third of a second of one core. A pod of a few containers
-// takes tens of steps on a node, so this covers thousands of nodes; a pod
-// whose containers make the search explode is refused instead of holding a
-// core for seconds.
+// may spend over all the nodes it fits. docs/benchmarks.md says what a step
+// costs (BenchmarkSearchStep), and so what the budget is in CPU time. A pod
+// of a few containers takes tens of steps on a node, so the budget covers
+// thousands of nodes. A pod whose containers make the search explode is
+// refused instead of holding a core for seconds.
 const DefaultRequestSteps = 500_000
 
 // contextCheckSteps is how many steps a Budget takes between two looks at
 // its context.
 const contextCheckSteps = 1024
 
-// Budget bounds the work of one request across every node it fits: a
-// number of search steps, and its context (the request's deadline, or the
-// scheduler giving up). A nil *Budget bounds nothing beyond each node's own
-// search budget. Not safe for concurrent use: one request, one goroutine.
+// Budget bounds the work of one request across every node it fits. It
+// holds a number of search steps, and the request's context: its deadline,
+// or the scheduler giving up. A nil *Budget bounds nothing beyond each
+// node's own search budget. It is not safe for concurrent use: one request,
+// one goroutine.
 type Budget struct {
 	ctx   context.Context
 	steps int64 // the steps given
@@ -39,7 +40,7 @@ func NewBudget(ctx context.Context, steps int64) *Budget {
 	return &Budget{ctx: ctx, steps: steps, left: steps, tick: contextCheckSteps}
 }
 
-// Err returns nil while the budget lasts; then an error wrapping
+// Err returns nil while the budget lasts. Then it returns an error wrapping
 // ErrBudgetSpent, or the context's error.
 func (b *Budget) Err() error {
 	if b == nil {

@@ -33,9 +33,10 @@ func emptyNode(cards int, total int64) *Node {
 }
 
 // TestSidecarStormIsCheap: the search finds the storm pod's placement in
-// few steps (it once ran its whole 200,000-step budget on every node, about
-// 200 ms each, and still answered no), and refuses it quickly where it
-// cannot fit. Steps are counted, not timed.
+// few steps, and refuses it quickly where it cannot fit. Pruning twin cards
+// and placements that leave an init container too little room keeps it
+// cheap. Without that the search spends its whole node budget on this pod,
+// and still answers no. Steps are counted, not timed.
 func TestSidecarStormIsCheap(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -7,9 +7,9 @@ import (
 
 // CardUnits is what one pod holds on its node's cards: a (card index,
 // units) pair per card, in index order. The cache keeps one per pod, and a
-// pod holds one card or a few: a map of one entry took about 160 bytes of
-// heap, a pair takes 16 (19 MiB less at 120,000 pods, BenchmarkMemory).
-// Never modified once made: copies of a pod's entry share it.
+// pod holds one card or a few. For so few entries a slice of pairs is much
+// smaller than a map; docs/benchmarks.md, under "Memory", has the bytes.
+// It is never modified once made, as copies of a pod's entry share it.
 type CardUnits []CardUse
 
 // CardUse is the units held on card index Index.

@@ -10,15 +10,15 @@ import (
 )
 
 // Exclusion says why a pod's containers may not use a card, beyond its
-// health and free memory; Eligible when they may. The values are ordered
-// as filter reasons list them among equal counts.
+// health and free memory. It is Eligible when they may. The values are
+// ordered as filter reasons list them among equal counts.
 type Exclusion uint8
 
 const (
 	// Eligible: nothing keeps the pod off the card.
 	Eligible Exclusion = iota
 	// ExcludedCordoned: the operator cordoned the card (node annotation
-	// gpushare.io/cordoned-gpus); no new pod may use it.
+	// gpushare.io/cordoned-gpus). No new pod may use it.
 	ExcludedCordoned
 	// ExcludedMPSUser: the card is in mps mode and its clients run as
 	// another Linux user (Card.ForeignMPS).
@@ -39,22 +39,23 @@ const (
 	// ExcludedUUIDExcluded: the card's UUID is among the pod's
 	// gpushare.io/gpu-uuids-excluded.
 	ExcludedUUIDExcluded
-	// ExcludedNotEnforced: the pod asks gpushare.io/isolation: enforced and
-	// the card's isolation (its inventory's) does not enforce memory limits.
+	// ExcludedNotEnforced: the pod asks gpushare.io/isolation: enforced, and
+	// the card's isolation, from its inventory, does not enforce memory limits.
 	ExcludedNotEnforced
 	// ExcludedNotEnforcedAcrossCards: the pod asks enforced limits and has
-	// a container on several cards, which only driver mode limits; the
-	// card is in mps mode (gpushare.CardConstraints.EnforcedAcrossCards).
+	// a container on several cards, which only driver mode limits. The card
+	// is in mps mode (gpushare.CardConstraints.EnforcedAcrossCards).
 	ExcludedNotEnforcedAcrossCards
 )
 
 // Exclude is the predicate "may a container of a pod with constraints cc
-// (nil: none) use card c", for every caller that places or relocates a
-// container: Fit, the simulator and the device plugin. A pod's annotations
-// apply to all its containers alike, so the answer is the pod's. It looks
-// at the card's identity, isolation and the operator's cordon, not at its
-// health or free memory (Card.Free does). For a pod without constraints it only
-// reads Cordoned and ForeignMPS; it never allocates.
+// use card c"; a nil cc is no constraint. Every caller that places or
+// relocates a container asks it: Fit, the simulator and the device plugin.
+// A pod's annotations apply to all its containers alike, so the answer is
+// the pod's. It looks at the card's identity, isolation and the operator's
+// cordon. It does not look at the card's health or free memory, which
+// Card.Free does. For a pod without constraints it only reads Cordoned and
+// ForeignMPS. It never allocates.
 func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 	switch {
 	case c.Cordoned:
@@ -95,8 +96,8 @@ func Exclude(cc *gpushare.CardConstraints, c *Card) Exclusion {
 }
 
 // exclusions holds Exclude's answers for one pod, parallel to a node's
-// cards; nil when every card is eligible (the usual case, which then costs
-// no allocation).
+// cards. It is nil when every card is eligible. That is the usual case, and
+// it then costs no allocation.
 type exclusions []Exclusion
 
 // cardExclusions returns Exclude's answers for a pod with constraints cc on
@@ -129,16 +130,16 @@ func (xs exclusions) count() int {
 	return n
 }
 
-// appendExclusions appends to b the count of n's cards that xs (parallel
-// to n.Cards, for a pod with constraints cc) excludes, by reason, most
-// cards first: "4 GPUs excluded (model Tesla T4 not A100*: 2, cordoned by
-// the operator: 1, UUID excluded by the pod: 1)"; with every card
-// excluded, "all 4 GPUs excluded (...)". total is the number excluded, at
-// least 1. It runs for every node a filter rejects, so it builds the text
-// in b without fmt.
+// appendExclusions appends to b the count of n's cards that xs, the
+// exclusions of a pod with constraints cc, excludes. It counts them by
+// reason, most cards first: "4 GPUs excluded (model Tesla T4 not A100*: 2,
+// cordoned by the operator: 1, UUID excluded by the pod: 1)". With every
+// card excluded it says "all 4 GPUs excluded (...)". total is the number
+// excluded, at least 1. It runs for every node a filter rejects, so it
+// builds the text in b without fmt.
 func appendExclusions(b []byte, n *Node, cc *gpushare.CardConstraints, xs exclusions, total int) []byte {
-	// Cards excluded for the same reason and, where the text names it, of
-	// the same model share a group.
+	// Cards excluded for the same reason share a group. Where the text
+	// names the model, they also share the model.
 	type group struct {
 		x     Exclusion
 		model string

@@ -2,10 +2,10 @@ package allocator
 
 import "slices"
 
-// Task is one kind of request of FGD's target workload: Units on each of
-// Cards cards (Units 0: a CPU-only task), MilliCPU millicores, on a card of
-// one of Models (any when empty), with Weight its share of the workload
-// (the weights sum to 1).
+// Task is one kind of request of FGD's target workload. It asks Units on
+// each of Cards cards, and MilliCPU millicores. Units 0 is a CPU-only task.
+// It runs on a card of one of Models, or of any model when Models is empty.
+// Weight is its share of the workload; the weights sum to 1.
 type Task struct {
 	Units    int64
 	Cards    int
@@ -15,33 +15,37 @@ type Task struct {
 }
 
 // FGD is Fragmentation Gradient Descent as Weng et al. define it ("Beware
-// of Fragmentation", USENIX ATC '23, §4), for comparison with our default:
-// a node's fragmentation is the GPU memory that a task drawn from the target
-// workload could not use, in expectation,
+// of Fragmentation", USENIX ATC '23, §4). It is here for comparison with our
+// default. A node's fragmentation is the GPU memory that a task drawn from
+// the target workload could not use, in expectation:
 //
-//	F(n) = Σ_m w_m · F_m(n),
+//	F(n) = Σ_m w_m · F_m(n)
 //
-// where, for task kind m: if m is CPU-only, or n's cards are not of a model
-// m accepts, or n lacks the CPU for m, or fewer than m.Cards cards have
-// m.Units free, every free unit of n is fragment (F_m = Σ free); otherwise
-// only the free units of the cards with less than m.Units free are
-// (F_m = Σ_{free<m.Units} free).
-// FGD places a pod on the node, and the card, where F grows least.
+// For task kind m, every free unit of n is fragment (F_m = Σ free) when
+// any of these holds:
+//   - m is CPU-only;
+//   - n's cards are not of a model m accepts;
+//   - n lacks the CPU for m;
+//   - fewer than m.Cards cards have m.Units free.
 //
-// The target workload is fixed and known in advance (the study computes it
-// from the trace being replayed). The CPU test needs a Host: without one
-// (NodeScore, the extender) every node is assumed to have the CPU.
+// Otherwise only the free units of the cards with less than m.Units free
+// are fragment (F_m = Σ_{free<m.Units} free). FGD places a pod on the node,
+// and the card, where F grows least.
 //
-// Worked example, a workload of 50% tasks of 500 units and 50% of 1000
-// (a whole card), a 300-unit pod, node A with one card of 700 free, node B
-// with one card of 900 free:
+// The target workload is fixed and known in advance. The study computes it
+// from the trace being replayed. The CPU test needs a Host. Without one, as
+// in NodeScore and the extender, every node is assumed to have the CPU.
+//
+// Worked example. The workload is 50% tasks of 500 units and 50% of 1000,
+// a whole card. A 300-unit pod comes. Node A has one card with 700 free,
+// node B one card with 900 free:
 //
 //	A before: 500 fits: 0; 1000 does not: ½·700 = 350          F = 350
 //	  after (→400): neither fits: ½·400 + ½·400 = 400           ΔF = +50
 //	B before: 500 fits: 0; 1000 does not: ½·900 = 450          F = 450
 //	  after (→600): 500 still fits: 0; ½·600 = 300              ΔF = −150
 //
-// FGD picks B, which still serves 500-unit tasks afterwards; best fit would
+// FGD picks B, which still serves 500-unit tasks afterwards. Best fit would
 // pick A and leave 400 units that no typical task can use.
 type FGD struct {
 	tasks []Task
@@ -58,9 +62,9 @@ func (t *Task) accepts(model string) bool {
 }
 
 // CardKey is the growth of the card's share of F when units are taken from
-// it, counting every task kind as if the node could host it: exact for
-// single-card tasks; for multi-card tasks, FGD's node score then accounts
-// for whether enough cards remain.
+// it. It counts every task kind as if the node could host it. That is exact
+// for single-card tasks. For multi-card tasks, FGD's node score then
+// accounts for whether enough cards remain.
 func (f *FGD) CardKey(c *Card, free, units int64) float64 {
 	var d float64
 	after := free - units
@@ -83,7 +87,7 @@ func cardFragment(free, units int64) float64 {
 }
 
 // Fragmentation returns F for cards with free units frees, of model, and
-// cpu free millicores (negative: unknown, always enough).
+// cpu free millicores. A negative cpu is unknown, and always enough.
 func (f *FGD) Fragmentation(frees []int64, model string, cpu int64) float64 {
 	var all int64
 	for _, fr := range frees {
@@ -120,14 +124,14 @@ func (f *FGD) NodeScore(n *Node, pl *Placement) float64 {
 }
 
 // NodeScoreHost is −ΔF with the CPU test. A node whose CPU is already
-// over-committed has none left (not an unknown amount).
+// over-committed has none left, not an unknown amount.
 func (f *FGD) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
 	return f.score(n, pl, max(0, h.FreeMilliCPU), max(0, h.FreeMilliCPU-h.PodMilliCPU))
 }
 
-// NodeScoreCPU is −ΔF for a pod that asks no GPU memory: the study's
-// simulator places such pods with FGD too, where they make F grow only by
-// leaving a node too little CPU for a task kind.
+// NodeScoreCPU is −ΔF for a pod that asks no GPU memory. The study's
+// simulator places such pods with FGD too. They make F grow only by leaving
+// a node too little CPU for a task kind.
 func (f *FGD) NodeScoreCPU(n *Node, h *Host) float64 {
 	var buf [16]int64
 	frees := buf[:0]

@@ -32,20 +32,20 @@ func Fit(n *Node, d gpushare.Demand, p Policy) (*Placement, error) {
 	return pl, nil
 }
 
-// FitInto is Fit writing into pl, whose slices it reuses, so that callers
-// scoring thousands of nodes per request allocate nothing per node in the
-// common case of one single-card container.
+// FitInto is Fit writing into pl, whose slices it reuses. Callers that
+// score thousands of nodes per request then allocate nothing per node in
+// the common case of one single-card container.
 func FitInto(n *Node, d gpushare.Demand, p Policy, pl *Placement) error {
 	return FitWith(n, d, nil, p, pl)
 }
 
 // FitWith is FitInto for a pod whose containers may use only the cards
-// Exclude allows under its constraints cc (nil: any card that is not
-// cordoned). A pod without constraints pays one pointer test per card that
-// fits. When the demand does not fit, the reason counts the cards excluded
-// and why, and speaks of the eligible ones: "container c0 needs 12 GiB on
-// one GPU of model A100*; 3 GPUs excluded (model Tesla T4 not A100*: 2,
-// cordoned by the operator: 1); largest free eligible GPU has 7 of 80 GiB".
+// Exclude allows under its constraints cc. A nil cc allows any card that is
+// not cordoned. A pod without constraints pays one pointer test per card
+// that fits. When the demand does not fit, the reason counts the cards
+// excluded and why, and speaks of the eligible ones:
+//
+//	container c0 needs 12 GiB on one GPU of model A100*; 3 GPUs excluded (model Tesla T4 not A100*: 2, cordoned by the operator: 1); largest free eligible GPU has 7 of 80 GiB
 func FitWith(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement) error {
 	return FitBudget(n, d, cc, p, pl, nil)
 }
@@ -59,19 +59,19 @@ const (
 )
 
 // Undecided reports whether reason, a FitError's Reason, says the search
-// stopped before it could tell whether the demand fits (FitError.Budget):
-// for callers that hold only the text, such as a filter's failed nodes,
-// which must not take "undecided" for "does not fit".
+// stopped before it could tell whether the demand fits (FitError.Budget).
+// It is for callers that hold only the text, such as a filter's failed
+// nodes. They must not take "undecided" for "does not fit".
 func Undecided(reason string) bool {
 	return strings.HasPrefix(reason, reasonNotExamined) || strings.HasPrefix(reason, reasonRequestEnded) || strings.HasPrefix(reason, reasonNodeBudget)
 }
 
 // FitBudget is FitWith spending the search steps it takes from b, the
-// request's budget (nil: none beyond the node's own searchBudget). A
-// single-card pod of one container takes no step. Once b has ended, a
-// demand that needs a search is refused without one; either way the
-// *FitError says the search stopped (Budget), never that the demand fits
-// when it was not shown to.
+// request's budget. A nil b bounds nothing beyond the node's own
+// searchBudget. A single-card pod of one container takes no step. Once b
+// has ended, a demand that needs a search is refused without one. Either
+// way the *FitError says the search stopped (Budget). It never says the
+// demand fits when that was not shown.
 func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Policy, pl *Placement, b *Budget) error {
 	pl.reset(len(d), len(n.Cards))
 	if !Searches(d) {
@@ -140,15 +140,15 @@ func FitBudget(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, p Polic
 	return nil
 }
 
-// Searches reports whether fitting d may search placements (and so spend
-// a Budget's steps): any demand but one app container on one card, which
-// takes the best card in one pass.
+// Searches reports whether fitting d may search placements, and so spend a
+// Budget's steps. Every demand searches but one app container on one card,
+// which takes the best card in one pass.
 func Searches(d gpushare.Demand) bool {
 	return len(d) != 1 || d[0].Init || d[0].Cards != 1
 }
 
 // sidecarsBeforeInit reports whether a plain init container of d follows a
-// sidecar (a non-init container before it; see gpushare.Demand.Total): its
+// sidecar, a non-init container before it (see gpushare.Demand.Total). Its
 // cards then depend on where the sidecars went.
 func sidecarsBeforeInit(d gpushare.Demand) bool {
 	seenSidecar := false
@@ -179,7 +179,7 @@ func (pl *Placement) reset(containers, cards int) {
 }
 
 // eligibleFrees returns, by card position, the units a container of a pod
-// may take on each card (eligibleFree).
+// may take on each card (see eligibleFree).
 func eligibleFrees(n *Node, xs exclusions) []int64 {
 	f := make([]int64, len(n.Cards))
 	for i := range n.Cards {
@@ -189,8 +189,8 @@ func eligibleFrees(n *Node, xs exclusions) []int64 {
 }
 
 // eligibleFree returns the units a container of a pod may take on the card
-// at position pos of n: Free, or 0 where xs (Exclude's answers, parallel to
-// n.Cards) keeps the pod off it.
+// at position pos of n. That is Free, or 0 where the pod's exclusions xs
+// keep the pod off the card.
 func eligibleFree(n *Node, xs exclusions, pos int) int64 {
 	if !xs.eligible(pos) {
 		return 0
@@ -199,9 +199,9 @@ func eligibleFree(n *Node, xs exclusions, pos int) int64 {
 }
 
 // precheck rejects demands that cannot fit for a simple reason, with a
-// message an operator can act on. xs are Exclude's answers for the pod's
-// constraints cc, parallel to n.Cards. Every node a filter rejects comes
-// here, so the usual messages are built without fmt.
+// message an operator can act on. xs are the exclusions of the pod's
+// constraints cc. Every node a filter rejects comes here, so the usual
+// messages are built without fmt.
 func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs exclusions) error {
 	healthy, eligible, excluded := 0, 0, 0
 	var largestFree int64 = -1
@@ -294,8 +294,8 @@ func precheck(n *Node, d gpushare.Demand, cc *gpushare.CardConstraints, xs exclu
 	return nil
 }
 
-// eligibleWord is "eligible " when xs (Exclude's answers for a node's
-// cards) excludes a card, else "".
+// eligibleWord is "eligible " when the exclusions xs exclude a card, else
+// "".
 func eligibleWord(xs exclusions) string {
 	if xs.count() > 0 {
 		return "eligible "
@@ -303,8 +303,9 @@ func eligibleWord(xs exclusions) string {
 	return ""
 }
 
-// excludedSuffix is "; " and the count of n's cards that xs (Exclude's
-// answers for a pod with constraints cc) excludes, "" when there are none.
+// excludedSuffix is "; " and the count of n's cards that xs, the
+// exclusions of a pod with constraints cc, excludes. It is "" when there are
+// none.
 func excludedSuffix(n *Node, cc *gpushare.CardConstraints, xs exclusions) string {
 	total := xs.count()
 	if total == 0 {
@@ -320,26 +321,26 @@ type search struct {
 	policy Policy
 	demand gpushare.Demand
 	slices []slice
-	// xs: Exclude's answers for the pod, parallel to node.Cards.
+	// xs: the pod's exclusions.
 	xs exclusions
 	// frees: card position -> units the pod may take there
-	// (eligibleFrees) less the slices placed so far.
+	// (eligibleFrees), less the slices placed so far.
 	frees  []int64
 	pl     *Placement
 	budget int     // placements left to examine on this node
 	req    *Budget // the request's, nil for none
 	// halted: budget or req ran out; the search unwinds.
 	halted bool
-	// sidecars: a plain init container follows a sidecar, so a complete
-	// placement holds only if the init containers fit beside the sidecars
-	// (initsFit), and cards of equal free memory are interchangeable only
-	// when the same containers hold them (masks) and the same memory was
-	// free to begin with (base).
+	// sidecars: a plain init container follows a sidecar. A complete
+	// placement then holds only if the init containers fit beside the
+	// sidecars (initsFit). Cards of equal free memory are then
+	// interchangeable only when the same containers hold them (masks), and
+	// the same memory was free to begin with (base).
 	sidecars bool
-	// base: card position -> eligibleFree before the search; masks: card
-	// position -> the containers (bit i: demand[i]) placed there so far;
-	// nil unless sidecars and the demand has at most 64 containers (with
-	// more, no card is taken for another's twin).
+	// base: card position -> eligibleFree before the search. masks: card
+	// position -> the containers placed there so far, bit i for demand[i].
+	// Both are nil unless sidecars is set and the demand has at most 64
+	// containers. With more, no card is taken for another's twin.
 	base  []int64
 	masks []uint64
 	// side: initsFit's scratch, parallel to node.Cards.
@@ -360,7 +361,7 @@ func newSearch(n *Node, p Policy, d gpushare.Demand, slices []slice, xs exclusio
 }
 
 // twin reports whether the card at a is interchangeable with the card at
-// b for what is left of the search: if placing the slice on one failed,
+// b for what is left of the search. If placing the slice on one failed,
 // placing it on the other fails too.
 func (s *search) twin(a, b int) bool {
 	if s.frees[a] != s.frees[b] {
@@ -409,7 +410,7 @@ func (s *search) place(k int) bool {
 			s.masks[c.pos] ^= 1 << sl.container
 		}
 		// With sidecars, an init container's room only shrinks as more
-		// sidecars are placed: once it is short, no completion fits.
+		// sidecars are placed. Once it is short, no completion fits.
 		if (!s.sidecars || initsFit(s.node, s.demand, s.pl, s.xs, s.side)) && s.place(k+1) {
 			return true
 		}
@@ -427,13 +428,13 @@ func (s *search) place(k int) bool {
 }
 
 // placeInits puts each plain init container on the cards that need the
-// least extra reservation: an init container that fits within what the pod
+// least extra reservation. An init container that fits within what the pod
 // already holds on a card costs nothing there. An init container runs
 // before the app containers but beside the sidecars declared before it
-// (gpushare.Demand.Total), so on each of its cards it needs its Units plus
-// those sidecars' there. It reports false when some init container finds
-// too few such cards, which precheck rules out for pods without sidecars.
-// xs are Exclude's answers for the pod (see eligibleFree).
+// (gpushare.Demand.Total). So on each of its cards it needs its Units plus
+// those sidecars' there. placeInits reports false when some init container
+// finds too few such cards. precheck rules that out for pods without
+// sidecars. xs are the pod's exclusions.
 func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, xs exclusions) bool {
 	side := make([]int64, len(n.Cards)) // card position -> sidecar units so far
 	for i, c := range d {
@@ -477,11 +478,11 @@ func placeInits(n *Node, d gpushare.Demand, p Policy, pl *Placement, xs exclusio
 
 // initsFit reports whether every plain init container of d finds its
 // number of cards with room for its Units plus the sidecars declared before
-// it there, given where pl put the non-init containers. Init containers run
-// one at a time, so each is checked on its own. xs are Exclude's answers
-// for the pod (see eligibleFree); side is scratch, parallel to n.Cards.
-// Placing more sidecars only takes room, so when pl is a partial placement
-// and initsFit fails, every completion of it fails too.
+// it there. It reads where pl put the non-init containers. Init containers
+// run one at a time, so each is checked on its own. xs are the pod's
+// exclusions. side is scratch, parallel to n.Cards. Placing more sidecars
+// only takes room. So when initsFit fails for a partial placement pl, every
+// completion of it fails too.
 func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions, side []int64) bool {
 	clear(side)
 	for i, c := range d {
@@ -506,8 +507,8 @@ func initsFit(n *Node, d gpushare.Demand, pl *Placement, xs exclusions, side []i
 
 // Allocation turns a placement into the pod annotation's form. Each
 // container's cards are listed by card index, whatever order the policy
-// chose them in: the device plugin gives a container its cards in index
-// order (NVIDIA_VISIBLE_DEVICES, ALIYUN_COM_GPU_MEM_IDX), and the pod's
+// chose them in. The device plugin gives a container its cards in index
+// order (NVIDIA_VISIBLE_DEVICES, ALIYUN_COM_GPU_MEM_IDX). The pod's
 // ALIYUN_COM_GPU_MEM_IDX is the first card listed.
 func Allocation(n *Node, d gpushare.Demand, pl *Placement) *gpushare.Allocation {
 	a := &gpushare.Allocation{Node: n.Name, Unit: n.Unit}
@@ -540,8 +541,8 @@ func sliceList(slices []slice, unit string) string {
 	return strings.Join(parts, "+") + " " + unit
 }
 
-// freeList lists the free units of the cards xs (Exclude's answers,
-// parallel to n.Cards) leaves a pod: "GPU0 8/16, GPU1 8/16 GiB free".
+// freeList lists the free units of the cards that the exclusions xs leave
+// a pod: "GPU0 8/16, GPU1 8/16 GiB free".
 func freeList(n *Node, xs exclusions) string {
 	parts := make([]string, 0, len(n.Cards))
 	for i := range n.Cards {

@@ -23,135 +23,132 @@ type Shape struct {
 }
 
 // FragAware, the default policy, places a pod where it adds the least
-// expected waste: GPU memory that the requests the cluster typically sees
-// (learned online by Workload, never from a trace) will never use. It
-// starts from FGD's idea (Weng et al., "Beware of Fragmentation", USENIX
-// ATC '23; see FGD) of scoring the loss of usable capacity for typical
-// requests, and differs in what it counts.
+// expected waste. Expected waste is GPU memory that the requests the cluster
+// typically sees will never use. Workload learns those requests online,
+// never from a trace. Scoring the loss of usable capacity for typical
+// requests is FGD's idea (see FGD); FragAware differs in what it counts.
 //
 // Holes. A partly used card with h units free is a hole. Holes compete for
-// the requests that fit them: of the R requests it takes to fill the
-// cluster (its free memory over the mean typical request, Holes.FreeUnits
-// ÷ Σ w·units·cards), a share w_s are of single-card shape s, and H_s holes
-// have room for one (counted as 1 when none has), so each hole can expect
-// fill_s = w_s·R / H_s of them.
-// A hole's expected waste is
+// the requests that fit them. It takes R requests to fill the cluster: its
+// free memory over the mean typical request, Holes.FreeUnits ÷
+// Σ w·units·cards. A share w_s of them are of single-card shape s. H_s holes
+// have room for one, counted as 1 when none has. So each hole can expect
+// fill_s = w_s·R / H_s of them. A hole's expected waste is
 //
 //	Waste(h) = (1 − p)·h + p · Σ_s (fill_s/Σ fill) · Waste(h − u_s),  p = min(1, Σ fill_s)
 //
-// over the single-card shapes that fit (u_s ≤ h); h when none fits; 0 for
-// h = 0. Empty and full cards waste nothing. So the 190 units left beside
-// an 810 request are waste when 160s are rare and many such holes wait for
-// them, and the 350 left beside a 650 are not when 320s are common and few
-// holes wait for them. Without a Holes (NewFragAware(typical, nil)) each
-// hole expects fill_s = w_s: the chance that the next request fits.
+// The sum runs over the single-card shapes that fit (u_s ≤ h). Waste(h) is h
+// when none fits, and 0 for h = 0. Empty and full cards waste nothing. So the
+// 190 units left beside an 810 request are waste when 160s are rare and many
+// such holes wait for them. The 350 left beside a 650 are not, when 320s are
+// common and few holes wait for them. Without a Holes
+// (NewFragAware(typical, nil)) each hole expects fill_s = w_s, the chance
+// that the next request fits.
 //
 // Multi-card requests need whole cards of one node, and CPU beside them.
-// For each typical multi-card shape s (Units u on each of k cards, mean CPU
-// and memory per request) a node can still host slots(s) requests: the
-// number its cards' free memory admits (a card with free f takes ⌊f/u⌋
-// slices, on k distinct cards), capped, given a Host, by ⌊free CPU / CPU of
-// s⌋ and ⌊free memory / memory of s⌋. The node's multi-card fragmentation is
+// Take a typical multi-card shape s: Units u on each of k cards, with a mean
+// CPU and memory per request. A node can still host slots(s) requests of s.
+// That is the number its cards' free memory admits: a card with free f takes
+// ⌊f/u⌋ slices, on k distinct cards. Given a Host, ⌊free CPU / CPU of s⌋ and
+// ⌊free memory / memory of s⌋ cap it. The node's multi-card fragmentation is
 //
 //	F(n) = Σ_s w_s · (free(n) − slots_s(n) · u_s · k_s)
 //
-// Node score: −3·ΔWaste over the cards the pod lands on, −ΔF; plus, given a
-// Host, an alignment term of 0.6 of a card times min(c, g)/max(c, g),
-// where g is the share of the node's free GPU memory the pod takes and c
-// the larger of its shares of the node's free CPU and free memory, so that
-// a pod goes where it uses them in proportion and leaves the node's
-// balance as it was; plus a packing term of a tenth of a card times the
-// node's GPU utilisation afterwards, so that among placements of equal
-// waste the pod fills busy nodes and keeps empty ones whole for multi-card
-// requests; minus, given a Host, the dead memory the pod makes: the free
-// GPU memory it leaves on a node whose CPU or memory then holds no typical
-// request (less what was dead before). Example: typical requests asking 3
-// cores or more; a 15-core single-card pod on a node of two cards and 16
-// cores leaves its other card dead (−1000), where the multi-card term alone
-// would rather put it there than break an empty node of eight cards.
+// The node score is the sum of these terms:
+//   - −3·ΔWaste over the cards the pod lands on, and −ΔF.
+//   - Given a Host, alignment: 0.6 of a card times min(c, g)/max(c, g). g is
+//     the share of the node's free GPU memory the pod takes. c is the larger
+//     of its shares of the node's free CPU and free memory. So a pod goes
+//     where it uses them in proportion, and the node keeps its balance.
+//   - Packing: a tenth of a card times the node's GPU utilisation afterwards.
+//     Among placements of equal waste the pod fills busy nodes. Empty ones
+//     stay whole for multi-card requests.
+//   - Given a Host, minus the dead memory the pod makes. That is the free GPU
+//     memory it leaves on a node whose CPU or memory then holds no typical
+//     request, less what was dead before.
+//
+// Example of dead memory: the typical requests ask 3 cores or more. A
+// 15-core single-card pod on a node of two cards and 16 cores leaves its
+// other card dead (−1000). The multi-card term alone would rather put it
+// there than break an empty node of eight cards.
 //
 // CPU pressure. Packing is right while GPU memory is what runs out first.
-// When the pods arriving (those without GPU memory included) ask more CPU
-// per unit of GPU memory than the cluster has free beside its free GPU
-// memory, CPU runs out first, and GPU memory is lost wherever a node's CPU
-// is gone before its cards are full. The pressure is
+// The pods arriving may ask more CPU per unit of GPU memory than the cluster
+// has free beside its free GPU memory. Pods without GPU memory count too.
+// Then CPU runs out first, and GPU memory is lost wherever a node's CPU is
+// gone before its cards are full. The pressure is
 //
 //	κ = (CPU the recent pods asked ÷ GPU memory they asked) ÷ (Holes.FreeMilliCPU ÷ Holes.FreeUnits)
 //
-// (SetCPUDemand; 0, no pressure, until it is called). From κ = 0.95 to 1.1
-// the packing weight goes linearly from +0.1 to −1 card: under pressure GPU
-// pods spread, so every node keeps CPU beside its free cards, instead of
-// filling some nodes and leaving others' CPU whole for pods that take it
-// without GPU memory. Example: cards of 1000 units, 10 cores free per 1000
-// units free in the cluster, recent pods asking 14 cores per 1000 units of
-// theirs, CPU-only pods' cores included: κ = 1.4, full spreading. Measured
-// (seeds 42–51, 100% arrival, pods without GPU memory placed as shipped,
-// with the dead-memory term): the openb default trace with 40% CPU-only
-// pods went from 70.64% to 77.36% of GPU capacity allocated (fgd: 72.82%),
-// with 25% from 93.60% to 93.75%. The openb traces themselves pass
-// κ = 0.95 only while the first hundred or so pods are learned (seed 42:
-// the last time at the 56th policy build of 10,810 on the default trace,
-// the 95th of 16,531 on gpushare100) and pack after that.
+// SetCPUDemand sets it; until then it is 0, no pressure. From κ = 0.95 to
+// 1.1 the packing weight goes linearly from +0.1 to −1 card. Under pressure
+// GPU pods spread, so every node keeps CPU beside its free cards. Packing
+// would fill some nodes and leave others' CPU whole for pods that take it
+// without GPU memory. Example: cards of 1000 units, and 10 cores free per
+// 1000 units free in the cluster. Recent pods ask 14 cores per 1000 units of
+// theirs, CPU-only pods' cores included. Then κ = 1.4: full spreading.
 //
-// Card choice: the card whose expected waste grows least; best fit (least
-// free left) among equals.
+// Card choice: the card whose expected waste grows least. Among equals, best
+// fit: the least free memory left.
 //
-// Worked example: cards of 1000 units; typical requests 60% × 1000, 20% ×
-// 800 and 20% × 200, a mean of 800 units; 16,000 units free in the
-// cluster, so R = 20 requests fill it, 4 of them 200s. Eight cards hold an
-// 800 each, and no other card is partly used: eight 200-unit holes, each
-// expecting fill₂₀₀ = 4/8 = 0.5 requests, so
+// Worked example. Cards have 1000 units. The typical requests are 60% ×
+// 1000, 20% × 800 and 20% × 200, a mean of 800 units. The cluster has 16,000
+// units free, so R = 20 requests fill it, 4 of them 200s. Eight cards hold an
+// 800 each, and no other card is partly used. That makes eight 200-unit
+// holes, each expecting fill₂₀₀ = 4/8 = 0.5 requests, so
 //
 //	Waste(200) = 0.5·200 + 0.5·Waste(0) = 100
 //
 // An 800 request on an empty card opens a ninth such hole: ΔWaste = +100.
-// Had only two cards held an 800, fill₂₀₀ = 4/2 ≥ 1 and Waste(200) = 0: the
-// same placement would cost nothing, because the 200s to come fill every
-// hole. A 200 request closes one of the eight holes (ΔWaste = −100) rather
-// than open an 800-unit hole on an empty card (ΔWaste = +47.2; no hole has
-// room for an 800 yet, so fill₈₀₀ = 4/1, and fill₂₀₀ = 0.5):
+// Had only two cards held an 800, fill₂₀₀ = 4/2 ≥ 1 and Waste(200) = 0. The
+// same placement would then cost nothing, because the 200s to come fill
+// every hole. A 200 request closes one of the eight holes (ΔWaste = −100).
+// On an empty card it would open an 800-unit hole instead (ΔWaste = +47.2).
+// No hole has room for an 800 yet, so fill₈₀₀ = 4/1, and fill₂₀₀ = 0.5:
 //
 //	Waste(800) = (4/4.5)·Waste(0) + (0.5/4.5)·Waste(600) ≈ 47.2
 //	Waste(600) = 0.5·600 + 0.5·Waste(400) = 425,  Waste(400) = 0.5·400 + 0.5·Waste(200) = 250
 //
-// Best fit on memory alone closes the hole too; it cannot tell that the
-// 800 request's new hole is cheap when few holes compete for the 200s and
-// costly when many do. Measured on the openb default trace (seeds 42–51,
-// 100% arrival), the waste model took the policy from 95.74% to 96.10% of
-// GPU capacity allocated.
+// Best fit on memory alone closes the hole too. It cannot tell that the 800
+// request's new hole is cheap when few holes compete for the 200s, and
+// costly when many do.
 //
 // Without a Host (a node that reports no CPU) the CPU and memory caps and
 // the alignment term are left out.
 //
-// A FragAware memoises Waste as it scores, so it is not safe for
-// concurrent use: build one per request (the extender's cache does, under
-// its lock).
+// What each term and weight is worth on Alibaba's openb traces is in
+// docs/design/policies.md, "fragaware's terms and weights", beside the
+// command that measures it.
+//
+// A FragAware memoises Waste as it scores, so it is not safe for concurrent
+// use. Build one per request; the extender's cache does, under its lock.
 type FragAware struct {
 	// shapes are the typical requests, weights summing to 1.
 	shapes []Shape
 	// fill[i] is the requests of single-card shape i a hole can expect;
 	// 0 for multi-card shapes. See Waste.
 	fill []float64
-	// grid is the step, in units, in which Waste counts holes and
-	// requests, exact when every request is a multiple of it; stepUnits[i]
-	// is single-card shape i in steps (see setGrid). memo[g] is the waste
-	// of a hole of g steps, NaN until computed; byUnit[h] memoises Waste(h)
-	// itself for small h (below unitMemo), the scorer's common case.
+	// grid is the step, in units, in which Waste counts holes and requests
+	// (see setGrid). exact says every request is a multiple of it.
+	// stepUnits[i] is single-card shape i in steps. memo[g] is the waste of
+	// a hole of g steps, NaN until computed. byUnit[h] memoises Waste(h)
+	// itself for h below unitMemo, the scorer's common case.
 	grid      int64
 	exact     bool
 	stepUnits []int64
 	memo      []float64
 	byUnit    []float64
-	// freeUnits and freeMilliCPU: the cluster's free GPU memory (units) and
-	// free CPU beside it (millicores) from the Holes, for the pressure;
-	// hostNodes: the nodes with cards that report their CPU.
+	// freeUnits and freeMilliCPU are the cluster's free GPU memory (units)
+	// and the free CPU beside it (millicores), from the Holes, for the
+	// pressure. hostNodes counts the nodes with cards that report their CPU.
 	freeUnits, freeMilliCPU int64
 	hostNodes               int
-	// pressure is κ (see CPU pressure), 0 until SetCPUDemand; pack is the
+	// pressure is κ (see CPU pressure), 0 until SetCPUDemand. pack is the
 	// packing weight for it, in cards.
 	pressure, pack float64
-	// need*: the least and the most CPU (millicores) and memory (MiB) a
-	// typical request asks, 0 when unknown, for starved's quick answers.
+	// The need fields are the least and the most CPU (millicores) and
+	// memory (MiB) a typical request asks, 0 when unknown. They give starved
+	// its quick answers.
 	needCPULo, needCPUHi, needMemLo, needMemHi float64
 }
 
@@ -160,10 +157,10 @@ type FragAware struct {
 const unitMemo = 4096
 
 // NewFragAware returns the policy for the given typical requests and the
-// cluster's holes (nil when unknown: each hole then expects the chance that
-// the next request fits it). With no typical request (no pod seen yet)
-// every hole is waste, so it fills partly used cards before empty ones,
-// and the packing term prefers busier nodes.
+// cluster's holes. holes is nil when unknown; each hole then expects the
+// chance that the next request fits it. With no typical request (no pod
+// seen yet) every hole is waste. The policy then fills partly used cards
+// before empty ones, and the packing term prefers busier nodes.
 func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 	f := &FragAware{shapes: typical, fill: make([]float64, len(typical)), pack: packWeight}
 	var mean float64 // units of the mean typical request
@@ -211,9 +208,9 @@ func (f *FragAware) setNeeds() {
 }
 
 // starved reports whether a node with cpu millicores and mem MiB free can
-// hold no typical request, whatever its cards: then its free GPU memory is
-// dead. A shape of unknown CPU and memory (0) fits anywhere; with no
-// typical request nothing is starved.
+// hold no typical request, whatever its cards. Its free GPU memory is then
+// dead. A shape of unknown CPU and memory (0) fits anywhere. With no typical
+// request nothing is starved.
 func (f *FragAware) starved(cpu, mem int64) bool {
 	c, m := float64(cpu), float64(mem)
 	switch {
@@ -230,10 +227,10 @@ func (f *FragAware) starved(cpu, mem int64) bool {
 	return true
 }
 
-// deadMade is the dead memory, in units, a pod taking taken of a node's
-// free units makes given h: what it leaves on a node whose CPU or memory
-// then holds no typical request, less what was dead before (negative when
-// it takes memory that was dead).
+// deadMade is the dead memory, in units, that a pod taking taken of a
+// node's free units makes, given h. That is what it leaves on a node whose
+// CPU or memory then holds no typical request, less what was dead before.
+// It is negative when the pod takes memory that was dead.
 func (f *FragAware) deadMade(free, taken int64, h *Host) float64 {
 	var dead float64
 	if f.starved(h.FreeMilliCPU-h.PodMilliCPU, h.FreeMemoryMiB-h.PodMemoryMiB) {
@@ -250,14 +247,15 @@ func (f *FragAware) deadMade(free, taken int64, h *Host) float64 {
 const maxWasteSteps = 4096
 
 // setGrid chooses the step in which Waste counts, and each single-card
-// request's size in steps. When the greatest common divisor of the
-// requests' sizes keeps the largest within maxWasteSteps steps (openb's
-// sizes are multiples of 10 milli-units; GiB requests are below 4096 GiB)
-// the step is that divisor and Waste is exact: the remainder of a hole below
-// one step is waste, as no sum of requests can use it. Otherwise (MiB sizes
-// that are not round numbers) the step is the largest request over
-// maxWasteSteps and holes and requests are rounded to the nearest step, so a
-// request that exactly fills a hole still does.
+// request's size in steps. The step is the greatest common divisor of the
+// requests' sizes when the largest is then within maxWasteSteps steps.
+// That holds for openb, whose sizes are multiples of 10 milli-units, and for
+// GiB requests, which are below 4096 GiB. Waste is then exact: the
+// remainder of a hole below one step is waste, as no sum of requests can use
+// it. Otherwise, as for MiB sizes that are not round numbers, the step is
+// the largest request over maxWasteSteps. Holes and requests are then
+// rounded to the nearest step, so a request that exactly fills a hole still
+// does.
 func (f *FragAware) setGrid() {
 	var gcd, hi int64
 	for i, s := range f.shapes {
@@ -281,8 +279,8 @@ func (f *FragAware) setGrid() {
 	}
 }
 
-// toSteps is units in grid steps: rounded down when the grid is exact,
-// to the nearest (at least 1) otherwise.
+// toSteps is units in grid steps. It rounds down when the grid is exact,
+// and to the nearest step, at least 1, otherwise.
 func (f *FragAware) toSteps(units int64) int64 {
 	if f.exact {
 		return units / f.grid
@@ -290,9 +288,9 @@ func (f *FragAware) toSteps(units int64) int64 {
 	return max(1, (units+f.grid/2)/f.grid)
 }
 
-// Waste is the units of a hole of h free units (on a partly used card)
-// that the typical requests are expected never to use (see FragAware),
-// counted in grid steps (see setGrid).
+// Waste is the units of a hole of h free units, on a partly used card,
+// that the typical requests are expected never to use (see FragAware). It
+// counts in grid steps (see setGrid).
 func (f *FragAware) Waste(h int64) float64 {
 	if h <= 0 {
 		return 0
@@ -349,8 +347,8 @@ func (f *FragAware) steps(g int64) float64 {
 	return w
 }
 
-// cardWaste is Waste for a card of total units with free of them free:
-// nothing for an empty or a full card.
+// cardWaste is Waste for a card of total units with free of them free. An
+// empty or a full card wastes nothing.
 func (f *FragAware) cardWaste(free, total int64) float64 {
 	if free >= total {
 		return 0
@@ -360,8 +358,8 @@ func (f *FragAware) cardWaste(free, total int64) float64 {
 
 func (*FragAware) Name() string { return NameFragAware }
 
-// CardKey is the growth of the card's expected waste, then best fit: a
-// thousandth of the free memory left.
+// CardKey is the growth of the card's expected waste. Best fit breaks
+// ties: it adds a thousandth of the free memory left.
 func (f *FragAware) CardKey(c *Card, free, units int64) float64 {
 	return f.cardWaste(free-units, c.Total) - f.cardWaste(free, c.Total) + 1e-3*float64(free-units)
 }
@@ -372,11 +370,9 @@ const packWeight = 0.1
 
 // Under CPU pressure (see FragAware) the packing weight goes from
 // packWeight at κ = pressureLow to −spreadWeight at κ = pressureHigh and
-// above. Measured on the default trace with 40% CPU-only pods (seeds
-// 42–44): a fixed packing weight of 0.1 → 70.20%, 0 → 70.52%, −0.2 →
-// 73.13%, −1 → 76.85%; on the plain default trace any weight below 0
-// costs (−0.05 → 95.99% against 96.09%), hence a switch on κ rather than
-// one weight.
+// above. It switches on κ because no single weight served both kinds of
+// cluster. A negative weight helps when CPU runs out first, and costs when
+// GPU memory does (docs/design/policies.md).
 const (
 	pressureLow, pressureHigh = 0.95, 1.1
 	spreadWeight              = 1.0
@@ -414,20 +410,18 @@ func (f *FragAware) packing() float64 {
 }
 
 // wasteWeight is the weight of a unit of expected waste against a unit of
-// multi-card fragmentation. Measured on the openb default trace (seeds
-// 42–51, 100% arrival): 1 → 95.85%, 2 → 96.07%, 3 → 96.10%, 5 → 96.08%.
+// multi-card fragmentation. docs/design/policies.md has the values tried.
 const wasteWeight = 3
 
-// alignWeight is the alignment term's weight in cards: a pod that takes
+// alignWeight is the alignment term's weight in cards. A pod that takes
 // the same share of a node's free CPU as of its free GPU memory gains 0.6
-// of a card over one that takes only one of them. Measured on the openb
-// default trace (seeds 42–51, 100% arrival): 0.3 → 95.62%, 0.6 → 96.10%,
-// 1.2 → 96.07% (and at 90% arrival 89.53% against 89.27%).
+// of a card over one that takes only one of them. docs/design/policies.md
+// has the values tried.
 const alignWeight = 0.6
 
 // Fragmentation returns F, the multi-card fragmentation, for cards with
-// free units frees, without the CPU and memory caps. Single-card requests
-// are not counted: Waste covers them.
+// free units frees, without the CPU and memory caps. It leaves out
+// single-card requests, which Waste covers.
 func (f *FragAware) Fragmentation(frees []int64) float64 {
 	var all int64
 	for _, fr := range frees {
@@ -442,8 +436,9 @@ func (f *FragAware) Fragmentation(frees []int64) float64 {
 	return frag
 }
 
-// gpuSlots is how many requests of s the free memory frees admits: for one
-// card, Σ ⌊f/u⌋; for k cards, the largest t with Σ min(⌊f/u⌋, t) ≥ t·k.
+// gpuSlots is how many requests of s the free memory frees admits. For one
+// card it is Σ ⌊f/u⌋. For k cards it is the largest t with
+// Σ min(⌊f/u⌋, t) ≥ t·k.
 func gpuSlots(frees []int64, s *Shape) int64 {
 	var total int64
 	for _, fr := range frees {
@@ -478,8 +473,8 @@ func (f *FragAware) NodeScoreHost(n *Node, pl *Placement, h *Host) float64 {
 }
 
 func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
-	// The cards the pod lands on (their free units before, what the pod
-	// takes there, their total), and the node's totals.
+	// A change is a card the pod lands on: its free units before, what the
+	// pod takes there, and its total. The node's totals follow.
 	type change struct{ free, take, total int64 }
 	var buf [16]change
 	changed := buf[:0]
@@ -514,9 +509,9 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 		if s.Units <= 0 || s.Cards <= 1 {
 			continue
 		}
-		// Slots gained (negative: lost) by the GPU memory alone. A card
-		// that keeps its slices of s (the pod fits in the remainder
-		// beside them) cannot change them.
+		// Slots gained by the GPU memory alone; negative when lost. A card
+		// that keeps its slices of s cannot change them: the pod fits in
+		// the remainder beside them.
 		var dSlots int64
 		before := int64(-1) // gpuSlots before the pod, when computed
 		for _, c := range changed {
@@ -548,10 +543,10 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 		return score
 	}
 	card := float64(total) / float64(healthy) // the node's mean card, in units
-	// Alignment: the pod's share of the node's free CPU (or of its free
-	// memory, the larger) against its share of the node's free GPU memory,
-	// min/max in [0, 1]: 1 when the pod takes them in proportion, so the
-	// node keeps its balance.
+	// Alignment compares the pod's share of the node's free CPU, or of
+	// its free memory if larger, with its share of the node's free GPU
+	// memory. It is min/max, in [0, 1]. It is 1 when the pod takes them in
+	// proportion, so the node keeps its balance.
 	var align float64
 	if h != nil && h.FreeMilliCPU > 0 && free > 0 {
 		pc, pg := float64(h.PodMilliCPU)/float64(h.FreeMilliCPU), float64(taken)/float64(free)
@@ -562,7 +557,7 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 			align = min(pc, pg) / hi
 		}
 	}
-	// Packing (spreading under CPU pressure): a tenth of the node's mean
+	// Packing, or spreading under CPU pressure: f.pack of the node's mean
 	// card × its utilisation after.
 	return score + alignWeight*card*align + f.pack*float64(usedAfter)/float64(healthy)
 }
@@ -578,7 +573,8 @@ func slotsAfter(frees []int64, pl *Placement, s *Shape) int64 {
 }
 
 // capSlots caps slots by the requests of s that cpu millicores and mem MiB
-// admit; a shape with no known CPU (or memory) is not capped by it.
+// admit. A shape with no known CPU is not capped by CPU, nor one with no
+// known memory by memory.
 func capSlots(slots, cpu, mem int64, s *Shape) int64 {
 	if s.MilliCPU > 0 {
 		slots = min(slots, int64(float64(max(0, cpu))/s.MilliCPU))
@@ -592,9 +588,9 @@ func capSlots(slots, cpu, mem int64, s *Shape) int64 {
 var _ HostScorer = (*FragAware)(nil)
 
 // Workload learns the cluster's typical requests from the pods it sees.
-// Each observed container shape gains weight 1 and all weights decay by a
-// factor per observation, so the model follows a changing workload; at most
-// maxShapes shapes are kept. It is not safe for concurrent use.
+// Each observed container shape gains weight 1, and all weights decay by a
+// factor per observation. So the model follows a changing workload. It
+// keeps at most maxShapes shapes. It is not safe for concurrent use.
 type Workload struct {
 	weights map[shapeKey]float64 // shape -> decayed count
 	// cpu: shape -> decayed sum of the millicores its requests asked, on
@@ -603,11 +599,11 @@ type Workload struct {
 	// mem: likewise for memory, in MiB.
 	mem map[shapeKey]float64
 	// scale is the factor by which stored weights must be multiplied to get
-	// their current value; decaying all weights is a multiplication of it.
+	// their current value. Decaying all weights is a multiplication of it.
 	scale float64
-	// demandMilliCPU and demandUnits: the CPU (millicores) and GPU memory
-	// (units) that recent pods asked, pods without GPU memory included
-	// (ObserveCPUOnly), each pod's weight decaying by workloadDecay per
+	// demandMilliCPU and demandUnits are the CPU (millicores) and GPU
+	// memory (units) that recent pods asked. Pods without GPU memory count
+	// too (ObserveCPUOnly). Each pod's weight decays by workloadDecay per
 	// later pod. See CPUPerUnit.
 	demandMilliCPU, demandUnits float64
 }
@@ -618,8 +614,8 @@ type shapeKey struct {
 }
 
 const (
-	// workloadDecay is the weight a shape keeps per later observation:
-	// a shape seen 1,000 observations ago counts ~37% of a new one.
+	// workloadDecay is the weight a shape keeps per later observation. A
+	// shape seen 1,000 observations ago counts 0.999^1000 ≈ 0.37 of a new one.
 	workloadDecay = 0.999
 	maxShapes     = 64
 	// TypicalShapes is how many shapes Typical returns at most.
@@ -634,9 +630,9 @@ func NewWorkload() *Workload {
 // Observe records the container shapes of one pod's demand.
 func (w *Workload) Observe(d gpushare.Demand) { w.ObservePod(d, 0, 0) }
 
-// ObservePod records the container shapes of one pod's demand and the CPU
-// (millicores) and memory (MiB) the pod asks, shared among its GPU
-// containers by units; 0 when unknown.
+// ObservePod records the container shapes of one pod's demand. It also
+// records the CPU (millicores) and memory (MiB) the pod asks, 0 when
+// unknown, shared among its GPU containers by units.
 func (w *Workload) ObservePod(d gpushare.Demand, milliCPU, memMiB int64) {
 	total := d.Total()
 	w.observeDemand(milliCPU, total)
@@ -665,9 +661,9 @@ func (w *Workload) ObservePod(d gpushare.Demand, milliCPU, memMiB int64) {
 }
 
 // ObserveCPUOnly records a pod that asks no GPU memory and milliCPU
-// millicores, placed on a node with cards: it shares their CPU with the
-// pods that do (see CPUPerUnit). Pods bound to nodes without cards are not
-// recorded: they take no CPU from GPU pods.
+// millicores, placed on a node with cards. It shares their CPU with the pods
+// that do ask GPU memory (see CPUPerUnit). Pods bound to nodes without cards
+// are not recorded, as they take no CPU from GPU pods.
 func (w *Workload) ObserveCPUOnly(milliCPU int64) { w.observeDemand(milliCPU, 0) }
 
 func (w *Workload) observeDemand(milliCPU, units int64) {
@@ -676,10 +672,10 @@ func (w *Workload) observeDemand(milliCPU, units int64) {
 }
 
 // CPUPerUnit returns the CPU, in millicores, that the recent pods asked
-// per unit of GPU memory they asked, pods without GPU memory included;
-// 0 before any pod with GPU memory or with CPU. Example: a pod asking 1000
-// units and 10 cores, then one asking no GPU memory and 4 cores (decay
-// left out): 14000 / 1000 = 14 millicores per unit.
+// per unit of GPU memory they asked. Pods without GPU memory count too. It
+// is 0 before any pod with GPU memory or with CPU. Example, decay left out:
+// a pod asks 1000 units and 10 cores, then one asks no GPU memory and 4
+// cores. That is 14000 / 1000 = 14 millicores per unit.
 func (w *Workload) CPUPerUnit() float64 {
 	if w.demandUnits <= 0 {
 		return 0
@@ -700,8 +696,9 @@ func (w *Workload) evictLightest() {
 	delete(w.mem, lightest)
 }
 
-// Typical returns up to TypicalShapes heaviest shapes with weights summing to 1,
-// heaviest first (ties: smaller first). Empty before any observation.
+// Typical returns up to TypicalShapes heaviest shapes, with weights summing
+// to 1. The heaviest come first, and the smaller among equals. It is empty
+// before any observation.
 func (w *Workload) Typical() []Shape {
 	out := make([]Shape, 0, len(w.weights))
 	for k, v := range w.weights {
@@ -730,21 +727,21 @@ func (w *Workload) Typical() []Shape {
 }
 
 // NodeScoreCPU rates node n for a pod that asks no GPU memory, only the
-// CPU and memory of h: minus the growth of the node's stranded GPU memory,
-// the memory its cards still offer the typical requests but its CPU and
-// memory no longer admit. For each typical shape s (mean CPU c_s and memory
-// m_s per request), the cards admit G_s requests (slots, as in F) and the
-// node's free CPU and memory ⌊cpu/c_s⌋ and ⌊mem/m_s⌋ of them; the
-// stranded memory is
+// CPU and memory of h. The score is minus the growth of the node's stranded
+// GPU memory. Stranded memory is what its cards still offer the typical
+// requests but its CPU and memory no longer admit. Take each typical shape
+// s, with mean CPU c_s and memory m_s per request. The cards admit G_s
+// requests of s (slots, as in F). The node's free CPU and memory admit
+// ⌊cpu/c_s⌋ and ⌊mem/m_s⌋ of them. The stranded memory is
 //
 //	S(n) = Σ_s w_s · max(0, G_s − min(⌊cpu/c_s⌋, ⌊mem/m_s⌋)) · u_s · k_s
 //
-// Nodes where the pod strands nothing all score 0 (the most): the pod may
-// go to any of them (the extender rates them all best and kube-scheduler's
-// own scores choose). Example: typical requests all of one card of 1000
-// units with 12 cores; a node with two empty cards and 30 cores free
-// admits 2 of them; an 8-core pod leaves 22 cores, ⌊22/12⌋ = 1 request,
-// and strands 1000 units: −1000. On a node whose cards are full it strands
+// Nodes where the pod strands nothing all score 0, the most. The pod may go
+// to any of them: the extender rates them all best, and kube-scheduler's own
+// scores choose. Example: the typical requests all take one card of 1000
+// units with 12 cores. A node with two empty cards and 30 cores free admits
+// 2 of them. An 8-core pod leaves 22 cores, room for ⌊22/12⌋ = 1 request.
+// It strands 1000 units: −1000. On a node whose cards are full it strands
 // nothing: 0. Shapes with no known CPU or memory strand nothing.
 func (f *FragAware) NodeScoreCPU(n *Node, h *Host) float64 {
 	var fbuf [16]int64

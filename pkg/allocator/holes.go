@@ -1,11 +1,11 @@
 package allocator
 
-// Holes summarises the cluster's cards for FragAware's waste model (see
-// Waste): how many partly used cards have each amount of memory free, and
-// the free memory overall; and, for its CPU pressure (see
-// FragAware.SetCPUDemand), the CPU free beside the cards. The extender's
-// cache and the simulator keep one up to date with AddNode and AddHost
-// around every change of a node's cards, CPU and requests. The zero
+// Holes summarises the cluster's cards for FragAware. For its waste model
+// (see Waste) it counts how many partly used cards have each amount of
+// memory free, and the free memory overall. For its CPU pressure (see
+// FragAware.SetCPUDemand) it holds the CPU free beside the cards. The
+// extender's cache and the simulator keep one up to date with AddNode and
+// AddHost around every change of a node's cards, CPU and requests. The zero
 // value is not ready; use NewHoles. It is not safe for concurrent use.
 type Holes struct {
 	// Cards: free units → healthy cards with that many units free that
@@ -14,10 +14,10 @@ type Holes struct {
 	// FreeUnits is the memory free on all healthy cards, in units.
 	FreeUnits int64
 	// FreeMilliCPU is the CPU, in millicores, not yet requested on the
-	// nodes that have cards and report their CPU (AddHost): what the pods
-	// still to come share with the memory of FreeUnits. It may be
-	// negative on over-committed nodes. HostNodes counts those nodes: with
-	// none the CPU is unknown, not used up.
+	// nodes that have cards and report their CPU (AddHost). The pods still
+	// to come share it with the memory of FreeUnits. It may be negative on
+	// over-committed nodes. HostNodes counts those nodes. With none, the CPU
+	// is unknown, not used up.
 	FreeMilliCPU int64
 	HostNodes    int
 }
@@ -35,7 +35,7 @@ func (h *Holes) Clone() *Holes {
 	return &c
 }
 
-// AddNode adds (sign 1) or takes away (sign −1) n's healthy cards: call it
+// AddNode adds (sign 1) or takes away (sign −1) n's healthy cards. Call it
 // with −1 before changing a node's cards and with 1 after.
 func (h *Holes) AddNode(n *Node, sign int) {
 	for i := range n.Cards {
@@ -57,9 +57,9 @@ func (h *Holes) AddNode(n *Node, sign int) {
 }
 
 // AddHost adds (sign 1) or takes away (sign −1) the free CPU, in
-// millicores, of a node that has cards and reports its CPU: call it with −1
-// before changing the node's CPU, its requests or its cards, and with 1
-// after, as AddNode.
+// millicores, of a node that has cards and reports its CPU. As with
+// AddNode, call it with −1 before changing the node's CPU, its requests or
+// its cards, and with 1 after.
 func (h *Holes) AddHost(freeMilliCPU int64, sign int) {
 	h.FreeMilliCPU += int64(sign) * freeMilliCPU
 	h.HostNodes += sign

@@ -12,9 +12,9 @@ type Policy interface {
 	// Name is the flag and annotation value, e.g. "binpack".
 	Name() string
 	// CardKey ranks card c, which has free units free, for a slice of
-	// units (units ≤ free): lower is tried first.
+	// units (units ≤ free). Lower is tried first.
 	CardKey(c *Card, free, units int64) float64
-	// NodeScore rates node n once pl is placed on it: higher is better.
+	// NodeScore rates node n once pl is placed on it. Higher is better.
 	// Scores are compared only among the nodes of one request.
 	NodeScore(n *Node, pl *Placement) float64
 }
@@ -38,11 +38,12 @@ func PolicyNames() []string {
 }
 
 // New returns the named policy. FragAware uses typical, the cluster's
-// typical requests (see Workload.Typical), and holes, its partly used cards
-// (nil when unknown; see NewFragAware); FGD takes them as its target
-// workload (the simulator builds it with NewFGD from the whole trace
-// instead, as the study does); other policies ignore it. Random draws from
-// a generator seeded by the clock (the simulator seeds it with NewRandom).
+// typical requests (see Workload.Typical), and holes, the cluster's
+// partly used cards, nil when unknown (see NewFragAware). FGD takes typical
+// as its target workload. The simulator instead builds FGD with NewFGD from
+// the whole trace, as the study does. Other policies ignore both. Random
+// draws from a generator seeded by the clock; the simulator seeds it with
+// NewRandom.
 func New(name string, typical []Shape, holes *Holes) (Policy, error) {
 	switch name {
 	case NameBinpack:
@@ -83,8 +84,8 @@ func utilisationAfter(n *Node, pl *Placement) float64 {
 	return float64(used) / float64(total)
 }
 
-// Binpack is best fit: the card left with the least free memory, the node
-// left the fullest.
+// Binpack is best fit. It takes the card left with the least free memory,
+// and the node left the fullest.
 type Binpack struct{}
 
 func (Binpack) Name() string { return NameBinpack }
@@ -93,8 +94,8 @@ func (Binpack) CardKey(_ *Card, free, units int64) float64 { return float64(free
 
 func (Binpack) NodeScore(n *Node, pl *Placement) float64 { return utilisationAfter(n, pl) }
 
-// Spread is worst fit: the card left with the most free memory, the node
-// left the emptiest.
+// Spread is worst fit. It takes the card left with the most free memory,
+// and the node left the emptiest.
 type Spread struct{}
 
 func (Spread) Name() string { return NameSpread }
@@ -107,16 +108,17 @@ func (Spread) NodeScore(n *Node, pl *Placement) float64 { return 1 - utilisation
 const MaxScore = 10
 
 // MaxBestNodes bounds the nodes the extender's filter passes as best
-// (--filter-best): the first ones, in the order kube-scheduler sent them,
-// which it rotates from cycle to cycle. kube-scheduler's own scores then
-// choose among them, and 100 is what kube-scheduler itself deems enough to
-// choose among (its minimum of feasible nodes to find, however small
-// percentageOfNodesToScore); more only lengthens the reply and its own
-// scoring of every node passed.
+// (--filter-best). It passes the first ones, in the order kube-scheduler
+// sent them, which kube-scheduler rotates from cycle to cycle.
+// kube-scheduler's own scores then choose among them. 100 is what
+// kube-scheduler itself deems enough to choose among: its minimum of
+// feasible nodes to find, however small percentageOfNodesToScore. More
+// only lengthens the reply and kube-scheduler's scoring of every node
+// passed.
 const MaxBestNodes = 100
 
-// NormalizeScores maps raw node scores to 0..MaxScore linearly, the best
-// node getting MaxScore and the worst 0. Equal scores all get MaxScore.
+// NormalizeScores maps raw node scores to 0..MaxScore linearly. The best
+// node gets MaxScore and the worst 0. Equal scores all get MaxScore.
 // Example: raw [0.2, 0.5, 0.8] → [0, 5, 10].
 func NormalizeScores(raw []float64) []int64 {
 	out := make([]int64, len(raw))
@@ -131,8 +133,8 @@ func NormalizeScores(raw []float64) []int64 {
 }
 
 // Normalize maps the raw score r of a node to 0..MaxScore as
-// NormalizeScores does among nodes whose raw scores range from lo to hi:
-// linearly, MaxScore for all when the range is empty.
+// NormalizeScores does among nodes whose raw scores range from lo to hi.
+// The map is linear, and gives MaxScore to all when the range is empty.
 func Normalize(r, lo, hi float64) int64 {
 	if hi-lo < 1e-12 {
 		return MaxScore
@@ -141,12 +143,12 @@ func Normalize(r, lo, hi float64) int64 {
 }
 
 // MarkBest maps raw node scores to MaxScore for those equal to the
-// highest and 0 for the others: the extender's prioritize answer for a pod
-// that asks no GPU memory (see CPUScorer), so that with a weight of 3 or
-// more (3 × 10 × 10 points against at most 200 of kube-scheduler's
-// NodeResourcesFit and NodeResourcesBalancedAllocation) kube-scheduler
-// takes one of the best nodes and its own scores choose among them.
-// Example: raw [0, −1000, 0] → [10, 0, 10].
+// highest and 0 for the others. It is the extender's prioritize answer for
+// a pod that asks no GPU memory (see CPUScorer). With a weight of 3 or more
+// the best nodes gain 3 × 10 × 10 = 300 points. kube-scheduler's
+// NodeResourcesFit and NodeResourcesBalancedAllocation give at most 200.
+// So kube-scheduler takes one of the best nodes, and its own scores choose
+// among them. Example: raw [0, −1000, 0] → [10, 0, 10].
 func MarkBest(raw []float64) []int64 {
 	out := make([]int64, len(raw))
 	if len(raw) == 0 {

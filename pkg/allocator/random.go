@@ -6,15 +6,17 @@ import (
 	"time"
 )
 
-// Random is the study's random baseline: any node where the pod fits and
-// any card on it, uniformly. Its scores come from its own generator, so it
-// is reproducible when built with NewRandom and a seeded generator. It is
-// not safe for concurrent use; the extender builds one per request.
+// Random is the study's random baseline. It takes any node where the pod
+// fits and any card on it, uniformly. Its scores come from its own
+// generator, so it is reproducible when built with NewRandom and a seeded
+// generator. It is not safe for concurrent use; the extender builds one per
+// request.
 type Random struct {
 	rng *rand.Rand
 }
 
-// NewRandom returns a Random drawing from rng; nil seeds one from the clock.
+// NewRandom returns a Random drawing from rng. A nil rng is seeded from the
+// clock.
 func NewRandom(rng *rand.Rand) *Random {
 	if rng == nil {
 		seed := uint64(time.Now().UnixNano())

@@ -8,36 +8,36 @@ import (
 
 // Card is one GPU as the allocator sees it. Memory is in the node's unit.
 //
-// It holds what a fit reads of every card (40 bytes on 64-bit machines);
-// what only constraints and reports read lives behind Info, shared by the
-// copies of a card. The extender fits a pod on thousands of nodes per
-// filter call and its time goes to loading their cards from memory: with
-// the UUID, model and isolation inline a card took 88 bytes, a node of 8
-// cards 11 cache lines, where a fit reads 32 bytes of each card.
+// It holds what a fit reads of every card. What only constraints and
+// reports read lives behind Info, shared by the copies of a card. The
+// extender fits a pod on thousands of nodes per filter call. Its time goes
+// to loading their cards from memory, so a card is kept small: TestCardSize
+// holds it to 40 bytes on 64-bit machines. docs/benchmarks.md, under
+// "Scale (issue 26)", has what moving Info out saved.
 type Card struct {
 	// Index is the card's index on its node.
 	Index int
 	// Total memory of the card, in units.
 	Total int64
 	// Used is the memory held by pods, in units. It may exceed Total when
-	// the node shrank under running pods; Free is then 0.
+	// the node shrank under running pods. Free is then 0.
 	Used int64
-	// Info is the card's identity and isolation; nil when the node
-	// publishes none (its cards come from capacity alone). Never modified
-	// once set: a change replaces it.
+	// Info is the card's identity and isolation. It is nil when the node
+	// publishes none, and its cards come from capacity alone. It is never
+	// modified once set; a change replaces it.
 	Info *CardInfo
-	// Rank is the card's place in its node's DRA ResourceSlice (0 first),
-	// the order in which kube-scheduler's first fit tries the cards of a
-	// node the gpushare DRA driver serves (SliceOrder); 0 on other nodes.
+	// Rank is the card's place in its node's DRA ResourceSlice, 0 first.
+	// kube-scheduler's first fit tries the cards of a node the gpushare DRA
+	// driver serves in that order (SliceOrder). It is 0 on other nodes.
 	Rank int32
 	// Healthy cards take new pods; unhealthy ones keep what they hold.
 	Healthy bool
 	// Cordoned: the operator keeps new pods off the card (node annotation
-	// gpushare.io/cordoned-gpus); pods already on it keep what they hold.
+	// gpushare.io/cordoned-gpus). Pods already on it keep what they hold.
 	Cordoned bool
 	// ForeignMPS: the card's MPS clients run as another Linux user than
-	// the pod being placed, whose containers its MPS server would not
-	// serve (set on that pod's copy of the node only).
+	// the pod being placed. Its MPS server would not serve that pod's
+	// containers. It is set on that pod's copy of the node only.
 	ForeignMPS bool
 }
 
@@ -48,7 +48,7 @@ type CardInfo struct {
 	UUID  string
 	Model string
 	// Isolation is how the card enforces each container's share of its
-	// memory (inventory "isolation"); "" (unknown) enforces nothing.
+	// memory (inventory "isolation"). "" is unknown, and enforces nothing.
 	Isolation gpushare.Isolation
 }
 
@@ -69,7 +69,7 @@ func (c *Card) Model() string {
 }
 
 // Isolation returns how the card enforces each container's share of its
-// memory, "" (unknown: nothing) when the node does not say.
+// memory. It is "" when the node does not say, which enforces nothing.
 func (c *Card) Isolation() gpushare.Isolation {
 	if c.Info == nil {
 		return ""
@@ -77,8 +77,9 @@ func (c *Card) Isolation() gpushare.Isolation {
 	return c.Info.Isolation
 }
 
-// Free returns the units a new pod may take on the card: 0 for an
-// unhealthy or cordoned card, or one whose MPS clients the pod may not join.
+// Free returns the units a new pod may take on the card. It is 0 for an
+// unhealthy or cordoned card, and for one whose MPS clients the pod may not
+// join.
 func (c *Card) Free() int64 {
 	if !c.Healthy || c.Cordoned || c.ForeignMPS || c.Used >= c.Total {
 		return 0
@@ -120,9 +121,9 @@ type Placement struct {
 	// (not card indexes) of each container's cards.
 	Cards [][]int
 	// Reserved holds, parallel to Node.Cards, the units the pod holds on
-	// each card: the larger of its non-init containers' sum there and, for
-	// each plain init container there, that one plus the sidecars declared
-	// before it there (gpushare.Allocation.PerCard).
+	// each card (gpushare.Allocation.PerCard). That is the largest of its
+	// non-init containers' sum there and, for each plain init container
+	// there, that one plus the sidecars declared before it there.
 	Reserved []int64
 }
 
@@ -139,8 +140,9 @@ func (p *Placement) Total() int64 {
 type FitError struct {
 	Node   string
 	Reason string
-	// Budget: the search stopped on a budget (the node's, or the
-	// request's, FitBudget) before it could tell; the demand may fit.
+	// Budget: the search stopped on a budget before it could tell, and
+	// the demand may fit. The budget is the node's, or the request's
+	// (FitBudget).
 	Budget bool
 }
 
