@@ -150,6 +150,11 @@ type FragAware struct {
 	// memory (MiB) a typical request asks, 0 when unknown. They give starved
 	// its quick answers.
 	needCPULo, needCPUHi, needMemLo, needMemHi float64
+	// freeByModel is Holes.FreeByModel. modelCost and modelFloor are the
+	// model term's (see SetModels); nil and 0 leave it out.
+	freeByModel map[string]int64
+	modelCost   map[string]float64
+	modelFloor  float64
 }
 
 // unitMemo bounds the hole sizes whose Waste is memoised by unit: every
@@ -174,6 +179,7 @@ func NewFragAware(typical []Shape, holes *Holes) *FragAware {
 	f.setNeeds()
 	if holes != nil {
 		f.freeUnits, f.freeMilliCPU, f.hostNodes = holes.FreeUnits, holes.FreeMilliCPU, holes.HostNodes
+		f.freeByModel = holes.FreeByModel
 	}
 	if holes == nil || mean <= 0 {
 		return f
@@ -503,6 +509,14 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 	for _, c := range changed {
 		waste += f.cardWaste(c.free-c.take, c.total) - f.cardWaste(c.free, c.total)
 	}
+	var model float64 // the model term (see SetModels)
+	if f.modelCost != nil {
+		for i := range n.Cards {
+			if r := pl.Reserved[i]; r > 0 {
+				model += f.modelTerm(n.Cards[i].Model(), min(r, n.Cards[i].Free()))
+			}
+		}
+	}
 	var delta float64 // ΔF
 	for i := range f.shapes {
 		s := &f.shapes[i]
@@ -535,7 +549,7 @@ func (f *FragAware) score(n *Node, pl *Placement, h *Host) float64 {
 		}
 		delta += s.Weight * float64(-taken-dSlots*s.Units*int64(s.Cards))
 	}
-	score := -wasteWeight*waste - delta
+	score := -wasteWeight*waste - delta - model
 	if h != nil {
 		score -= f.deadMade(free, taken, h)
 	}
@@ -606,6 +620,9 @@ type Workload struct {
 	// too (ObserveCPUOnly). Each pod's weight decays by workloadDecay per
 	// later pod. See CPUPerUnit.
 	demandMilliCPU, demandUnits float64
+	// restricted: the restrictions to GPU models of recent pods, by
+	// restrictionKey (see Restrictions).
+	restricted map[string]*restricted
 }
 
 type shapeKey struct {
@@ -669,6 +686,7 @@ func (w *Workload) ObserveCPUOnly(milliCPU int64) { w.observeDemand(milliCPU, 0)
 func (w *Workload) observeDemand(milliCPU, units int64) {
 	w.demandMilliCPU = w.demandMilliCPU*workloadDecay + float64(max(0, milliCPU))
 	w.demandUnits = w.demandUnits*workloadDecay + float64(max(0, units))
+	w.decayRestricted()
 }
 
 // CPUPerUnit returns the CPU, in millicores, that the recent pods asked

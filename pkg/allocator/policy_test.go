@@ -110,7 +110,7 @@ func TestHolesAddNode(t *testing.T) {
 	n := milliNode(0, 300, 1000, 300)
 	n.Cards = append(n.Cards, Card{Index: 4, Total: 1000, Used: 100}) // unhealthy
 	h.AddNode(n, 1)
-	want := &Holes{Cards: map[int64]int{700: 2}, FreeUnits: 2400}
+	want := &Holes{Cards: map[int64]int{700: 2}, FreeUnits: 2400, FreeByModel: map[string]int64{"": 2400}}
 	if diff := cmp.Diff(want, h); diff != "" {
 		t.Errorf("after AddNode (-want +got):\n%s", diff)
 	}

@@ -441,6 +441,7 @@ func (r *replay) observe(pod *trace.Pod) allocator.Policy {
 	}
 	f := allocator.NewFragAware(r.work.Typical(), r.holes)
 	f.SetCPUDemand(r.work.CPUPerUnit())
+	f.SetModels(allocator.ModelCosts(r.work.Restrictions(), r.holes), gpushare.ModelRestriction(pod.Constraints, pod.NodeSelector))
 	return f
 }
 
@@ -667,7 +668,7 @@ func (r *replay) place(pod *trace.Pod, policy allocator.Policy, best int, d *Dec
 	r.holes.AddNode(&ns.alloc, 1)
 	if r.policy == nil {
 		// As the extender's cache learns it when its bind holds the cards.
-		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+		r.work.ObserveConstrained(pod.Demand, gpushare.ModelRestriction(pod.Constraints, pod.NodeSelector), pod.MilliCPU, pod.MemoryMiB)
 	}
 	r.placed += r.best.Total()
 	d.Cards = make([][]int, len(r.best.Cards))
