@@ -2,9 +2,6 @@ package allocator
 
 import (
 	"math"
-	"slices"
-	"sort"
-	"strings"
 
 	"github.com/gpushare/gpushare/pkg/gpushare"
 )
@@ -30,86 +27,6 @@ func (r *Restriction) allows(model string) bool {
 	cc := gpushare.CardConstraints{Models: r.Models, ExcludedModels: r.ExcludedModels}
 	ok, _ := cc.AllowsModel(model)
 	return ok
-}
-
-// restricted is one restriction as Workload learns it: the decayed units
-// its pods asked, on the scale of Workload.demandUnits.
-type restricted struct {
-	models, excluded []string
-	units            float64
-}
-
-// maxRestrictions bounds the restrictions a Workload keeps; the lightest
-// goes first.
-const maxRestrictions = 32
-
-// restrictionKey names the models cc restricts a pod to; "" when it
-// restricts none.
-func restrictionKey(cc *gpushare.CardConstraints) string {
-	if cc == nil || !cc.ReadsModel() {
-		return ""
-	}
-	return strings.Join(cc.Models, "|") + "!" + strings.Join(cc.ExcludedModels, "|")
-}
-
-// ObserveConstrained is ObservePod for a pod whose cards cc constrains
-// (nil: none). A pod restricted to some GPU models adds its units to its
-// restriction (see Restrictions).
-func (w *Workload) ObserveConstrained(d gpushare.Demand, cc *gpushare.CardConstraints, milliCPU, memMiB int64) {
-	w.ObservePod(d, milliCPU, memMiB)
-	key := restrictionKey(cc)
-	if key == "" {
-		return
-	}
-	if w.restricted == nil {
-		w.restricted = map[string]*restricted{}
-	}
-	r := w.restricted[key]
-	if r == nil {
-		r = &restricted{models: slices.Clone(cc.Models), excluded: slices.Clone(cc.ExcludedModels)}
-		w.restricted[key] = r
-	}
-	r.units += float64(d.Total())
-	if len(w.restricted) > maxRestrictions {
-		lightest, lu := "", math.Inf(1)
-		for k, v := range w.restricted {
-			if v.units < lu || v.units == lu && k < lightest {
-				lightest, lu = k, v.units
-			}
-		}
-		delete(w.restricted, lightest)
-	}
-}
-
-// decayRestricted decays the restrictions' units as observeDemand decays
-// demandUnits.
-func (w *Workload) decayRestricted() {
-	for _, r := range w.restricted {
-		r.units *= workloadDecay
-	}
-}
-
-// Restrictions returns the restrictions of recent pods with their shares
-// of recent GPU memory, largest first (ties by models). Empty when no pod
-// was restricted to a model.
-func (w *Workload) Restrictions() []Restriction {
-	if w.demandUnits <= 0 || len(w.restricted) == 0 {
-		return nil
-	}
-	out := make([]Restriction, 0, len(w.restricted))
-	for _, r := range w.restricted {
-		if s := r.units / w.demandUnits; s > 0 {
-			out = append(out, Restriction{Models: r.models, ExcludedModels: r.excluded, Share: min(1, s)})
-		}
-	}
-	sort.Slice(out, func(a, b int) bool {
-		if out[a].Share != out[b].Share {
-			return out[a].Share > out[b].Share
-		}
-		return restrictionKey(&gpushare.CardConstraints{Models: out[a].Models, ExcludedModels: out[a].ExcludedModels}) <
-			restrictionKey(&gpushare.CardConstraints{Models: out[b].Models, ExcludedModels: out[b].ExcludedModels})
-	})
-	return out
 }
 
 // ModelCosts returns, for each GPU model with free memory in holes, the

@@ -82,12 +82,8 @@ func TestFragAwareKeepsRestrictedModels(t *testing.T) {
 		t.Fatalf("without restrictions the pod goes to %q; the test needs a policy that prefers t4", got)
 	}
 
-	w := NewWorkload()
-	for range 10 {
-		w.ObserveConstrained(gpushare.Demand{app("c", 500)}, nil, 0, 0)
-		w.ObserveConstrained(gpushare.Demand{app("c", 500)}, onlyT4, 0, 0)
-	}
-	costs := ModelCosts(w.Restrictions(), holes)
+	// Half of recent memory restricted to T4s.
+	costs := ModelCosts([]Restriction{{Models: onlyT4.Models, Share: 0.5}}, holes)
 	if costs["Tesla T4"] <= 0 || costs["A100-SXM4-80GB"] != 0 {
 		t.Fatalf("ModelCosts = %v, want a cost on T4 only", costs)
 	}
@@ -136,27 +132,5 @@ func TestSetModelsFloor(t *testing.T) {
 				t.Errorf("floor = %v, want %v", f.modelFloor, tc.wantFloor)
 			}
 		})
-	}
-}
-
-// TestWorkloadRestrictions: a restriction's share is its pods' part of
-// the GPU memory recent pods asked, decaying as the typical requests do;
-// pods of the same models share one restriction.
-func TestWorkloadRestrictions(t *testing.T) {
-	w := NewWorkload()
-	if got := w.Restrictions(); got != nil {
-		t.Fatalf("Restrictions of an empty workload = %v, want nil", got)
-	}
-	t4 := &gpushare.CardConstraints{Models: []string{"T4"}}
-	w.ObserveConstrained(gpushare.Demand{app("c", 300)}, t4, 0, 0)
-	w.ObserveConstrained(gpushare.Demand{app("c", 100)}, &gpushare.CardConstraints{Models: []string{"T4"}}, 0, 0)
-	w.ObserveConstrained(gpushare.Demand{app("c", 600)}, &gpushare.CardConstraints{UUIDs: []string{"GPU-1"}}, 0, 0) // no model
-	w.ObserveCPUOnly(4000)
-	d := workloadDecay
-	// T4: 300 decayed three times and 100 twice, over all 1,000 units so decayed.
-	wantT4 := (300*d*d*d + 100*d*d) / (300*d*d*d + 100*d*d + 600*d)
-	want := []Restriction{{Models: []string{"T4"}, Share: wantT4}}
-	if diff := cmp.Diff(want, w.Restrictions(), cmpopts.EquateApprox(0, 1e-12), cmpopts.EquateEmpty()); diff != "" {
-		t.Errorf("Restrictions (-want +got):\n%s", diff)
 	}
 }

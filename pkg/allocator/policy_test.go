@@ -147,37 +147,6 @@ func TestFragmentationMultiCard(t *testing.T) {
 	}
 }
 
-func TestWorkloadTypical(t *testing.T) {
-	w := NewWorkload()
-	if got := w.Typical(); len(got) != 0 {
-		t.Fatalf("empty workload Typical() = %v", got)
-	}
-	for range 3 {
-		w.Observe(gpushare.Demand{app("a", 4)})
-	}
-	w.Observe(gpushare.Demand{{Name: "b", Units: 8, Cards: 2}})
-	got := w.Typical()
-	if len(got) != 2 || got[0].Units != 4 || got[1].Cards != 2 {
-		t.Fatalf("Typical() = %+v, want 4-unit shape first, then 8x2", got)
-	}
-	if s := got[0].Weight + got[1].Weight; s < 0.999 || s > 1.001 {
-		t.Errorf("weights sum to %v, want 1", s)
-	}
-	if !(got[0].Weight > 0.7 && got[0].Weight < 0.76) {
-		t.Errorf("4-unit weight %v, want ≈ 0.75 (3 of 4, slightly decayed)", got[0].Weight)
-	}
-	// Many shapes: the model stays bounded.
-	for i := range 500 {
-		w.Observe(gpushare.Demand{app("x", int64(i+100))})
-	}
-	if len(w.weights) > maxShapes {
-		t.Errorf("workload keeps %d shapes, want ≤ %d", len(w.weights), maxShapes)
-	}
-	if got := len(w.Typical()); got != TypicalShapes {
-		t.Errorf("Typical() has %d shapes, want %d", got, TypicalShapes)
-	}
-}
-
 func TestNewPolicy(t *testing.T) {
 	for _, name := range PolicyNames() {
 		p, err := New(name, nil, nil)
