@@ -20,10 +20,13 @@ type Holes struct {
 	// is unknown, not used up.
 	FreeMilliCPU int64
 	HostNodes    int
+	// FreeByModel is FreeUnits by the cards' model ("" for cards of
+	// unknown model), for FragAware's model term (see ModelCosts).
+	FreeByModel map[string]int64
 }
 
 // NewHoles returns the summary of a cluster without cards.
-func NewHoles() *Holes { return &Holes{Cards: map[int64]int{}} }
+func NewHoles() *Holes { return &Holes{Cards: map[int64]int{}, FreeByModel: map[string]int64{}} }
 
 // Clone returns a copy of h that shares nothing with it.
 func (h *Holes) Clone() *Holes {
@@ -31,6 +34,10 @@ func (h *Holes) Clone() *Holes {
 	c.Cards = make(map[int64]int, len(h.Cards))
 	for k, v := range h.Cards {
 		c.Cards[k] = v
+	}
+	c.FreeByModel = make(map[string]int64, len(h.FreeByModel))
+	for k, v := range h.FreeByModel {
+		c.FreeByModel[k] = v
 	}
 	return &c
 }
@@ -45,6 +52,16 @@ func (h *Holes) AddNode(n *Node, sign int) {
 		}
 		free := c.Free()
 		h.FreeUnits += int64(sign) * free
+		if h.FreeByModel == nil {
+			h.FreeByModel = map[string]int64{}
+		}
+		if m := c.Model(); free != 0 {
+			if k := h.FreeByModel[m] + int64(sign)*free; k != 0 {
+				h.FreeByModel[m] = k
+			} else {
+				delete(h.FreeByModel, m)
+			}
+		}
 		if free <= 0 || free >= c.Total {
 			continue
 		}

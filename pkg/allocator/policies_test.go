@@ -304,12 +304,13 @@ func TestRandom(t *testing.T) {
 // simulator does.
 func BenchmarkFragAwareScore(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	w := NewWorkload()
 	sizes := []int64{1000, 810, 470, 320, 650, 230, 460, 590, 160, 550, 220, 370, 110, 480}
-	for range 2000 {
-		w.ObservePod(gpushare.Demand{app("c", sizes[r.IntN(len(sizes))])}, 8000, 32768)
+	// The typical requests of 2,000 pods of these sizes and one of 8 cards.
+	var typical []Shape
+	for _, u := range sizes {
+		typical = append(typical, Shape{Units: u, Cards: 1, Weight: 2000.0 / 2001 / float64(len(sizes)), MilliCPU: 8000, MemoryMiB: 32768})
 	}
-	w.ObservePod(gpushare.Demand{{Name: "c", Units: 1000, Cards: 8}}, 64000, 262144)
+	typical = append(typical, Shape{Units: 1000, Cards: 8, Weight: 1.0 / 2001, MilliCPU: 64000, MemoryMiB: 262144})
 	nodes := make([]*Node, 5000)
 	holes := NewHoles()
 	for i := range nodes {
@@ -320,7 +321,7 @@ func BenchmarkFragAwareScore(b *testing.B) {
 		nodes[i] = milliNode(used...)
 		holes.AddNode(nodes[i], 1)
 	}
-	f := NewFragAware(w.Typical(), holes)
+	f := NewFragAware(typical, holes)
 	d := gpushare.Demand{app("c", 470)}
 	pl := &Placement{}
 	for _, host := range []bool{false, true} {

@@ -38,7 +38,7 @@ func PolicyNames() []string {
 }
 
 // New returns the named policy. FragAware uses typical, the cluster's
-// typical requests (see Workload.Typical), and holes, the cluster's
+// typical requests (see workload.Workload.Typical), and holes, the cluster's
 // partly used cards, nil when unknown (see NewFragAware). FGD takes typical
 // as its target workload. The simulator instead builds FGD with NewFGD from
 // the whole trace, as the study does. Other policies ignore both. Random

@@ -110,7 +110,7 @@ func TestHolesAddNode(t *testing.T) {
 	n := milliNode(0, 300, 1000, 300)
 	n.Cards = append(n.Cards, Card{Index: 4, Total: 1000, Used: 100}) // unhealthy
 	h.AddNode(n, 1)
-	want := &Holes{Cards: map[int64]int{700: 2}, FreeUnits: 2400}
+	want := &Holes{Cards: map[int64]int{700: 2}, FreeUnits: 2400, FreeByModel: map[string]int64{"": 2400}}
 	if diff := cmp.Diff(want, h); diff != "" {
 		t.Errorf("after AddNode (-want +got):\n%s", diff)
 	}
@@ -144,37 +144,6 @@ func TestFragmentationMultiCard(t *testing.T) {
 		if got := f.Fragmentation(tc.frees); got != tc.want {
 			t.Errorf("Fragmentation(%v) = %v, want %v", tc.frees, got, tc.want)
 		}
-	}
-}
-
-func TestWorkloadTypical(t *testing.T) {
-	w := NewWorkload()
-	if got := w.Typical(); len(got) != 0 {
-		t.Fatalf("empty workload Typical() = %v", got)
-	}
-	for range 3 {
-		w.Observe(gpushare.Demand{app("a", 4)})
-	}
-	w.Observe(gpushare.Demand{{Name: "b", Units: 8, Cards: 2}})
-	got := w.Typical()
-	if len(got) != 2 || got[0].Units != 4 || got[1].Cards != 2 {
-		t.Fatalf("Typical() = %+v, want 4-unit shape first, then 8x2", got)
-	}
-	if s := got[0].Weight + got[1].Weight; s < 0.999 || s > 1.001 {
-		t.Errorf("weights sum to %v, want 1", s)
-	}
-	if !(got[0].Weight > 0.7 && got[0].Weight < 0.76) {
-		t.Errorf("4-unit weight %v, want ≈ 0.75 (3 of 4, slightly decayed)", got[0].Weight)
-	}
-	// Many shapes: the model stays bounded.
-	for i := range 500 {
-		w.Observe(gpushare.Demand{app("x", int64(i+100))})
-	}
-	if len(w.weights) > maxShapes {
-		t.Errorf("workload keeps %d shapes, want ≤ %d", len(w.weights), maxShapes)
-	}
-	if got := len(w.Typical()); got != TypicalShapes {
-		t.Errorf("Typical() has %d shapes, want %d", got, TypicalShapes)
 	}
 }
 

@@ -6,44 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"github.com/gpushare/gpushare/pkg/gpushare"
 )
-
-func TestWorkloadCPUPerUnit(t *testing.T) {
-	const d = workloadDecay
-	gpu := func(units int64) gpushare.Demand { return gpushare.Demand{{Units: units, Cards: 1}} }
-	tests := []struct {
-		name    string
-		observe func(w *Workload)
-		want    float64 // millicores per unit
-	}{
-		{"nothing seen", func(*Workload) {}, 0},
-		{"only pods without GPU memory: no unit to share", func(w *Workload) { w.ObserveCPUOnly(4000) }, 0},
-		{"one GPU pod", func(w *Workload) { w.ObservePod(gpu(1000), 10000, 0) }, 10},
-		// The doc's example, with the decay: the GPU pod is one pod old.
-		{"doc: a GPU pod, then 4 cores without GPU memory", func(w *Workload) {
-			w.ObservePod(gpu(1000), 10000, 0)
-			w.ObserveCPUOnly(4000)
-		}, (10000*d + 4000) / (1000 * d)},
-		{"a GPU pod that asks no CPU still brings memory", func(w *Workload) {
-			w.ObservePod(gpu(500), 0, 0)
-			w.ObservePod(gpu(500), 6000, 0)
-		}, 6000 / (500*d + 500)},
-		{"a two-card pod counts both cards", func(w *Workload) {
-			w.ObservePod(gpushare.Demand{{Units: 1000, Cards: 2}}, 16000, 0)
-		}, 8},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			w := NewWorkload()
-			tc.observe(w)
-			if diff := cmp.Diff(tc.want, w.CPUPerUnit(), cmpopts.EquateApprox(1e-12, 0)); diff != "" {
-				t.Errorf("CPUPerUnit (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func TestSetCPUDemand(t *testing.T) {
 	typical := []Shape{{Units: 1000, Cards: 1, Weight: 1, MilliCPU: 10000}}

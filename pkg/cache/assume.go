@@ -72,7 +72,7 @@ func (c *Cache) begin(pod *kubeinfo.PodInfo, node string) (t attempt, done *gpus
 	if t.ns, done, err = c.assumable(pod, node); done != nil || err != nil {
 		return attempt{}, done, err
 	}
-	if t.p, err = c.view.Inputs().Policy(pod.Policy); err != nil {
+	if t.p, err = c.view.Inputs().Policy(pod.Policy, pod.Models); err != nil {
 		return attempt{}, nil, err
 	}
 	t.gen, t.cr = t.ns.gen, c.creditLocked(pod.GetUID())

@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/inspectapi"
 	"github.com/gpushare/gpushare/pkg/kubeinfo"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // State is where a pod's allocation is in its life (see the package doc).
@@ -68,7 +69,7 @@ type Cache struct {
 	pods map[types.UID]*podState
 	// workload learns typical requests from every gpu-mem pod placed, once
 	// each: assumed by our bind or seen bound. Pending pods teach it nothing.
-	workload *allocator.Workload
+	workload *workload.Workload
 	// observed: the pods already fed to workload, by observedKey; entries
 	// leave on delete. The key is a 64-bit hash of the UID, 8 bytes a pod
 	// rather than a 16-byte string header; the set is never listed. Two pods
@@ -319,7 +320,7 @@ func New(cfg Config) (*Cache, error) {
 		nodes:          map[string]*nodeState{},
 		draNodes:       map[string]*draNode{},
 		pods:           map[types.UID]*podState{},
-		workload:       allocator.NewWorkload(),
+		workload:       workload.New(),
 		observed:       map[uint64]struct{}{},
 		gone:           map[uint64]time.Time{},
 		observedSeed:   maphash.MakeSeed(),

@@ -64,7 +64,8 @@ func checkPublished(t *testing.T, c *Cache) {
 		}
 	}
 	want := &view.Inputs{DefaultPolicy: c.policy, Typical: c.workload.Typical(), Holes: c.holes, CPUPerUnit: c.workload.CPUPerUnit(),
-		MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
+		MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits, Restrictions: c.workload.Restrictions()}
+	want.ModelCosts = allocator.ModelCosts(want.Restrictions, c.holes)
 	if diff := cmp.Diff(want, c.view.Inputs(), cmp.AllowUnexported(view.Inputs{}), cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("policy inputs as readers see them (-state +published):\n%s", diff)
 	}
@@ -1012,7 +1013,7 @@ func TestCPUPressureLearnsPodsOnGPUNodes(t *testing.T) {
 	// GiB (the GPU pod, without an allocation annotation, is charged
 	// unattributed, not on a card); the CPU node has no cards and does
 	// not count.
-	p, err := c.view.Inputs().Policy(allocator.NameFragAware)
+	p, err := c.view.Inputs().Policy(allocator.NameFragAware, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1090,7 +1091,7 @@ func TestPendingPodsDoNotSteer(t *testing.T) {
 		c.UpsertPod(util.MakePod(fmt.Sprintf("placed-%d", i)).GPUMem(8).Requests("4", "16Gi").Node("gpu").Obj())
 	}
 	policy := func() *allocator.FragAware {
-		p, err := c.view.Inputs().Policy(allocator.NameFragAware)
+		p, err := c.view.Inputs().Policy(allocator.NameFragAware, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

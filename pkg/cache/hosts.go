@@ -41,7 +41,7 @@ func (c *Cache) addHost(ns *nodeState, sign int) {
 
 // observeCPUOnly feeds the workload model, once per pod, the CPU of a pod
 // that asks no GPU memory and is bound to a node with cards. Such a pod
-// shares that node's CPU with GPU pods (allocator.Workload.CPUPerUnit). The
+// shares that node's CPU with GPU pods (workload.Workload.CPUPerUnit). The
 // caller holds c.mu.
 func (c *Cache) observeCPUOnly(pod *kubeinfo.PodInfo) {
 	if pod.Demand != nil || pod.ClaimPod || pod.NodeName == "" || pod.Phase == corev1.PodSucceeded || pod.Phase == corev1.PodFailed {

@@ -295,7 +295,7 @@ func (c *Cache) observePlaced(pod *kubeinfo.PodInfo) {
 		return
 	}
 	c.observed[key] = struct{}{}
-	c.workload.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+	c.workload.ObserveConstrained(pod.Demand, pod.Models, pod.MilliCPU, pod.MemoryMiB)
 	c.workloadDirty = true
 }
 

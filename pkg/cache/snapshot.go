@@ -3,6 +3,7 @@ package cache
 import (
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/cache/internal/view"
 )
 
@@ -49,10 +50,11 @@ func (c *Cache) publish() {
 		return
 	}
 	in := &view.Inputs{DefaultPolicy: c.policy, Holes: c.holes.Clone(), CPUPerUnit: c.workload.CPUPerUnit(), MaxMilliCPU: c.maxMilliCPU, MaxUnits: c.maxUnits}
-	in.Typical = c.view.Inputs().Typical
+	in.Typical, in.Restrictions = c.view.Inputs().Typical, c.view.Inputs().Restrictions
 	if c.workloadDirty {
-		in.Typical = c.workload.Typical()
+		in.Typical, in.Restrictions = c.workload.Typical(), c.workload.Restrictions()
 	}
+	in.ModelCosts = allocator.ModelCosts(in.Restrictions, in.Holes)
 	c.view.SetInputs(in)
 	c.inputsDirty, c.workloadDirty = false, false
 }

@@ -107,3 +107,33 @@ func LabelValue(s string) string {
 func alnum(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
+
+// SelectorModels returns the card models that a nodeSelector on a product
+// label (LabelProduct or NVIDIALabelProduct) restricts a pod to, as model
+// patterns; nil when it names none. A label value stands for the models it
+// was made from (LabelValue): each '-' may have been any character, and a
+// value of 63 characters may have been cut.
+func SelectorModels(sel map[string]string) *CardConstraints {
+	v := sel[LabelProduct]
+	if v == "" {
+		v = sel[NVIDIALabelProduct]
+	}
+	if v == "" {
+		return nil
+	}
+	p := strings.ReplaceAll(v, "-", "?")
+	if len(v) == 63 {
+		p += "*"
+	}
+	return &CardConstraints{Models: []string{p}}
+}
+
+// ModelRestriction returns the models a pod is restricted to: by its
+// annotations (cc) when they name models, else by its nodeSelector (see
+// SelectorModels); nil when neither does.
+func ModelRestriction(cc *CardConstraints, sel map[string]string) *CardConstraints {
+	if cc != nil && cc.ReadsModel() {
+		return cc
+	}
+	return SelectorModels(sel)
+}

@@ -57,6 +57,10 @@ type PodInfo struct {
 	// ConstraintsErr says why they are invalid; the pod then fits nowhere.
 	Constraints    *gpushare.CardConstraints
 	ConstraintsErr error
+	// Models are the models the pod is restricted to, by its annotations
+	// or by a nodeSelector on a product label (gpushare.ModelRestriction);
+	// nil when neither names one. The workload model learns them.
+	Models *gpushare.CardConstraints
 	// MilliCPU and MemoryMiB are the pod's CPU (millicores) and memory
 	// (MiB) requests as kube-scheduler counts them (PodRequests).
 	MilliCPU, MemoryMiB int64
@@ -127,6 +131,7 @@ func NewPodInfo(pod *corev1.Pod) *PodInfo {
 		info.StartTime = pod.Status.StartTime.Time
 	}
 	info.Constraints, info.ConstraintsErr = gpushare.ParseCardConstraints(pod.Annotations)
+	info.Models = gpushare.ModelRestriction(info.Constraints, pod.Spec.NodeSelector)
 	if s, ok := pod.Annotations[gpushare.AnnotationAllocation]; ok {
 		if a, err := gpushare.ParseAllocation(s); err == nil {
 			info.Allocation = a

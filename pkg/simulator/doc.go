@@ -6,7 +6,7 @@
 // extender's own code: allocator.Fit places a pod on a node's cards, and
 // the policy's NodeScore rates the node (NodeScoreHost where the policy
 // weighs CPU and memory). The default policy learns the typical requests
-// online with allocator.Workload, as the extender's cache does.
+// online with workload.Workload, as the extender's cache does.
 //
 // # Methodology
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/pkg/allocator"
 	"github.com/gpushare/gpushare/pkg/gpushare"
 	"github.com/gpushare/gpushare/pkg/simulator/trace"
+	"github.com/gpushare/gpushare/pkg/workload"
 )
 
 // DefaultInflate is the study's arrival target: clones are appended until
@@ -178,7 +179,7 @@ type replay struct {
 	tasks []allocator.Task
 	// work learns the typical requests for fragaware, as the extender's
 	// cache does, from the GPU pods submitted so far.
-	work   *allocator.Workload
+	work   *workload.Workload
 	tieRNG *rand.Rand
 	// policy is fixed for all pods; nil for fragaware, which is rebuilt per
 	// pod.
@@ -340,7 +341,7 @@ func newReplay(tr *trace.Trace, opts Options) (*replay, error) {
 	if opts.PercentageOfNodesToScore != nil {
 		percentage = *opts.PercentageOfNodesToScore
 	}
-	r := &replay{opts: opts, capacity: tr.Capacity(), work: allocator.NewWorkload(),
+	r := &replay{opts: opts, capacity: tr.Capacity(), work: workload.New(),
 		tieRNG: rand.New(rand.NewPCG(opts.Seed, 2)), tasks: TargetTasks(tr.Pods),
 		cur: &allocator.Placement{}, best: &allocator.Placement{}, holes: allocator.NewHoles(),
 		sched: newSampler(tr.Nodes, percentage), scheduler: sched}
@@ -441,6 +442,7 @@ func (r *replay) observe(pod *trace.Pod) allocator.Policy {
 	}
 	f := allocator.NewFragAware(r.work.Typical(), r.holes)
 	f.SetCPUDemand(r.work.CPUPerUnit())
+	f.SetModels(allocator.ModelCosts(r.work.Restrictions(), r.holes), gpushare.ModelRestriction(pod.Constraints, pod.NodeSelector))
 	return f
 }
 
@@ -667,7 +669,7 @@ func (r *replay) place(pod *trace.Pod, policy allocator.Policy, best int, d *Dec
 	r.holes.AddNode(&ns.alloc, 1)
 	if r.policy == nil {
 		// As the extender's cache learns it when its bind holds the cards.
-		r.work.ObservePod(pod.Demand, pod.MilliCPU, pod.MemoryMiB)
+		r.work.ObserveConstrained(pod.Demand, gpushare.ModelRestriction(pod.Constraints, pod.NodeSelector), pod.MilliCPU, pod.MemoryMiB)
 	}
 	r.placed += r.best.Total()
 	d.Cards = make([][]int, len(r.best.Cards))

@@ -3,6 +3,7 @@ package simulator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -125,6 +126,73 @@ func TestGPUSpecAsLabelPlacesAsTheAnnotation(t *testing.T) {
 		}
 		if diff := cmp.Diff(ann, lab); diff != "" {
 			t.Errorf("%s: placements differ (-annotation +label):\n%s", policy, diff)
+		}
+	}
+}
+
+// TestRestrictedPodsKeepToTheirModels: whatever the variant (one to three
+// models per pod, by annotation or by label) and the policy, a pod
+// restricted to some models is placed only on nodes of those models. The
+// model term steers pods to models; it must never let one through to
+// another.
+func TestRestrictedPodsKeepToTheirModels(t *testing.T) {
+	var nodes, pods strings.Builder
+	models := []string{"T4", "V100M32", "P100", "A10", "G2"}
+	for i := range 20 {
+		fmt.Fprintf(&nodes, "n%d,32000,65536,%d,%s\n", i, 1+i%4, models[i%len(models)])
+	}
+	for i := range 120 {
+		switch {
+		case i%9 == 0:
+			fmt.Fprintf(&pods, "p%d,2000,4096,0,0,\n", i)
+		case i%6 == 0:
+			fmt.Fprintf(&pods, "p%d,4000,8192,2,1000,\n", i)
+		default:
+			fmt.Fprintf(&pods, "p%d,1000,2048,1,%d,\n", i, 100+97*i%900)
+		}
+	}
+	tr := tinyTrace(t, nodes.String(), pods.String())
+	modelOf := map[string]string{}
+	for _, n := range tr.Nodes {
+		modelOf[n.Name] = n.Model
+	}
+	for _, most := range []int{1, 2, 3} {
+		for _, asLabel := range []bool{false, true} {
+			out, err := (&trace.Variant{GPUSpecShare: 0.35, GPUSpecModels: most, GPUSpecAsLabel: asLabel, Seed: uint64(most)}).Apply(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			allowed := map[string][]string{}
+			restricted := 0
+			for _, p := range out.Pods {
+				if len(p.Models) > 0 {
+					allowed[p.Name] = p.Models
+					restricted++
+				}
+			}
+			if restricted == 0 {
+				t.Fatal("the variant restricted no pod; the test checks nothing")
+			}
+			for _, policy := range allocator.PolicyNames() {
+				res, err := Run(context.Background(), out, Options{Policy: policy, Seed: 3, Record: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				placed := 0
+				for _, d := range res.Decisions {
+					ms, ok := allowed[d.Pod]
+					if !ok || d.Node == "" {
+						continue
+					}
+					placed++
+					if !slices.Contains(ms, modelOf[d.Node]) {
+						t.Errorf("models ≤ %d, label %v, %s: pod %s (models %v) placed on %s, a %s", most, asLabel, policy, d.Pod, ms, d.Node, modelOf[d.Node])
+					}
+				}
+				if placed == 0 {
+					t.Errorf("models ≤ %d, label %v, %s: no restricted pod placed; the test checks nothing", most, asLabel, policy)
+				}
+			}
 		}
 	}
 }

@@ -35,12 +35,12 @@ func under(paths ...string) func(string) bool {
 // what the module's packages import, their tests aside.
 var arrows = []arrow{
 	{name: "the pure packages talk to no API server",
-		from: under("pkg/allocator", "pkg/gpushare", "pkg/sampling", "pkg/kubeinfo", "pkg/inspectapi", "pkg/preemption/planner"),
+		from: under("pkg/allocator", "pkg/workload", "pkg/gpushare", "pkg/sampling", "pkg/kubeinfo", "pkg/inspectapi", "pkg/preemption/planner"),
 		to:   []string{"k8s.io/client-go"}},
 	{name: "the allocation cache is fed, it watches nothing itself",
 		from: under("pkg/cache"), to: []string{"k8s.io/client-go"}},
 	{name: "the pure packages import no state of the extender's",
-		from: under("pkg/allocator", "pkg/gpushare", "pkg/sampling"),
+		from: under("pkg/allocator", "pkg/workload", "pkg/gpushare", "pkg/sampling"),
 		to:   []string{module + "/pkg/cache", module + "/pkg/feed", module + "/pkg/extender", module + "/pkg/preemption"}},
 	{name: "only gpushare-simulate's main imports the simulator",
 		from: func(pkg string) bool { return strings.HasPrefix(pkg, module+"/") }, to: []string{module + "/pkg/simulator"},

@@ -203,7 +203,8 @@ func variantFlags(fs *flag.FlagSet, v *trace.Variant) (check func() error) {
 	multiShare := fs.Float64("multi-gpu-share", 0, "variant: append clones of multi-GPU pods until they ask this percentage of the GPU memory (as openb's multigpuN traces)")
 	multiCards := fs.String("multi-gpu-cards", "", "variant: clone only the multi-GPU pods asking these numbers of cards, comma-separated (e.g. 2,4)")
 	cpuShare := fs.Float64("cpu-only-share", 0, "variant: append clones of the pods that ask no GPU memory until they are this percentage of the pods")
-	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only one or two card models (openb gpu_spec), drawn in proportion to the cards of each model that could hold them")
+	specShare := fs.Float64("gpu-spec-share", 0, "variant: this percentage of the GPU pods accept only some card models (openb gpu_spec): one, and with probability 1/2 each a further one up to --gpu-spec-models, drawn in proportion to the cards of each model that could hold them")
+	specModels := fs.Int("gpu-spec-models", 2, "variant: the most card models --gpu-spec-share gives a pod, 1 to 3")
 	specAs := fs.String("gpu-spec-as", "annotation", "variant: how a pod given one model by --gpu-spec-share says so: annotation (gpushare.io/gpu-models, which the extender applies to each card) or label (a nodeSelector on nvidia.com/gpu.product, the node's first card as the device plugin labels it, which kube-scheduler applies before it samples nodes); pods given two models keep the annotation")
 	fs.Uint64Var(&v.Seed, "variant-seed", 1, "seed of the variant's draws")
 	return func() error {
@@ -219,6 +220,10 @@ func variantFlags(fs *flag.FlagSet, v *trace.Variant) (check func() error) {
 			}
 			*s.to = s.value / 100
 		}
+		if *specModels < 1 || *specModels > 3 {
+			return fmt.Errorf("--gpu-spec-models %d: want 1 to 3", *specModels)
+		}
+		v.GPUSpecModels = *specModels
 		switch *specAs {
 		case "annotation":
 		case "label":

@@ -33,11 +33,15 @@ type Variant struct {
 	CPUOnlyShare float64
 	// GPUSpecShare, when above 0, makes this share (0..1) of the GPU pods
 	// (drawn uniformly, after the clones are added) accept only some card
-	// models, as openb's gpu_spec: one model, and with probability ½ a
-	// second one, each drawn with probability in proportion to the cards
-	// of that model among the nodes that could hold the pod alone (enough
-	// cards, CPU and memory). Pods that already name models keep them.
+	// models, as openb's gpu_spec: one model, and with probability ½ each
+	// a further one up to GPUSpecModels, each drawn with probability in
+	// proportion to the cards of that model among the nodes that could
+	// hold the pod alone (enough cards, CPU and memory). Pods that already
+	// name models keep them.
 	GPUSpecShare float64
+	// GPUSpecModels is the most models GPUSpecShare gives a pod, 1 to 3;
+	// 0 is 2, as openb's gpuspec traces.
+	GPUSpecModels int
 	// GPUSpecAsLabel states the constraint of a pod given one model by
 	// GPUSpecShare as users who select by labels would: a nodeSelector on
 	// the product label in GPU Feature Discovery's form
@@ -69,6 +73,9 @@ func (v *Variant) Apply(tr *Trace) (*Trace, error) {
 	}
 	if v.GPUSpecShare < 0 || v.GPUSpecShare > 1 {
 		return nil, fmt.Errorf("variant GPU-model share %g: want 0 to 1", v.GPUSpecShare)
+	}
+	if v.GPUSpecModels < 0 || v.GPUSpecModels > 3 {
+		return nil, fmt.Errorf("variant models per pod %d: want 1 to 3", v.GPUSpecModels)
 	}
 	rng := rand.New(rand.NewPCG(v.Seed, 7))
 	out := &Trace{Nodes: tr.Nodes, Pods: slices.Clone(tr.Pods)}
@@ -144,6 +151,10 @@ func (v *Variant) constrain(tr *Trace, rng *rand.Rand) {
 	}
 	rng.Shuffle(len(gpu), func(a, b int) { gpu[a], gpu[b] = gpu[b], gpu[a] })
 	gpu = gpu[:int(v.GPUSpecShare*float64(len(gpu))+0.5)]
+	most := v.GPUSpecModels
+	if most == 0 {
+		most = 2
+	}
 	sort.Ints(gpu)
 	for _, i := range gpu {
 		p := &tr.Pods[i]
@@ -176,10 +187,9 @@ func (v *Variant) constrain(tr *Trace, rng *rand.Rand) {
 		if len(models) == 0 {
 			continue
 		}
-		first := draw()
-		p.Models = []string{first}
-		if rng.IntN(2) == 0 && len(models) > 1 {
-			models = slices.DeleteFunc(models, func(m string) bool { return m == first })
+		p.Models = []string{draw()}
+		for len(p.Models) < most && rng.IntN(2) == 0 && len(models) > len(p.Models) {
+			models = slices.DeleteFunc(models, func(m string) bool { return slices.Contains(p.Models, m) })
 			p.Models = append(p.Models, draw())
 		}
 		if v.GPUSpecAsLabel && len(p.Models) == 1 {

@@ -126,18 +126,24 @@ type Inputs struct {
 	CPUPerUnit float64
 	// MaxMilliCPU and MaxUnits as in Cache.
 	MaxMilliCPU, MaxUnits int64
+	// Restrictions is Workload.Restrictions; shared, never modified.
+	Restrictions []allocator.Restriction
+	// ModelCosts is allocator.ModelCosts of Restrictions and Holes.
+	ModelCosts map[string]float64
 }
 
-// Policy returns the named policy (the default for ""), built from in. It
-// is fed the typical requests, which fragaware and fgd use and the others
-// ignore. fragaware also gets the cluster's holes and CPU demand.
-func (in *Inputs) Policy(name string) (allocator.Policy, error) {
+// Policy returns the named policy (the default for ""), built from in for
+// a pod whose cards cc constrains (nil: none). It is fed the typical
+// requests, which fragaware and fgd use and the others ignore. fragaware
+// also gets the cluster's holes, CPU demand and model costs.
+func (in *Inputs) Policy(name string, cc *gpushare.CardConstraints) (allocator.Policy, error) {
 	if name == "" {
 		name = in.DefaultPolicy
 	}
 	p, err := allocator.New(name, in.Typical, in.Holes)
 	if f, ok := p.(*allocator.FragAware); ok {
 		f.SetCPUDemand(in.CPUPerUnit)
+		f.SetModels(in.ModelCosts, cc)
 	}
 	return p, err
 }

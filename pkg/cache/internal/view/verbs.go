@@ -26,7 +26,7 @@ type scorer struct {
 
 // newScorer returns pod's scorer, built from the policy inputs in.
 func newScorer(in *Inputs, pod *kubeinfo.PodInfo) (*scorer, error) {
-	p, err := in.Policy(pod.Policy)
+	p, err := in.Policy(pod.Policy, pod.Models)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +165,7 @@ func (v *View) Score(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string)
 // ScoreCPU is cache.Cache.ScoreCPU.
 func (v *View) ScoreCPU(ctx context.Context, pod *kubeinfo.PodInfo, nodes []string) ([]int64, error) {
 	in := v.inputs.Load()
-	p, err := in.Policy(pod.Policy)
+	p, err := in.Policy(pod.Policy, pod.Models)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (v *View) evaluate(ctx context.Context, pod *kubeinfo.PodInfo, nodes []stri
 		return nil, err
 	}
 	in := v.inputs.Load() // one policy for every node, whichever goroutine fits it
-	if _, err := in.Policy(pod.Policy); err != nil {
+	if _, err := in.Policy(pod.Policy, pod.Models); err != nil {
 		return nil, err
 	}
 	cr := v.credit(pod.UID) // room reserved for the pod (preempt.go) is free to it
