@@ -167,7 +167,7 @@ func loadDocsChart(t *testing.T, arg string) (*chart.Chart, error) {
 	if m == nil {
 		return nil, fmt.Errorf("chart %q is neither manifests/charts/gpushare nor a release package gpushare-X.Y.Z.tgz", arg)
 	}
-	p, err := Package("v"+m[1], t.TempDir())
+	p, err := Package("v"+m[1], "", t.TempDir())
 	if err != nil {
 		return nil, err
 	}
