@@ -122,18 +122,28 @@ type rawManifest struct {
 func (m rawManifest) RawManifest() ([]byte, error)        { return m.data, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return m.mediaType, nil }
 
-// pushChart pushes the chart package as Helm's OCI artifact to
-// REGISTRY/charts/gpushare:X.Y.Z and returns the reference and the
-// manifest's digest.
-func (p *Publisher) pushChart(opts []remote.Option) (name.Tag, v1.Hash, error) {
-	ref, err := name.NewTag(p.cfg.Registry + "/" + ChartRepository + ":" + p.chart.version)
+// PushChart pushes the chart package at pkg as Helm's OCI artifact to
+// REGISTRY/charts/gpushare:X.Y.Z (X.Y.Z: its Chart.yaml version), as
+// `helm push` would, and returns the reference and the manifest's digest.
+// opts are go-containerregistry's (credentials, transport, context).
+func PushChart(registry, pkg string, opts ...remote.Option) (name.Tag, v1.Hash, error) {
+	c, err := readChart(pkg)
+	if err != nil {
+		return name.Tag{}, v1.Hash{}, err
+	}
+	return pushChart(registry, c, opts)
+}
+
+// pushChart pushes the read chart package c to registry.
+func pushChart(registry string, c chartPackage, opts []remote.Option) (name.Tag, v1.Hash, error) {
+	ref, err := name.NewTag(registry + "/" + ChartRepository + ":" + c.version)
 	if err != nil {
 		return name.Tag{}, v1.Hash{}, fmt.Errorf("naming the chart: %w", err)
 	}
-	manifest, blobs, err := ChartManifest(p.chart.config, p.chart.data, map[string]string{
-		"org.opencontainers.image.title":       p.chart.name,
-		"org.opencontainers.image.version":     p.chart.version,
-		"org.opencontainers.image.description": p.chart.description,
+	manifest, blobs, err := ChartManifest(c.config, c.data, map[string]string{
+		"org.opencontainers.image.title":       c.name,
+		"org.opencontainers.image.version":     c.version,
+		"org.opencontainers.image.description": c.description,
 	})
 	if err != nil {
 		return name.Tag{}, v1.Hash{}, err

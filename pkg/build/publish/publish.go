@@ -183,7 +183,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	ref, digest, err := p.pushChart(opts)
+	ref, digest, err := pushChart(p.cfg.Registry, p.chart, opts)
 	if err != nil {
 		return err
 	}
