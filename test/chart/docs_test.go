@@ -16,7 +16,8 @@ import (
 
 // helmCommand is one helm install, upgrade or template line of the docs.
 type helmCommand struct {
-	chart     string   // manifests/charts/gpushare or gpushare-X.Y.Z.tgz
+	chart     string   // manifests/charts/gpushare, gpushare-X.Y.Z.tgz or oci://REGISTRY/charts/gpushare
+	version   string   // --version, or empty
 	namespace string   // -n
 	sets      []string // each --set and --set-string argument, in order
 	kube      string   // --kube-version, or empty
@@ -57,6 +58,8 @@ func parseHelm(cmd string) (helmCommand, error) {
 			h.sets = append(h.sets, v)
 		case "--kube-version":
 			h.kube, err = value()
+		case "--version":
+			h.version, err = value()
 		case "--reuse-values", "--create-namespace", "--wait", "--atomic":
 		default:
 			if strings.HasPrefix(a, "-") {
@@ -111,14 +114,14 @@ func TestDocsHelmCommands(t *testing.T) {
 				t.Errorf("%s: %v", b, err)
 				continue
 			}
-			c, ok := charts[h.chart]
+			c, ok := charts[h.chart+" "+h.version]
 			if !ok {
-				c, err = loadDocsChart(t, h.chart)
+				c, err = loadDocsChart(t, h.chart, h.version)
 				if err != nil {
 					t.Errorf("%s: %v", b, err)
 					continue
 				}
-				charts[h.chart] = c
+				charts[h.chart+" "+h.version] = c
 			}
 			if h.namespace != Release.Namespace {
 				t.Errorf("%s: %q installs into namespace %q; the docs install into %s (the admission policies name its service accounts)", b, cmd, h.namespace, Release.Namespace)
@@ -157,15 +160,32 @@ func TestDocsHelmCommands(t *testing.T) {
 	t.Logf("rendered %d helm commands of the docs", n)
 }
 
+// publishedChart matches a published chart, oci://REGISTRY/charts/gpushare.
+var publishedChart = regexp.MustCompile(`^oci://(.+)/charts/gpushare$`)
+
 // loadDocsChart loads the chart a docs command names: the chart's
-// directory, or a release package, made here as make release makes it.
-func loadDocsChart(t *testing.T, arg string) (*chart.Chart, error) {
+// directory, a release package, or a published chart with its --version,
+// each made here as make release (REGISTRY=) makes it.
+func loadDocsChart(t *testing.T, arg, version string) (*chart.Chart, error) {
+	if version != "" && !publishedChart.MatchString(arg) {
+		return nil, fmt.Errorf("--version %s is for a published chart oci://REGISTRY/charts/gpushare, not for %s", version, arg)
+	}
 	if arg == "manifests/charts/gpushare" {
 		return Load()
 	}
+	if m := publishedChart.FindStringSubmatch(arg); m != nil {
+		if version == "" {
+			return nil, fmt.Errorf("%s without --version: say which release to install", arg)
+		}
+		p, err := Package("v"+version, m[1], t.TempDir())
+		if err != nil {
+			return nil, err
+		}
+		return loader.Load(p)
+	}
 	m := releasePackage.FindStringSubmatch(arg)
 	if m == nil {
-		return nil, fmt.Errorf("chart %q is neither manifests/charts/gpushare nor a release package gpushare-X.Y.Z.tgz", arg)
+		return nil, fmt.Errorf("chart %q is neither manifests/charts/gpushare, a release package gpushare-X.Y.Z.tgz nor oci://REGISTRY/charts/gpushare", arg)
 	}
 	p, err := Package("v"+m[1], "", t.TempDir())
 	if err != nil {
