@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -195,4 +196,76 @@ func loadDocsChart(t *testing.T, arg, version string) (*chart.Chart, error) {
 		return nil, fmt.Errorf("make release names the package %s, the docs %s", filepath.Base(p), arg)
 	}
 	return loader.Load(p)
+}
+
+// docValue matches a dotted chart value in a doc's inline code, with an
+// optional =VALUE or : VALUE after it, e.g. `devicePlugin.runtimeCDI=true`.
+var docValue = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:\\.[a-z][A-Za-z0-9]*)+)(?:[=:][^`]*)?`")
+
+// fileName matches a file name that looks like a dotted value, e.g.
+// extender.yaml or tls.crt.
+var fileName = regexp.MustCompile(`\.(crt|key|log|yaml|json|md|txt|tgz|tar|sock|go)$`)
+
+// parentKey says whether key is an object above documented values, e.g.
+// image.draDriver above image.draDriver.repository.
+func parentKey(values []Value, key string) bool {
+	for _, v := range values {
+		if strings.HasPrefix(v.Key, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDocsNameExistingValues: every chart value the docs name in inline
+// code, as the first part of a dotted path under one of values.yaml's
+// top-level keys, is a value values.yaml documents (or inside one). So a
+// doc cannot keep telling users to set a value the chart dropped or
+// renamed, which Helm would silently ignore.
+func TestDocsNameExistingValues(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented, err := valuesOf(filepath.Join(dir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := map[string]bool{}
+	for _, v := range documented {
+		first, _, _ := strings.Cut(v.Key, ".")
+		top[first] = true
+	}
+	files, err := docs.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, f)) //nolint:gosec // the repository's docs
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range docValue.FindAllStringSubmatch(line, -1) {
+				key := m[1]
+				first, _, _ := strings.Cut(key, ".")
+				if !top[first] || fileName.MatchString(key) {
+					continue
+				}
+				n++
+				if !documentedKey(documented, key) && !parentKey(documented, key) {
+					t.Errorf("%s:%d names the chart value %s, which values.yaml does not have", f, i+1, key)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("found %d chart values named in the docs; the pattern is broken", n)
+	}
+	t.Logf("checked %d chart values the docs name", n)
 }
