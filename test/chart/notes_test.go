@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -58,6 +60,50 @@ func TestNotesWarnOfAMissingRuntimeClass(t *testing.T) {
 						t.Errorf("the warning does not say %q:\n%s", fix, r.Notes)
 					}
 				}
+			}
+		})
+	}
+}
+
+// TestNotesNameTheLeftovers: NOTES.txt names what uninstall leaves behind
+// for the features the values turn on, each with the command that removes
+// it (docs/uninstall.md lists the same).
+func TestNotesNameTheLeftovers(t *testing.T) {
+	c := load(t)
+	const (
+		cdiSpec    = "rm -f /var/run/cdi/gpushare.io-gpu-mem.yaml"
+		claimSpecs = "/var/run/cdi/gpushare.io-gpu-claim_*.yaml"
+		mpsRoot    = "rm -rf /run/gpushare/mps"
+		checkpoint = "rm -rf /var/lib/kubelet/plugins/gpu.gpushare.io"
+		computeMod = "nvidia-smi -c DEFAULT"
+		templates  = "kubectl delete resourceclaimtemplates -A -l app.kubernetes.io/managed-by=gpushare-webhook"
+		cordoned   = "gpushare.io/cordoned-gpus-"
+	)
+	all := []string{cdiSpec, claimSpecs, mpsRoot, checkpoint, computeMod, templates, cordoned}
+	tests := []struct {
+		name   string
+		values map[string]any
+		want   []string
+	}{
+		{name: "defaults (isolation auto)", want: []string{cdiSpec, mpsRoot, cordoned}},
+		{name: "isolation none", values: map[string]any{"devicePlugin": map[string]any{"isolation": "none"}}, want: []string{cdiSpec, cordoned}},
+		{name: "mps setting compute modes", values: map[string]any{"devicePlugin": map[string]any{"mpsSetComputeMode": true}}, want: []string{cdiSpec, mpsRoot, computeMod, cordoned}},
+		{name: "the DRA driver", values: map[string]any{"topology": "extender", "draDriver": map[string]any{"enabled": true}}, want: []string{cdiSpec, claimSpecs, mpsRoot, checkpoint, templates, cordoned}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Render(c, tt.values, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range all {
+				if strings.Contains(r.Notes, s) {
+					got = append(got, s)
+				}
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("leftovers NOTES.txt names (-want +got):\n%s\n%s", diff, r.Notes)
 			}
 		})
 	}
