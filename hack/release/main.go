@@ -46,6 +46,10 @@ func runRelease(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Registry, "registry", "", "the registry the images are named for, HOST[:PORT][/PATH] (make publish pushes them there); empty: no registry in their names")
 	urlBase := fs.String("url-base", "", "where the files will be downloaded from (krew manifest); default https://github.com/gpushare/gpushare/releases/download/VERSION/")
 	fs.StringVar(&cfg.Go, "go", "go", "the go command")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: release [flags]\n       release publish [flags] (release publish -h: its flags)\n\nWrites a release into --out; publish pushes one to a registry. Flags:\n")
+		fs.PrintDefaults()
+	}
 	_ = fs.Parse(args)
 	var err error
 	if cfg.Platforms, err = release.ParsePlatforms(*platforms); err != nil {
@@ -73,6 +77,10 @@ func runPublish(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Registry, "registry", "", "where to push, HOST[:PORT][/PATH], e.g. ghcr.io/gpushare: the images to REGISTRY/NAME:VERSION, the chart to REGISTRY/charts/gpushare:X.Y.Z (credentials: docker login's, ~/.docker/config.json)")
 	fs.StringVar(&cfg.Version, "version", "", "the release version, vMAJOR.MINOR.PATCH[-PRERELEASE]")
 	fs.StringVar(&cfg.Dir, "dir", "_output/release", "the release directory make release wrote for that registry")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: release publish [flags]\n\nPushes a release's four images and its chart to --registry. Flags:\n")
+		fs.PrintDefaults()
+	}
 	_ = fs.Parse(args)
 	p, err := publish.New(cfg)
 	if err != nil {
