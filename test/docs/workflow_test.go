@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -87,6 +88,33 @@ func TestReleaseWorkflow(t *testing.T) {
 	for _, want := range []string{"--registry=ghcr.io/gpushare", "--version=v0.1.0", "--platforms=linux/amd64,linux/arm64", "hack/release publish"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("make -n %s does not pass %s:\n%s", line, want, out.String())
+		}
+	}
+}
+
+// TestMakeReleaseDefaultsToTheHost: make release without PLATFORMS builds
+// the build host's platform only (no cross compiler needed), for the
+// registry make publish pushes to by default.
+func TestMakeReleaseDefaultsToTheHost(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	cmd := exec.Command("make", "-n", "release", "VERSION=v0.1.0")
+	cmd.Dir = repoRoot(t)
+	// The test's own environment must not choose for make.
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "PLATFORMS=") && !strings.HasPrefix(e, "REGISTRY=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make -n release: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"--platforms=linux/" + runtime.GOARCH + " ", "--registry=ghcr.io/gpushare "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("make -n release does not pass %q:\n%s", want, out.String())
 		}
 	}
 }
