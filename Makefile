@@ -46,15 +46,25 @@ REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 images: ## Build the four images (extender, device plugin, kubectl plugin, DRA driver) as NAME:VERSION: docker (with a daemon), podman or buildah with build/*.Dockerfile, else the Go-native builder into _output/images/ (IMAGE_BUILDER=auto|docker|podman|buildah|go, IMAGE_PREFIX=registry/org/).
 	$(GO) run ./hack/ocibuild --builder=$(IMAGE_BUILDER) --version=$(VERSION) --revision=$(REVISION) --prefix=$(IMAGE_PREFIX) --out=_output/images
 
-# --- releases (issue 24) ---
+# --- releases (issue 24) and publishing them (issue 46) ---
 RELEASE_DIR ?= _output/release
-PLATFORMS   ?= linux/amd64,linux/arm64
+# This host's platform; for more, e.g. PLATFORMS=linux/amd64,linux/arm64
+# (the device plugin and the DRA driver need cgo: apt-get install
+# gcc-aarch64-linux-gnu on an amd64 host).
+PLATFORMS   ?= linux/$(shell $(GO) env GOARCH)
+# Where make publish pushes the images and the chart, and where the
+# release's chart and image archives name them: HOST[:PORT][/PATH].
+REGISTRY    ?= ghcr.io/gpushare
 
 .PHONY: release
-release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release: the chart package, binaries for PLATFORMS (linux/amd64,linux/arm64; the device plugin and the DRA driver need a C cross compiler for the other one), the kubectl plugin's archives and krew manifest, the four image archives (this host's platform) and SHA256SUMS.
+release: ## Make release VERSION (the tag, vX.Y.Z) in _output/release for REGISTRY (ghcr.io/gpushare): the chart package (its images default to REGISTRY), binaries and image archives for PLATFORMS (this host's; e.g. PLATFORMS=linux/amd64,linux/arm64, where the device plugin and the DRA driver need the C cross compiler), the kubectl plugin's archives and krew manifest, and SHA256SUMS.
 	rm -rf $(RELEASE_DIR)
-	cd test/chart && $(GO) run ./cmd/packagechart --version=$(VERSION) --out=$(CURDIR)/$(RELEASE_DIR)
-	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --out=$(RELEASE_DIR)
+	cd test/chart && $(GO) run ./cmd/packagechart --version=$(VERSION) --registry=$(REGISTRY) --out=$(abspath $(RELEASE_DIR))
+	$(GO) run ./hack/release --version=$(VERSION) --revision=$(REVISION) --platforms=$(PLATFORMS) --registry=$(REGISTRY) --out=$(RELEASE_DIR)
+
+.PHONY: publish
+publish: release ## Make the release, then push its four images to REGISTRY/NAME:VERSION (an OCI index of PLATFORMS' images when more than one) and its chart to oci://REGISTRY/charts/gpushare, with docker login's credentials; no docker, skopeo or buildah needed.
+	$(GO) run ./hack/release publish --registry=$(REGISTRY) --version=$(VERSION) --dir=$(RELEASE_DIR)
 
 .PHONY: controlplane
 controlplane: ## Build etcd, kube-apiserver and kube-scheduler v1.37.2 from Go modules, once (cached under ~/.cache/gpushare; ~15 min cold on 2 cores; make test's warm-up adds kubectl, for the docs tests, and as root the real node's binaries).

@@ -3,7 +3,8 @@
 # - glibc: go-nvml calls NVML through cgo and dlopen()s libnvidia-ml.so.1,
 #   which the NVIDIA container runtime mounts into the container (the
 #   DaemonSet and this image ask for it with NVIDIA_VISIBLE_DEVICES and
-#   NVIDIA_DRIVER_CAPABILITIES=utility); the image itself holds no driver.
+#   NVIDIA_DRIVER_CAPABILITIES=compute,utility: compute also mounts
+#   nvidia-cuda-mps-control for mps mode); the image itself holds no driver.
 # - root: the plugin serves its socket in, and dials kubelet.sock from,
 #   kubelet's device-plugins directory, which belongs to root and which no
 #   one else may write; NVML opens /dev/nvidia*.

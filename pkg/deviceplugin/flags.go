@@ -46,7 +46,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.StringVar(&cfg.MPSControl, "mps-control", isolation.DefaultMPSControl, "mps mode: the MPS control binary, a path or a name looked up in PATH")
 	fs.StringVar(&cfg.MPSRoot, "mps-root", isolation.DefaultMPSRoot, "mps mode: host directory holding each card's MPS pipe and log directories (<root>/<UUID>/pipe, log), mounted into its containers; at most 38 bytes (MPS's socket paths)")
 	fs.StringVar(&cfg.MPSDaemons, "mps-daemons", MPSDaemonsPlugin, "mps mode: where the MPS control daemons run: "+MPSDaemonsPlugin+" (in this process, so they and their clients' CUDA work stop with it) or "+
-		MPSDaemonsExternal+" (the command `gpushare-device-plugin mps-daemons`, in its own container, serves --mps-root: daemons outlive plugin restarts)")
+		MPSDaemonsExternal+" (the command \"gpushare-device-plugin mps-daemons\", in its own container, serves --mps-root: daemons outlive plugin restarts)")
 	fs.StringVar(&cfg.CgroupRoot, "cgroup-root", isolation.DefaultCgroupRoot, "where the node's cgroup hierarchy is mounted (driver mode needs cgroup v2)")
 	fs.StringVar(&cfg.FakeControl, "fake-control", "", `test-only, with --fake-gpus: a file polled for commands, one per line, "xid INDEX CODE" (inject an XID on card INDEX) or "probe INDEX fail|ok"; it is removed once applied`)
 	fs.DurationVar(&cfg.VerifyPeriod, "verify-period", DefaultVerifyPeriod, "how often kubelet's PodResources is compared with the pods' allocation annotations")

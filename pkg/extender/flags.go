@@ -53,7 +53,7 @@ func ParseFlags(args []string, out io.Writer) (cfg Config, showVersion bool, err
 	fs.BoolVar(&showVersion, "version", false, "print the version and exit")
 	klog.InitFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nServes the kube-scheduler extender verbs filter, prioritize and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. The gpushare-simulate program replays a trace with\neach policy to help choose one. Flags:\n", fs.Name())
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\nServes the kube-scheduler extender verbs filter, prioritize, preempt and bind under /gpushare-scheduler,\nplus GET /gpushare-scheduler/inspect[/NODE]. The gpushare-simulate program replays a trace with\neach policy to help choose one. Flags:\n", fs.Name())
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

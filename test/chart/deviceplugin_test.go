@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -110,6 +111,52 @@ func TestMPSDaemonsDaemonSet(t *testing.T) {
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("MPS daemons' DaemonSet (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestDevicePluginRuntimeCDI: devicePlugin.runtimeCDI becomes the plugin's
+// --runtime-cdi, whether --set gives it as the string or as YAML's
+// boolean, and the schema refuses anything else.
+func TestDevicePluginRuntimeCDI(t *testing.T) {
+	c := load(t)
+	tests := []struct {
+		name  string
+		value any // nil: the default
+		want  string
+	}{
+		{name: "default", want: "--runtime-cdi=auto"},
+		{name: "the string true", value: "true", want: "--runtime-cdi=true"},
+		{name: "the boolean true (--set)", value: true, want: "--runtime-cdi=true"},
+		{name: "the boolean false", value: false, want: "--runtime-cdi=false"},
+		{name: "not a choice", value: "yes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if tc.value != nil {
+				values = map[string]any{"devicePlugin": map[string]any{"runtimeCDI": tc.value}}
+			}
+			r, err := Render(c, values, nil)
+			if tc.want == "" {
+				if err == nil {
+					t.Errorf("runtimeCDI %v rendered; want the schema's refusal", tc.value)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := find(objects(t, r), "DaemonSet", "gpushare-device-plugin")
+			var got []string
+			for _, a := range field(field(ds, "spec", "template", "spec", "containers").([]any)[0], "args").([]any) {
+				if s, _ := a.(string); strings.HasPrefix(s, "--runtime-cdi") {
+					got = append(got, s)
+				}
+			}
+			if diff := cmp.Diff([]string{tc.want}, got); diff != "" {
+				t.Errorf("the plugin's --runtime-cdi (-want +got):\n%s", diff)
 			}
 		})
 	}

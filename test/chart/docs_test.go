@@ -2,6 +2,7 @@ package chart
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,7 +17,8 @@ import (
 
 // helmCommand is one helm install, upgrade or template line of the docs.
 type helmCommand struct {
-	chart     string   // manifests/charts/gpushare or gpushare-X.Y.Z.tgz
+	chart     string   // manifests/charts/gpushare, gpushare-X.Y.Z.tgz or oci://REGISTRY/charts/gpushare
+	version   string   // --version, or empty
 	namespace string   // -n
 	sets      []string // each --set and --set-string argument, in order
 	kube      string   // --kube-version, or empty
@@ -57,6 +59,8 @@ func parseHelm(cmd string) (helmCommand, error) {
 			h.sets = append(h.sets, v)
 		case "--kube-version":
 			h.kube, err = value()
+		case "--version":
+			h.version, err = value()
 		case "--reuse-values", "--create-namespace", "--wait", "--atomic":
 		default:
 			if strings.HasPrefix(a, "-") {
@@ -111,14 +115,14 @@ func TestDocsHelmCommands(t *testing.T) {
 				t.Errorf("%s: %v", b, err)
 				continue
 			}
-			c, ok := charts[h.chart]
+			c, ok := charts[h.chart+" "+h.version]
 			if !ok {
-				c, err = loadDocsChart(t, h.chart)
+				c, err = loadDocsChart(t, h.chart, h.version)
 				if err != nil {
 					t.Errorf("%s: %v", b, err)
 					continue
 				}
-				charts[h.chart] = c
+				charts[h.chart+" "+h.version] = c
 			}
 			if h.namespace != Release.Namespace {
 				t.Errorf("%s: %q installs into namespace %q; the docs install into %s (the admission policies name its service accounts)", b, cmd, h.namespace, Release.Namespace)
@@ -157,17 +161,34 @@ func TestDocsHelmCommands(t *testing.T) {
 	t.Logf("rendered %d helm commands of the docs", n)
 }
 
+// publishedChart matches a published chart, oci://REGISTRY/charts/gpushare.
+var publishedChart = regexp.MustCompile(`^oci://(.+)/charts/gpushare$`)
+
 // loadDocsChart loads the chart a docs command names: the chart's
-// directory, or a release package, made here as make release makes it.
-func loadDocsChart(t *testing.T, arg string) (*chart.Chart, error) {
+// directory, a release package, or a published chart with its --version,
+// each made here as make release (REGISTRY=) makes it.
+func loadDocsChart(t *testing.T, arg, version string) (*chart.Chart, error) {
+	if version != "" && !publishedChart.MatchString(arg) {
+		return nil, fmt.Errorf("--version %s is for a published chart oci://REGISTRY/charts/gpushare, not for %s", version, arg)
+	}
 	if arg == "manifests/charts/gpushare" {
 		return Load()
 	}
+	if m := publishedChart.FindStringSubmatch(arg); m != nil {
+		if version == "" {
+			return nil, fmt.Errorf("%s without --version: say which release to install", arg)
+		}
+		p, err := Package("v"+version, m[1], t.TempDir())
+		if err != nil {
+			return nil, err
+		}
+		return loader.Load(p)
+	}
 	m := releasePackage.FindStringSubmatch(arg)
 	if m == nil {
-		return nil, fmt.Errorf("chart %q is neither manifests/charts/gpushare nor a release package gpushare-X.Y.Z.tgz", arg)
+		return nil, fmt.Errorf("chart %q is neither manifests/charts/gpushare, a release package gpushare-X.Y.Z.tgz nor oci://REGISTRY/charts/gpushare", arg)
 	}
-	p, err := Package("v"+m[1], t.TempDir())
+	p, err := Package("v"+m[1], "", t.TempDir())
 	if err != nil {
 		return nil, err
 	}
@@ -175,4 +196,76 @@ func loadDocsChart(t *testing.T, arg string) (*chart.Chart, error) {
 		return nil, fmt.Errorf("make release names the package %s, the docs %s", filepath.Base(p), arg)
 	}
 	return loader.Load(p)
+}
+
+// docValue matches a dotted chart value in a doc's inline code, with an
+// optional =VALUE or : VALUE after it, e.g. `devicePlugin.runtimeCDI=true`.
+var docValue = regexp.MustCompile("`([a-z][A-Za-z0-9]*(?:\\.[a-z][A-Za-z0-9]*)+)(?:[=:][^`]*)?`")
+
+// fileName matches a file name that looks like a dotted value, e.g.
+// extender.yaml or tls.crt.
+var fileName = regexp.MustCompile(`\.(crt|key|log|yaml|json|md|txt|tgz|tar|sock|go)$`)
+
+// parentKey says whether key is an object above documented values, e.g.
+// image.draDriver above image.draDriver.repository.
+func parentKey(values []Value, key string) bool {
+	for _, v := range values {
+		if strings.HasPrefix(v.Key, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDocsNameExistingValues: every chart value the docs name in inline
+// code, as the first part of a dotted path under one of values.yaml's
+// top-level keys, is a value values.yaml documents (or inside one). So a
+// doc cannot keep telling users to set a value the chart dropped or
+// renamed, which Helm would silently ignore.
+func TestDocsNameExistingValues(t *testing.T) {
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented, err := valuesOf(filepath.Join(dir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := map[string]bool{}
+	for _, v := range documented {
+		first, _, _ := strings.Cut(v.Key, ".")
+		top[first] = true
+	}
+	files, err := docs.Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, f)) //nolint:gosec // the repository's docs
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range docValue.FindAllStringSubmatch(line, -1) {
+				key := m[1]
+				first, _, _ := strings.Cut(key, ".")
+				if !top[first] || fileName.MatchString(key) {
+					continue
+				}
+				n++
+				if !documentedKey(documented, key) && !parentKey(documented, key) {
+					t.Errorf("%s:%d names the chart value %s, which values.yaml does not have", f, i+1, key)
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("found %d chart values named in the docs; the pattern is broken", n)
+	}
+	t.Logf("checked %d chart values the docs name", n)
 }

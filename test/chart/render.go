@@ -12,6 +12,11 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
@@ -95,7 +100,50 @@ func RenderAt(c *chart.Chart, values map[string]any, kubeVersion string) (Render
 	return renderCaps(c, values, nil, *v)
 }
 
+// RenderIn renders c as `helm install` would in a cluster holding objects
+// (a fake dynamic client answers the templates' lookup calls), for
+// KubeVersion.
+func RenderIn(c *chart.Chart, values map[string]any, objects ...runtime.Object) (Rendering, error) {
+	scheme := runtime.NewScheme()
+	cluster := fakeCluster{client: dynamicfake.NewSimpleDynamicClient(scheme, objects...)}
+	return renderWith(c, values, chartutil.KubeVersion{Version: KubeVersion, Major: "1", Minor: "34"}, func(vals chartutil.Values) (map[string]string, error) {
+		return engine.RenderWithClientProvider(c, vals, cluster)
+	})
+}
+
+// fakeCluster gives the templates' lookup calls a fake dynamic client.
+type fakeCluster struct {
+	client dynamic.Interface
+}
+
+var _ engine.ClientProvider = fakeCluster{}
+
+// clusterScoped are the kinds the chart looks up that are not namespaced.
+var clusterScoped = map[string]bool{"Namespace": true, "Node": true, "RuntimeClass": true}
+
+// GetClientFor returns the fake client of apiVersion's kind, the resource
+// guessed from the kind (RuntimeClass: runtimeclasses).
+func (f fakeCluster) GetClientFor(apiVersion, kind string) (dynamic.NamespaceableResourceInterface, bool, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return nil, false, err
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(kind))
+	return f.client.Resource(plural), !clusterScoped[kind], nil
+}
+
 func renderCaps(c *chart.Chart, values map[string]any, cfg *rest.Config, kv chartutil.KubeVersion) (Rendering, error) {
+	return renderWith(c, values, kv, func(vals chartutil.Values) (map[string]string, error) {
+		if cfg != nil {
+			return engine.RenderWithClient(c, vals, cfg)
+		}
+		return engine.Engine{Strict: true}.Render(c, vals)
+	})
+}
+
+// renderWith renders c for kv with run, which answers (or not) the
+// templates' lookup calls.
+func renderWith(c *chart.Chart, values map[string]any, kv chartutil.KubeVersion, run func(chartutil.Values) (map[string]string, error)) (Rendering, error) {
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.KubeVersion = kv
 	if c.Metadata.KubeVersion != "" && !chartutil.IsCompatibleRange(c.Metadata.KubeVersion, kv.Version) {
@@ -105,12 +153,7 @@ func renderCaps(c *chart.Chart, values map[string]any, cfg *rest.Config, kv char
 	if err != nil {
 		return Rendering{}, fmt.Errorf("rendering the chart: %w", err)
 	}
-	var files map[string]string
-	if cfg != nil {
-		files, err = engine.RenderWithClient(c, vals, cfg)
-	} else {
-		files, err = engine.Engine{Strict: true}.Render(c, vals)
-	}
+	files, err := run(vals)
 	if err != nil {
 		return Rendering{}, fmt.Errorf("rendering the chart: %w", err)
 	}

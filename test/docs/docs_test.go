@@ -239,3 +239,46 @@ func TestReadmeStatesMPSTrust(t *testing.T) {
 		}
 	}
 }
+
+// makeTarget matches a Makefile rule's target at a line's start.
+var makeTarget = regexp.MustCompile(`(?m)^([a-z][a-z0-9-]*):`)
+
+// docMake matches `make TARGET` in a doc's inline code.
+var docMake = regexp.MustCompile("`make ([a-z][a-z0-9-]*)")
+
+// TestDocsNameExistingMakeTargets: every `make TARGET` the docs name in
+// their prose (the blocks are dry-run by TestMakeCommands) is a target of
+// the Makefile. So a doc cannot keep a target the Makefile lost.
+func TestDocsNameExistingMakeTargets(t *testing.T) {
+	root := repoRoot(t)
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range makeTarget.FindAllStringSubmatch(string(mk), -1) {
+		targets[m[1]] = true
+	}
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(root, f)) //nolint:gosec // the repository's docs
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range docMake.FindAllStringSubmatch(line, -1) {
+				n++
+				if !targets[m[1]] {
+					t.Errorf("%s:%d names make %s, which the Makefile has no target for", f, i+1, m[1])
+				}
+			}
+		}
+	}
+	if n < 20 {
+		t.Errorf("found %d make targets in the docs; the pattern is broken", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -260,4 +261,70 @@ func splitPath(p string) []string {
 		}
 	}
 	return out
+}
+
+// hostMachine is the ELF machine of the build host's own binaries (0 on
+// a CPU elfPlatforms does not know).
+func hostMachine() elf.Machine {
+	for m, p := range elfPlatforms {
+		if p.Architecture == runtime.GOARCH {
+			return m
+		}
+	}
+	return elf.EM_NONE
+}
+
+// crossLibraries returns the entries that give a dynamically linked
+// binary for another machine its loader and libraries, found in
+// sysroot/lib (Debian's cross layout; sysroot empty: /usr/<triplet>), and
+// the files they are read from. In the image the loader is at the
+// binary's PT_INTERP path and the libraries in /lib/<triplet>, where that
+// machine's Debian loader looks first: e.g. for arm64
+// /lib/ld-linux-aarch64.so.1 and /lib/aarch64-linux-gnu/libc.so.6.
+func crossLibraries(info binaryInfo, sysroot string) ([]oci.Entry, []string, error) {
+	triplet, ok := multiarch[info.machine]
+	if !ok {
+		return nil, nil, fmt.Errorf("no Debian multiarch name for %v", info.machine)
+	}
+	if sysroot == "" {
+		sysroot = "/usr/" + triplet
+	}
+	libDir := filepath.Join(sysroot, "lib")
+	if _, err := os.Stat(libDir); err != nil {
+		return nil, nil, fmt.Errorf("a %s binary needs %s's C library, which is not on this host (%w): install Debian's cross compiler, which brings it (apt-get install gcc-%s)",
+			elfPlatforms[info.machine].Architecture, triplet, err, triplet)
+	}
+	lf := libraryFinder{dirs: []string{libDir}}
+	needed := info
+	needed.interp = ""
+	libs, err := lf.libraries(needed)
+	if err != nil {
+		return nil, nil, err
+	}
+	var entries []oci.Entry
+	var files []string
+	add := func(src, dst string) error {
+		real, err := filepath.EvalSymlinks(src)
+		if err != nil {
+			return fmt.Errorf("resolving %s: %w", src, err)
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", real, err)
+		}
+		entries = append(entries, oci.Entry{Path: dst, Mode: fi.Mode().Perm(), Source: real})
+		files = append(files, real)
+		return nil
+	}
+	if info.interp != "" {
+		if err := add(filepath.Join(libDir, path.Base(info.interp)), info.interp); err != nil {
+			return nil, nil, fmt.Errorf("the loader %s: %w", info.interp, err)
+		}
+	}
+	for _, l := range libs {
+		if err := add(l, path.Join("/lib", triplet, path.Base(l))); err != nil {
+			return nil, nil, err
+		}
+	}
+	return entries, files, nil
 }

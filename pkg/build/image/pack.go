@@ -56,6 +56,12 @@ type PackOptions struct {
 	// LibraryDirs, when set, replaces the directories searched for the
 	// shared libraries of a dynamically linked binary (libraryDirs).
 	LibraryDirs []string
+	// Sysroot holds the C library of a dynamically linked binary built
+	// for another machine than the build host's, laid out as Debian's
+	// cross packages lay it out (its loader and libraries in Sysroot/lib);
+	// empty: /usr/<the machine's triplet>, e.g. /usr/aarch64-linux-gnu
+	// from libc6-arm64-cross, which gcc-aarch64-linux-gnu installs.
+	Sysroot string
 }
 
 // Result describes one packed image.
@@ -94,7 +100,18 @@ func Pack(r Recipe, binary string, opts PackOptions) (Result, error) {
 		Archive: filepath.Join(opts.Out, r.Name+".tar"),
 	}
 	base := baseEntries()
-	if !info.static() {
+	switch {
+	case info.static():
+	case info.machine != hostMachine():
+		var entries []oci.Entry
+		if entries, res.Libraries, err = crossLibraries(info, opts.Sysroot); err != nil {
+			return Result{}, fmt.Errorf("collecting what %s needs to run: %w", binary, err)
+		}
+		base = append(base, entries...)
+		if _, err := os.Stat(debianVersion); err == nil {
+			base = append(base, oci.Entry{Path: debianVersion, Mode: 0o644, Source: debianVersion})
+		}
+	default:
 		lf := libraryFinder{dirs: opts.LibraryDirs}
 		if lf.dirs == nil {
 			lf.dirs = libraryDirs(info.machine)

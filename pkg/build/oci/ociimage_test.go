@@ -519,3 +519,58 @@ func fileUID(fi fs.FileInfo) int {
 	}
 	return -1
 }
+
+// TestUnarchive: Unarchive gives back the layout Archive packed, which
+// Read verifies, and refuses entries outside the directory and entries
+// other than directories and files.
+func TestUnarchive(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "layout")
+	want, err := Write(dir, testImage(writeSource(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var archive bytes.Buffer
+	if err := Archive(&archive, dir); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "unpacked")
+	if err := Unarchive(bytes.NewReader(archive.Bytes()), out); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, l.Descriptor); diff != "" {
+		t.Errorf("the unpacked layout's descriptor (-want +got):\n%s", diff)
+	}
+	if err := Unarchive(bytes.NewReader(archive.Bytes()), out); err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Errorf("unpacking into a layout: %v, want a refusal", err)
+	}
+
+	tests := []struct {
+		name string
+		hdr  tar.Header
+		want string
+	}{
+		{name: "a parent's path", hdr: tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Mode: 0o644}, want: "not a local path"},
+		{name: "an absolute path", hdr: tar.Header{Name: "/etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}, want: "not a local path"},
+		{name: "a symbolic link", hdr: tar.Header{Name: "blobs", Typeflag: tar.TypeSymlink, Linkname: "/"}, want: "directories and files only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			if err := tw.WriteHeader(&tt.hdr); err != nil {
+				t.Fatal(err)
+			}
+			if err := tw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			err := Unarchive(&b, filepath.Join(t.TempDir(), "out"))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Unarchive: %v, want an error saying %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -272,4 +273,45 @@ func archiveFile(tw *tar.Writer, dir, rel string) error {
 	defer func() { _ = f.Close() }()
 	_, err = io.Copy(tw, f)
 	return err
+}
+
+// Unarchive unpacks an archive Archive wrote (a layout in one tar) into
+// dir, which must be absent or empty. Only directories and regular files
+// at local paths are taken; anything else is an error. The layout is not
+// verified here: Read does that.
+func Unarchive(r io.Reader, dir string) error {
+	if err := emptyDir(dir); err != nil {
+		return err
+	}
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the archive: %w", err)
+		}
+		name := path.Clean(hdr.Name)
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("archive entry %q is not a local path", hdr.Name)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o755); err != nil { //nolint:gosec // G301: an image layout is world-readable
+				return fmt.Errorf("unpacking %s: %w", hdr.Name, err)
+			}
+		case tar.TypeReg:
+			// No entry makes a link, so no parent can lead outside dir.
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil { //nolint:gosec // G301: as above
+				return fmt.Errorf("unpacking %s: %w", hdr.Name, err)
+			}
+			if err := writeFile(p, tr); err != nil {
+				return fmt.Errorf("unpacking %s: %w", hdr.Name, err)
+			}
+		default:
+			return fmt.Errorf("archive entry %q is of type %q: a layout archive holds directories and files only", hdr.Name, hdr.Typeflag)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -229,6 +230,27 @@ func KrewManifest(version, urlBase string, archives []KrewArchive) ([]byte, erro
 	return out, nil
 }
 
+// HostPlatform is the build host's platform.
+func HostPlatform() Platform { return Platform{OS: runtime.GOOS, Arch: runtime.GOARCH} }
+
+// crossTriplets are the platforms whose C cross compiler is known, by
+// Debian's name for it (gcc-<triplet>).
+var crossTriplets = map[Platform]string{
+	{OS: "linux", Arch: "amd64"}: "x86_64-linux-gnu",
+	{OS: "linux", Arch: "arm64"}: "aarch64-linux-gnu",
+}
+
+// KnownPlatforms are the platforms a release can build for (a C cross
+// compiler is known for each), sorted.
+func KnownPlatforms() []Platform {
+	out := make([]Platform, 0, len(crossTriplets))
+	for p := range crossTriplets {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Platform) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
 // CrossCompiler is the C compiler cgo needs to build for target on host:
 // empty when they are the same platform; else the Debian cross compiler's
 // name (apt-get install gcc-<triplet>).
@@ -236,11 +258,7 @@ func CrossCompiler(host, target Platform) (string, error) {
 	if host == target {
 		return "", nil
 	}
-	triplets := map[Platform]string{
-		{OS: "linux", Arch: "amd64"}: "x86_64-linux-gnu",
-		{OS: "linux", Arch: "arm64"}: "aarch64-linux-gnu",
-	}
-	t, ok := triplets[target]
+	t, ok := crossTriplets[target]
 	if !ok {
 		return "", fmt.Errorf("no known C cross compiler for %s (the device plugin needs cgo)", target)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -32,6 +31,10 @@ type Config struct {
 	// URLBase is where the files will be downloaded from, for the krew
 	// manifest, e.g. https://github.com/gpushare/gpushare/releases/download/v0.1.0/.
 	URLBase string
+	// Registry names the images in their archives, REGISTRY/NAME:VERSION
+	// (e.g. ghcr.io/gpushare), as `make publish` pushes them and the
+	// release's chart pulls them; empty: NAME:VERSION.
+	Registry string
 	// Go is the go command.
 	Go string
 	// Runner runs go.
@@ -40,9 +43,10 @@ type Config struct {
 	Stdout, Stderr io.Writer
 }
 
-// Run writes the release's binaries (the simulator's too), the kubectl plugin's archives and
-// krew manifest, the four images (for the build host's platform: the
-// Go-native builder), and SHA256SUMS into cfg.Out.
+// Run writes the release's binaries (the simulator's too), the kubectl
+// plugin's archives and krew manifest, the four images for every platform
+// (the Go-native builder's packing of those binaries), and SHA256SUMS into
+// cfg.Out. Built for one platform, it says how to add the others.
 func Run(ctx context.Context, cfg Config) error {
 	if _, err := version.Chart(cfg.Version); err != nil {
 		return err
@@ -50,7 +54,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil { //nolint:gosec // G301: release files are public
 		return fmt.Errorf("creating %s: %w", cfg.Out, err)
 	}
-	host := Platform{OS: runtime.GOOS, Arch: runtime.GOARCH}
+	host := HostPlatform()
 	// Before minutes of building: every C cross compiler cgo will need.
 	for _, r := range binaries() {
 		for _, p := range cfg.Platforms {
@@ -85,14 +89,39 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.write(KrewPluginName+".yaml", manifest); err != nil {
 		return err
 	}
-	if err := cfg.images(ctx, host); err != nil {
+	if err := cfg.images(); err != nil {
 		return err
 	}
 	sums, err := Checksums(cfg.Out)
 	if err != nil {
 		return err
 	}
-	return cfg.write(ChecksumsFile, sums)
+	if err := cfg.write(ChecksumsFile, sums); err != nil {
+		return err
+	}
+	if len(cfg.Platforms) == 1 {
+		_, _ = fmt.Fprintln(cfg.Stdout, MorePlatformsHint(cfg.Platforms[0]))
+	}
+	return nil
+}
+
+// MorePlatformsHint is the line a release built for p alone ends with:
+// how to build the other platforms too, and the C cross compiler each
+// needs.
+func MorePlatformsHint(p Platform) string {
+	all := []string{p.String()}
+	var compilers []string
+	for _, o := range KnownPlatforms() {
+		if o == p {
+			continue
+		}
+		all = append(all, o.String())
+		if cc, err := CrossCompiler(p, o); err == nil && cc != "" {
+			compilers = append(compilers, "gcc-"+strings.TrimSuffix(cc, "-gcc"))
+		}
+	}
+	return fmt.Sprintf("release: built for %s only (this host's platform); for more: make release PLATFORMS=%s (the device plugin and the DRA driver need cgo: apt-get install %s)",
+		p, strings.Join(all, ","), strings.Join(compilers, " "))
 }
 
 // simulator is the one release binary without an image: gpushare-simulate,
@@ -173,24 +202,34 @@ func (cfg Config) pluginArchive(bin string, p Platform) (KrewArchive, error) {
 	return KrewArchive{Platform: p, Name: name, SHA256: sum}, nil
 }
 
-// images builds the four images for the host with the Go-native builder
-// and keeps their archives under release names.
-func (cfg Config) images(ctx context.Context, host Platform) error {
+// images packs the four images for every platform from the binaries
+// build wrote (as `make images` packs them) and keeps their archives under
+// release names.
+func (cfg Config) images() error {
 	work := filepath.Join(cfg.Out, ".images")
 	defer func() { _ = os.RemoveAll(work) }()
-	err := image.Run(ctx, image.Config{
-		Builder: image.GoNative, Version: cfg.Version, Revision: cfg.Revision,
-		Dir: cfg.Dir, Out: work, Go: cfg.Go, Runner: cfg.Runner, Stdout: io.Discard, Stderr: cfg.Stderr,
-	})
-	if err != nil {
-		return fmt.Errorf("building the images: %w", err)
+	prefix := ""
+	if cfg.Registry != "" {
+		prefix = strings.TrimSuffix(cfg.Registry, "/") + "/"
 	}
 	for _, r := range image.Recipes() {
-		dst := filepath.Join(cfg.Out, ImageName(r.Name, cfg.Version, host))
-		if err := os.Rename(filepath.Join(work, r.Name+".tar"), dst); err != nil {
-			return fmt.Errorf("keeping the image archive of %s: %w", r.Name, err)
+		for _, p := range cfg.Platforms {
+			bin := filepath.Join(cfg.Out, BinaryName(r.Name, cfg.Version, p))
+			res, err := image.Pack(r, bin, image.PackOptions{
+				Version: cfg.Version, Revision: cfg.Revision, Prefix: prefix, Out: filepath.Join(work, p.OS+"-"+p.Arch),
+			})
+			if err != nil {
+				return fmt.Errorf("packing the image of %s for %s: %w", r.Name, p, err)
+			}
+			if got := res.Manifest.Platform; got == nil || got.OS != p.OS || got.Architecture != p.Arch {
+				return fmt.Errorf("the image of %s for %s holds a binary for %v: go build ignored GOOS/GOARCH", r.Name, p, got)
+			}
+			dst := filepath.Join(cfg.Out, ImageName(r.Name, cfg.Version, p))
+			if err := os.Rename(res.Archive, dst); err != nil {
+				return fmt.Errorf("keeping the image archive of %s: %w", r.Name, err)
+			}
+			_, _ = fmt.Fprintln(cfg.Stdout, dst)
 		}
-		_, _ = fmt.Fprintln(cfg.Stdout, dst)
 	}
 	return nil
 }

@@ -13,8 +13,11 @@ import (
 
 // RunUninstallNotes carries out the kubectl commands NOTES.txt lists under
 // "Uninstall", with the API client instead of kubectl: `kubectl annotate
-// node (-l SELECTOR | --all) KEY-`. Any other kubectl command there is an
-// error, so NOTES.txt and this stay in step.
+// node (-l SELECTOR | --all) KEY-`, the same with label, and `kubectl
+// delete resourceclaimtemplates -A -l SELECTOR`. Any other kubectl command
+// there is an error, so NOTES.txt and this stay in step. The host commands
+// there (rm, nvidia-smi) are not run: teardown removes the node's host
+// directories.
 func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
 	_, after, ok := strings.Cut(notes, "\nUninstall")
 	if !ok {
@@ -41,6 +44,9 @@ func (c *Cluster) RunUninstallNotes(ctx context.Context, notes string) error {
 // "kubectl"): `annotate node (-l SELECTOR | --all) KEY- ...` or
 // `label node (-l SELECTOR | --all) KEY- ...`, each key removed.
 func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "delete" {
+		return c.runNotesDelete(ctx, args)
+	}
 	if len(args) < 4 || (args[0] != "annotate" && args[0] != "label") || args[1] != "node" {
 		return errors.New("not a command this test knows how to run")
 	}
@@ -75,6 +81,25 @@ func (c *Cluster) runNotesCommand(ctx context.Context, args []string) error {
 	}
 	for _, n := range nodes.Items {
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runNotesDelete runs `delete resourceclaimtemplates -A -l SELECTOR` (args
+// after "kubectl"): every ResourceClaimTemplate the selector names, in
+// every namespace.
+func (c *Cluster) runNotesDelete(ctx context.Context, args []string) error {
+	if len(args) != 5 || args[1] != "resourceclaimtemplates" || args[2] != "-A" || args[3] != "-l" {
+		return errors.New("want delete resourceclaimtemplates -A -l SELECTOR")
+	}
+	templates, err := c.Client.ResourceV1().ResourceClaimTemplates(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: args[4]})
+	if err != nil {
+		return err
+	}
+	for _, t := range templates.Items {
+		if err := c.Client.ResourceV1().ResourceClaimTemplates(t.Namespace).Delete(ctx, t.Name, metav1.DeleteOptions{}); err != nil {
 			return err
 		}
 	}

@@ -63,9 +63,11 @@ gpushare.schedulerImage picks it). Its ClusterRole follows it. */}}
 {{- end -}}
 {{- end }}
 
+{{/* An image's name: image.registry (with or without its trailing
+slash), the repository and the tag. */}}
 {{- define "gpushare.image" -}}
 {{- $root := index . 0 }}{{ $img := index . 1 -}}
-{{ $root.Values.image.registry }}{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
+{{ with $root.Values.image.registry }}{{ trimSuffix "/" . }}/{{ end }}{{ $img.repository }}:{{ $img.tag | default $root.Chart.AppVersion }}
 {{- end }}
 
 {{/* The urlPrefix of the operator's kube-scheduler in the extender topology. */}}
