@@ -76,27 +76,35 @@ func testGPUSpecVariant(t *testing.T, asLabel bool) {
 	}
 }
 
+// mixedModels is a trace of nodes of 1 to 4 cards of models, in turn, and
+// pods: every cpuOnlyEvery-th asks no GPU memory, every twoCardsEvery-th
+// (of the rest) two whole cards, the others a part of one.
+func mixedModels(t *testing.T, models []string, nodes, pods, cpuOnlyEvery, twoCardsEvery int) *trace.Trace {
+	t.Helper()
+	var ns, ps strings.Builder
+	for i := range nodes {
+		fmt.Fprintf(&ns, "n%d,32000,65536,%d,%s\n", i, 1+i%4, models[i%len(models)])
+	}
+	for i := range pods {
+		switch {
+		case i%cpuOnlyEvery == 0:
+			fmt.Fprintf(&ps, "p%d,2000,4096,0,0,\n", i)
+		case i%twoCardsEvery == 0:
+			fmt.Fprintf(&ps, "p%d,4000,8192,2,1000,\n", i)
+		default:
+			fmt.Fprintf(&ps, "p%d,1000,2048,1,%d,\n", i, 100+97*i%900)
+		}
+	}
+	return tinyTrace(t, ns.String(), ps.String())
+}
+
 // TestGPUSpecAsLabelPlacesAsTheAnnotation: on nodes of one model each,
 // and a cluster small enough that kube-scheduler examines every node, a
 // model chosen by a nodeSelector on the product label places every pod
 // where the same model in gpushare.io/gpu-models does: kube-scheduler's
 // NodeAffinity removes the nodes the extender's card filter would.
 func TestGPUSpecAsLabelPlacesAsTheAnnotation(t *testing.T) {
-	var nodes, pods strings.Builder
-	for i := range 12 {
-		fmt.Fprintf(&nodes, "n%d,32000,65536,%d,%s\n", i, 1+i%4, []string{"T4", "V100M32", "P100", "A10"}[i%4])
-	}
-	for i := range 60 {
-		switch {
-		case i%7 == 0:
-			fmt.Fprintf(&pods, "p%d,2000,4096,0,0,\n", i)
-		case i%5 == 0:
-			fmt.Fprintf(&pods, "p%d,4000,8192,2,1000,\n", i)
-		default:
-			fmt.Fprintf(&pods, "p%d,1000,2048,1,%d,\n", i, 100+97*i%900)
-		}
-	}
-	tr := tinyTrace(t, nodes.String(), pods.String())
+	tr := mixedModels(t, []string{"T4", "V100M32", "P100", "A10"}, 12, 60, 7, 5)
 	placements := func(asLabel bool, policy string) (map[string]string, int) {
 		out, err := (&trace.Variant{GPUSpecShare: 0.7, GPUSpecAsLabel: asLabel, Seed: 5}).Apply(tr)
 		if err != nil {
@@ -136,22 +144,7 @@ func TestGPUSpecAsLabelPlacesAsTheAnnotation(t *testing.T) {
 // model term steers pods to models; it must never let one through to
 // another.
 func TestRestrictedPodsKeepToTheirModels(t *testing.T) {
-	var nodes, pods strings.Builder
-	models := []string{"T4", "V100M32", "P100", "A10", "G2"}
-	for i := range 20 {
-		fmt.Fprintf(&nodes, "n%d,32000,65536,%d,%s\n", i, 1+i%4, models[i%len(models)])
-	}
-	for i := range 120 {
-		switch {
-		case i%9 == 0:
-			fmt.Fprintf(&pods, "p%d,2000,4096,0,0,\n", i)
-		case i%6 == 0:
-			fmt.Fprintf(&pods, "p%d,4000,8192,2,1000,\n", i)
-		default:
-			fmt.Fprintf(&pods, "p%d,1000,2048,1,%d,\n", i, 100+97*i%900)
-		}
-	}
-	tr := tinyTrace(t, nodes.String(), pods.String())
+	tr := mixedModels(t, []string{"T4", "V100M32", "P100", "A10", "G2"}, 20, 120, 9, 6)
 	modelOf := map[string]string{}
 	for _, n := range tr.Nodes {
 		modelOf[n.Name] = n.Model
