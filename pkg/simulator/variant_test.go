@@ -149,19 +149,23 @@ func TestRestrictedPodsKeepToTheirModels(t *testing.T) {
 	for _, n := range tr.Nodes {
 		modelOf[n.Name] = n.Model
 	}
-	for _, most := range []int{1, 2, 3} {
+	for _, limit := range []int{1, 2, 3} {
 		for _, asLabel := range []bool{false, true} {
-			out, err := (&trace.Variant{GPUSpecShare: 0.35, GPUSpecModels: most, GPUSpecAsLabel: asLabel, Seed: uint64(most)}).Apply(tr)
+			out, err := (&trace.Variant{GPUSpecShare: 0.35, GPUSpecModels: limit, GPUSpecAsLabel: asLabel, Seed: uint64(limit)}).Apply(tr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			allowed := map[string][]string{}
-			restricted := 0
+			restricted, most := 0, 0
 			for _, p := range out.Pods {
 				if len(p.Models) > 0 {
 					allowed[p.Name] = p.Models
 					restricted++
+					most = max(most, len(p.Models))
 				}
+			}
+			if most != limit {
+				t.Errorf("models ≤ %d: the pods name at most %d models, want %d", limit, most, limit)
 			}
 			if restricted == 0 {
 				t.Fatal("the variant restricted no pod; the test checks nothing")
@@ -179,11 +183,11 @@ func TestRestrictedPodsKeepToTheirModels(t *testing.T) {
 					}
 					placed++
 					if !slices.Contains(ms, modelOf[d.Node]) {
-						t.Errorf("models ≤ %d, label %v, %s: pod %s (models %v) placed on %s, a %s", most, asLabel, policy, d.Pod, ms, d.Node, modelOf[d.Node])
+						t.Errorf("models ≤ %d, label %v, %s: pod %s (models %v) placed on %s, a %s", limit, asLabel, policy, d.Pod, ms, d.Node, modelOf[d.Node])
 					}
 				}
 				if placed == 0 {
-					t.Errorf("models ≤ %d, label %v, %s: no restricted pod placed; the test checks nothing", most, asLabel, policy)
+					t.Errorf("models ≤ %d, label %v, %s: no restricted pod placed; the test checks nothing", limit, asLabel, policy)
 				}
 			}
 		}

@@ -72,6 +72,40 @@ func TestGPUSpecAsFlag(t *testing.T) {
 	}
 }
 
+// TestGPUSpecModelsFlag: --gpu-spec-models sets the most models a
+// restricted pod gets, 2 by default, and refuses what is not 1 to 3.
+func TestGPUSpecModelsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    int
+		wantErr string
+	}{
+		{arg: "", want: 2},
+		{arg: "1", want: 1},
+		{arg: "3", want: 3},
+		{arg: "0", wantErr: `--gpu-spec-models 0: want 1 to 3`},
+		{arg: "4", wantErr: `--gpu-spec-models 4: want 1 to 3`},
+	} {
+		args := []string{"--nodes", sliceNodes, "--pods", slicePods, "--gpu-spec-share", "30"}
+		if tc.arg != "" {
+			args = append(args, "--gpu-spec-models", tc.arg)
+		}
+		cfg, err := parseFlags(args, io.Discard, io.Discard)
+		if tc.wantErr != "" {
+			if err == nil || err.Error() != tc.wantErr {
+				t.Errorf("--gpu-spec-models %q: error %v, want %q", tc.arg, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("--gpu-spec-models %q: %v", tc.arg, err)
+		}
+		if cfg.Variant.GPUSpecModels != tc.want {
+			t.Errorf("--gpu-spec-models %q: GPUSpecModels %d, want %d", tc.arg, cfg.Variant.GPUSpecModels, tc.want)
+		}
+	}
+}
+
 // TestKubeSchedulerVersionFlag: --kube-scheduler-version picks the scoring
 // the replay follows (v1.34 by default; 1.36 and later score the gain in
 // balance) and refuses what is not a Kubernetes 1.x version.
